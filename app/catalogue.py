@@ -1,0 +1,242 @@
+"""The metric catalogue: every hardware metric radt knows, with its key, unit, range and aliases.
+
+Samplers use it to name what they write, the importer to map tool columns, the dashboard to
+label what it draws. Canonical keys follow MLflow's system-metric convention (`system/` prefix,
+`gpu_<i>_` per device) and reuse MLflow's exact names where MLflow has one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One kind of measurement; per-GPU metrics get one key per device index."""
+
+    name: str  # key suffix: system/<name> or system/gpu_<i>_<name>
+    label: str  # short display name, e.g. "SMACT"
+    unit: str  # "ratio", "%", "MB", "W", "J", "°C", "MHz", "B/s", "state"
+    per_gpu: bool
+    low: float | None = 0.0
+    high: float | None = None
+    description: str = ""
+
+
+def _m(name, label, unit, per_gpu, low=0.0, high=None, description=""):
+    return Metric(name, label, unit, per_gpu, low, high, description)
+
+
+_RATIO = dict(low=0.0, high=1.0)
+_PCT = dict(low=0.0, high=100.0)
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in [
+        # GPU activity ratios (DCGM profiling fields 1001-1008, NVML GPM on Hopper+), 0-1.
+        _m("gr_engine_active", "GRACT", "ratio", True, **_RATIO, description="graphics/compute engine busy"),
+        _m("sm_active", "SMACT", "ratio", True, **_RATIO, description="SMs with at least one warp"),
+        _m("sm_occupancy", "SMOCC", "ratio", True, **_RATIO, description="resident warps / max warps"),
+        _m("tensor_active", "TENSO", "ratio", True, **_RATIO, description="tensor pipes busy"),
+        _m("dram_active", "DRAMA", "ratio", True, **_RATIO, description="memory interface busy"),
+        _m("fp64_active", "FP64A", "ratio", True, **_RATIO),
+        _m("fp32_active", "FP32A", "ratio", True, **_RATIO),
+        _m("fp16_active", "FP16A", "ratio", True, **_RATIO),
+        _m("integer_active", "INTA", "ratio", True, **_RATIO),
+        # NVML basics; MLflow's own names where MLflow has them.
+        _m("utilization_percentage", "GPU util", "%", True, **_PCT, description="nvidia-smi's utilization.gpu"),
+        _m("memory_utilization_percentage", "Mem util", "%", True, **_PCT, description="memory controller busy"),
+        _m("memory_usage_megabytes", "GPU memory", "MB", True),
+        _m("memory_usage_percentage", "GPU memory", "%", True, **_PCT),
+        _m("process_memory_megabytes", "Run GPU memory", "MB", True, description="GPU memory of the run's processes"),
+        _m("power_usage_watts", "Power", "W", True),
+        _m("power_usage_percentage", "Power", "%", True, **_PCT, description="of the enforced power limit"),
+        _m("energy_joules", "Energy", "J", True, description="consumed since recording began"),
+        _m("temperature_celsius", "Temperature", "°C", True),
+        _m("sm_clock_mhz", "SM clock", "MHz", True),
+        _m("pstate", "P-state", "state", True, high=15.0),
+        _m("pcie_tx_bytes_per_second", "PCIe TX", "B/s", True),
+        _m("pcie_rx_bytes_per_second", "PCIe RX", "B/s", True),
+        _m("nvlink_tx_bytes_per_second", "NVLink TX", "B/s", True),
+        _m("nvlink_rx_bytes_per_second", "NVLink RX", "B/s", True),
+        # Host (psutil); MLflow's names for CPU, memory and cumulative network.
+        _m("cpu_utilization_percentage", "CPU", "%", False, **_PCT),
+        _m("system_memory_usage_megabytes", "Host memory", "MB", False),
+        _m("system_memory_usage_percentage", "Host memory", "%", False, **_PCT),
+        _m("swap_usage_megabytes", "Swap", "MB", False),
+        _m("disk_read_bytes_per_second", "Disk read", "B/s", False),
+        _m("disk_write_bytes_per_second", "Disk write", "B/s", False),
+        _m("network_receive_bytes_per_second", "Net RX", "B/s", False),
+        _m("network_transmit_bytes_per_second", "Net TX", "B/s", False),
+        _m("network_receive_megabytes", "Net RX total", "MB", False),
+        _m("network_transmit_megabytes", "Net TX total", "MB", False),
+        _m("process_cpu_utilization_percentage", "Run CPU", "%", False, description="100 = one core"),
+        _m("process_memory_rss_megabytes", "Run memory", "MB", False),
+    ]
+}
+
+PREFIX = "system/"
+_GPU_KEY = re.compile(r"^system/gpu_(\d+)_(.+)$")
+
+
+def key(name: str, gpu: int | None = None) -> str:
+    """The MLflow metric key for a catalogue metric, e.g. key('sm_active', 0)."""
+    metric = METRICS[name]
+    if metric.per_gpu:
+        if gpu is None:
+            raise ValueError(f"metric {name!r} needs a GPU index")
+        return f"{PREFIX}gpu_{gpu}_{name}"
+    return PREFIX + name
+
+
+# --- aliases: tool columns and legacy keys -> (metric name, scale to the catalogue unit) ---
+
+MIB = 1024 * 1024 / 1e6  # one MiB in MB (MLflow's megabytes are 10^6 bytes)
+
+# `dcgmi dmon` column tags (and their DCGM field ids) -> (metric, scale).
+DCGM_TAGS: dict[str, tuple[str, float]] = {
+    "GRACT": ("gr_engine_active", 1.0),
+    "SMACT": ("sm_active", 1.0),
+    "SMOCC": ("sm_occupancy", 1.0),
+    "TENSO": ("tensor_active", 1.0),
+    "DRAMA": ("dram_active", 1.0),
+    "FP64A": ("fp64_active", 1.0),
+    "FP32A": ("fp32_active", 1.0),
+    "FP16A": ("fp16_active", 1.0),
+    "PCITX": ("pcie_tx_bytes_per_second", 1.0),
+    "PCIRX": ("pcie_rx_bytes_per_second", 1.0),
+    "NVLTX": ("nvlink_tx_bytes_per_second", 1.0),
+    "NVLRX": ("nvlink_rx_bytes_per_second", 1.0),
+    "GPUTL": ("utilization_percentage", 1.0),
+    "MCUTL": ("memory_utilization_percentage", 1.0),
+    "POWER": ("power_usage_watts", 1.0),
+    "TOTEC": ("energy_joules", 1e-3),  # mJ since driver load; made relative by the reader
+    "TXTPT": ("pcie_tx_bytes_per_second", 1024.0),  # KB/s
+    "RXTPT": ("pcie_rx_bytes_per_second", 1024.0),
+    "TMPTR": ("temperature_celsius", 1.0),
+    "SMCLK": ("sm_clock_mhz", 1.0),
+    "FBUSD": ("memory_usage_megabytes", MIB),
+}
+DCGM_FIELD_IDS: dict[int, str] = {
+    150: "TMPTR",
+    155: "POWER",
+    156: "TOTEC",
+    100: "SMCLK",
+    200: "TXTPT",
+    201: "RXTPT",
+    203: "GPUTL",
+    204: "MCUTL",
+    252: "FBUSD",
+    1001: "GRACT",
+    1002: "SMACT",
+    1003: "SMOCC",
+    1004: "TENSO",
+    1005: "DRAMA",
+    1006: "FP64A",
+    1007: "FP32A",
+    1008: "FP16A",
+    1009: "PCITX",
+    1010: "PCIRX",
+    1011: "NVLTX",
+    1012: "NVLRX",
+}
+# radT's field sets: the full profiling set, and the basic set it falls back to.
+DCGM_PROFILING_FIELDS = [155, 156, 200, 201, 203, 204, 252, 1001, 1002, 1003, 1004, 1005, 1006, 1007, 1008, 1009, 1010, 1011, 1012]
+DCGM_BASIC_FIELDS = [155, 156, 200, 201, 203, 204, 252]
+
+# `nvidia-smi --query-gpu=... --format=csv` columns -> (metric, scale); values come in the
+# column's own unit (MiB, %, W) which the scale converts.
+SMI_COLUMNS: dict[str, tuple[str, float]] = {
+    "utilization.gpu": ("utilization_percentage", 1.0),
+    "utilization.memory": ("memory_utilization_percentage", 1.0),
+    "memory.used": ("memory_usage_megabytes", MIB),
+    "power.draw": ("power_usage_watts", 1.0),
+    "temperature.gpu": ("temperature_celsius", 1.0),
+    "clocks.sm": ("sm_clock_mhz", 1.0),
+    "clocks.current.sm": ("sm_clock_mhz", 1.0),
+    "pstate": ("pstate", 1.0),
+}
+
+# NVML GPM metric ids (pynvml.NVML_GPM_METRIC_*) -> (metric, scale); GPM reports percent
+# for activities (stored as DCGM-style 0-1 ratios) and MiB/s for throughput.
+GPM_METRICS: dict[int, tuple[str, float]] = {
+    1: ("gr_engine_active", 0.01),  # GRAPHICS_UTIL
+    2: ("sm_active", 0.01),  # SM_UTIL
+    3: ("sm_occupancy", 0.01),  # SM_OCCUPANCY
+    4: ("integer_active", 0.01),  # INTEGER_UTIL
+    5: ("tensor_active", 0.01),  # ANY_TENSOR_UTIL
+    10: ("dram_active", 0.01),  # DRAM_BW_UTIL
+    11: ("fp64_active", 0.01),
+    12: ("fp32_active", 0.01),
+    13: ("fp16_active", 0.01),
+    20: ("pcie_tx_bytes_per_second", 1024.0 * 1024.0),  # MiB/s
+    21: ("pcie_rx_bytes_per_second", 1024.0 * 1024.0),
+    60: ("nvlink_rx_bytes_per_second", 1024.0 * 1024.0),  # NVLINK_TOTAL_RX_PER_SEC
+    61: ("nvlink_tx_bytes_per_second", 1024.0 * 1024.0),
+}
+
+# Keys written by the original radT (no GPU index in the key) -> (metric, scale).
+LEGACY_KEYS: dict[str, tuple[str, float]] = {
+    "DCGMI - Power Usage": ("power_usage_watts", 1.0),
+    "DCGMI - Total Energy Consumption": ("energy_joules", 1e-3),
+    "DCGMI - PCIE TX Throughput": ("pcie_tx_bytes_per_second", 1024.0),
+    "DCGMI - PCIE RX Throughput": ("pcie_rx_bytes_per_second", 1024.0),
+    "DCGMI - GPU Utilization": ("utilization_percentage", 1.0),
+    "DCGMI - Memory Copy Utilization": ("memory_utilization_percentage", 1.0),
+    "DCGMI - GR Engine Active": ("gr_engine_active", 1.0),
+    "DCGMI - SN Active": ("sm_active", 1.0),  # radT's misspelling
+    "DCGMI - SM Active": ("sm_active", 1.0),
+    "DCGMI - SM Occupancy": ("sm_occupancy", 1.0),
+    "DCGMI - Tensor Active": ("tensor_active", 1.0),
+    "DCGMI - DRAM Active": ("dram_active", 1.0),
+    "DCGMI - FP64 Active": ("fp64_active", 1.0),
+    "DCGMI - FP32 Active": ("fp32_active", 1.0),
+    "DCGMI - FP16 Active": ("fp16_active", 1.0),
+    "DCGMI - PCIE TX Bytes": ("pcie_tx_bytes_per_second", 1.0),
+    "DCGMI - PCIE RX Bytes": ("pcie_rx_bytes_per_second", 1.0),
+    "DCGMI - NVlink TX Bytes": ("nvlink_tx_bytes_per_second", 1.0),
+    "DCGMI - NVlink RX Bytes": ("nvlink_rx_bytes_per_second", 1.0),
+    "SMI - Power Draw": ("power_usage_watts", 1.0),
+    "SMI - GPU Util": ("utilization_percentage", 100.0),  # radT stored 0-1
+    "SMI - Mem Util": ("memory_utilization_percentage", 100.0),
+    "SMI - Mem Used": ("memory_usage_megabytes", MIB),
+    "SMI - Performance State": ("pstate", 1.0),
+    "TOP - CPU Utilization": ("process_cpu_utilization_percentage", 1.0),
+    "TOP - Memory Usage GB": ("system_memory_usage_megabytes", 1000.0),
+    "TOP - Swap Memory GB": ("swap_usage_megabytes", 1000.0),
+}
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What a stored key means: the metric, its GPU (None for host or unknown), the scale."""
+
+    metric: Metric
+    gpu: int | None
+    scale: float = 1.0
+
+
+def resolve(stored_key: str) -> Resolved | None:
+    """Map any stored key (radt/MLflow `system/...`, radT legacy) onto the catalogue."""
+    match = _GPU_KEY.match(stored_key)
+    if match and match.group(2) in METRICS:
+        return Resolved(METRICS[match.group(2)], int(match.group(1)))
+    if stored_key.startswith(PREFIX) and stored_key[len(PREFIX) :] in METRICS:
+        metric = METRICS[stored_key[len(PREFIX) :]]
+        if not metric.per_gpu:
+            return Resolved(metric, None)
+    if stored_key in LEGACY_KEYS:
+        name, scale = LEGACY_KEYS[stored_key]
+        return Resolved(METRICS[name], None, scale)
+    return None
+
+
+def display_name(stored_key: str) -> str:
+    """'SMACT (GPU 0)' for system/gpu_0_sm_active; the key itself when unknown."""
+    resolved = resolve(stored_key)
+    if resolved is None:
+        return stored_key
+    if resolved.gpu is None:
+        return resolved.metric.label
+    return f"{resolved.metric.label} (GPU {resolved.gpu})"

@@ -1,0 +1,113 @@
+"""The `radt` command line: `radt [options] train.py [args...]`, `radt import`, `radt sync`.
+
+User mistakes end in one line naming the problem and the fix, and exit code 2; the script's
+own exit code is passed through otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from app.config import tracking_uri
+from collectors.listeners import DEFAULT, ListenerError, parse_listeners
+
+SUBCOMMANDS = ("import", "sync")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a mistake in one line instead of usage plus message."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's name
+        self.exit(2, f"{self.prog}: {message} (see '{self.prog} --help')\n")
+
+
+def parse_devices(spec: str | None) -> list[int] | None:
+    """'0+1' or '0,1' -> [0, 1]; '-' or empty -> None (no GPU pinning)."""
+    if spec is None or spec.strip() in ("", "-"):
+        return None
+    parts = [p.strip() for p in spec.replace(",", "+").split("+")]
+    if not all(p.isdigit() for p in parts):
+        raise ValueError(f"bad -d '{spec}': give GPU indices joined with '+', e.g. -d 0 or -d 0+1")
+    return [int(p) for p in parts]
+
+
+def run_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="radt",
+        description="Track a training script's hardware metrics in MLflow: radt [options] train.py [script args]. "
+        "Also: 'radt import FILE...' (dcgmi/nvidia-smi/top logs), 'radt sync' (send samples kept while the store was away).",
+    )
+    parser.add_argument("-e", "--experiment", help="MLflow experiment name or id (created if new)")
+    parser.add_argument("-n", "--name", help="run name")
+    parser.add_argument("-w", "--workload", help="workload this run belongs to (a parent run groups them)")
+    parser.add_argument("-d", "--devices", help="GPU indices, e.g. 0 or 0+1; sets CUDA_VISIBLE_DEVICES")
+    parser.add_argument(
+        "-l", "--listeners", default=DEFAULT, help=f"sources joined with '+': nvml, dcgm, host (radT's smi, dcgmi, top, ps, iostat work too); default {DEFAULT}"
+    )
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples (0.1 or more; default 1)")
+    parser.add_argument("--max-epoch", type=int, help="stop the training cleanly after this epoch (radt.run() context)")
+    parser.add_argument("--max-time", type=float, help="stop the training cleanly after this many minutes")
+    parser.add_argument("--manual", action="store_true", help="start sampling when the script enters 'with radt.run()'")
+    parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
+    parser.add_argument("--flush-timeout", type=float, default=60.0, help="seconds to keep trying an unreachable store at exit (default 60)")
+    parser.add_argument("--letter", default="A", help=argparse.SUPPRESS)
+    parser.add_argument("--collocation", default="-", help=argparse.SUPPRESS)
+    parser.add_argument("script", help="training script (.py) or command")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.WARNING, format="radt: %(message)s")
+    if argv and argv[0] in SUBCOMMANDS:
+        return _subcommand(argv[0], argv[1:])
+    parser = run_parser()
+    opts = parser.parse_args(argv)
+    from collectors.runner import RunOptions, UsageError, run_script
+    from collectors.tracking import StoreError
+
+    try:
+        if opts.script.endswith(".csv"):
+            raise UsageError(f"'{opts.script}' is a CSV experiment; CSV experiments are not available in this version yet, run the scripts one by one")
+        if opts.interval < 0.1:
+            raise UsageError(f"--interval {opts.interval} is too short; use 0.1 seconds or more")
+        run = RunOptions(
+            script=opts.script,
+            script_args=opts.args,
+            store=tracking_uri(opts.store),
+            experiment=opts.experiment,
+            name=opts.name,
+            workload=opts.workload,
+            devices=parse_devices(opts.devices),
+            listeners=parse_listeners(opts.listeners),
+            interval=opts.interval,
+            max_epoch=opts.max_epoch,
+            max_time=opts.max_time,
+            manual=opts.manual,
+            letter=opts.letter,
+            collocation=opts.collocation,
+            flush_timeout=opts.flush_timeout,
+        )
+        return run_script(run)
+    except (UsageError, ListenerError, StoreError, ValueError) as exc:
+        print(f"radt: {exc}", file=sys.stderr)
+        return 2
+
+
+def _subcommand(name: str, argv: list[str]) -> int:
+    from collectors.tracking import StoreError
+
+    try:
+        if name == "import":
+            from collectors.importer import main as import_main
+
+            return import_main(argv)
+        from collectors.sync import main as sync_main
+
+        return sync_main(argv)
+    except (StoreError, ValueError, FileNotFoundError) as exc:
+        print(f"radt {name}: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,131 @@
+"""`radt import FILE...`: raw dcgmi dmon, nvidia-smi CSV and top -b logs into one MLflow run.
+
+The format is detected from the content. Logs with their own timestamps (nvidia-smi's
+`timestamp` column, top's clock) keep them; the others are laid out at --interval from the
+earliest timestamp any of the files has (else from the file's modification time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import date, datetime, timedelta
+from pathlib import Path
+
+from app.config import tracking_uri
+from collectors.parsers import detect_format, parse_dcgmi_dmon, parse_nvidia_smi_csv, parse_top_batch
+from collectors.points import Point
+from collectors.stores import open_metric_store
+from collectors.toolmetrics import EnergyBaseline, dmon_metrics, smi_metrics, top_metrics
+from collectors.tracking import connect, create_run, resolve_experiment, set_tags
+
+CHUNK = 50_000
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8", errors="replace").splitlines()
+
+
+def read_log(path: Path, fmt: str, gpus: int | None = None, process: str | None = "python") -> list[tuple[int, float | None, dict[str, float]]]:
+    """(sample number, epoch seconds or None, {key: value}) for each sample of one log."""
+    samples: dict[int, tuple[float | None, dict[str, float]]] = {}
+    if fmt == "dcgmi":
+        energy = EnergyBaseline()
+        for row in parse_dcgmi_dmon(_lines(path)):
+            samples.setdefault(row.sample, (None, {}))[1].update(dmon_metrics(row, energy))
+    elif fmt == "nvidia-smi":
+        for row in parse_nvidia_smi_csv(_lines(path), gpu_count=gpus):
+            ts, values = samples.setdefault(row.sample, (row.timestamp, {}))
+            values.update(smi_metrics(row))
+    elif fmt == "top":
+        for index, frame in enumerate(parse_top_batch(_lines(path))):
+            samples[index] = (frame.clock, top_metrics(frame, process))  # clock placed on a date later
+    return [(n, ts, values) for n, (ts, values) in sorted(samples.items())]
+
+
+def _place_clock(samples, day: date):
+    """top prints only the time of day: put it on `day`, rolling over midnight."""
+    placed, offset, last = [], 0, None
+    for n, clock, values in samples:
+        moment = datetime.combine(day, clock) + timedelta(days=offset)
+        if last is not None and moment < last:
+            offset += 1
+            moment += timedelta(days=1)
+        last = moment
+        placed.append((n, moment.timestamp(), values))
+    return placed
+
+
+def build_points(paths: list[Path], interval: float, gpus: int | None, process: str | None, start: float | None) -> tuple[list[Point], dict[str, str]]:
+    logs = []
+    formats = {}
+    for path in paths:
+        if not path.is_file():
+            raise FileNotFoundError(f"'{path}' not found; give paths to dcgmi dmon, nvidia-smi CSV or top -b logs")
+        with open(path, encoding="utf-8", errors="replace") as f:
+            fmt = detect_format(f.read(4096))
+        if fmt is None:
+            raise ValueError(f"'{path}' is not a dcgmi dmon, nvidia-smi --format=csv or top -b log; nothing imported")
+        formats[path.name] = fmt
+        logs.append((path, fmt, read_log(path, fmt, gpus, process)))
+    stamped = [ts for _, fmt, samples in logs if fmt == "nvidia-smi" for _, ts, _ in samples[:1] if ts is not None]
+    anchor = start if start is not None else (min(stamped) if stamped else None)
+    points: list[Point] = []
+    for path, fmt, samples in logs:
+        if fmt == "top":
+            day = datetime.fromtimestamp(anchor).date() if anchor else datetime.fromtimestamp(path.stat().st_mtime).date()
+            samples = _place_clock(samples, day)
+        base = anchor if anchor is not None else path.stat().st_mtime - interval * max(0, len(samples) - 1)
+        for n, ts, values in samples:
+            moment = ts if ts is not None else base + n * interval
+            stamp = int(round(moment * 1000))
+            points.extend(Point(k, v, stamp, n) for k, v in values.items())
+    return points, formats
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="radt import", description="Import raw dcgmi dmon / nvidia-smi CSV / top -b logs as one run.")
+    parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("-e", "--experiment", help="experiment name or id (created if new)")
+    parser.add_argument("-n", "--name", help="run name (default: the first file's name)")
+    parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples for logs without timestamps")
+    parser.add_argument("--start", help="ISO time of the first sample for logs without timestamps")
+    parser.add_argument("--gpus", type=int, help="GPUs per sample in an nvidia-smi log without an index column")
+    parser.add_argument("--process", default="python", help="top: the command whose lines are the run's (default python)")
+    args = parser.parse_args(argv)
+    start = datetime.fromisoformat(args.start).timestamp() if args.start else None
+    points, formats = build_points(args.files, args.interval, args.gpus, args.process, start)
+    if not points:
+        raise ValueError("the files hold no samples; nothing imported")
+    uri = tracking_uri(args.store)
+    client = connect(uri)
+    experiment_id = resolve_experiment(client, uri, args.experiment)
+    first, last = min(p.timestamp for p in points), max(p.timestamp for p in points)
+    run_id, _ = create_run(
+        client,
+        experiment_id,
+        command=["radt", "import", *map(str, args.files)],
+        script=str(args.files[0]),
+        script_args=[],
+        run_name=args.name or args.files[0].stem,
+        workload=None,
+        letter="A",
+        devices="imported",
+        collocation="-",
+        listeners=sorted(set(formats.values())),
+        settings={"radt.imported": ",".join(f"{name}:{fmt}" for name, fmt in formats.items())},
+        start_time=first,
+    )
+    store = open_metric_store(uri)
+    for offset in range(0, len(points), CHUNK):
+        store.write(run_id, points[offset : offset + CHUNK])
+    store.close()
+    for path in args.files:
+        client.log_artifact(run_id, str(path), artifact_path="imported")
+    set_tags(client, run_id, {"radt.points": str(len(points)), "radt.role": "run"})
+    client.set_terminated(run_id, status="FINISHED", end_time=last)
+    keys = len({p.key for p in points})
+    print(f"radt import: run {run_id}: {len(points)} points, {keys} series from {', '.join(f'{n} ({f})' for n, f in formats.items())}", file=sys.stderr)
+    print(run_id)
+    return 0

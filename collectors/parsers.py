@@ -1,0 +1,330 @@
+"""Parsers for the text that `dcgmi dmon`, `nvidia-smi --format=csv` and `top -b` print.
+
+Pure functions over lines, shared by the live samplers (which feed one line at a time) and by
+`radt import` (which feeds whole files). Values that read `N/A` come back as None.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, time
+
+NA_VALUES = {"N/A", "[N/A]", "[Not Supported]", "[Unknown Error]", "[Insufficient Permissions]", "ERR!", "-"}
+
+
+def _number(text: str) -> float | None:
+    """A float, or None for N/A-like cells."""
+    text = text.strip()
+    if text in NA_VALUES or not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+# --------------------------------------------------------------------------- dcgmi dmon
+
+
+@dataclass
+class DmonRow:
+    """One entity line of `dcgmi dmon`: values keyed by column tag (GRACT, SMACT, ...)."""
+
+    sample: int  # 0-based sample number; a new sample starts when an entity repeats
+    entity: str  # "GPU 0", "GPU-I 3", ...
+    gpu: int | None  # the GPU index for "GPU n" entities
+    values: dict[str, float | None]
+
+
+class DmonParser:
+    """Stateful line parser for `dcgmi dmon`, fed line by line (live) or from a file."""
+
+    def __init__(self) -> None:
+        self.tags: list[str] = []
+        self.sample = -1
+        self._seen: set[str] = set()
+
+    def feed(self, line: str) -> DmonRow | None:
+        stripped = line.strip()
+        if not stripped:
+            return None
+        if stripped.startswith("#"):  # header: "#Entity   GPUTL  MCUTL ..."
+            parts = stripped.lstrip("#").split()
+            self.tags = [p.upper() for p in parts[1:]]
+            return None
+        if stripped.startswith("ID") or not self.tags:  # units line ("ID   W   mJ   KB/")
+            return None
+        parts = stripped.split()
+        if len(parts) < 2 + len(self.tags):
+            return None
+        entity = f"{parts[0]} {parts[1]}"
+        cells = parts[2 : 2 + len(self.tags)]
+        if entity in self._seen or self.sample < 0:
+            self.sample += 1
+            self._seen = set()
+        self._seen.add(entity)
+        gpu = int(parts[1]) if parts[0] == "GPU" and parts[1].isdigit() else None
+        return DmonRow(self.sample, entity, gpu, {tag: _number(c) for tag, c in zip(self.tags, cells)})
+
+
+def parse_dcgmi_dmon(lines: Iterable[str]) -> Iterator[DmonRow]:
+    parser = DmonParser()
+    for line in lines:
+        row = parser.feed(line)
+        if row is not None:
+            yield row
+
+
+def dmon_error(line: str) -> str | None:
+    """The error `dcgmi dmon` printed instead of data, if this line is one."""
+    lowered = line.lower()
+    if "error" in lowered or "not supported" in lowered or "unable to" in lowered:
+        return line.strip()
+    return None
+
+
+# --------------------------------------------------------------------------- nvidia-smi csv
+
+
+@dataclass
+class SmiRow:
+    """One GPU line of `nvidia-smi --query-gpu=... --format=csv`."""
+
+    sample: int
+    gpu: int
+    timestamp: float | None  # epoch seconds when the CSV has a timestamp column
+    values: dict[str, float | None]  # numeric columns by query name ("utilization.gpu")
+    text: dict[str, str]  # every column as printed, units stripped ("name", "pstate", ...)
+
+
+_HEADER_UNIT = re.compile(r"\s*\[.*?\]\s*$")
+_VALUE_UNIT = re.compile(r"^(-?[\d.]+)\s*(%|MiB|W|MHz|C|KiB|GiB|B)?$")
+_IDENTITY_COLUMNS = ("index", "uuid", "pci.bus_id", "gpu_uuid", "gpu_bus_id")
+_STABLE_COLUMNS = ("name", "gpu_name", "memory.total", "serial", "uuid", "pci.bus_id")
+
+
+def _smi_value(cell: str, column: str) -> float | None:
+    if column == "pstate":
+        return float(cell[1:]) if cell.startswith("P") and cell[1:].isdigit() else None
+    match = _VALUE_UNIT.match(cell)
+    return float(match.group(1)) if match else None
+
+
+def _smi_timestamp(cell: str) -> float | None:
+    for fmt in ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S"):
+        try:
+            return datetime.strptime(cell, fmt).timestamp()
+        except ValueError:
+            continue
+    return None
+
+
+def _period(keys: list[tuple]) -> int:
+    """Smallest p such that keys repeat with period p (the GPU count when rows cycle)."""
+    n = len(keys)
+    for p in range(1, n + 1):
+        if all(keys[i] == keys[i + p] for i in range(n - p)):
+            return p
+    return n
+
+
+def parse_nvidia_smi_csv(lines: Iterable[str], gpu_count: int | None = None) -> list[SmiRow]:
+    """Rows of an nvidia-smi CSV log, each assigned its GPU and sample number.
+
+    GPUs are identified by an `index`/`uuid`/`pci.bus_id` column when queried; else by the
+    timestamp bursts of `-l`; else by the period of stable columns (name, memory.total);
+    `gpu_count` overrides the guess.
+    """
+    header: list[str] | None = None
+    raw: list[list[str]] = []
+    for line in lines:
+        if not line.strip():
+            continue
+        cells = [c.strip() for c in line.rstrip("\n").split(",")]
+        names = [_HEADER_UNIT.sub("", c).strip() for c in cells]
+        if header is None:
+            header = names
+        elif names == header:
+            continue  # nvidia-smi repeats its header when restarted into the same file
+        elif len(cells) == len(header):
+            raw.append(cells)
+    if header is None:
+        return []
+    columns = header
+    ts_col = columns.index("timestamp") if "timestamp" in columns else None
+    timestamps = [_smi_timestamp(r[ts_col]) if ts_col is not None else None for r in raw]
+
+    ident_col = next((columns.index(c) for c in _IDENTITY_COLUMNS if c in columns), None)
+    gpus: list[int]
+    samples: list[int]
+    if ident_col is not None:
+        order: dict[str, int] = {}
+        gpus, samples, seen, sample = [], [], set(), -1
+        for r in raw:
+            ident = r[ident_col]
+            if ident not in order:
+                order[ident] = int(ident) if columns[ident_col] == "index" and ident.isdigit() else len(order)
+            if ident in seen or sample < 0:
+                sample, seen = sample + 1, set()
+            seen.add(ident)
+            gpus.append(order[ident])
+            samples.append(sample)
+    else:
+        if gpu_count is None and ts_col is not None and all(t is not None for t in timestamps) and raw:
+            # `-l` prints all GPUs within milliseconds, then sleeps: split on the gaps.
+            burst = 1
+            for i in range(1, len(raw)):
+                if timestamps[i] - timestamps[i - 1] > 0.25:
+                    break
+                burst += 1
+            gpu_count = burst
+        if gpu_count is None:
+            stable = [i for i, c in enumerate(columns) if c in _STABLE_COLUMNS]
+            gpu_count = _period([tuple(r[i] for i in stable) for r in raw]) if stable else 1
+        gpus = [i % gpu_count for i in range(len(raw))]
+        samples = [i // gpu_count for i in range(len(raw))]
+
+    rows = []
+    for r, gpu, sample, ts in zip(raw, gpus, samples, timestamps):
+        values = {c: _smi_value(v, c) for c, v in zip(columns, r) if c != "timestamp"}
+        rows.append(SmiRow(sample, gpu, ts, values, dict(zip(columns, r))))
+    return rows
+
+
+# --------------------------------------------------------------------------- top -b
+
+
+@dataclass
+class TopProcess:
+    pid: int
+    user: str
+    command: str
+    cpu_percent: float
+    mem_percent: float
+    rss_bytes: float
+
+
+@dataclass
+class TopFrame:
+    """One screen of `top -b`: summary lines and the process table."""
+
+    clock: time
+    cpu_percent: float | None = None  # 100 - idle
+    mem_total_mb: float | None = None
+    mem_used_mb: float | None = None
+    swap_used_mb: float | None = None
+    processes: list[TopProcess] = field(default_factory=list)
+
+
+_TOP_HEAD = re.compile(r"^top - (\d{1,2}):(\d{2}):(\d{2})")
+_UNIT_BYTES = {"KiB": 1024.0, "MiB": 1024.0**2, "GiB": 1024.0**3, "TiB": 1024.0**4, "PiB": 1024.0**5, "EiB": 1024.0**6}
+_SIZE_SUFFIX = {"k": 1024.0, "m": 1024.0**2, "g": 1024.0**3, "t": 1024.0**4, "p": 1024.0**5, "e": 1024.0**6}
+
+
+def _top_size(cell: str, default_unit: float) -> float:
+    """RES column: plain numbers are in top's memory unit (KiB by default), or '12.2g'."""
+    suffix = cell[-1:].lower()
+    if suffix in _SIZE_SUFFIX:
+        return float(cell[:-1]) * _SIZE_SUFFIX[suffix]
+    return float(cell) * default_unit
+
+
+def _top_fields(text: str) -> dict[str, float]:
+    """'515637.3 total, 508028.2 free, 3349.7 used' -> {'total': ..., 'free': ..., 'used': ...}."""
+    out = {}
+    for part in re.split(r"[,.]\s+(?=\d)|,\s*", text):
+        bits = part.strip().split()
+        if len(bits) >= 2:
+            try:
+                out[bits[1].rstrip(".")] = float(bits[0])
+            except ValueError:
+                pass
+    return out
+
+
+def parse_top_batch(lines: Iterable[str]) -> Iterator[TopFrame]:
+    frame: TopFrame | None = None
+    columns: list[str] | None = None
+    mem_unit = 1024.0  # bytes per unit of the summary lines; RES defaults to KiB
+    for line in lines:
+        head = _TOP_HEAD.match(line)
+        if head:
+            if frame is not None:
+                yield frame
+            frame = TopFrame(time(int(head.group(1)), int(head.group(2)), int(head.group(3))))
+            columns = None
+            continue
+        if frame is None:
+            continue
+        stripped = line.strip()
+        if stripped.startswith("%Cpu"):
+            fields = _top_fields(stripped.split(":", 1)[1])
+            if "id" in fields:
+                frame.cpu_percent = round(100.0 - fields["id"], 3)
+        elif re.match(r"^[KMGTPE]iB Mem", stripped):
+            mem_unit = _UNIT_BYTES[stripped[:3]]
+            fields = _top_fields(stripped.split(":", 1)[1])
+            scale = mem_unit / 1e6
+            if "total" in fields:
+                frame.mem_total_mb = fields["total"] * scale
+            if "used" in fields:
+                frame.mem_used_mb = fields["used"] * scale
+        elif re.match(r"^[KMGTPE]iB Swap", stripped):
+            fields = _top_fields(stripped.split(":", 1)[1])
+            if "used" in fields:
+                frame.swap_used_mb = fields["used"] * _UNIT_BYTES[stripped[:3]] / 1e6
+        elif stripped.startswith("PID"):
+            columns = stripped.split()
+        elif columns and stripped:
+            parts = stripped.split(None, len(columns) - 1)
+            if len(parts) < len(columns):
+                continue
+            row = dict(zip(columns, parts))
+            try:
+                frame.processes.append(
+                    TopProcess(
+                        pid=int(row["PID"]),
+                        user=row.get("USER", ""),
+                        command=row.get("COMMAND", ""),
+                        cpu_percent=float(row.get("%CPU", "0")),
+                        mem_percent=float(row.get("%MEM", "0")),
+                        rss_bytes=_top_size(row.get("RES", "0"), 1024.0),
+                    )
+                )
+            except ValueError:
+                continue
+    if frame is not None:
+        yield frame
+
+
+# --------------------------------------------------------------------------- detection
+
+
+def detect_format(head: str) -> str | None:
+    """'dcgmi', 'nvidia-smi' or 'top' from the first lines of a log; None if unknown."""
+    for line in head.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("#Entity") or re.match(r"^GPU(-I|-CI)?\s+\d+\s", stripped):
+            return "dcgmi"
+        if _TOP_HEAD.match(stripped):
+            return "top"
+        first = stripped.split(",")[0].strip()
+        if "," in stripped and _HEADER_UNIT.sub("", first) in (
+            "name",
+            "gpu_name",
+            "index",
+            "timestamp",
+            "pstate",
+            "uuid",
+            "pci.bus_id",
+            "utilization.gpu",
+            "power.draw",
+            "memory.used",
+        ):
+            return "nvidia-smi"
+        return None
+    return None

@@ -1,0 +1,44 @@
+"""The training run's process tree, refreshed at most once per tick and shared by the samplers."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+
+
+class ProcessTree:
+    """psutil.Process objects for a root pid and its descendants, kept between ticks so
+    `cpu_percent()` measures the interval since the previous tick."""
+
+    def __init__(self, root_pid: int | None = None, max_age: float = 0.5) -> None:
+        self.root_pid = root_pid
+        self._known: dict[int, psutil.Process] = {}
+        self._stamp = 0.0
+        self._max_age = max_age
+        self._current: list[psutil.Process] = []
+
+    def attach(self, root_pid: int) -> None:
+        self.root_pid = root_pid
+
+    def processes(self) -> list[psutil.Process]:
+        now = time.monotonic()
+        if self.root_pid is None:
+            return []
+        if now - self._stamp < self._max_age:
+            return self._current
+        try:
+            root = self._known.get(self.root_pid) or psutil.Process(self.root_pid)
+            found = [root] + root.children(recursive=True)
+        except psutil.Error:
+            found = []
+        current = []
+        for proc in found:
+            current.append(self._known.setdefault(proc.pid, proc))
+        alive = {p.pid for p in current}
+        self._known = {pid: p for pid, p in self._known.items() if pid in alive}
+        self._current, self._stamp = current, now
+        return current
+
+    def pids(self) -> set[int]:
+        return {p.pid for p in self.processes()}

@@ -1,0 +1,348 @@
+"""Track one training script: create the run, sample while the script trains, finish the run.
+
+The script runs as a child in its own session (so Ctrl-C reaches radt once and is forwarded
+once), with MLFLOW_RUN_ID set so `mlflow.start_run()` inside it joins the same run. Every exit
+path stops the samplers, flushes the writer, attaches the logs and sets the final status.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from app.config import runs_dir
+from collectors.listeners import make_source
+from collectors.proctree import ProcessTree
+from collectors.sampler import Sampler, open_sources
+from collectors.sources.base import SamplingContext
+from collectors.sources.nvml import gpu_count, gpu_inventory
+from collectors.stores import open_metric_store
+from collectors.tracking import connect, create_run, resolve_experiment, set_tags
+from collectors.writer import SPOOL_NAME, MetricWriter
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+STOP_GRACE = 30.0  # seconds between SIGINT and SIGTERM, and SIGTERM and SIGKILL, at --max-time
+
+
+class UsageError(Exception):
+    """A mistake in how radt was called; the message names the problem and the fix."""
+
+
+@dataclass
+class RunOptions:
+    script: str
+    script_args: list[str] = field(default_factory=list)
+    store: str = ""
+    experiment: str | None = None
+    name: str | None = None
+    workload: str | None = None
+    devices: list[int] | None = None
+    listeners: list[str] = field(default_factory=lambda: ["nvml", "host"])
+    interval: float = 1.0
+    max_epoch: int | None = None
+    max_time: float | None = None  # minutes
+    manual: bool = False
+    letter: str = "A"
+    collocation: str = "-"
+    flush_timeout: float = 60.0
+
+
+def report(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def build_command(script: str, args: list[str]) -> list[str]:
+    """`train.py` runs under this Python; anything else must be an executable file or on PATH."""
+    path = Path(script)
+    if script.endswith(".py"):
+        if not path.is_file():
+            raise UsageError(f"script '{script}' not found in {Path.cwd()}; pass the path to your training script")
+        return [sys.executable, "-u", script, *args]
+    if path.is_file() and os.access(path, os.X_OK):
+        return [str(path), *args]
+    from shutil import which
+
+    if "/" not in script and which(script):
+        return [script, *args]
+    raise UsageError(f"script '{script}' not found (neither a .py file here nor a command on PATH); pass the path to your training script")
+
+
+def check_devices(devices: list[int] | None) -> None:
+    """Refuse GPU indices the machine does not have (when NVML can tell)."""
+    if not devices:
+        return
+    count = gpu_count()
+    if count is None:
+        report("radt: cannot check -d here (NVML unavailable); CUDA_VISIBLE_DEVICES is set as given")
+        return
+    bad = [d for d in devices if d >= count]
+    if bad:
+        span = f"0 to {count - 1}" if count else "none"
+        raise UsageError(f"GPU {bad[0]} does not exist on this machine (GPUs: {span}); fix -d")
+
+
+def child_environment(opts: RunOptions, run_id: str, experiment_id: str, run_dir: Path, deadline: float | None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "MLFLOW_TRACKING_URI": opts.store,
+            "MLFLOW_RUN_ID": run_id,
+            "MLFLOW_EXPERIMENT_ID": experiment_id,
+            "RADT_RUN_DIR": str(run_dir),
+            "RADT_MANUAL": "1" if opts.manual else "0",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    if opts.max_epoch is not None:
+        env["RADT_MAX_EPOCH"] = str(opts.max_epoch)
+    if deadline is not None:
+        env["RADT_DEADLINE"] = f"{deadline:.3f}"
+    if opts.devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, opts.devices))
+    # `import radt` in the script works even when radt runs from a source checkout
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(PROJECT_ROOT)) if p)
+    return env
+
+
+def _tee(source, sink, log_path: Path) -> threading.Thread:
+    """Copy a child stream to the terminal and a log file as bytes arrive (progress bars included)."""
+
+    def pump() -> None:
+        fd = source.fileno()
+        with open(log_path, "ab") as log:
+            while True:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                log.write(chunk)
+                log.flush()
+                try:
+                    sink.write(chunk)
+                    sink.flush()
+                except (OSError, ValueError):
+                    pass  # terminal gone: keep the log
+
+    thread = threading.Thread(target=pump, name="radt-tee", daemon=True)
+    thread.start()
+    return thread
+
+
+def _describe_environment(logs: Path) -> threading.Thread:
+    """pip freeze and the GPU inventory, gathered beside the training at low priority."""
+
+    def gather() -> None:
+        (logs / "gpu-inventory.json").write_text(json.dumps(gpu_inventory(), indent=2))
+        try:
+            frozen = subprocess.run(
+                [sys.executable, "-m", "pip", "freeze"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                preexec_fn=lambda: os.nice(10),
+            )
+            (logs / "pip-freeze.txt").write_text(frozen.stdout or frozen.stderr)
+        except (OSError, subprocess.SubprocessError) as exc:
+            (logs / "pip-freeze.txt").write_text(f"pip freeze failed: {exc}\n")
+
+    thread = threading.Thread(target=gather, name="radt-inventory", daemon=True)
+    thread.start()
+    return thread
+
+
+def _kill_tree(pid: int, leftovers: list[psutil.Process]) -> None:
+    """No child outlives radt: the child's process group and every descendant seen."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        alive = []
+        for proc in leftovers:
+            try:
+                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                    proc.send_signal(sig)
+                    alive.append(proc)
+            except psutil.Error:
+                continue
+        if not alive:
+            return
+        _, leftovers = psutil.wait_procs(alive, timeout=3)
+
+
+class Supervisor:
+    """Forwards Ctrl-C/SIGTERM to the child's group, and enforces --max-time."""
+
+    def __init__(self, child: subprocess.Popen, deadline: float | None) -> None:
+        self.child = child
+        self.deadline = deadline
+        self.interrupted: int | None = None
+        self.time_limited = False
+        self._escalate_at: float | None = None
+        self._escalation = [signal.SIGTERM, signal.SIGKILL]
+
+    def _send(self, sig: int) -> None:
+        try:
+            os.killpg(self.child.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def on_signal(self, signum: int, _frame) -> None:
+        if self.child.poll() is not None:
+            return
+        if self.interrupted is None:
+            self.interrupted = signum
+            report(f"radt: {signal.Signals(signum).name} received, stopping the script (again to force)")
+            self._send(signum)
+            self._escalate_at = time.monotonic() + STOP_GRACE
+        else:
+            report("radt: forcing the script to stop")
+            self._send(signal.SIGKILL)
+
+    def wait(self) -> int:
+        while True:
+            try:
+                return self.child.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic()
+            if self.deadline is not None and not self.time_limited and time.time() >= self.deadline:
+                self.time_limited = True
+                report("radt: --max-time reached, stopping the script")
+                self._send(signal.SIGINT)
+                self._escalate_at = now + STOP_GRACE
+            if self._escalate_at is not None and now >= self._escalate_at and self._escalation:
+                self._send(self._escalation.pop(0))
+                self._escalate_at = now + STOP_GRACE
+
+
+def final_status(returncode: int, supervisor: Supervisor, stop_reason: str | None) -> str:
+    if supervisor.time_limited or stop_reason:
+        return "FINISHED"
+    if supervisor.interrupted is not None:
+        return "KILLED"
+    return "FINISHED" if returncode == 0 else "FAILED"
+
+
+def exit_code(returncode: int) -> int:
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+def run_script(opts: RunOptions) -> int:
+    """Run and track one script; returns the script's exit code for radt to pass through."""
+    command = build_command(opts.script, opts.script_args)
+    check_devices(opts.devices)
+    client = connect(opts.store)
+    experiment_id = resolve_experiment(client, opts.store, opts.experiment)
+    settings = {"radt.interval": str(opts.interval), "max_epoch": str(opts.max_epoch), "max_time": str(opts.max_time), "manual": str(opts.manual)}
+    run_id, parent_id = create_run(
+        client,
+        experiment_id,
+        command=command,
+        script=opts.script,
+        script_args=opts.script_args,
+        run_name=opts.name,
+        workload=opts.workload,
+        letter=opts.letter,
+        devices="+".join(map(str, opts.devices)) if opts.devices is not None else os.environ.get("CUDA_VISIBLE_DEVICES", "all"),
+        collocation=opts.collocation,
+        listeners=opts.listeners,
+        settings=settings,
+    )
+    run_dir = runs_dir() / run_id
+    logs = run_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    (run_dir / "meta.json").write_text(json.dumps({"store": opts.store, "run_id": run_id, "parent_id": parent_id}))
+    report(f"radt: run {run_id} in experiment {experiment_id} ({opts.store.split('://')[0]} store)")
+
+    writer = MetricWriter(open_metric_store(opts.store), run_id, run_dir / SPOOL_NAME, report=report).start()
+    tree = ProcessTree()
+    ctx = SamplingContext(interval=opts.interval, devices=opts.devices, pids=tree.processes)
+    sources = open_sources([make_source(name) for name in opts.listeners], ctx, report)
+    inventory = _describe_environment(logs)
+
+    deadline = time.time() + opts.max_time * 60 if opts.max_time else None
+    started_flag = run_dir / "started"
+    child = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL if not sys.stdin or not sys.stdin.isatty() else None,
+        start_new_session=True,
+        env=child_environment(opts, run_id, experiment_id, run_dir, deadline),
+    )
+    tree.attach(child.pid)
+    tees = [_tee(child.stdout, sys.stdout.buffer, logs / "stdout.log"), _tee(child.stderr, sys.stderr.buffer, logs / "stderr.log")]
+    sampler = Sampler(sources, opts.interval, writer.put, report, start_gate=started_flag.exists if opts.manual else None)
+    sampler.start()
+
+    supervisor = Supervisor(child, deadline)
+    previous = {sig: signal.signal(sig, supervisor.on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        returncode = supervisor.wait()
+        leftovers = [p for p in tree.processes() if p.pid != child.pid]
+        _kill_tree(child.pid, leftovers)
+        for tee in tees:
+            tee.join(5)
+        sampler.stop()
+        stop_file = run_dir / "stop_reason"
+        stop_reason = stop_file.read_text().strip() if stop_file.exists() else None
+        status = final_status(returncode, supervisor, stop_reason)
+        written = writer.close(opts.flush_timeout)
+        inventory.join(30)
+        (logs / "radt-sources.json").write_text(json.dumps({s.name: s.describe() for s in sampler.sources}, indent=2))
+        finish_run(
+            client, run_dir, run_id, parent_id, status, returncode, stop_reason or ("max_time" if supervisor.time_limited else None), written, writer.written
+        )
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return exit_code(returncode)
+
+
+def finish_run(
+    client, run_dir: Path, run_id: str, parent_id: str | None, status: str, returncode: int, stop_reason: str | None, all_written: bool, points: int
+) -> None:
+    """Attach logs, tag and terminate the run (and its workload parent); on failure leave it to `radt sync`."""
+    tags = {"radt.exit_code": str(returncode), "radt.points": str(points)}
+    if stop_reason:
+        tags["radt.stop_reason"] = stop_reason
+    end_time = int(time.time() * 1000)
+    pending = {"status": status, "end_time": end_time, "tags": tags, "parent_id": parent_id}
+    if not all_written:
+        (run_dir / "pending.json").write_text(json.dumps(pending))
+        report(f"radt: store still unreachable; samples and the final status wait in {run_dir}. Run 'radt sync' when it is back.")
+        return
+    try:
+        complete_run(client, run_dir, run_id, pending)
+    except Exception as exc:
+        (run_dir / "pending.json").write_text(json.dumps(pending))
+        report(f"radt: could not finish run {run_id} ({str(exc).splitlines()[0][:200]}); run 'radt sync' when the store is back")
+        return
+    report(f"radt: run {run_id} {status}, {points} points written")
+
+
+def complete_run(client, run_dir: Path, run_id: str, pending: dict) -> None:
+    """The last writes of a run: logs as artifacts, tags, status; the parent when its children are done."""
+    logs = run_dir / "logs"
+    if logs.is_dir() and any(logs.iterdir()):
+        client.log_artifacts(run_id, str(logs), artifact_path="radt")
+    set_tags(client, run_id, pending["tags"])
+    client.set_terminated(run_id, status=pending["status"], end_time=pending["end_time"])
+    parent_id = pending.get("parent_id")
+    if parent_id:
+        run = client.get_run(parent_id)
+        siblings = client.search_runs(
+            [run.info.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}' and attributes.status = 'RUNNING'", max_results=1
+        )
+        if not siblings:
+            client.set_terminated(parent_id, status=pending["status"], end_time=pending["end_time"])
+    (run_dir / "pending.json").unlink(missing_ok=True)

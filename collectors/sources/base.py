@@ -1,0 +1,41 @@
+"""The interface every metric source implements, in the manner of MLflow's system-metrics monitors."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+class SourceUnavailable(Exception):
+    """Raised by `open()` when a source cannot run on this machine; the message says why and what to do."""
+
+
+@dataclass
+class SamplingContext:
+    """What a source needs to know about the run it samples."""
+
+    interval: float = 1.0
+    devices: list[int] | None = None  # NVML indices to watch; None: every GPU
+    pids: Callable[[], list] = field(default=lambda: [])  # psutil.Process objects of the run's tree
+
+
+class MetricSource(ABC):
+    """One source of hardware metrics; `sample()` returns {metric key: value} for one tick."""
+
+    name: str = ""
+
+    @abstractmethod
+    def open(self, ctx: SamplingContext) -> None:
+        """Prepare to sample; raise SourceUnavailable if this machine lacks the source."""
+
+    @abstractmethod
+    def sample(self) -> dict[str, float]:
+        """Read the current values; skip (do not zero) what cannot be read."""
+
+    def close(self) -> None:
+        """Release handles and child processes."""
+
+    def describe(self) -> dict:
+        """Facts worth attaching to the run (driver, devices); empty by default."""
+        return {}

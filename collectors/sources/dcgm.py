@@ -1,0 +1,100 @@
+"""DCGM profiling metrics through a long-lived `dcgmi dmon` subprocess, parsed line by line.
+
+Like radT: ask for the full profiling field set first and fall back to the basic fields
+when the GPU or the host engine refuses the profiling module.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+
+from app.catalogue import DCGM_BASIC_FIELDS, DCGM_PROFILING_FIELDS
+from collectors.parsers import DmonParser, dmon_error
+from collectors.sources.base import MetricSource, SamplingContext, SourceUnavailable
+from collectors.toolmetrics import EnergyBaseline, dmon_metrics
+
+START_TIMEOUT = 10.0  # seconds to wait for the first line of data before trying the next field set
+
+
+class DcgmSource(MetricSource):
+    name = "dcgm"
+
+    def __init__(self, executable: str = "dcgmi") -> None:
+        self.executable = executable
+        self.proc: subprocess.Popen | None = None
+        self.fields: list[int] = []
+        self.errors: list[str] = []
+        self._latest: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._energy = EnergyBaseline()
+        self._reader: threading.Thread | None = None
+
+    def open(self, ctx: SamplingContext) -> None:
+        exe = shutil.which(self.executable)
+        if exe is None:
+            raise SourceUnavailable("dcgmi not found on PATH; install DCGM (datacenter-gpu-manager) and start nv-hostengine, or drop 'dcgm' from -l")
+        interval_ms = max(100, int(ctx.interval * 1000))
+        for fields in (DCGM_PROFILING_FIELDS, DCGM_BASIC_FIELDS):
+            command = [exe, "dmon", "-e", ",".join(map(str, fields)), "-d", str(interval_ms)]
+            if ctx.devices is not None:
+                command += ["-i", ",".join(map(str, ctx.devices))]
+            if self._start(command):
+                self.fields = fields
+                return
+        raise SourceUnavailable(f"dcgmi dmon gave no data ({'; '.join(self.errors) or 'no output'}); check that nv-hostengine runs")
+
+    def _start(self, command: list[str]) -> bool:
+        """Start dmon and wait until it prints a data row (True) or an error / exits (False)."""
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        first = threading.Event()
+        ok = {"value": False}
+        self._reader = threading.Thread(target=self._read, args=(self.proc, first, ok), name="radt-dcgmi", daemon=True)
+        self._reader.start()
+        first.wait(START_TIMEOUT)
+        if not ok["value"]:
+            self._stop_process()
+        return ok["value"]
+
+    def _read(self, proc: subprocess.Popen, first: threading.Event, ok: dict) -> None:
+        parser = DmonParser()
+        for line in proc.stdout:
+            error = dmon_error(line)
+            if error and not first.is_set():
+                self.errors.append(error)
+                first.set()
+                return
+            row = parser.feed(line)
+            if row is None:
+                continue
+            metrics = dmon_metrics(row, self._energy)
+            if not metrics:
+                continue
+            with self._lock:
+                self._latest.update(metrics)
+            if not first.is_set():
+                ok["value"] = True
+                first.set()
+        first.set()
+
+    def sample(self) -> dict[str, float]:
+        with self._lock:
+            latest, self._latest = self._latest, {}
+        return latest
+
+    def describe(self) -> dict:
+        return {"dcgm_fields": self.fields}
+
+    def _stop_process(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def close(self) -> None:
+        self._stop_process()

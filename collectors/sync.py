@@ -1,0 +1,46 @@
+"""`radt sync`: send what a run kept locally while its store was away (samples, final status, logs)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from app.config import runs_dir
+from collectors.runner import complete_run
+from collectors.stores import open_metric_store
+from collectors.tracking import StoreError, connect
+from collectors.writer import SPOOL_NAME, Spool
+
+
+def pending_runs():
+    """Run folders that still hold a spool or an unfinished final status."""
+    for run_dir in sorted(runs_dir().iterdir()):
+        if (run_dir / SPOOL_NAME).exists() or (run_dir / "pending.json").exists():
+            if (run_dir / "meta.json").exists():
+                yield run_dir
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="radt sync", description="Write samples and statuses kept locally while the store was unreachable.")
+    parser.parse_args(argv)
+    left = 0
+    for run_dir in pending_runs():
+        meta = json.loads((run_dir / "meta.json").read_text())
+        run_id = meta["run_id"]
+        try:
+            client = connect(meta["store"])
+            store = open_metric_store(meta["store"])
+            sent = Spool(run_dir / SPOOL_NAME).replay(lambda batch, _id=run_id: store.write(_id, batch))
+            store.close()
+            pending = run_dir / "pending.json"
+            if pending.exists():
+                complete_run(client, run_dir, run_id, json.loads(pending.read_text()))
+            print(f"radt sync: run {run_id}: {sent} points written", file=sys.stderr)
+        except (StoreError, Exception) as exc:
+            left += 1
+            print(f"radt sync: run {run_id} still waits ({str(exc).splitlines()[0][:200]})", file=sys.stderr)
+    if left:
+        print(f"radt sync: {left} run(s) still wait; run 'radt sync' again once their store answers", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,69 @@
+"""Turn parsed tool rows (dcgmi dmon, nvidia-smi, top) into catalogue keys and values.
+
+Shared by the live `dcgm` source and by `radt import`, so a log file and a live run of the
+same tool produce the same series.
+"""
+
+from __future__ import annotations
+
+from app.catalogue import DCGM_TAGS, SMI_COLUMNS, key
+from collectors.parsers import DmonRow, SmiRow, TopFrame
+
+
+class EnergyBaseline:
+    """Makes cumulative energy counters relative to the first reading of each GPU."""
+
+    def __init__(self) -> None:
+        self._first: dict[int, float] = {}
+
+    def relative(self, gpu: int, joules: float) -> float:
+        return joules - self._first.setdefault(gpu, joules)
+
+
+def dmon_metrics(row: DmonRow, energy: EnergyBaseline, gpu: int | None = None) -> dict[str, float]:
+    """Catalogue keys for one `dcgmi dmon` entity line; N/A cells are left out."""
+    index = row.gpu if gpu is None else gpu
+    if index is None:
+        return {}
+    out: dict[str, float] = {}
+    for tag, value in row.values.items():
+        if value is None or tag not in DCGM_TAGS:
+            continue
+        name, scale = DCGM_TAGS[tag]
+        value *= scale
+        if name == "energy_joules":
+            value = energy.relative(index, value)
+        out[key(name, index)] = value
+    return out
+
+
+def smi_metrics(row: SmiRow) -> dict[str, float]:
+    """Catalogue keys for one nvidia-smi CSV row (units converted to the catalogue's)."""
+    out: dict[str, float] = {}
+    for column, value in row.values.items():
+        if value is None or column not in SMI_COLUMNS:
+            continue
+        name, scale = SMI_COLUMNS[column]
+        out[key(name, row.gpu)] = value * scale
+    used, total = row.values.get("memory.used"), row.values.get("memory.total")
+    if used is not None and total:
+        out[key("memory_usage_percentage", row.gpu)] = 100.0 * used / total
+    return out
+
+
+def top_metrics(frame: TopFrame, process: str | None = "python") -> dict[str, float]:
+    """Host keys for one `top -b` screen; the named process's lines summed as the run's."""
+    out: dict[str, float] = {}
+    if frame.cpu_percent is not None:
+        out[key("cpu_utilization_percentage")] = frame.cpu_percent
+    if frame.mem_used_mb is not None:
+        out[key("system_memory_usage_megabytes")] = frame.mem_used_mb
+        if frame.mem_total_mb:
+            out[key("system_memory_usage_percentage")] = 100.0 * frame.mem_used_mb / frame.mem_total_mb
+    if frame.swap_used_mb is not None:
+        out[key("swap_usage_megabytes")] = frame.swap_used_mb
+    if process:
+        mine = [p for p in frame.processes if p.command == process]
+        out[key("process_cpu_utilization_percentage")] = sum(p.cpu_percent for p in mine)
+        out[key("process_memory_rss_megabytes")] = sum(p.rss_bytes for p in mine) / 1e6
+    return out

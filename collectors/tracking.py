@@ -1,0 +1,180 @@
+"""The run model on MLflow: experiments, workload parent runs, runs with radt's tags and params.
+
+Low-volume calls (create, tag, terminate, artifacts) go through MLflow's own client, so the
+runs look right in MLflow's UI; only metric points take radt's bulk path.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import shlex
+import socket
+from pathlib import Path
+
+from mlflow import MlflowClient
+from mlflow.entities import Param, RunTag
+from mlflow.exceptions import MlflowException
+
+from app.config import artifact_root, is_database_uri
+
+PARAM_LIMIT = 6000  # MLflow's longest param value
+TAG_LIMIT = 8000
+
+
+class StoreError(RuntimeError):
+    """The tracking store cannot be used; the message says which store and what to do."""
+
+
+def connect(uri: str) -> MlflowClient:
+    """A client whose store answers, or StoreError with a one-line reason."""
+    if uri.startswith("sqlite:///"):
+        Path(uri[len("sqlite:///") :]).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).exists():
+            _init_sqlite(uri)
+    client = MlflowClient(tracking_uri=uri)
+    try:
+        client.search_experiments(max_results=1)
+    except Exception as exc:  # connection refused, auth, bad URI: one line for the user
+        reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        raise StoreError(f"cannot reach the tracking store {redact(uri)} ({reason}); start it or point MLFLOW_TRACKING_URI at a running one") from exc
+    return client
+
+
+def _init_sqlite(uri: str) -> None:
+    """Create a new SQLite store with its artifacts under RADT_HOME rather than the current folder."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    SqlAlchemyStore(uri, artifact_root().as_uri())
+
+
+def redact(uri: str) -> str:
+    """The URI without its password, for messages."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", uri)
+
+
+def resolve_experiment(client: MlflowClient, uri: str, name_or_id: str | None) -> str:
+    """An experiment id for a name or id; a new name is created (artifacts under RADT_HOME for databases)."""
+    if not name_or_id:
+        return "0"
+    if name_or_id.isdigit():
+        try:
+            return client.get_experiment(name_or_id).experiment_id
+        except MlflowException:
+            pass  # a numeric *name*
+    found = client.get_experiment_by_name(name_or_id)
+    if found is not None:
+        if found.lifecycle_stage == "deleted":
+            raise StoreError(f"experiment '{name_or_id}' is deleted; restore it in MLflow or choose another -e")
+        return found.experiment_id
+    location = None
+    if is_database_uri(uri):
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name_or_id)
+        location = (artifact_root() / safe).as_uri()
+    try:
+        return client.create_experiment(name_or_id, artifact_location=location)
+    except MlflowException:  # created meanwhile by a collocated run
+        return client.get_experiment_by_name(name_or_id).experiment_id
+
+
+def script_params(args: list[str]) -> dict[str, str]:
+    """radT's way: '--batch-size 256' -> {'batch-size': '256'}; '--fp16' -> 'True'; '--lr=0.1' too."""
+    params: dict[str, str] = {}
+    i = 0
+    positional = 0
+    while i < len(args):
+        token = args[i]
+        if token.startswith("-") and not _is_number(token) and token.strip("-"):
+            name = token.lstrip("-")
+            if "=" in name:
+                name, value = name.split("=", 1)
+            elif i + 1 < len(args) and (not args[i + 1].startswith("-") or _is_number(args[i + 1])):
+                value = args[i + 1]
+                i += 1
+            else:
+                value = "True"
+            params[name] = value
+        else:
+            params[f"arg{positional}"] = token
+            positional += 1
+        i += 1
+    return params
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+        return True
+    except ValueError:
+        return False
+
+
+def find_or_create_workload(client: MlflowClient, experiment_id: str, workload: str) -> str:
+    """The parent run of a workload (tag radt.workload), created RUNNING if none exists yet."""
+    runs = client.search_runs(
+        [experiment_id],
+        filter_string=f"tags.`radt.workload` = '{_quote(workload)}' and tags.`radt.role` = 'workload'",
+        max_results=1,
+    )
+    if runs:
+        return runs[0].info.run_id
+    parent = client.create_run(
+        experiment_id,
+        run_name=f"workload {workload}",
+        tags={"radt.workload": workload, "radt.role": "workload", "mlflow.user": getpass.getuser()},
+    )
+    return parent.info.run_id
+
+
+def _quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def create_run(
+    client: MlflowClient,
+    experiment_id: str,
+    *,
+    command: list[str],
+    script: str,
+    script_args: list[str],
+    run_name: str | None,
+    workload: str | None,
+    letter: str,
+    devices: str,
+    collocation: str,
+    listeners: list[str],
+    settings: dict[str, str],
+    start_time: int | None = None,
+) -> tuple[str, str | None]:
+    """Create the run with radt's tags and the script's params; returns (run id, parent id)."""
+    parent_id = find_or_create_workload(client, experiment_id, workload) if workload else None
+    tags = {
+        "mlflow.user": getpass.getuser(),
+        "mlflow.source.name": script,
+        "mlflow.source.type": "LOCAL",
+        "radt.role": "run",
+        "radt.letter": letter,
+        "radt.devices": devices,
+        "radt.collocation": collocation,
+        "radt.listeners": "+".join(listeners),
+        "radt.command": shlex.join(command)[:TAG_LIMIT],
+        "radt.host": socket.gethostname(),
+        "radt.pid": str(os.getpid()),
+    }
+    if workload:
+        tags["radt.workload"] = workload
+        tags["mlflow.parentRunId"] = parent_id
+    run = client.create_run(experiment_id, start_time=start_time, run_name=run_name or None, tags=tags)
+    run_id = run.info.run_id
+    params = script_params(script_args)
+    params["command"] = shlex.join(command)
+    params.update(settings)
+    batch = [Param(k[:250], str(v)[:PARAM_LIMIT]) for k, v in params.items()]
+    for start in range(0, len(batch), 100):
+        client.log_batch(run_id, params=batch[start : start + 100])
+    return run_id, parent_id
+
+
+def set_tags(client: MlflowClient, run_id: str, tags: dict[str, str]) -> None:
+    client.log_batch(run_id, tags=[RunTag(k, str(v)[:TAG_LIMIT]) for k, v in tags.items()])
