@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 
 from app.config import runs_dir
 from collectors.runner import complete_run
 from collectors.stores import open_metric_store
-from collectors.tracking import StoreError, connect
+from collectors.tracking import connect
 from collectors.writer import SPOOL_NAME, Spool
 
 
 def pending_runs():
     """Run folders that still hold a spool or an unfinished final status."""
     for run_dir in sorted(runs_dir().iterdir()):
-        if (run_dir / SPOOL_NAME).exists() or (run_dir / "pending.json").exists():
-            if (run_dir / "meta.json").exists():
-                yield run_dir
+        waiting = (run_dir / SPOOL_NAME).exists() or (run_dir / "pending.json").exists()
+        if waiting and (run_dir / "meta.json").exists():
+            yield run_dir
 
 
 def main(argv: list[str]) -> int:
@@ -31,13 +32,13 @@ def main(argv: list[str]) -> int:
         try:
             client = connect(meta["store"])
             store = open_metric_store(meta["store"])
-            sent = Spool(run_dir / SPOOL_NAME).replay(lambda batch, _id=run_id: store.write(_id, batch))
+            sent = Spool(run_dir / SPOOL_NAME).replay(functools.partial(store.write, run_id))
             store.close()
             pending = run_dir / "pending.json"
             if pending.exists():
                 complete_run(client, run_dir, run_id, json.loads(pending.read_text()))
             print(f"radt sync: run {run_id}: {sent} points written", file=sys.stderr)
-        except (StoreError, Exception) as exc:
+        except Exception as exc:  # StoreError, or the store failing mid-replay
             left += 1
             print(f"radt sync: run {run_id} still waits ({str(exc).splitlines()[0][:200]})", file=sys.stderr)
     if left:

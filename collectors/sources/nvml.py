@@ -180,7 +180,7 @@ class NvmlSource(MetricSource):
         out = {}
         try:
             pynvml.nvmlGpmMetricsGet(request)
-            for slot, (metric_id, (name, scale)) in enumerate(GPM_METRICS.items()):
+            for slot, (name, scale) in enumerate(GPM_METRICS.values()):
                 entry = request.metrics[slot]
                 if entry.nvmlReturn == pynvml.NVML_SUCCESS:
                     out[key(name, gpu)] = float(entry.value) * scale
