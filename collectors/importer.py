@@ -7,7 +7,6 @@ earliest timestamp any of the files has (else from the file's modification time)
 
 from __future__ import annotations
 
-import argparse
 import sys
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -56,7 +55,38 @@ def _place_clock(samples, day: date):
     return placed
 
 
-def build_points(paths: list[Path], interval: float, gpus: int | None, process: str | None, start: float | None) -> tuple[list[Point], dict[str, str]]:
+def _owners(logs) -> tuple[dict[str, int], list[str]]:
+    """Which log writes each key, so a run holds one series per key.
+
+    Two tools can measure the same thing (dcgmi's GPUTL and nvidia-smi's utilization.gpu are both
+    system/gpu_<i>_utilization_percentage): a log with its own timestamps wins (nvidia-smi with a
+    timestamp column, top), then the one named first. Returns {key: log index} and one note per
+    log that lost keys.
+    """
+
+    def untimed(i: int) -> bool:
+        return all(ts is None for _, ts, _ in logs[i][2])
+
+    order = sorted(range(len(logs)), key=lambda i: (untimed(i), i))
+    owner: dict[str, int] = {}
+    notes = []
+    for i in order:
+        path, fmt, samples = logs[i]
+        keys = sorted({k for _, _, values in samples for k in values})
+        taken = [k for k in keys if k in owner]
+        for k in keys:
+            owner.setdefault(k, i)
+        if taken:
+            winners = ", ".join(sorted({logs[owner[k]][0].name for k in taken}))
+            shown = ", ".join(taken[:3]) + (", ..." if len(taken) > 3 else "")
+            notes.append(f"{len(taken)} series of {path.name} ({shown}) also in {winners}; kept those of {winners}")
+    return owner, notes
+
+
+def build_points(
+    paths: list[Path], interval: float, gpus: int | None, process: str | None, start: float | None, notes: list[str] | None = None
+) -> tuple[list[Point], dict[str, str]]:
+    """The points of all logs; `notes` (if given) receives a line for each key that two logs share."""
     logs = []
     formats = {}
     for path in paths:
@@ -70,8 +100,11 @@ def build_points(paths: list[Path], interval: float, gpus: int | None, process: 
         logs.append((path, fmt, read_log(path, fmt, gpus, process)))
     stamped = [ts for _, fmt, samples in logs if fmt == "nvidia-smi" for _, ts, _ in samples[:1] if ts is not None]
     anchor = start if start is not None else (min(stamped) if stamped else None)
+    owner, shared = _owners(logs)
+    if notes is not None:
+        notes.extend(shared)
     points: list[Point] = []
-    for path, fmt, samples in logs:
+    for index, (path, fmt, samples) in enumerate(logs):
         if fmt == "top":
             day = datetime.fromtimestamp(anchor).date() if anchor else datetime.fromtimestamp(path.stat().st_mtime).date()
             samples = _place_clock(samples, day)
@@ -79,12 +112,14 @@ def build_points(paths: list[Path], interval: float, gpus: int | None, process: 
         for n, ts, values in samples:
             moment = ts if ts is not None else base + n * interval
             stamp = int(round(moment * 1000))
-            points.extend(Point(k, v, stamp, n) for k, v in values.items())
+            points.extend(Point(k, v, stamp, n) for k, v in values.items() if owner[k] == index)
     return points, formats
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="radt import", description="Import raw dcgmi dmon / nvidia-smi CSV / top -b logs as one run.")
+    from collectors.cli import OneLineParser  # mistakes in one line, like the rest of radt
+
+    parser = OneLineParser(prog="radt import", description="Import raw dcgmi dmon / nvidia-smi CSV / top -b logs as one run.")
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("-e", "--experiment", help="experiment name or id (created if new)")
     parser.add_argument("-n", "--name", help="run name (default: the first file's name)")
@@ -94,8 +129,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--gpus", type=int, help="GPUs per sample in an nvidia-smi log without an index column")
     parser.add_argument("--process", default="python", help="top: the command whose lines are the run's (default python)")
     args = parser.parse_args(argv)
-    start = datetime.fromisoformat(args.start).timestamp() if args.start else None
-    points, formats = build_points(args.files, args.interval, args.gpus, args.process, start)
+    if not args.interval > 0:
+        parser.error(f"--interval {args.interval} must be more than 0 seconds")
+    try:
+        start = datetime.fromisoformat(args.start).timestamp() if args.start else None
+    except ValueError:
+        parser.error(f"--start '{args.start}' is not an ISO time; give e.g. --start 2023-02-21T15:16:55")
+    notes: list[str] = []
+    points, formats = build_points(args.files, args.interval, args.gpus, args.process, start, notes)
+    for note in notes:
+        print(f"radt import: {note}", file=sys.stderr)
     if not points:
         raise ValueError("the files hold no samples; nothing imported")
     uri = tracking_uri(args.store)

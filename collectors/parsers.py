@@ -219,6 +219,7 @@ class TopFrame:
 
 
 _TOP_HEAD = re.compile(r"^top - (\d{1,2}):(\d{2}):(\d{2})")
+_TOP_CPU_N = re.compile(r"%Cpu\d+\s*:")
 _UNIT_BYTES = {"KiB": 1024.0, "MiB": 1024.0**2, "GiB": 1024.0**3, "TiB": 1024.0**4, "PiB": 1024.0**5, "EiB": 1024.0**6}
 _SIZE_SUFFIX = {"k": 1024.0, "m": 1024.0**2, "g": 1024.0**3, "t": 1024.0**4, "p": 1024.0**5, "e": 1024.0**6}
 
@@ -248,21 +249,27 @@ def parse_top_batch(lines: Iterable[str]) -> Iterator[TopFrame]:
     frame: TopFrame | None = None
     columns: list[str] | None = None
     mem_unit = 1024.0  # bytes per unit of the summary lines; RES defaults to KiB
+    busy: list[float] = []  # 100 - idle of each per-CPU line of this frame
     for line in lines:
         head = _TOP_HEAD.match(line)
         if head:
             if frame is not None:
-                yield frame
+                yield _with_cpu_mean(frame, busy)
             frame = TopFrame(time(int(head.group(1)), int(head.group(2)), int(head.group(3))))
-            columns = None
+            columns, busy = None, []
             continue
         if frame is None:
             continue
         stripped = line.strip()
-        if stripped.startswith("%Cpu"):
+        if stripped.startswith("%Cpu(s)"):
             fields = _top_fields(stripped.split(":", 1)[1])
             if "id" in fields:
                 frame.cpu_percent = round(100.0 - fields["id"], 3)
+        elif _TOP_CPU_N.match(stripped):  # per-CPU lines (top's '1' toggle), one or more per line
+            for part in _TOP_CPU_N.split(stripped)[1:]:
+                fields = _top_fields(part)
+                if "id" in fields:
+                    busy.append(100.0 - fields["id"])
         elif re.match(r"^[KMGTPE]iB Mem", stripped):
             mem_unit = _UNIT_BYTES[stripped[:3]]
             fields = _top_fields(stripped.split(":", 1)[1])
@@ -296,7 +303,14 @@ def parse_top_batch(lines: Iterable[str]) -> Iterator[TopFrame]:
             except ValueError:
                 continue
     if frame is not None:
-        yield frame
+        yield _with_cpu_mean(frame, busy)
+
+
+def _with_cpu_mean(frame: TopFrame, busy: list[float]) -> TopFrame:
+    """Without a `%Cpu(s)` summary (per-CPU display), the system CPU is the mean over the CPUs."""
+    if frame.cpu_percent is None and busy:
+        frame.cpu_percent = round(sum(busy) / len(busy), 3)
+    return frame
 
 
 # --------------------------------------------------------------------------- detection
@@ -312,19 +326,23 @@ def detect_format(head: str) -> str | None:
             return "dcgmi"
         if _TOP_HEAD.match(stripped):
             return "top"
-        first = stripped.split(",")[0].strip()
-        if "," in stripped and _HEADER_UNIT.sub("", first) in (
-            "name",
-            "gpu_name",
-            "index",
-            "timestamp",
-            "pstate",
-            "uuid",
-            "pci.bus_id",
-            "utilization.gpu",
-            "power.draw",
-            "memory.used",
-        ):
+        if "," in stripped and _is_smi_header(stripped):
             return "nvidia-smi"
         return None
     return None
+
+
+# nvidia-smi --query-gpu field names (`nvidia-smi --help-query-gpu`): whole names, or groups by prefix.
+_SMI_FIELD = re.compile(
+    r"^(?:(?:name|gpu_name|index|count|timestamp|pstate|uuid|gpu_uuid|serial|gpu_serial|gpu_bus_id|driver_version|vbios_version"
+    r"|compute_mode|compute_cap|persistence_mode|display_mode|display_active|accounting\.mode)$"
+    r"|(?:pci|pcie|utilization|memory|power|enforced|temperature|clocks|clocks_throttle_reasons|clocks_event_reasons|fan|ecc|encoder"
+    r"|mig|retired_pages|inforom|gom|protected_memory|reset_status)\.)"
+)
+_SMI_CELL = re.compile(r"^[a-z][a-z0-9_.]*$")
+
+
+def _is_smi_header(line: str) -> bool:
+    """An nvidia-smi CSV header: every cell a query field name (units stripped), whatever the order."""
+    names = [_HEADER_UNIT.sub("", c).strip() for c in line.split(",")]
+    return all(_SMI_CELL.match(n) for n in names) and any(_SMI_FIELD.match(n) for n in names)

@@ -26,7 +26,7 @@ from collectors.sampler import Sampler, open_sources
 from collectors.sources.base import SamplingContext
 from collectors.sources.nvml import gpu_count, gpu_inventory
 from collectors.stores import open_metric_store
-from collectors.tracking import connect, create_run, resolve_experiment, set_tags
+from collectors.tracking import ADDED_ENV, connect, create_run, resolve_experiment, set_tags
 from collectors.writer import SPOOL_NAME, MetricWriter
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -90,8 +90,23 @@ def check_devices(devices: list[int] | None) -> None:
         raise UsageError(f"GPU {bad[0]} does not exist on this machine (GPUs: {span}); fix -d")
 
 
+def watched_devices(devices: list[int] | None, visible: str | None) -> list[int] | None:
+    """GPUs the samplers watch: -d, else CUDA_VISIBLE_DEVICES when it lists indices, else all (None)."""
+    if devices is not None:
+        return devices
+    if visible is None:
+        return None
+    parts = [p.strip() for p in visible.split(",") if p.strip()]
+    if parts and all(p.isdigit() for p in parts):
+        return [int(p) for p in parts]
+    if not parts:
+        return []  # CUDA_VISIBLE_DEVICES="" hides every GPU
+    report(f"radt: CUDA_VISIBLE_DEVICES={visible} is not a list of indices; watching every GPU (use -d to narrow)")
+    return None
+
+
 def child_environment(opts: RunOptions, run_id: str, experiment_id: str, run_dir: Path, deadline: float | None) -> dict[str, str]:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in ADDED_ENV}
     env.update(
         {
             "MLFLOW_TRACKING_URI": opts.store,
@@ -265,7 +280,7 @@ def run_script(opts: RunOptions) -> int:
 
     writer = MetricWriter(open_metric_store(opts.store), run_id, run_dir / SPOOL_NAME, report=report).start()
     tree = ProcessTree()
-    ctx = SamplingContext(interval=opts.interval, devices=opts.devices, pids=tree.processes)
+    ctx = SamplingContext(interval=opts.interval, devices=watched_devices(opts.devices, os.environ.get("CUDA_VISIBLE_DEVICES")), pids=tree.processes)
     sources = open_sources([make_source(name) for name in opts.listeners], ctx, report)
     inventory = _describe_environment(logs)
 
@@ -305,7 +320,7 @@ def run_script(opts: RunOptions) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return exit_code(returncode)
+    return 0 if supervisor.time_limited else exit_code(returncode)
 
 
 def finish_run(

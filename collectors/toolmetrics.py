@@ -6,6 +6,8 @@ same tool produce the same series.
 
 from __future__ import annotations
 
+import re
+
 from app.catalogue import DCGM_TAGS, SMI_COLUMNS, key
 from collectors.parsers import DmonRow, SmiRow, TopFrame
 
@@ -20,6 +22,11 @@ class EnergyBaseline:
         return joules - self._first.setdefault(gpu, joules)
 
 
+# Tags that name the same metric as a better field: the profiling PCIe byte rates (1009/1010,
+# bytes/s) win over the older throughput fields (200/201, KB/s) whatever the column order.
+SUPERSEDED_BY = {"TXTPT": "PCITX", "RXTPT": "PCIRX"}
+
+
 def dmon_metrics(row: DmonRow, energy: EnergyBaseline, gpu: int | None = None) -> dict[str, float]:
     """Catalogue keys for one `dcgmi dmon` entity line; N/A cells are left out."""
     index = row.gpu if gpu is None else gpu
@@ -28,6 +35,8 @@ def dmon_metrics(row: DmonRow, energy: EnergyBaseline, gpu: int | None = None) -
     out: dict[str, float] = {}
     for tag, value in row.values.items():
         if value is None or tag not in DCGM_TAGS:
+            continue
+        if tag in SUPERSEDED_BY and row.values.get(SUPERSEDED_BY[tag]) is not None:
             continue
         name, scale = DCGM_TAGS[tag]
         value *= scale
@@ -63,7 +72,17 @@ def top_metrics(frame: TopFrame, process: str | None = "python") -> dict[str, fl
     if frame.swap_used_mb is not None:
         out[key("swap_usage_megabytes")] = frame.swap_used_mb
     if process:
-        mine = [p for p in frame.processes if p.command == process]
+        mine = [p for p in frame.processes if is_process(p.command, process)]
         out[key("process_cpu_utilization_percentage")] = sum(p.cpu_percent for p in mine)
         out[key("process_memory_rss_megabytes")] = sum(p.rss_bytes for p in mine) / 1e6
     return out
+
+
+def is_process(command: str, process: str) -> bool:
+    """Whether a top COMMAND cell is `process`: 'python' matches python, python3, python3.11 and,
+    under `top -c`, '/usr/bin/python3 train.py'; any other name must match exactly."""
+    if command == process:
+        return True
+    words = command.split()
+    name = words[0].rsplit("/", 1)[-1] if words else ""
+    return re.fullmatch(re.escape(process) + r"[\d.]*", name) is not None

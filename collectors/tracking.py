@@ -27,18 +27,49 @@ class StoreError(RuntimeError):
     """The tracking store cannot be used; the message says which store and what to do."""
 
 
+# radt's own MLflow HTTP calls give up quickly (the writer spools instead of waiting minutes);
+# these are set in radt's process only and kept out of the training script's environment.
+PROCESS_ONLY_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+ADDED_ENV: set[str] = set()
+
+
+def _limit_http_retries() -> None:
+    for name, value in PROCESS_ONLY_ENV.items():
+        if name not in os.environ:
+            os.environ[name] = value
+            ADDED_ENV.add(name)
+
+
+def _unreachable(uri: str, exc: Exception) -> StoreError:
+    text = str(exc).strip()
+    reason = text.splitlines()[0][:300] if text else type(exc).__name__
+    return StoreError(f"cannot reach the tracking store {redact(uri)} ({reason}); start it or point MLFLOW_TRACKING_URI at a running one")
+
+
 def connect(uri: str) -> MlflowClient:
-    """A client whose store answers, or StoreError with a one-line reason."""
+    """A client whose store answers, or StoreError with a one-line reason (no minutes of retries)."""
+    _limit_http_retries()
     if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///") :]).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).exists():
+        path = Path(uri[len("sqlite:///") :]).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
             _init_sqlite(uri)
+    elif is_database_uri(uri):  # MLflow retries a dead database for a minute; ask once first
+        from collectors.stores import make_engine
+
+        engine = make_engine(uri)
+        try:
+            with engine.connect():
+                pass
+        except Exception as exc:
+            raise _unreachable(uri, exc) from exc
+        finally:
+            engine.dispose()
     client = MlflowClient(tracking_uri=uri)
     try:
         client.search_experiments(max_results=1)
     except Exception as exc:  # connection refused, auth, bad URI: one line for the user
-        reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-        raise StoreError(f"cannot reach the tracking store {redact(uri)} ({reason}); start it or point MLFLOW_TRACKING_URI at a running one") from exc
+        raise _unreachable(uri, exc) from exc
     return client
 
 

@@ -43,7 +43,8 @@ class DcgmSource(MetricSource):
             if self._start(command):
                 self.fields = fields
                 return
-        raise SourceUnavailable(f"dcgmi dmon gave no data ({'; '.join(self.errors) or 'no output'}); check that nv-hostengine runs")
+        reasons = "; ".join(dict.fromkeys(self.errors)) or "no output"  # each distinct error once
+        raise SourceUnavailable(f"dcgmi dmon gave no data ({reasons}); check that nv-hostengine runs")
 
     def _start(self, command: list[str]) -> bool:
         """Start dmon and wait until it prints a data row (True) or an error / exits (False)."""
@@ -61,10 +62,12 @@ class DcgmSource(MetricSource):
         parser = DmonParser()
         for line in proc.stdout:
             error = dmon_error(line)
-            if error and not first.is_set():
+            if error:
                 self.errors.append(error)
-                first.set()
-                return
+                if not first.is_set():
+                    first.set()
+                    return
+                continue
             row = parser.feed(line)
             if row is None:
                 continue
@@ -81,20 +84,31 @@ class DcgmSource(MetricSource):
     def sample(self) -> dict[str, float]:
         with self._lock:
             latest, self._latest = self._latest, {}
+        if not latest and self.proc is not None and self.proc.poll() is not None:
+            # dmon died (host engine gone, GPU lost): say so, so the sampler reports it once and drops us
+            last = f": {self.errors[-1]}" if self.errors else ""
+            raise RuntimeError(f"dcgmi dmon exited with code {self.proc.returncode}{last}")
         return latest
 
     def describe(self) -> dict:
-        return {"dcgm_fields": self.fields}
+        return {"dcgm_fields": self.fields, "errors": list(self.errors)}
 
     def _stop_process(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
             try:
-                self.proc.wait(5)
+                proc.wait(5)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
+                proc.kill()
+                proc.wait()
+        if self._reader is not None:  # it ends at the pipe's EOF
+            self._reader.join(5)
+            self._reader = None
+        if proc.stdout is not None:
+            proc.stdout.close()
 
     def close(self) -> None:
         self._stop_process()

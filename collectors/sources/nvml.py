@@ -49,6 +49,8 @@ def gpu_count() -> int | None:
         return None
     try:
         return int(pynvml.nvmlDeviceGetCount())
+    except pynvml.NVMLError:  # a driver that loads but cannot enumerate: as good as none
+        return None
     finally:
         _shutdown()
 
@@ -62,6 +64,13 @@ def _shutdown() -> None:
 
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _free_sample(sample) -> None:
+    try:
+        pynvml.nvmlGpmSampleFree(sample)
+    except Exception:
+        pass
 
 
 def _gpm_supported(handle) -> bool:
@@ -87,13 +96,21 @@ class NvmlSource(MetricSource):
             pynvml.nvmlInit()
         except Exception as exc:
             raise SourceUnavailable(f"NVML cannot be loaded ({exc}); install the NVIDIA driver or drop 'nvml' from -l") from exc
-        count = pynvml.nvmlDeviceGetCount()
-        indices = ctx.devices if ctx.devices is not None else list(range(count))
-        missing = [i for i in indices if i >= count]
-        if missing:
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+            if count == 0:
+                raise SourceUnavailable("NVML sees no GPU on this machine; drop 'nvml' from -l")
+            indices = ctx.devices if ctx.devices is not None else list(range(count))
+            missing = [i for i in indices if i >= count]
+            if missing:
+                raise SourceUnavailable(f"GPU {missing[0]} does not exist (this machine has {count}); pick -d from 0 to {count - 1}")
+            self.handles = {i: pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices}
+        except pynvml.NVMLError as exc:
             _shutdown()
-            raise SourceUnavailable(f"GPU {missing[0]} does not exist (this machine has {count}); pick -d from 0 to {count - 1}")
-        self.handles = {i: pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices}
+            raise SourceUnavailable(f"NVML cannot list the GPUs ({exc}); check the driver with nvidia-smi") from exc
+        except SourceUnavailable:
+            _shutdown()
+            raise
         self.gpm = {i: _gpm_supported(h) for i, h in self.handles.items()}
         self._pids = ctx.pids
 
@@ -141,7 +158,7 @@ class NvmlSource(MetricSource):
             if clock is not None:
                 out[key("sm_clock_mhz", gpu)] = float(clock)
             pstate = self._read(gpu, "pstate", pynvml.nvmlDeviceGetPerformanceState, handle)
-            if pstate is not None:
+            if pstate is not None and pstate != pynvml.NVML_PSTATE_UNKNOWN:
                 out[key("pstate", gpu)] = float(pstate)
             procs = self._read(gpu, "procs", pynvml.nvmlDeviceGetComputeRunningProcesses, handle)
             if procs is not None:
@@ -162,9 +179,14 @@ class NvmlSource(MetricSource):
         """Take a GPM snapshot and compute every catalogue GPM metric against the previous one."""
         try:
             current = pynvml.nvmlGpmSampleAlloc()
-            pynvml.nvmlGpmSampleGet(handle, current)
         except pynvml.NVMLError:
-            self.gpm[gpu] = False
+            self._stop_gpm(gpu)
+            return {}
+        try:
+            pynvml.nvmlGpmSampleGet(handle, current)
+        except pynvml.NVMLError:  # e.g. MIG mode, where only per-instance samples work: fall back to the basics
+            _free_sample(current)
+            self._stop_gpm(gpu)
             return {}
         previous = self._gpm_prev.get(gpu)
         self._gpm_prev[gpu] = current
@@ -190,12 +212,16 @@ class NvmlSource(MetricSource):
             pynvml.nvmlGpmSampleFree(previous)
         return out
 
+    def _stop_gpm(self, gpu: int) -> None:
+        """GPM failed on this GPU: sample the basics (PCIe included) from now on, and free its snapshot."""
+        self.gpm[gpu] = False
+        previous = self._gpm_prev.pop(gpu, None)
+        if previous is not None:
+            _free_sample(previous)
+
     def close(self) -> None:
         for sample in self._gpm_prev.values():
-            try:
-                pynvml.nvmlGpmSampleFree(sample)
-            except Exception:
-                pass
+            _free_sample(sample)
         self._gpm_prev.clear()
         if self.handles:
             _shutdown()

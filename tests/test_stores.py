@@ -1,0 +1,99 @@
+"""The bulk SQL path must read back through MLflow exactly as if MLflow's own log_batch wrote it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from mlflow import MlflowClient
+from mlflow.entities import Metric
+
+from collectors.points import Point
+from collectors.stores import MlflowMetricStore, SqlMetricStore, open_metric_store, sanitize
+
+
+def _points() -> list[Point]:
+    base = 1_700_000_000_000
+    pts = []
+    for step in range(50):
+        pts.append(Point("system/gpu_0_sm_active", (step % 7) / 7, base + step * 1000, step))
+        pts.append(Point("system/cpu_utilization_percentage", 10.0 + step, base + step * 1000, step))
+    # out of order: an older step arriving late must not become the latest value
+    pts.append(Point("system/gpu_0_power_usage_watts", 300.0, base + 5000, 5))
+    pts.append(Point("system/gpu_0_power_usage_watts", 100.0, base + 2000, 2))
+    # NaN and infinities follow MLflow's rule
+    pts.append(Point("odd", float("nan"), base, 0))
+    pts.append(Point("odd", float("inf"), base + 1, 1))
+    pts.append(Point("odd", float("-inf"), base + 2, 2))
+    # same timestamp, same step, different values: both kept, the larger is latest (MLflow's tie-break)
+    pts.append(Point("tie", 1.0, base, 3))
+    pts.append(Point("tie", 2.0, base, 3))
+    return pts
+
+
+def _history(client: MlflowClient, run_id: str, key: str):
+    return sorted((m.step, m.timestamp, m.value if not math.isnan(m.value) else "nan") for m in client.get_metric_history(run_id, key))
+
+
+@pytest.mark.parametrize("split", [1, 3])
+def test_bulk_path_reads_back_like_log_batch(store_uri, split):
+    client = MlflowClient(store_uri)
+    experiment = client.create_experiment("equivalence")
+    ours = client.create_run(experiment).info.run_id
+    theirs = client.create_run(experiment).info.run_id
+    points = _points()
+
+    store = SqlMetricStore(store_uri)
+    chunk = math.ceil(len(points) / split)
+    for start in range(0, len(points), chunk):
+        store.write(ours, points[start : start + chunk])
+    store.close()
+    client.log_batch(theirs, metrics=[Metric(p.key, p.value, p.timestamp, p.step) for p in points])
+
+    for key in {p.key for p in points}:
+        assert _history(client, ours, key) == _history(client, theirs, key), key
+    ours_latest = client.get_run(ours).data.metrics
+    theirs_latest = client.get_run(theirs).data.metrics
+    assert ours_latest.keys() == theirs_latest.keys()
+    for key, value in theirs_latest.items():
+        if math.isnan(value):
+            assert math.isnan(ours_latest[key])
+        else:
+            assert ours_latest[key] == value, key
+    assert ours_latest["system/gpu_0_power_usage_watts"] == 300.0
+    assert ours_latest["tie"] == 2.0
+    assert ours_latest["system/cpu_utilization_percentage"] == 59.0
+
+
+def test_replaying_a_batch_adds_nothing(store_uri):
+    client = MlflowClient(store_uri)
+    run_id = client.create_run(client.create_experiment("replay")).info.run_id
+    store = open_metric_store(store_uri)
+    assert isinstance(store, SqlMetricStore)
+    points = _points()
+    store.write(run_id, points)
+    store.write(run_id, points[:20])  # a spool replayed after a half-acknowledged write
+    assert len(client.get_metric_history(run_id, "system/gpu_0_sm_active")) == 50
+    assert client.get_run(run_id).data.metrics["system/gpu_0_sm_active"] == pytest.approx(49 % 7 / 7)
+
+
+def test_latest_metrics_only_moves_forward_across_batches(store_uri):
+    client = MlflowClient(store_uri)
+    run_id = client.create_run(client.create_experiment("forward")).info.run_id
+    store = SqlMetricStore(store_uri)
+    store.write(run_id, [Point("k", 5.0, 2000, 10)])
+    store.write(run_id, [Point("k", 1.0, 3000, 4)])  # later wall clock, earlier step: MLflow orders by step first
+    assert client.get_run(run_id).data.metrics["k"] == 5.0
+    store.write(run_id, [Point("k", 7.0, 1000, 11)])
+    assert client.get_run(run_id).data.metrics["k"] == 7.0
+
+
+def test_sanitize_matches_mlflow():
+    assert sanitize(float("nan")) == (0.0, True)
+    assert sanitize(float("inf")) == (1.7976931348623157e308, False)
+    assert sanitize(-float("inf")) == (-1.7976931348623157e308, False)
+    assert sanitize(0.5) == (0.5, False)
+
+
+def test_http_uri_uses_mlflow_client():
+    assert isinstance(open_metric_store("http://127.0.0.1:1"), MlflowMetricStore)
