@@ -1,8 +1,10 @@
 """`radt import FILE...`: raw dcgmi dmon, nvidia-smi CSV and top -b logs into one MLflow run.
 
 The format is detected from the content. Logs with their own timestamps (nvidia-smi's
-`timestamp` column, top's clock) keep them; the others are laid out at --interval from the
-earliest timestamp any of the files has (else from the file's modification time).
+`timestamp` column, top's clock) keep them; top's clock goes on the date of --start, else of the
+first nvidia-smi timestamp, else of the file's modification time. The others are laid out at
+--interval from --start, else from the first nvidia-smi timestamp, else so that they end at the
+file's modification time. Where two logs give the same series, the one with timestamps is kept.
 """
 
 from __future__ import annotations

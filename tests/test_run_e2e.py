@@ -288,42 +288,44 @@ def mlflow_server(tmp_path, sqlite_template):
     db = tmp_path / "server.db"
     shutil.copy(sqlite_template, db)
     port = _free_port()
-    log = open(tmp_path / "server.log", "w")
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "server",
-            "--backend-store-uri",
-            f"sqlite:///{db}",
-            "--artifacts-destination",
-            str(tmp_path / "srv-artifacts"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
     import urllib.request
 
-    def healthy():
-        try:
-            return urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).status == 200
-        except OSError:
-            assert server.poll() is None, (tmp_path / "server.log").read_text()
-            return False
+    with open(tmp_path / "server.log", "w") as log:
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "mlflow",
+                "server",
+                "--backend-store-uri",
+                f"sqlite:///{db}",
+                "--artifacts-destination",
+                str(tmp_path / "srv-artifacts"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                "1",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
-    _wait(healthy, timeout=90, what="mlflow server")
-    yield f"http://127.0.0.1:{port}"
-    os.killpg(server.pid, signal.SIGTERM)
-    server.wait(30)
-    log.close()
+        def healthy():
+            try:
+                return urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).status == 200
+            except OSError:
+                assert server.poll() is None, (tmp_path / "server.log").read_text()
+                return False
+
+        try:
+            _wait(healthy, timeout=90, what="mlflow server")
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(30)
 
 
 def test_through_an_mlflow_server(mlflow_server, radt_home, tmp_path):
