@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -126,6 +127,17 @@ def child_environment(opts: RunOptions, run_id: str, experiment_id: str, run_dir
     # `import radt` in the script works even when radt runs from a source checkout
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(PROJECT_ROOT)) if p)
     return env
+
+
+def die_with_parent() -> None:
+    """In a child before exec (Linux): get SIGTERM if radt itself is killed, even by SIGKILL."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _tee(source, sink, log_path: Path) -> threading.Thread:
@@ -275,7 +287,8 @@ def run_script(opts: RunOptions) -> int:
     run_dir = runs_dir() / run_id
     logs = run_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    (run_dir / "meta.json").write_text(json.dumps({"store": opts.store, "run_id": run_id, "parent_id": parent_id}))
+    meta = {"store": opts.store, "run_id": run_id, "parent_id": parent_id, "pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+    (run_dir / "meta.json").write_text(json.dumps(meta))
     report(f"radt: run {run_id} in experiment {experiment_id} ({opts.store.split('://')[0]} store)")
 
     writer = MetricWriter(open_metric_store(opts.store), run_id, run_dir / SPOOL_NAME, report=report).start()
@@ -292,6 +305,7 @@ def run_script(opts: RunOptions) -> int:
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL if not sys.stdin or not sys.stdin.isatty() else None,
         start_new_session=True,
+        preexec_fn=die_with_parent,
         env=child_environment(opts, run_id, experiment_id, run_dir, deadline),
     )
     tree.attach(child.pid)
@@ -342,6 +356,7 @@ def finish_run(
         (run_dir / "pending.json").write_text(json.dumps(pending))
         report(f"radt: could not finish run {run_id} ({str(exc).splitlines()[0][:200]}); run 'radt sync' when the store is back")
         return
+    (run_dir / "done").touch()
     report(f"radt: run {run_id} {status}, {points} points written")
 
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import socket
 import sys
+import time
+
+import psutil
 
 from app.config import runs_dir
 from collectors.runner import complete_run
@@ -14,11 +18,24 @@ from collectors.tracking import connect
 from collectors.writer import SPOOL_NAME, Spool
 
 
+def orphaned(meta: dict) -> bool:
+    """A run whose radt process on this host is gone (killed with SIGKILL, machine rebooted)."""
+    if meta.get("host") != socket.gethostname() or "pid" not in meta:
+        return False
+    try:
+        proc = psutil.Process(meta["pid"])
+        return proc.create_time() > meta.get("started", 0) + 1  # the pid was reused
+    except psutil.Error:
+        return True
+
+
 def pending_runs():
-    """Run folders that still hold a spool or an unfinished final status."""
+    """Run folders that still hold a spool or an unfinished final status, or whose radt died."""
     for run_dir in sorted(runs_dir().iterdir()):
+        if not (run_dir / "meta.json").exists():
+            continue
         waiting = (run_dir / SPOOL_NAME).exists() or (run_dir / "pending.json").exists()
-        if waiting and (run_dir / "meta.json").exists():
+        if waiting or (not (run_dir / "done").exists() and orphaned(json.loads((run_dir / "meta.json").read_text()))):
             yield run_dir
 
 
@@ -37,6 +54,16 @@ def main(argv: list[str]) -> int:
             pending = run_dir / "pending.json"
             if pending.exists():
                 complete_run(client, run_dir, run_id, json.loads(pending.read_text()))
+            elif client.get_run(run_id).info.status == "RUNNING" and orphaned(meta):
+                killed = {
+                    "status": "KILLED",
+                    "end_time": int(time.time() * 1000),
+                    "tags": {"radt.stop_reason": "radt_killed"},
+                    "parent_id": meta.get("parent_id"),
+                }
+                complete_run(client, run_dir, run_id, killed)
+                print(f"radt sync: run {run_id} lost its radt process; marked KILLED with its logs", file=sys.stderr)
+            (run_dir / "done").touch()
             print(f"radt sync: run {run_id}: {sent} points written", file=sys.stderr)
         except Exception as exc:  # StoreError, or the store failing mid-replay
             left += 1

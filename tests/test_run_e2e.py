@@ -432,3 +432,24 @@ def test_store_down_at_exit_waits_for_radt_sync(pg_uri, radt_home, tmp_path):
     steps = _steps(client, run.info.run_id, "system/system_memory_usage_megabytes")
     assert steps == list(range(len(steps)))
     assert not list(radt_home.glob("runs/*/pending.json")) and not list(radt_home.glob("runs/*/spool.jsonl"))
+
+
+def test_radt_killed_hard_takes_the_script_along_and_sync_closes_the_run(radt_home, tmp_path):
+    store = f"sqlite:///{tmp_path / 'hard.db'}"
+    _script(tmp_path, LOOP_FOREVER, "loop.py")
+    env = radt_env(radt_home, store)
+    proc = subprocess.Popen(radt_command("-e", "hard", "-l", "host", "--interval", "0.2", "loop.py"), env=env, cwd=tmp_path, stderr=subprocess.DEVNULL)
+    ready = tmp_path / "ready.json"
+    _wait(lambda: ready.exists() and ready.read_text().endswith("}"), what="the script to start")
+    script_pid = json.loads(ready.read_text())["pid"]
+    proc.kill()  # SIGKILL: radt gets no chance to clean up
+    proc.wait(30)
+    _wait(lambda: not psutil.pid_exists(script_pid) or psutil.Process(script_pid).status() == psutil.STATUS_ZOMBIE, what="the script to die with radt")
+    synced = run_radt(["sync"], env=env, cwd=tmp_path)
+    assert synced.returncode == 0, synced.stderr
+    client = MlflowClient(store)
+    run = _only_run(client, "hard")
+    assert run.info.status == "KILLED" and run.data.tags["radt.stop_reason"] == "radt_killed"
+    assert "radt/stdout.log" in {f.path for f in client.list_artifacts(run.info.run_id, "radt")}
+    again = run_radt(["sync"], env=env, cwd=tmp_path)
+    assert again.returncode == 0 and "marked KILLED" not in again.stderr
