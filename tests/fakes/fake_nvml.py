@@ -1,0 +1,421 @@
+"""A fake NVML driver at the pynvml function boundary.
+
+`FakeNvml` answers the pynvml functions radt calls (nvmlInit, nvmlDeviceGet*, nvmlGpm*, ...) for a
+set of simulated GPUs, with the real pynvml's handle types, structs, constants and NVMLError
+codes: handles are `c_nvmlDevice_t` pointers, GPM samples `c_nvmlGpmSample_t` pointers, memory
+comes back as `c_nvmlMemory_t`, a missing counter raises `NVMLError(NVML_ERROR_NOT_SUPPORTED)`,
+no driver raises `NVML_ERROR_LIBRARY_NOT_FOUND` from nvmlInit. Nothing above pynvml is faked.
+
+The GPUs run a simulated load (0..1 per GPU, `set_load`) on a clock (`ManualClock` in unit
+tests, the monotonic clock in subprocesses). GPM works like the hardware: a sample snapshots
+cumulative activity counters, `nvmlGpmMetricsGet` divides the difference of two samples by the
+time between them, so a metric is the load averaged over the interval, in percent (0-100).
+The instantaneous basics follow the load too (see `_Gpu` for the exact formulas).
+
+Spec of one GPU (JSON-friendly dict; every key optional except name):
+    name, uuid, gpm (default: Hopper/Blackwell names), memory_total (bytes), memory_used (bytes),
+    load (0..1), pstate (fixed P-state; 32 = NVML_PSTATE_UNKNOWN), power_limit_mw, idle_power_mw, energy_start_mj, pcie_kbps (at load 1),
+    processes ([{"pid": int, "used": bytes or null}]), unsupported ([pynvml function names
+    that raise NOT_SUPPORTED on this GPU]), gpm_unsupported ([GPM metric ids reported
+    NOT_SUPPORTED]).
+Configuration: a list of GPU specs; or {"driver": "550.54.15", "gpus": [...]}; or None / "null"
+(no NVML library: nvmlInit raises NVML_ERROR_LIBRARY_NOT_FOUND); or {"error": "driver_not_loaded"}.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+
+DEFAULT_DRIVER = "550.54.15"
+H100 = {"name": "NVIDIA H100 80GB HBM3", "gpm": True, "memory_total": 85899345920}
+A100 = {"name": "NVIDIA A100-SXM4-40GB", "gpm": False, "memory_total": 42949672960}
+GPM_NAMES = ("H100", "H200", "H800", "H20", "GH200", "B100", "B200", "GB200")
+
+# GPM activity metrics: percent = 100 * (base + slope * load). Attribute names of the real pynvml.
+GPM_ACTIVITY = {
+    "NVML_GPM_METRIC_GRAPHICS_UTIL": (0.10, 0.90),
+    "NVML_GPM_METRIC_SM_UTIL": (0.0, 1.0),
+    "NVML_GPM_METRIC_SM_OCCUPANCY": (0.0, 0.5),
+    "NVML_GPM_METRIC_INTEGER_UTIL": (0.0, 0.2),
+    "NVML_GPM_METRIC_ANY_TENSOR_UTIL": (0.0, 0.25),
+    "NVML_GPM_METRIC_DFMA_TENSOR_UTIL": (0.0, 0.0),
+    "NVML_GPM_METRIC_HMMA_TENSOR_UTIL": (0.0, 0.25),
+    "NVML_GPM_METRIC_DMMA_TENSOR_UTIL": (0.0, 0.0),
+    "NVML_GPM_METRIC_IMMA_TENSOR_UTIL": (0.0, 0.0),
+    "NVML_GPM_METRIC_DRAM_BW_UTIL": (0.0, 0.4),
+    "NVML_GPM_METRIC_FP64_UTIL": (0.0, 0.05),
+    "NVML_GPM_METRIC_FP32_UTIL": (0.0, 0.3),
+    "NVML_GPM_METRIC_FP16_UTIL": (0.0, 0.15),
+}
+# GPM throughput metrics in MiB/s at load 1 (linear in the load).
+GPM_THROUGHPUT = {
+    "NVML_GPM_METRIC_PCIE_TX_PER_SEC": 1000.0,
+    "NVML_GPM_METRIC_PCIE_RX_PER_SEC": 3000.0,
+    "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC": 0.0,
+    "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC": 0.0,
+}
+_HANDLE_BASE = 0x7E57_0000
+_SAMPLE_BASE = 0x5A3D_0000
+
+
+class ManualClock:
+    """A clock the test moves: `clock.advance(1.5)`."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class _Gpu:
+    """One simulated GPU: its spec, its load, and counters integrated over the clock."""
+
+    def __init__(self, index: int, spec: dict, now: float) -> None:
+        name = spec["name"]
+        self.index = index
+        self.name = name
+        self.uuid = spec.get("uuid", f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'radt-fake-gpu/{index}/{name}')}")
+        self.gpm = bool(spec.get("gpm", any(tag in name for tag in GPM_NAMES)))
+        self.memory_total = int(spec.get("memory_total", 85899345920 if self.gpm else 42949672960))
+        self.memory_used = spec.get("memory_used")  # None: 512 MiB plus the processes' memory
+        self.load = float(spec.get("load", 0.5))
+        self.power_limit_mw = int(spec.get("power_limit_mw", 700000 if self.gpm else 400000))
+        self.idle_power_mw = int(spec.get("idle_power_mw", 60000))
+        self.pcie_kbps = float(spec.get("pcie_kbps", 2_000_000.0))
+        self.pstate = spec.get("pstate")  # None: P0 under load, P8 idle
+        self.processes = [(int(p["pid"]), p.get("used")) for p in spec.get("processes", [])]
+        self.unsupported = set(spec.get("unsupported", []))
+        self.gpm_unsupported = {int(m) for m in spec.get("gpm_unsupported", [])}
+        self.t = now
+        self.load_seconds = 0.0  # integral of load over time
+        self.energy_mj = float(spec.get("energy_start_mj", 1_265_183_027 + 1_000_000 * index))
+
+    def advance(self, now: float) -> None:
+        dt = now - self.t
+        if dt > 0:
+            self.load_seconds += self.load * dt
+            self.energy_mj += self.power_mw() * dt  # mW * s = mJ
+            self.t = now
+
+    def power_mw(self) -> float:
+        return self.idle_power_mw + (self.power_limit_mw * 0.8 - self.idle_power_mw) * self.load
+
+    def used_bytes(self) -> int:
+        if self.memory_used is not None:
+            return int(self.memory_used)
+        return 512 * 1024 * 1024 + sum(int(used or 0) for _, used in self.processes)
+
+
+class FakeNvml:
+    """Simulated GPUs behind pynvml's function entry points; `functions()` gives them by name."""
+
+    def __init__(
+        self, gpus: list[dict] | None, nvml=None, driver: str = DEFAULT_DRIVER, clock: Callable[[], float] = time.monotonic, error: int | None = None
+    ) -> None:
+        if nvml is None:
+            import pynvml as nvml
+        self.nvml = nvml
+        self.clock = clock
+        self.driver = driver
+        self.library = gpus is not None  # False: libnvidia-ml.so.1 cannot be loaded
+        self.init_error = error
+        now = clock()
+        self.gpus = [_Gpu(i, spec, now) for i, spec in enumerate(gpus or [])]
+        self.refcount = 0
+        self.calls: Counter = Counter()  # (function name, gpu index or None) -> calls
+        self.samples: dict[int, tuple[int, float, float] | None] = {}  # live GPM samples by address
+        self._next_sample = _SAMPLE_BASE
+        self._lock = threading.RLock()
+        self._gpm_ids = {getattr(nvml, name): coef for name, coef in GPM_ACTIVITY.items()}
+        self._gpm_rates = {getattr(nvml, name): rate for name, rate in GPM_THROUGHPUT.items()}
+
+    # --- configuration -------------------------------------------------------------------
+
+    @classmethod
+    def from_config(cls, config, nvml=None, clock: Callable[[], float] = time.monotonic) -> FakeNvml:
+        """Build from JSON text or its parsed value (see the module docstring)."""
+        if isinstance(config, str):
+            config = json.loads(config) if config.strip() else None
+        if config is None:
+            return cls(None, nvml=nvml, clock=clock)
+        if isinstance(config, list):
+            return cls(config, nvml=nvml, clock=clock)
+        nvml_module = nvml
+        if nvml_module is None:
+            import pynvml as nvml_module
+        error = config.get("error")
+        code = getattr(nvml_module, f"NVML_ERROR_{error.upper()}") if error else None
+        return cls(config.get("gpus", []), nvml=nvml, clock=clock, driver=config.get("driver", DEFAULT_DRIVER), error=code)
+
+    def set_load(self, index: int, load: float) -> None:
+        with self._lock:
+            gpu = self.gpus[index]
+            gpu.advance(self.clock())
+            gpu.load = float(load)
+
+    def set_processes(self, index: int, processes: list[tuple[int, int | None]]) -> None:
+        with self._lock:
+            self.gpus[index].processes = list(processes)
+
+    def set_unsupported(self, index: int, *functions: str) -> None:
+        with self._lock:
+            self.gpus[index].unsupported.update(functions)
+
+    def count(self, function: str, index: int | None = None) -> int:
+        """How often `function` was called (for one GPU, or in all)."""
+        if index is not None:
+            return self.calls[(function, index)]
+        return sum(n for (name, _), n in self.calls.items() if name == function)
+
+    # --- plumbing ------------------------------------------------------------------------
+
+    def functions(self) -> dict[str, Callable]:
+        """Every pynvml entry point this fake answers, by its pynvml name."""
+        return {name: getattr(self, name) for name in dir(self) if name.startswith("nvml") and callable(getattr(self, name))}
+
+    def install(self, module, setattr_: Callable = setattr) -> None:
+        """Replace the entry points on `module` (pass monkeypatch.setattr in tests)."""
+        for name, function in self.functions().items():
+            if not hasattr(self.nvml, name):
+                raise AttributeError(f"the real pynvml has no {name}; the fake must not invent entry points")
+            setattr_(module, name, function)
+
+    def _error(self, code: int):
+        return self.nvml.NVMLError(code)
+
+    def _enter(self, function: str, index: int | None = None) -> None:
+        self.calls[(function, index)] += 1
+        if self.refcount <= 0:
+            raise self._error(self.nvml.NVML_ERROR_UNINITIALIZED)
+
+    def _gpu(self, function: str, handle) -> _Gpu:
+        """The GPU behind a handle, advanced to now; NOT_SUPPORTED where its spec says so."""
+        if not isinstance(handle, self.nvml.c_nvmlDevice_t):
+            self._enter(function)
+            raise self._error(self.nvml.NVML_ERROR_INVALID_ARGUMENT)
+        address = ctypes.cast(handle, ctypes.c_void_p).value or 0
+        index = (address - _HANDLE_BASE) // 0x100
+        if not 0 <= index < len(self.gpus) or address != _HANDLE_BASE + index * 0x100:
+            self._enter(function)
+            raise self._error(self.nvml.NVML_ERROR_INVALID_ARGUMENT)
+        self._enter(function, index)
+        gpu = self.gpus[index]
+        if function in gpu.unsupported:
+            raise self._error(self.nvml.NVML_ERROR_NOT_SUPPORTED)
+        gpu.advance(self.clock())
+        return gpu
+
+    # --- library -------------------------------------------------------------------------
+
+    def nvmlInit(self) -> None:
+        self.nvmlInitWithFlags(0)
+
+    def nvmlInitWithFlags(self, flags: int) -> None:
+        with self._lock:
+            self.calls[("nvmlInit", None)] += 1
+            if not self.library:
+                raise self._error(self.nvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+            if self.init_error is not None:
+                raise self._error(self.init_error)
+            self.refcount += 1
+
+    def nvmlShutdown(self) -> None:
+        with self._lock:
+            self.calls[("nvmlShutdown", None)] += 1
+            if not self.library:
+                raise self._error(self.nvml.NVML_ERROR_UNINITIALIZED)
+            if self.refcount <= 0:
+                raise self._error(self.nvml.NVML_ERROR_UNINITIALIZED)
+            self.refcount -= 1
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        with self._lock:
+            self._enter("nvmlSystemGetDriverVersion")
+            return self.driver
+
+    def nvmlDeviceGetCount(self) -> int:
+        with self._lock:
+            self._enter("nvmlDeviceGetCount")
+            return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int):
+        with self._lock:
+            self._enter("nvmlDeviceGetHandleByIndex")
+            if not 0 <= int(index) < len(self.gpus):
+                raise self._error(self.nvml.NVML_ERROR_INVALID_ARGUMENT)
+            return ctypes.cast(ctypes.c_void_p(_HANDLE_BASE + int(index) * 0x100), self.nvml.c_nvmlDevice_t)
+
+    # --- device facts and basics ---------------------------------------------------------
+
+    def nvmlDeviceGetName(self, handle) -> str:
+        with self._lock:
+            return self._gpu("nvmlDeviceGetName", handle).name
+
+    def nvmlDeviceGetUUID(self, handle) -> str:
+        with self._lock:
+            return self._gpu("nvmlDeviceGetUUID", handle).uuid
+
+    def nvmlDeviceGetMemoryInfo(self, handle, version=None):
+        with self._lock:
+            gpu = self._gpu("nvmlDeviceGetMemoryInfo", handle)
+            used = min(gpu.used_bytes(), gpu.memory_total)
+            if version:
+                info = self.nvml.c_nvmlMemory_v2_t()
+                info.version = version
+                info.reserved = 0
+            else:
+                info = self.nvml.c_nvmlMemory_t()
+            info.total, info.used, info.free = gpu.memory_total, used, gpu.memory_total - used
+            return info
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        with self._lock:
+            gpu = self._gpu("nvmlDeviceGetUtilizationRates", handle)
+            util = self.nvml.c_nvmlUtilization_t()
+            util.gpu = round(100 * gpu.load)
+            util.memory = round(40 * gpu.load)
+            return util
+
+    def nvmlDeviceGetPowerUsage(self, handle) -> int:
+        with self._lock:
+            return int(round(self._gpu("nvmlDeviceGetPowerUsage", handle).power_mw()))
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle) -> int:
+        with self._lock:
+            return self._gpu("nvmlDeviceGetEnforcedPowerLimit", handle).power_limit_mw
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle) -> int:
+        with self._lock:
+            return int(self._gpu("nvmlDeviceGetTotalEnergyConsumption", handle).energy_mj)
+
+    def nvmlDeviceGetTemperature(self, handle, sensor: int) -> int:
+        with self._lock:
+            gpu = self._gpu("nvmlDeviceGetTemperature", handle)
+            if sensor != self.nvml.NVML_TEMPERATURE_GPU:
+                raise self._error(self.nvml.NVML_ERROR_INVALID_ARGUMENT)
+            return int(round(30 + 40 * gpu.load))
+
+    def nvmlDeviceGetClockInfo(self, handle, clock_type: int) -> int:
+        with self._lock:
+            gpu = self._gpu("nvmlDeviceGetClockInfo", handle)
+            nvml = self.nvml
+            if clock_type in (nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_GRAPHICS):
+                return int(round(345 + (1980 - 345) * gpu.load))
+            if clock_type == nvml.NVML_CLOCK_MEM:
+                return 2619
+            if clock_type == nvml.NVML_CLOCK_VIDEO:
+                return 1155
+            raise self._error(nvml.NVML_ERROR_INVALID_ARGUMENT)
+
+    def nvmlDeviceGetPerformanceState(self, handle) -> int:
+        with self._lock:
+            gpu = self._gpu("nvmlDeviceGetPerformanceState", handle)
+            if gpu.pstate is not None:
+                return int(gpu.pstate)
+            return self.nvml.NVML_PSTATE_0 if gpu.load > 0 else self.nvml.NVML_PSTATE_8
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle) -> list:
+        with self._lock:
+            gpu = self._gpu("nvmlDeviceGetComputeRunningProcesses", handle)
+            out = []
+            for pid, used in gpu.processes:
+                info = self.nvml.c_nvmlProcessInfo_t()
+                info.pid = pid
+                info.usedGpuMemory = self.nvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value if used is None else int(used)
+                info.gpuInstanceId = info.computeInstanceId = 0xFFFFFFFF
+                obj = self.nvml.nvmlStructToFriendlyObject(info)
+                if obj.usedGpuMemory == self.nvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value:
+                    obj.usedGpuMemory = None  # what pynvml does for WDDM and MIG without permission
+                out.append(obj)
+            return out
+
+    def nvmlDeviceGetPcieThroughput(self, handle, counter: int) -> int:
+        with self._lock:
+            gpu = self._gpu("nvmlDeviceGetPcieThroughput", handle)
+            if counter == self.nvml.NVML_PCIE_UTIL_TX_BYTES:
+                return int(round(gpu.pcie_kbps * gpu.load))
+            if counter == self.nvml.NVML_PCIE_UTIL_RX_BYTES:
+                return int(round(2 * gpu.pcie_kbps * gpu.load))
+            raise self._error(self.nvml.NVML_ERROR_INVALID_ARGUMENT)
+
+    # --- GPM -----------------------------------------------------------------------------
+
+    def nvmlGpmQueryDeviceSupport(self, handle):
+        with self._lock:
+            gpu = self._gpu("nvmlGpmQueryDeviceSupport", handle)
+            support = self.nvml.c_nvmlGpmSupport_t()
+            support.version = self.nvml.NVML_GPM_SUPPORT_VERSION
+            support.isSupportedDevice = 1 if gpu.gpm else 0
+            return support
+
+    def nvmlGpmSampleAlloc(self):
+        with self._lock:
+            self._enter("nvmlGpmSampleAlloc")
+            address = self._next_sample
+            self._next_sample += 0x40
+            self.samples[address] = None
+            return ctypes.cast(ctypes.c_void_p(address), self.nvml.c_nvmlGpmSample_t)
+
+    def _sample_address(self, sample) -> int:
+        address = ctypes.cast(sample, ctypes.c_void_p).value if sample else None
+        if address is None or address not in self.samples:
+            raise self._error(self.nvml.NVML_ERROR_INVALID_ARGUMENT)
+        return address
+
+    def nvmlGpmSampleGet(self, handle, sample):
+        with self._lock:
+            gpu = self._gpu("nvmlGpmSampleGet", handle)
+            address = self._sample_address(sample)
+            if not gpu.gpm:
+                raise self._error(self.nvml.NVML_ERROR_NOT_SUPPORTED)
+            self.samples[address] = (gpu.index, gpu.t, gpu.load_seconds)
+            return sample
+
+    def nvmlGpmSampleFree(self, sample) -> None:
+        with self._lock:
+            self._enter("nvmlGpmSampleFree")
+            del self.samples[self._sample_address(sample)]
+
+    def nvmlGpmMetricsGet(self, request):
+        with self._lock:
+            self._enter("nvmlGpmMetricsGet")
+            nvml = self.nvml
+            if request.version != nvml.NVML_GPM_METRICS_GET_VERSION:
+                raise self._error(nvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+            first = self.samples.get(self._sample_address(request.sample1))
+            second = self.samples.get(self._sample_address(request.sample2))
+            if first is None or second is None or first[0] != second[0] or not 0 < request.numMetrics <= nvml.NVML_GPM_METRIC_MAX:
+                raise self._error(nvml.NVML_ERROR_INVALID_ARGUMENT)
+            gpu = self.gpus[first[0]]
+            elapsed = second[1] - first[1]
+            if elapsed < 0:
+                raise self._error(nvml.NVML_ERROR_INVALID_ARGUMENT)
+            mean_load = (second[2] - first[2]) / elapsed if elapsed > 0 else 0.0
+            for slot in range(request.numMetrics):
+                entry = request.metrics[slot]
+                metric = entry.metricId
+                if metric in gpu.gpm_unsupported or (metric not in self._gpm_ids and metric not in self._gpm_rates):
+                    entry.nvmlReturn, entry.value = nvml.NVML_ERROR_NOT_SUPPORTED, 0.0
+                elif metric in self._gpm_ids:
+                    base, slope = self._gpm_ids[metric]
+                    entry.nvmlReturn, entry.value = nvml.NVML_SUCCESS, 100.0 * (base + slope * mean_load)
+                else:
+                    entry.nvmlReturn, entry.value = nvml.NVML_SUCCESS, self._gpm_rates[metric] * mean_load
+            return request
+
+
+def install_fake(module, config, setattr_: Callable = setattr, **kwargs) -> FakeNvml:
+    """Build a FakeNvml from `config` and put its entry points on `module`."""
+    fake = FakeNvml.from_config(config, **kwargs)
+    fake.install(module, setattr_)
+    return fake

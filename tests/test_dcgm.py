@@ -1,0 +1,218 @@
+"""DcgmSource against tests/fakes/bin/dcgmi, which replays real `dcgmi dmon` output recorded on a DGX A100.
+
+The expected values come from the fixture file itself, read here with a few lines of code of
+the test's own (not radt's parser), so a wrong column, scale or N/A rule in radt shows up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from app.catalogue import DCGM_BASIC_FIELDS
+from collectors.sources.base import SamplingContext, SourceUnavailable
+from collectors.sources.dcgm import DcgmSource
+from tests.conftest import FAKE_BIN
+
+LOG = "mnist_dcgmi_dmon_18fields.txt"
+# dmon column -> (radt metric, scale to radt's unit), written out here rather than taken from the catalogue
+COLUMNS = {
+    "POWER": ("power_usage_watts", 1.0),
+    "GPUTL": ("utilization_percentage", 1.0),
+    "MCUTL": ("memory_utilization_percentage", 1.0),
+    "GRACT": ("gr_engine_active", 1.0),
+    "SMACT": ("sm_active", 1.0),
+    "SMOCC": ("sm_occupancy", 1.0),
+    "TENSO": ("tensor_active", 1.0),
+    "DRAMA": ("dram_active", 1.0),
+    "FP64A": ("fp64_active", 1.0),
+    "FP32A": ("fp32_active", 1.0),
+    "FP16A": ("fp16_active", 1.0),
+    "PCITX": ("pcie_tx_bytes_per_second", 1.0),
+    "PCIRX": ("pcie_rx_bytes_per_second", 1.0),
+    "NVLTX": ("nvlink_tx_bytes_per_second", 1.0),
+    "NVLRX": ("nvlink_rx_bytes_per_second", 1.0),
+}
+
+
+def fixture_rows(path: Path, gpu: int) -> list[dict[str, float]]:
+    """GPU `gpu`'s lines of a dmon log as {radt key: value}, N/A cells left out, energy relative to its first reading."""
+    rows, tags, first_energy = [], [], None
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if line.startswith("#Entity"):
+            tags = parts[1:]
+        elif len(parts) >= 2 and parts[0] == "GPU" and parts[1] == str(gpu):
+            cells = dict(zip(tags, parts[2:]))
+            row = {f"system/gpu_{gpu}_{COLUMNS[t][0]}": float(v) * COLUMNS[t][1] for t, v in cells.items() if t in COLUMNS and v != "N/A"}
+            if cells.get("TOTEC", "N/A") != "N/A":
+                first_energy = float(cells["TOTEC"]) if first_energy is None else first_energy
+                row[f"system/gpu_{gpu}_energy_joules"] = (float(cells["TOTEC"]) - first_energy) / 1000.0
+            rows.append(row)
+    return rows
+
+
+def is_ordered_subsequence(seen: list[dict], expected: list[dict]) -> bool:
+    position = 0
+    for observed in seen:
+        while position < len(expected) and not _same(observed, expected[position]):
+            position += 1
+        if position == len(expected):
+            return False
+    return True
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(a[k] == pytest.approx(b[k], rel=1e-9, abs=1e-9) for k in a)
+
+
+@pytest.fixture
+def dcgmi(monkeypatch, tmp_path, fixtures_dir):
+    """The fake dcgmi first on PATH; returns a reader of the argument lists it was started with."""
+    monkeypatch.setenv("PATH", os.pathsep.join([str(FAKE_BIN), os.environ.get("PATH", "")]))
+    monkeypatch.setenv("RADT_FIXTURES", str(fixtures_dir))
+    for name in ("RADT_FAKE_DCGMI_LOG", "RADT_FAKE_DCGMI_NO_PROFILING", "RADT_FAKE_DCGMI_NO_HOSTENGINE", "RADT_FAKE_DCGMI_EXIT_AFTER"):
+        monkeypatch.delenv(name, raising=False)
+    record = tmp_path / "dcgmi-argv.jsonl"
+    monkeypatch.setenv("RADT_FAKE_DCGMI_ARGS", str(record))
+
+    def invocations() -> list[list[str]]:
+        return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+
+    return invocations
+
+
+@pytest.fixture
+def source():
+    sources = []
+
+    def make() -> DcgmSource:
+        sources.append(DcgmSource())
+        return sources[-1]
+
+    yield make
+    for s in sources:
+        s.close()
+
+
+def collect(src: DcgmSource, until, timeout: float = 15.0) -> list[dict[str, float]]:
+    """Sample every 20 ms until until(samples) holds; every non-empty sample, in order."""
+    samples, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        values = src.sample()
+        if values:
+            samples.append(values)
+            if until(samples):
+                return samples
+        time.sleep(0.02)
+    pytest.fail(f"condition not met within {timeout} s; got {len(samples)} samples: {samples[-1:] if samples else 'none'}")
+
+
+def gpu_part(values: dict[str, float], gpu: int) -> dict[str, float]:
+    return {k: v for k, v in values.items() if k.startswith(f"system/gpu_{gpu}_")}
+
+
+def test_values_are_the_recorded_lines(dcgmi, source, fixtures_dir):
+    src = source()
+    src.open(SamplingContext(interval=0.1))
+    argv = dcgmi()[0]
+    assert argv[:2] == ["dmon", "-e"] and "1002" in argv[2].split(",") and argv[3:5] == ["-d", "100"]
+    assert "-i" not in argv
+
+    samples = collect(src, lambda s: any(v.get("system/gpu_0_sm_active", 0) > 0 for v in s) and len(s) >= 5)
+    expected = fixture_rows(fixtures_dir / LOG, 0)
+    seen = [gpu_part(v, 0) for v in samples if gpu_part(v, 0)]
+    assert is_ordered_subsequence(seen, expected), (seen[:3], expected[:3])
+    # open() returns at dmon's first data line, so sampling starts at the head of the log
+    assert any(_same(seen[0], row) for row in expected[:5]), seen[0]
+    assert seen[0]["system/gpu_0_energy_joules"] < seen[-1]["system/gpu_0_energy_joules"]
+    # GPU 3 reads N/A for power and energy: those keys are left out, its other columns are there
+    gpu3 = [gpu_part(v, 3) for v in samples if gpu_part(v, 3)]
+    assert gpu3 and all("system/gpu_3_power_usage_watts" not in v and "system/gpu_3_energy_joules" not in v for v in gpu3)
+    assert all("system/gpu_3_sm_active" in v for v in gpu3)
+    assert not any(k.endswith("_nan") or v != v for s in samples for k, v in s.items())
+    assert src.fields[7:] == list(range(1001, 1013))
+
+
+def test_devices_are_passed_with_i(dcgmi, source):
+    src = source()
+    src.open(SamplingContext(interval=0.1, devices=[0, 2]))
+    assert dcgmi()[0][-2:] == ["-i", "0,2"]
+    samples = collect(src, lambda s: len(s) >= 3)
+    gpus = {k.split("_")[1] for values in samples for k in values}
+    assert gpus == {"0", "2"}
+
+
+@pytest.mark.parametrize("refusal", ["1", "module"], ids=["profiling-module-error", "module-not-loaded"])
+def test_profiling_refused_falls_back_to_the_basic_fields(dcgmi, source, monkeypatch, refusal):
+    monkeypatch.setenv("RADT_FAKE_DCGMI_NO_PROFILING", refusal)
+    src = source()
+    src.open(SamplingContext(interval=0.1))
+    first, second = dcgmi()
+    assert any(1001 <= int(f) <= 1012 for f in first[first.index("-e") + 1].split(","))
+    assert second[second.index("-e") + 1] == ",".join(map(str, DCGM_BASIC_FIELDS))
+    assert src.fields == DCGM_BASIC_FIELDS
+    assert src.errors and src.errors[0].startswith("Error setting watches. Result:")
+    assert src.describe()["errors"] == src.errors
+    samples = collect(src, lambda s: len(s) >= 3)
+    assert all(values["system/gpu_0_power_usage_watts"] > 0 for values in samples if "system/gpu_0_power_usage_watts" in values)
+    assert any("system/gpu_0_utilization_percentage" in values for values in samples)
+    assert not any("sm_active" in k or "gr_engine_active" in k for values in samples for k in values)
+    assert dcgmi_children() == [src.proc.pid]  # the refused dmon is gone, one dmon runs
+
+
+def test_dcgmi_missing_is_unavailable_with_the_fix(monkeypatch, tmp_path, source):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SourceUnavailable, match=r"dcgmi not found on PATH; install DCGM .* or drop 'dcgm' from -l"):
+        source().open(SamplingContext(interval=0.1))
+
+
+def test_no_host_engine_is_unavailable_and_says_so(dcgmi, source, monkeypatch):
+    monkeypatch.setenv("RADT_FAKE_DCGMI_NO_HOSTENGINE", "1")
+    src = source()
+    with pytest.raises(SourceUnavailable, match=r"unable to establish a connection to the specified host: localhost\); check that nv-hostengine runs"):
+        src.open(SamplingContext(interval=0.1))
+    assert len(dcgmi()) == 2  # tried the profiling set, then the basic set
+    assert dcgmi_children() == []
+
+
+def test_close_leaves_no_dcgmi_alive(dcgmi, source):
+    src = source()
+    src.open(SamplingContext(interval=0.1))
+    proc = psutil.Process(src.proc.pid)
+    assert proc.is_running() and "dcgmi" in " ".join(proc.cmdline())
+    src.close()
+    assert not psutil.pid_exists(proc.pid) or proc.status() == psutil.STATUS_ZOMBIE
+    assert dcgmi_children() == []
+    src.close()  # twice is harmless
+
+
+def test_dmon_that_dies_mid_run_is_reported(dcgmi, source, monkeypatch):
+    monkeypatch.setenv("RADT_FAKE_DCGMI_EXIT_AFTER", "3")
+    src = source()
+    src.open(SamplingContext(interval=0.1))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            src.sample()
+        except RuntimeError as exc:
+            assert "dcgmi dmon exited with code 0" in str(exc)
+            return
+        time.sleep(0.02)
+    pytest.fail("sample() kept answering after dcgmi dmon exited")
+
+
+def dcgmi_children() -> list[int]:
+    out = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if any("dcgmi" in part for part in child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                out.append(child.pid)
+        except psutil.Error:
+            continue
+    return out
