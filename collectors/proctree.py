@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 
 import psutil
@@ -42,3 +43,14 @@ class ProcessTree:
 
     def pids(self) -> set[int]:
         return {p.pid for p in self.processes()}
+
+
+def die_with_parent() -> None:
+    """In a child before exec (Linux): get SIGTERM if radt itself is killed, even by SIGKILL."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass

@@ -22,7 +22,7 @@ import psutil
 
 from app.config import runs_dir
 from collectors.listeners import make_source
-from collectors.proctree import ProcessTree
+from collectors.proctree import ProcessTree, die_with_parent
 from collectors.sampler import Sampler, open_sources
 from collectors.sources.base import SamplingContext
 from collectors.sources.nvml import gpu_count, gpu_inventory
@@ -127,17 +127,6 @@ def child_environment(opts: RunOptions, run_id: str, experiment_id: str, run_dir
     # `import radt` in the script works even when radt runs from a source checkout
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(PROJECT_ROOT)) if p)
     return env
-
-
-def die_with_parent() -> None:
-    """In a child before exec (Linux): get SIGTERM if radt itself is killed, even by SIGKILL."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _tee(source, sink, log_path: Path) -> threading.Thread:

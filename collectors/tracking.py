@@ -7,6 +7,7 @@ runs look right in MLflow's UI; only metric points take radt's bulk path.
 from __future__ import annotations
 
 import getpass
+import logging
 import os
 import re
 import shlex
@@ -18,6 +19,9 @@ from mlflow.entities import Param, RunTag
 from mlflow.exceptions import MlflowException
 
 from app.config import artifact_root, is_database_uri
+
+# MLflow configures its logger at import; radt's users need its warnings, not its schema INFO lines
+logging.getLogger("mlflow").setLevel(logging.WARNING)
 
 PARAM_LIMIT = 6000  # MLflow's longest param value
 TAG_LIMIT = 8000

@@ -12,6 +12,7 @@ import threading
 
 from app.catalogue import DCGM_BASIC_FIELDS, DCGM_PROFILING_FIELDS
 from collectors.parsers import DmonParser, dmon_error
+from collectors.proctree import die_with_parent
 from collectors.sources.base import MetricSource, SamplingContext, SourceUnavailable
 from collectors.toolmetrics import EnergyBaseline, dmon_metrics
 
@@ -48,7 +49,7 @@ class DcgmSource(MetricSource):
 
     def _start(self, command: list[str]) -> bool:
         """Start dmon and wait until it prints a data row (True) or an error / exits (False)."""
-        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, preexec_fn=die_with_parent)
         first = threading.Event()
         ok = {"value": False}
         self._reader = threading.Thread(target=self._read, args=(self.proc, first, ok), name="radt-dcgmi", daemon=True)
