@@ -1,0 +1,29 @@
+"""Start the radt dashboard: `python app.py [--store URI] [--host 127.0.0.1] [--port 8050]`.
+
+For several users: `gunicorn -w 4 -b 0.0.0.0:8050 'app:server'` with RADT_CACHE=redis://127.0.0.1:6379/0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from app.dashboard import create_app
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="radt dashboard")
+    parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, default=8050)
+    parser.add_argument("--cache", help="simple (default), null, or a redis:// URL")
+    parser.add_argument("--debug", action="store_true")
+    args = parser.parse_args(argv)
+    dashboard = create_app(args.store, args.cache)
+    print(f"radt dashboard on http://{args.host}:{args.port}/ (store {dashboard.title and args.store or 'default'})", file=sys.stderr)
+    dashboard.run(host=args.host, port=args.port, debug=args.debug)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""flask-caching for the read side: finished runs cached long, running runs for a poll interval.
+
+`RADT_CACHE` picks the backend: unset or `simple` (one process), `redis://host:6379/0` for
+several gunicorn workers sharing one cache.
+"""
+
+from __future__ import annotations
+
+import os
+
+from flask_caching import Cache
+
+CACHE = Cache()
+FINISHED_TIMEOUT = 3600  # a finished run's series never change
+RUNNING_TIMEOUT = 2  # a running run's series grow every sample
+LISTING_TIMEOUT = 5  # experiments and runs lists
+
+
+def cache_config(spec: str | None = None) -> dict:
+    spec = spec if spec is not None else os.environ.get("RADT_CACHE", "simple")
+    if spec.startswith(("redis://", "rediss://")):
+        return {"CACHE_TYPE": "RedisCache", "CACHE_REDIS_URL": spec, "CACHE_KEY_PREFIX": "radt:", "CACHE_DEFAULT_TIMEOUT": LISTING_TIMEOUT}
+    if spec in ("", "simple"):
+        return {"CACHE_TYPE": "SimpleCache", "CACHE_THRESHOLD": 2000, "CACHE_DEFAULT_TIMEOUT": LISTING_TIMEOUT}
+    if spec == "null":
+        return {"CACHE_TYPE": "NullCache"}
+    raise ValueError(f"RADT_CACHE={spec!r} is not 'simple', 'null' or a redis:// URL")

@@ -1,0 +1,49 @@
+"""Builds the Dash app: multi-page (pages/), one read engine on the store, flask-caching."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dash
+
+from app.cache import CACHE, cache_config
+from app.config import tracking_uri
+from app.state import STATE
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def create_app(store: str | None = None, cache: str | None = None) -> dash.Dash:
+    """The dashboard on `store` (default: MLFLOW_TRACKING_URI, else the embedded SQLite file)."""
+    from app.queries import list_experiments, make_read_engine
+
+    STATE.store_uri = tracking_uri(store)
+    STATE.error = None
+    try:
+        STATE.engine = make_read_engine(STATE.store_uri)
+        list_experiments(STATE.engine)
+    except Exception as exc:  # shown as a page: the store may come up later
+        STATE.error = f"cannot read the store {STATE.store_uri.split('@')[-1]}: {str(exc).splitlines()[0][:300]}"
+    app = dash.Dash(
+        __name__,
+        use_pages=True,
+        pages_folder=str(ROOT / "pages"),
+        assets_folder=str(ROOT / "assets"),
+        title="radt",
+        suppress_callback_exceptions=True,
+    )
+    CACHE.init_app(app.server, config=cache_config(cache))
+    app.layout = dash.html.Div(
+        [
+            dash.html.Header(
+                [
+                    dash.html.Span("radt", className="brand"),
+                    dash.html.Nav([dash.dcc.Link(page["name"], href=page["relative_path"], className="nav-link") for page in dash.page_registry.values()]),
+                    dash.html.Span(STATE.store_uri.split("@")[-1], className="store", title="tracking store"),
+                ],
+                className="topbar",
+            ),
+            dash.page_container,
+        ]
+    )
+    return app

@@ -1,0 +1,83 @@
+"""Downsampling of one time series to a point budget, keeping what a reader sees: minima and maxima.
+
+The work is done by tsdownsample (Rust, SIMD): MinMax by default, which splits the x range into
+``budget / 2`` equally wide buckets and keeps the minimum and the maximum of each, so every peak
+and dip that is visible at the chart's resolution survives (the global minimum and maximum
+always do). M4 (first, last, min, max per bucket) and MinMaxLTTB (the smoother-looking variant,
+with the global extremes added back) are there for callers that prefer them.
+
+A series at or under its budget is returned as it is. NaN values (MLflow's ``is_nan`` points:
+a sample that had no value) are not downsampled; the first NaN of every run of NaNs is kept as a
+gap marker, so a plotted line breaks where the data has holes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tsdownsample import M4Downsampler, MinMaxDownsampler, MinMaxLTTBDownsampler
+
+METHODS = ("minmax", "m4", "minmaxlttb")
+DEFAULT_BUDGET = 2000
+_NAN_SHARE = 4  # at most budget // 4 gap markers
+
+
+def downsample_indices(x: np.ndarray, y: np.ndarray, budget: int = DEFAULT_BUDGET, method: str = "minmax") -> np.ndarray:
+    """Sorted indices of the points to keep, at most ``budget``; ``x`` must be sorted ascending.
+
+    Every index when the series has ``budget`` points or fewer.
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown downsampling method {method!r}; one of {', '.join(METHODS)}")
+    if budget < 4:
+        raise ValueError("budget must be at least 4 points")
+    x = np.asarray(x)
+    y = np.asarray(y, dtype=np.float64)
+    n = len(y)
+    if n <= budget:
+        return np.arange(n, dtype=np.int64)
+    nan = np.isnan(y)
+    if not nan.any():
+        return _numeric(x, y, budget, method)
+    markers = np.flatnonzero(nan & ~np.concatenate(([False], nan[:-1])))  # first NaN of each run of NaNs
+    limit = budget // _NAN_SHARE
+    if len(markers) > limit:
+        markers = markers[np.linspace(0, len(markers) - 1, limit).round().astype(np.int64)]
+    values = np.flatnonzero(~nan)
+    room = budget - len(markers)
+    if len(values) > room:
+        values = values[_numeric(x[values], y[values], room, method)]
+    return np.union1d(values, markers).astype(np.int64)
+
+
+def _numeric(x: np.ndarray, y: np.ndarray, budget: int, method: str) -> np.ndarray:
+    """Indices for a series without NaN, longer than the budget."""
+    if len(y) <= budget:
+        return np.arange(len(y), dtype=np.int64)
+    x = _plain(x)
+    if method == "m4" and budget >= 8:  # tsdownsample needs two buckets or more
+        idx = M4Downsampler().downsample(x, y, n_out=budget - budget % 4)
+    elif method == "minmaxlttb" and budget >= 5:  # one point per bucket; the global extremes added back
+        idx = MinMaxLTTBDownsampler().downsample(x, y, n_out=budget - 2)
+        idx = np.union1d(idx, [int(np.argmin(y)), int(np.argmax(y))])
+    elif budget >= 4:
+        idx = MinMaxDownsampler().downsample(x, y, n_out=budget - budget % 2)
+    else:  # room for two or three points only (a budget mostly taken by gap markers)
+        idx = np.array([int(np.argmin(y)), int(np.argmax(y))])
+    return np.unique(idx.astype(np.int64))
+
+
+def _plain(x: np.ndarray) -> np.ndarray:
+    """A contiguous numeric array tsdownsample accepts (it takes no datetime64 or object arrays)."""
+    if x.dtype.kind == "M":
+        x = x.view(np.int64)
+    if x.dtype.kind not in "iuf":
+        x = x.astype(np.float64)
+    return np.ascontiguousarray(x)
+
+
+def downsample(x: np.ndarray, y: np.ndarray, budget: int = DEFAULT_BUDGET, method: str = "minmax") -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) with at most ``budget`` points, minima and maxima kept; the arrays themselves when under budget."""
+    if len(y) <= budget:
+        return x, y
+    idx = downsample_indices(x, y, budget, method)
+    return x[idx], y[idx]

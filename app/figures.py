@@ -1,0 +1,181 @@
+"""Figure builders: stacked overlay charts with a shared x axis, per run or grouped per workload.
+
+Pure functions from series to Plotly figures, so the dashboard and static exports draw the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+from plotly.subplots import make_subplots
+
+from app.catalogue import Metric
+
+PALETTE = qualitative.D3 + qualitative.Set2
+X_TITLES = {"relative": "time since run start (min)", "wall": "wall clock", "step": "sample"}
+
+
+@dataclass
+class Panel:
+    """One chart: a catalogue metric and its series per run (timestamps ms, values)."""
+
+    metric: Metric
+    series: dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def run_colors(run_ids: list[str]) -> dict[str, str]:
+    return {run_id: PALETTE[i % len(PALETTE)] for i, run_id in enumerate(run_ids)}
+
+
+def ema(values: np.ndarray, smoothing: float) -> np.ndarray:
+    """Exponential moving average like TensorBoard's slider: 0 = raw, 0.99 = very smooth."""
+    if smoothing <= 0 or len(values) < 2:
+        return values
+    return pd.Series(values).ewm(alpha=1.0 - min(smoothing, 0.999), ignore_na=True).mean().to_numpy()
+
+
+def x_values(timestamps: np.ndarray, start_ms: float, mode: str):
+    if mode == "wall":
+        return pd.to_datetime(timestamps, unit="ms")
+    if mode == "step":
+        return np.arange(len(timestamps))
+    return (timestamps - start_ms) / 60000.0
+
+
+def _hover(row: pd.Series) -> str:
+    params = row.get("params") or {}
+    shown = ", ".join(f"{k}={v}" for k, v in list(params.items())[:6] if not str(k).startswith("radt."))
+    letter = f" {row['letter']}" if row.get("letter") else ""
+    return f"<b>{row['run_name']}</b><br>{row['workload_label']}{letter}<br>{shown}"
+
+
+def unit_label(metric: Metric) -> str:
+    return f"{metric.label} ({metric.unit})" if metric.unit not in ("ratio", "state") else metric.label
+
+
+def overlay_figure(
+    panels: list[Panel],
+    runs: pd.DataFrame,
+    x_mode: str = "relative",
+    grouped: bool = False,
+    smoothing: float = 0.0,
+    log_y: bool = False,
+    panel_height: int = 230,
+) -> go.Figure:
+    """Stacked charts, one per metric, sharing the x axis; one trace per run, or per workload
+    as the mean with a min-max band when `grouped`."""
+    rows = max(1, len(panels))
+    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.04 if rows > 1 else 0.0, subplot_titles=[unit_label(p.metric) for p in panels])
+    runs = runs.set_index("run_id", drop=False) if "run_id" in runs else runs
+    colors = run_colors(list(runs.index))
+    workloads = list(dict.fromkeys(runs["workload_id"])) if len(runs) else []
+    wl_colors = {w: PALETTE[i % len(PALETTE)] for i, w in enumerate(workloads)}
+    for row_index, panel in enumerate(panels, start=1):
+        first = row_index == 1
+        if grouped:
+            _add_groups(fig, panel, runs, x_mode, smoothing, row_index, first, wl_colors)
+        else:
+            for run_id, (ts, ys) in panel.series.items():
+                if run_id not in runs.index or len(ts) == 0:
+                    continue
+                meta = runs.loc[run_id]
+                fig.add_trace(
+                    go.Scattergl(
+                        x=x_values(ts, meta["start_time"], x_mode),
+                        y=ema(ys, smoothing),
+                        mode="lines",
+                        name=f"{meta['run_name']}",
+                        legendgroup=run_id,
+                        showlegend=first,
+                        line={"color": colors[run_id], "width": 1.5},
+                        hovertemplate=_hover(meta) + "<br>%{y:.3g}<extra></extra>",
+                        meta={"run_id": run_id},
+                    ),
+                    row=row_index,
+                    col=1,
+                )
+        axis = {"row": row_index, "col": 1}
+        if panel.metric.unit == "ratio" and not log_y:
+            fig.update_yaxes(range=[0, 1.02], **axis)
+        if log_y:
+            fig.update_yaxes(type="log", **axis)
+    fig.update_xaxes(title_text=X_TITLES.get(x_mode, ""), row=rows, col=1)
+    fig.update_layout(
+        height=max(260, panel_height * rows),
+        margin={"l": 60, "r": 20, "t": 40, "b": 50},
+        template="plotly_white",
+        hovermode="closest",
+        legend={"orientation": "h", "y": 1.0 + 40 / max(260, panel_height * rows), "x": 0, "yanchor": "bottom"},
+        uirevision="keep",
+    )
+    return fig
+
+
+def _add_groups(fig, panel: Panel, runs: pd.DataFrame, x_mode: str, smoothing: float, row: int, first: bool, colors: dict) -> None:
+    """Mean and min-max band of each workload's runs on a shared relative-time grid."""
+    by_workload: dict[str, list[pd.Series]] = {}
+    for run_id, (ts, ys) in panel.series.items():
+        if run_id not in runs.index or len(ts) == 0:
+            continue
+        meta = runs.loc[run_id]
+        minutes = (ts - meta["start_time"]) / 60000.0
+        by_workload.setdefault(meta["workload_id"], []).append(pd.Series(ema(ys, smoothing), index=minutes))
+    for workload_id, members in by_workload.items():
+        span = max(s.index.max() for s in members)
+        grid = np.linspace(0, span, 400) if span > 0 else np.array([0.0])
+        stacked = np.vstack([np.interp(grid, s.index.to_numpy(), s.to_numpy(), left=np.nan, right=np.nan) for s in members])
+        with np.errstate(all="ignore"):
+            mean, low, high = np.nanmean(stacked, axis=0), np.nanmin(stacked, axis=0), np.nanmax(stacked, axis=0)
+        label = runs.loc[runs["workload_id"] == workload_id, "workload_label"].iloc[0]
+        color = colors[workload_id]
+        fig.add_trace(go.Scatter(x=grid, y=high, mode="lines", line={"width": 0}, legendgroup=workload_id, showlegend=False, hoverinfo="skip"), row=row, col=1)
+        fig.add_trace(
+            go.Scatter(
+                x=grid,
+                y=low,
+                mode="lines",
+                line={"width": 0},
+                fill="tonexty",
+                fillcolor=_alpha(color, 0.18),
+                legendgroup=workload_id,
+                showlegend=False,
+                hoverinfo="skip",
+            ),
+            row=row,
+            col=1,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=grid,
+                y=mean,
+                mode="lines",
+                name=f"{label} (mean of {len(members)})",
+                legendgroup=workload_id,
+                showlegend=first,
+                line={"color": color, "width": 2},
+                hovertemplate=f"<b>{label}</b><br>mean of {len(members)} runs<br>%{{y:.3g}}<extra></extra>",
+                meta={"workload_id": workload_id},
+            ),
+            row=row,
+            col=1,
+        )
+
+
+def _alpha(color: str, alpha: float) -> str:
+    if color.startswith("#") and len(color) == 7:
+        r, g, b = (int(color[i : i + 2], 16) for i in (1, 3, 5))
+        return f"rgba({r},{g},{b},{alpha})"
+    if color.startswith("rgb("):
+        return color.replace("rgb(", "rgba(").replace(")", f",{alpha})")
+    return color
+
+
+def empty_figure(message: str) -> go.Figure:
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, font={"size": 15, "color": "#666"}, xref="paper", yref="paper", x=0.5, y=0.5)
+    fig.update_layout(template="plotly_white", height=260, xaxis={"visible": False}, yaxis={"visible": False})
+    return fig

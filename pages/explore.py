@@ -1,0 +1,380 @@
+"""Explore past experiments: experiments → workloads → runs, overlaid hardware metrics.
+
+The whole view (experiments, runs, metrics, axis, grouping, smoothing, log scale) lives in the
+URL's query string, so a reload or a shared link shows the same charts.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+import dash
+import pandas as pd
+from dash import ALL, MATCH, Input, Output, State, callback, clientside_callback, dash_table, dcc, html
+
+from app import queries
+from app.catalogue import METRICS
+from app.data import DEFAULT_METRICS, series, spec_metric
+from app.figures import Panel, empty_figure, overlay_figure
+from app.state import STATE
+
+dash.register_page(__name__, path="/", name="Explore", title="radt · explore")
+
+STATUS_ICON = {"FINISHED": "✓", "FAILED": "✗", "KILLED": "■", "RUNNING": "▶", "SCHEDULED": "…"}
+
+
+def _split(value: str | None) -> list[str]:
+    return [v for v in (value or "").split(",") if v]
+
+
+def _duration(seconds: float) -> str:
+    if seconds != seconds:  # NaN: still running without an end
+        return "–"
+    minutes = seconds / 60
+    return f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
+
+
+def _runs(experiment_ids: list[str]) -> pd.DataFrame:
+    if not experiment_ids:
+        return pd.DataFrame(
+            columns=[
+                "run_id",
+                "experiment_id",
+                "run_name",
+                "status",
+                "start_time",
+                "end_time",
+                "duration_s",
+                "workload_id",
+                "workload_label",
+                "letter",
+                "params",
+                "tags",
+            ]
+        )
+    return queries.list_runs(STATE.engine, experiment_ids)
+
+
+def _matches(row: pd.Series, text: str) -> bool:
+    if not text:
+        return True
+    hay = " ".join(
+        [str(row["run_name"]), str(row["workload_label"]), str(row["letter"]), str(row["status"])] + [f"{k}={v}" for k, v in (row["params"] or {}).items()]
+    )
+    return all(word in hay.lower() for word in text.lower().split())
+
+
+def run_tree(runs: pd.DataFrame, selected: set[str], text: str = "") -> list:
+    """One collapsible block per workload with a select-all box and its runs' boxes."""
+    if runs.empty:
+        return [html.P("Tick an experiment to list its workloads and runs.", className="hint")]
+    blocks = []
+    for (experiment_id, workload_id), group in runs.groupby(["experiment_id", "workload_id"], sort=False):
+        shown = group[[_matches(r, text) for _, r in group.iterrows()]]
+        if shown.empty:
+            continue
+        options = [
+            {
+                "label": f"{STATUS_ICON.get(r.status, '?')} {(r.letter + ' · ') if r.letter else ''}{r.run_name} · {_duration(r.duration_s)}",
+                "value": r.run_id,
+            }
+            for r in shown.itertuples()
+        ]
+        values = [o["value"] for o in options if o["value"] in selected]
+        all_on = ["all"] if values and len(values) == len(options) else []
+        blocks.append(
+            html.Details(
+                [
+                    html.Summary(
+                        [
+                            dcc.Checklist(
+                                id={"type": "wl-all", "wl": workload_id},
+                                options=[{"label": f"{group['workload_label'].iloc[0]} ({len(group)})", "value": "all"}],
+                                value=all_on,
+                                className="wl-all",
+                                inline=True,
+                            )
+                        ]
+                    ),
+                    dcc.Checklist(id={"type": "wl-runs", "wl": workload_id}, options=options, value=values, className="wl-runs"),
+                ],
+                open=bool(values) or len(runs) <= 40,
+                className="workload",
+                **{"data-experiment": experiment_id},
+            )
+        )
+    return blocks or [html.P("No run matches the filter.", className="hint")]
+
+
+def metric_options(run_ids: list[str]) -> list[dict]:
+    """Catalogue metrics first (common ones preselected), then every other key in the runs."""
+    options = [{"label": f"{METRICS[s[4:]].label} · {METRICS[s[4:]].unit}", "value": s} for s in DEFAULT_METRICS]
+    if not run_ids or STATE.engine is None:
+        return options
+    from app.catalogue import resolve
+
+    seen = {o["value"] for o in options}
+    for key in queries.list_metric_keys(STATE.engine, run_ids):
+        resolved = resolve(key)
+        spec = f"cat:{resolved.metric.name}" if resolved else f"key:{key}"
+        if spec not in seen:
+            seen.add(spec)
+            label = f"{resolved.metric.label} · {resolved.metric.unit}" if resolved else key
+            options.append({"label": label, "value": spec})
+    return options
+
+
+def layout(
+    exp: str | None = None,
+    runs: str | None = None,
+    metrics: str | None = None,
+    x: str = "relative",
+    mode: str = "runs",
+    smooth: str = "0",
+    log: str = "0",
+    **_ignored,
+):
+    if STATE.error or STATE.engine is None:
+        return html.Div(
+            [
+                html.H2("The tracking store cannot be read"),
+                html.P(STATE.error or "no store configured"),
+                html.P("Start the database, or restart with python app.py --store URI."),
+            ],
+            className="store-error",
+        )
+    experiments = queries.list_experiments(STATE.engine)
+    exp_ids = [e for e in _split(exp) if e in {x["experiment_id"] for x in experiments}]
+    selected = set(_split(runs))
+    table = _runs(exp_ids)
+    chosen_metrics = _split(metrics) or DEFAULT_METRICS
+    return html.Div(
+        [
+            html.Aside(
+                [
+                    html.H3("Experiments"),
+                    dcc.Checklist(
+                        id="experiments",
+                        options=[{"label": f"{e['name']} ({e['runs']})", "value": e["experiment_id"]} for e in experiments],
+                        value=exp_ids,
+                        className="experiments",
+                    ),
+                    dcc.Input(id="run-filter", type="search", placeholder="filter runs: name, letter, param=value", debounce=True, className="filter"),
+                    html.H3("Workloads and runs"),
+                    html.Div(run_tree(table, selected), id="run-tree"),
+                ],
+                className="sidebar",
+            ),
+            html.Main(
+                [
+                    html.Div(
+                        [
+                            dcc.Dropdown(
+                                id="metrics",
+                                options=metric_options(list(selected)),
+                                value=chosen_metrics,
+                                multi=True,
+                                placeholder="metrics (type to find any key)",
+                                className="metric-picker",
+                            ),
+                            dcc.RadioItems(
+                                id="x-mode",
+                                options=[
+                                    {"label": "since start", "value": "relative"},
+                                    {"label": "wall clock", "value": "wall"},
+                                    {"label": "samples", "value": "step"},
+                                ],
+                                value=x,
+                                inline=True,
+                            ),
+                            dcc.RadioItems(
+                                id="group-mode",
+                                options=[{"label": "runs", "value": "runs"}, {"label": "grouped per workload", "value": "grouped"}],
+                                value=mode,
+                                inline=True,
+                            ),
+                            html.Label(
+                                [
+                                    "smoothing",
+                                    dcc.Slider(
+                                        id="smoothing",
+                                        min=0,
+                                        max=0.99,
+                                        step=0.01,
+                                        value=float(smooth or 0),
+                                        marks={0: "0", 0.9: "0.9"},
+                                        tooltip={"placement": "bottom"},
+                                    ),
+                                ],
+                                className="smoothing",
+                            ),
+                            dcc.Checklist(id="log-y", options=[{"label": "log scale", "value": "log"}], value=["log"] if log == "1" else [], inline=True),
+                        ],
+                        className="controls",
+                    ),
+                    dcc.Loading(
+                        dcc.Graph(
+                            id="charts", figure=empty_figure("Pick runs on the left."), config={"displaylogo": False, "toImageButtonOptions": {"format": "svg"}}
+                        ),
+                        delay_show=300,
+                    ),
+                    html.H3("Summary"),
+                    dash_table.DataTable(
+                        id="summary",
+                        columns=[
+                            {"name": n, "id": i}
+                            for n, i in [
+                                ("run", "run_name"),
+                                ("workload", "workload_label"),
+                                ("letter", "letter"),
+                                ("status", "status"),
+                                ("duration (min)", "duration_min"),
+                                ("mean SMACT", "smact_mean"),
+                                ("p95 SMACT", "smact_p95"),
+                                ("peak GPU memory (MB)", "gpu_memory_peak_mb"),
+                                ("energy (kJ)", "energy_kj"),
+                                ("mean CPU %", "cpu_mean"),
+                            ]
+                        ],
+                        data=[],
+                        sort_action="native",
+                        style_table={"overflowX": "auto"},
+                        style_cell={"fontFamily": "inherit", "fontSize": 13, "padding": "4px 8px"},
+                    ),
+                    dcc.Store(id="view"),
+                    html.Div(id="url-sink", hidden=True),
+                ],
+                className="content",
+            ),
+        ],
+        className="explore",
+    )
+
+
+@callback(
+    Output("run-tree", "children"),
+    Input("experiments", "value"),
+    Input("run-filter", "value"),
+    State({"type": "wl-runs", "wl": ALL}, "value"),
+    prevent_initial_call=True,
+)
+def refresh_tree(experiment_ids, text, current):
+    selected = {run_id for values in current or [] for run_id in values or []}
+    return run_tree(_runs(experiment_ids or []), selected, text or "")
+
+
+@callback(
+    Output({"type": "wl-runs", "wl": MATCH}, "value"),
+    Input({"type": "wl-all", "wl": MATCH}, "value"),
+    State({"type": "wl-runs", "wl": MATCH}, "options"),
+    prevent_initial_call=True,
+)
+def select_workload(all_value, options):
+    return [o["value"] for o in options] if all_value else []
+
+
+@callback(Output("metrics", "options"), Input({"type": "wl-runs", "wl": ALL}, "value"), prevent_initial_call=True)
+def refresh_metric_options(values):
+    return metric_options([run_id for group in values or [] for run_id in group or []])
+
+
+def _window(relayout: dict | None, x_mode: str) -> tuple | None:
+    """A zoomed x range in wall-clock mode, as (start ms, end ms), for a full-detail query."""
+    if not relayout or x_mode != "wall":
+        return None
+    start, end = relayout.get("xaxis.range[0]"), relayout.get("xaxis.range[1]")
+    if start is None or end is None:
+        return None
+    return int(pd.Timestamp(start).value // 1_000_000), int(pd.Timestamp(end).value // 1_000_000)
+
+
+@callback(
+    Output("charts", "figure"),
+    Output("summary", "data"),
+    Output("view", "data"),
+    Input({"type": "wl-runs", "wl": ALL}, "value"),
+    Input("metrics", "value"),
+    Input("x-mode", "value"),
+    Input("group-mode", "value"),
+    Input("smoothing", "value"),
+    Input("log-y", "value"),
+    Input("charts", "relayoutData"),
+    State("experiments", "value"),
+)
+def draw(run_groups, metric_specs, x_mode, group_mode, smoothing, log_y, relayout, experiment_ids):
+    run_ids = list(dict.fromkeys(run_id for group in run_groups or [] for run_id in group or []))
+    view = {
+        "exp": ",".join(experiment_ids or []),
+        "runs": ",".join(run_ids),
+        "metrics": ",".join(metric_specs or []),
+        "x": x_mode,
+        "mode": group_mode,
+        "smooth": f"{smoothing or 0:g}",
+        "log": "1" if log_y else "0",
+    }
+    if not run_ids:
+        return empty_figure("Pick runs on the left."), [], view
+    if not metric_specs:
+        return empty_figure("Pick at least one metric."), [], view
+    runs = _runs(experiment_ids or [])
+    runs = runs[runs["run_id"].isin(run_ids)]
+    window = _window(relayout, x_mode)
+    panels = []
+    for spec in metric_specs:
+        data = series(spec, runs, window)
+        if data:
+            panels.append(Panel(spec_metric(spec), data))
+    if not panels:
+        return empty_figure("None of the chosen metrics exists in these runs."), _summary(runs), view
+    figure = overlay_figure(panels, runs, x_mode=x_mode, grouped=group_mode == "grouped", smoothing=smoothing or 0, log_y=bool(log_y))
+    return figure, _summary(runs), view
+
+
+def _summary(runs: pd.DataFrame) -> list[dict]:
+    if runs.empty:
+        return []
+    stats = queries.run_summary(STATE.engine, list(runs["run_id"])).set_index("run_id")
+    rows = []
+    for r in runs.itertuples():
+        s = stats.loc[r.run_id] if r.run_id in stats.index else {}
+
+        def value(name, scale=1.0, digits=3, _s=s):
+            v = _s.get(name) if hasattr(_s, "get") else None
+            return None if v is None or v != v else round(float(v) * scale, digits)
+
+        rows.append(
+            {
+                "run_name": r.run_name,
+                "workload_label": r.workload_label,
+                "letter": r.letter,
+                "status": r.status,
+                "duration_min": None if r.duration_s != r.duration_s else round(r.duration_s / 60, 1),
+                "smact_mean": value("smact_mean"),
+                "smact_p95": value("smact_p95"),
+                "gpu_memory_peak_mb": value("gpu_memory_peak_mb", digits=0),
+                "energy_kj": value("energy_j", 1e-3, 1),
+                "cpu_mean": value("cpu_mean", digits=1),
+            }
+        )
+    return rows
+
+
+clientside_callback(
+    """
+    function(view) {
+        if (!view) { return window.dash_clientside.no_update; }
+        const query = new URLSearchParams(view).toString();
+        if (window.location.search !== "?" + query) {
+            window.history.replaceState(null, "", window.location.pathname + "?" + query);
+        }
+        return "";
+    }
+    """,
+    Output("url-sink", "children"),
+    Input("view", "data"),
+)
+
+
+def view_query(view: dict) -> str:
+    """The query string of a view, as the page writes it into the URL."""
+    return urlencode(view)

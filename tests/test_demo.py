@@ -1,0 +1,267 @@
+"""`radt demo` run as a user runs it, on SQLite and on the real PostgreSQL, read back with MLflow's client.
+
+The demo must give the dashboard what real radt runs give it (experiments, workload parents with
+their runs as children, radt's tags and params, 1 Hz hardware series with steps and timestamps,
+loss per epoch, latest_metrics) and tell the collocation story it is there for: each collocated
+run below the run alone, the pair at or above it, MPS above time-slicing, MIG under its slice,
+data-loader stalls visible. Running it again must not duplicate anything.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import mlflow
+import numpy as np
+import pytest
+from mlflow.entities import ViewType
+
+from app.catalogue import key
+from collectors import demo
+from tests.conftest import radt_env, run_radt
+
+MINUTES = "3"
+RESNET = "demo: resnet50 collocation"
+BERT = "demo: bert fine-tuning"
+WORKLOADS = {
+    RESNET: {"1 alone": ("-", "A"), "2 same GPU": ("-", "AB"), "3 MPS": ("mps", "AB"), "4 MIG 3g.40gb": ("3g.40gb", "AB")},
+    BERT: {"1 workers 1": ("-", "A"), "2 workers 8": ("-", "A"), "3 bert-large batch 64": ("-", "A")},
+}
+RATIOS = ["sm_active", "sm_occupancy", "gr_engine_active", "dram_active", "tensor_active"]
+CHECKED = RATIOS + ["memory_usage_megabytes", "power_usage_watts", "energy_joules", "temperature_celsius"]
+HOST_CHECKED = ["cpu_utilization_percentage", "process_cpu_utilization_percentage", "system_memory_usage_megabytes"]
+
+
+def _demo(home, store, cwd, *args: str, minutes: str = MINUTES):
+    began = time.monotonic()
+    result = run_radt(["demo", "--minutes", minutes, *args], env=radt_env(home, store), cwd=cwd)
+    return result, time.monotonic() - began
+
+
+def _experiments(client) -> dict:
+    return {e.name: e for e in client.search_experiments(view_type=ViewType.ALL) if e.name.startswith("demo")}
+
+
+def _runs(client, experiments) -> list:
+    return client.search_runs([e.experiment_id for e in experiments], max_results=1000)
+
+
+def _history(client, run_id: str, metric_key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, timestamps, values) of one series as MLflow reads it back, in step order."""
+    points = sorted(client.get_metric_history(run_id, metric_key), key=lambda m: m.step)
+    return np.array([m.step for m in points]), np.array([m.timestamp for m in points]), np.array([m.value for m in points])
+
+
+def _steady(values: np.ndarray) -> float:
+    """The level of the steady epochs: stalls, evaluations, start-up and teardown sit below it."""
+    return float(np.percentile(values, 75))
+
+
+def test_demo_writes_workloads_runs_and_realistic_series(store_uri, radt_home, tmp_path):
+    result, took = _demo(radt_home, store_uri, tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert sum("/ workload" in line for line in lines) == 7, result.stdout
+    assert "python app.py" in lines[-1] and "mlflow ui --backend-store-uri" in lines[-1], lines[-1]
+    assert took < 90, f"radt demo took {took:.1f} s"
+
+    client = mlflow.MlflowClient(store_uri)
+    experiments = _experiments(client)
+    assert set(experiments) == {RESNET, BERT}
+    for experiment in experiments.values():
+        assert experiment.lifecycle_stage == "active"
+        assert experiment.tags[demo.DEMO_TAG] == "true" and experiment.tags[demo.COMPLETE_TAG] == "true"
+        assert "radt demo" in experiment.tags["mlflow.note.content"]
+
+    runs = _runs(client, experiments.values())
+    assert all(run.data.tags.get("radt.demo") == "true" for run in runs)
+    parents = {run.info.run_id: run for run in runs if run.data.tags.get("radt.role") == "workload"}
+    children = [run for run in runs if run.data.tags.get("radt.role") == "run"]
+    assert len(parents) + len(children) == len(runs)
+    by_name = {e.experiment_id: name for name, e in experiments.items()}
+
+    # structure: one parent per workload, its runs as children with radt's tags and the script's params
+    found: dict[str, dict[str, dict]] = {name: {} for name in WORKLOADS}
+    for parent in parents.values():
+        workload = parent.data.tags["radt.workload"]
+        found[by_name[parent.info.experiment_id]][workload] = {"parent": parent, "runs": {}}
+    for run in children:
+        tags, params = run.data.tags, run.data.params
+        entry = found[by_name[run.info.experiment_id]][tags["radt.workload"]]
+        assert tags["mlflow.parentRunId"] == entry["parent"].info.run_id
+        entry["runs"][tags["radt.letter"]] = run
+        assert tags["radt.devices"] == "0" and tags["radt.listeners"] == "nvml+host" and tags["radt.host"] == demo.HOST
+        assert tags["radt.command"].startswith("python ") and tags["radt.points"].isdigit()
+        assert {"model", "batch-size", "lr", "epochs", "workers", "command", "radt.interval"} <= set(params)
+    for experiment, workloads in WORKLOADS.items():
+        assert set(found[experiment]) == set(workloads)
+        for workload, (collocation, letters) in workloads.items():
+            entry = found[experiment][workload]
+            assert "".join(sorted(entry["runs"])) == letters
+            assert {run.data.tags["radt.collocation"] for run in entry["runs"].values()} == {collocation}
+
+    # statuses: everything FINISHED but the BERT-large run that runs out of memory, and its workload
+    failed = found[BERT]["3 bert-large batch 64"]
+    assert failed["runs"]["A"].info.status == "FAILED" and failed["parent"].info.status == "FAILED"
+    assert failed["runs"]["A"].data.tags["radt.exit_code"] == "1"
+    others = [run for run in runs if run.info.run_id not in (failed["runs"]["A"].info.run_id, failed["parent"].info.run_id)]
+    assert {run.info.status for run in others} == {"FINISHED"}
+
+    # times: workloads one after another, children inside their parent, the last one ending before now
+    now = time.time() * 1000
+    ordered = [found[e][w]["parent"] for e in WORKLOADS for w in WORKLOADS[e]]
+    for before, after in zip(ordered, ordered[1:]):
+        assert before.info.end_time < after.info.start_time
+    assert now - 3_600_000 < ordered[-1].info.end_time < now
+    for entry in (found[e][w] for e in WORKLOADS for w in WORKLOADS[e]):
+        for run in entry["runs"].values():
+            assert entry["parent"].info.start_time <= run.info.start_time < run.info.end_time <= entry["parent"].info.end_time
+
+    # series as MLflow reads them back: every hardware key, steps 0.., increasing real timestamps
+    levels: dict[tuple[str, str], float] = {}
+    series: dict[tuple[str, str], dict[str, np.ndarray]] = {}
+    for run in children:
+        name = (run.data.tags["radt.workload"], run.data.tags["radt.letter"])
+        assert set(run.data.metrics) == set(demo.HARDWARE_KEYS) | {"loss", "accuracy"}, name
+        values = {}
+        for metric in CHECKED + HOST_CHECKED:
+            metric_key = key(metric, 0) if metric in CHECKED else key(metric)
+            steps, stamps, values[metric] = _history(client, run.info.run_id, metric_key)
+            assert list(steps) == list(range(len(steps))) and len(steps) >= 60, (name, metric)
+            assert (np.diff(stamps) > 0).all() and run.info.start_time <= stamps[0] and stamps[-1] <= run.info.end_time
+            # latest_metrics (what MLflow's UI and search show) is the last point
+            assert run.data.metrics[metric_key] == pytest.approx(values[metric][-1])
+        for ratio in RATIOS:
+            assert ((values[ratio] >= 0) & (values[ratio] <= 1)).all(), (name, ratio)
+        sm, occupancy, gract = values["sm_active"], values["sm_occupancy"], values["gr_engine_active"]
+        assert (gract >= sm).all() and (occupancy <= sm).all() and (occupancy[sm > 0.01] < sm[sm > 0.01]).all()
+        assert (np.diff(values["energy_joules"]) >= 0).all() and values["energy_joules"][0] == 0
+        assert ((values["power_usage_watts"] > 20) & (values["power_usage_watts"] <= demo.MAX_W)).all()
+        assert ((values["temperature_celsius"] > 25) & (values["temperature_celsius"] < 90)).all()
+        assert values["memory_usage_megabytes"].max() <= demo.GPU_TOTAL_MB
+        levels[name] = _steady(sm)
+        series[name] = values
+
+        # the run's own metrics: one point per finished epoch, step = epoch, loss down, accuracy up
+        epochs, _, loss = _history(client, run.info.run_id, "loss")
+        _, _, accuracy = _history(client, run.info.run_id, "accuracy")
+        assert len(epochs) >= 1 and list(epochs) == list(range(1, len(epochs) + 1))
+        if len(epochs) > 1:
+            assert loss[-1] < loss[0] and accuracy[-1] > accuracy[0]
+
+    # shapes of real training: warm-up from idle, memory ramping then flat, power following activity
+    alone = series[("1 alone", "A")]
+    sm = alone["sm_active"]
+    assert sm[:3].max() < 0.05 and sm.max() > 0.5
+    memory = alone["memory_usage_megabytes"]
+    peak = memory.max()
+    assert memory[0] < 0.1 * peak and np.ptp(memory[len(memory) // 3 : -10]) < 0.05 * peak
+    assert np.corrcoef(sm, alone["power_usage_watts"])[0, 1] > 0.9
+    # data-loader stalls: dips to near zero in the middle of training while the run's CPU goes up
+    middle = slice(len(sm) // 5, -len(sm) // 10)
+    cpu = alone["process_cpu_utilization_percentage"]
+    stalls = (sm[middle] < 0.1 * levels[("1 alone", "A")]) & (cpu[middle] > np.median(cpu[middle]))
+    assert stalls.sum() >= 2
+
+    # the collocation story
+    one = levels[("1 alone", "A")]
+    for workload in ("2 same GPU", "3 MPS", "4 MIG 3g.40gb"):
+        a, b = levels[(workload, "A")], levels[(workload, "B")]
+        assert a < one and b < one, workload
+    same = levels[("2 same GPU", "A")] + levels[("2 same GPU", "B")]
+    mps = levels[("3 MPS", "A")] + levels[("3 MPS", "B")]
+    assert same >= 0.95 * one and mps > same
+    assert min(levels[("3 MPS", letter)] for letter in "AB") > max(levels[("2 same GPU", letter)] for letter in "AB")
+    for letter in "AB":
+        mig = series[("4 MIG 3g.40gb", letter)]
+        assert mig["sm_active"].max() <= 3 / 7 + 1e-9 and mig["gr_engine_active"].max() <= 3 / 7 + 1e-9
+    # collocated runs take longer than the run alone; MPS less than time-slicing
+    length = {name: len(values["sm_active"]) for name, values in series.items()}
+    assert length[("1 alone", "A")] < length[("3 MPS", "A")] < length[("2 same GPU", "A")]
+
+    # BERT: one data-loader worker starves the GPU and pegs two cores; the OOM run fills the GPU
+    starved, fed = series[("1 workers 1", "A")], series[("2 workers 8", "A")]
+    assert starved["sm_active"].mean() < 0.75 * fed["sm_active"].mean()
+    assert 150 < np.median(starved["process_cpu_utilization_percentage"]) < 250
+    assert series[("3 bert-large batch 64", "A")]["memory_usage_megabytes"].max() > 0.95 * demo.GPU_TOTAL_MB
+
+
+def test_demo_again_skips_and_reset_replaces_with_the_same_values(store_uri, radt_home, tmp_path):
+    first, _ = _demo(radt_home, store_uri, tmp_path)
+    assert first.returncode == 0, first.stderr
+    client = mlflow.MlflowClient(store_uri)
+    before = _experiments(client)
+    runs_before = _runs(client, before.values())
+    alone = next(r for r in runs_before if r.data.tags.get("radt.workload") == "1 alone" and r.data.tags["radt.role"] == "run")
+    _, stamps_before, values_before = _history(client, alone.info.run_id, key("sm_active", 0))
+
+    again, took = _demo(radt_home, store_uri, tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "already" in again.stdout and "--reset" in again.stdout
+    assert took < 60
+    assert {n: e.experiment_id for n, e in _experiments(client).items()} == {n: e.experiment_id for n, e in before.items()}
+    assert len(_runs(client, before.values())) == len(runs_before)
+
+    reset, _ = _demo(radt_home, store_uri, tmp_path, "--reset")
+    assert reset.returncode == 0, reset.stderr
+    assert "soft-deleted" in reset.stdout
+    after = _experiments(client)
+    active = {name: e for name, e in after.items() if e.lifecycle_stage == "active"}
+    retired = {name: e for name, e in after.items() if e.lifecycle_stage == "deleted"}
+    assert set(active) == {RESNET, BERT}
+    assert {e.experiment_id for e in retired.values()} == {e.experiment_id for e in before.values()}
+    assert all("(replaced " in name for name in retired)
+    runs_after = _runs(client, active.values())
+    assert len(runs_after) == len(runs_before)
+    # the same seed gives the same values; only the timestamps moved
+    alone = next(r for r in runs_after if r.data.tags.get("radt.workload") == "1 alone" and r.data.tags["radt.role"] == "run")
+    _, stamps_after, values_after = _history(client, alone.info.run_id, key("sm_active", 0))
+    assert np.array_equal(values_after, values_before)
+    assert stamps_after[0] > stamps_before[0]
+
+    # a demo deleted in MLflow's UI (name kept by the soft delete) is written again without --reset
+    client.delete_experiment(active[BERT].experiment_id)
+    rewrite, _ = _demo(radt_home, store_uri, tmp_path)
+    assert rewrite.returncode == 0, rewrite.stderr
+    assert "writing the demo again" in rewrite.stdout
+    final = {name: e for name, e in _experiments(client).items() if e.lifecycle_stage == "active"}
+    assert set(final) == {RESNET, BERT}
+    assert len(_runs(client, final.values())) == len(runs_before)
+
+
+def test_demo_into_the_default_store_and_its_refusals(radt_home, tmp_path, sqlite_template):
+    # no MLFLOW_TRACKING_URI, no --store: the embedded store under RADT_HOME, which the dashboard finds by itself
+    result, _ = _demo(radt_home, None, tmp_path, minutes="1")
+    assert result.returncode == 0, result.stderr
+    database = radt_home / "mlflow.db"
+    assert f"mlflow ui --backend-store-uri 'sqlite:///{database}'" in result.stdout
+    assert "`python app.py`" in result.stdout
+    with sqlite3.connect(database) as conn:
+        names = {row[0] for row in conn.execute("select name from experiments where lifecycle_stage = 'active'")}
+    assert {RESNET, BERT} <= names
+
+    bad, _ = _demo(radt_home, None, tmp_path, minutes="0")
+    assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.strip().splitlines()) == 1 and "--minutes" in bad.stderr
+
+    # an experiment of the user's that happens to carry a demo name is never touched
+    other = tmp_path / "other.db"
+    other.write_bytes(sqlite_template.read_bytes())
+    uri = f"sqlite:///{other}"
+    mlflow.MlflowClient(uri).create_experiment(BERT)
+    refused = run_radt(["demo", "--minutes", "1", "--reset", "--store", uri], env=radt_env(radt_home), cwd=tmp_path)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1 and "not radt demo data" in refused.stderr
+    assert {e.name for e in mlflow.MlflowClient(uri).search_experiments()} == {"Default", BERT}
+
+
+def test_generator_is_deterministic_per_seed():
+    experiment = demo.EXPERIMENTS[0]
+    workload = experiment.workloads[1]
+    one = demo.generate_run(0, experiment, workload, workload.runs[0], 5)
+    same = demo.generate_run(0, experiment, workload, workload.runs[0], 5)
+    other = demo.generate_run(1, experiment, workload, workload.runs[0], 5)
+    sibling = demo.generate_run(0, experiment, workload, workload.runs[1], 5)
+    sm = key("sm_active", 0)
+    assert np.array_equal(one.series[sm], same.series[sm]) and one.epochs == same.epochs
+    assert not np.array_equal(one.series[sm], other.series[sm][: one.samples])
+    assert not np.array_equal(one.series[sm][: sibling.samples], sibling.series[sm][: one.samples])
