@@ -2,17 +2,43 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
 import psutil
 
 
+def descendants(root: int) -> list[int]:
+    """The root pid and its descendants, read from /proc/<pid>/task/*/children: only the tree's
+    own files, not every process on the host (psutil's children() scans all of /proc)."""
+    found, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            if pid == root and not os.path.isdir("/proc/self/task"):  # no procfs: ask psutil
+                try:
+                    return [root] + [p.pid for p in psutil.Process(root).children(recursive=True)]
+                except psutil.Error:
+                    return []
+            continue
+        found.append(pid)
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/children") as f:
+                    stack.extend(int(child) for child in f.read().split())
+            except (OSError, ValueError):
+                continue
+    return found
+
+
 class ProcessTree:
     """psutil.Process objects for a root pid and its descendants, kept between ticks so
     `cpu_percent()` measures the interval since the previous tick."""
 
-    def __init__(self, root_pid: int | None = None, max_age: float = 0.5) -> None:
+    def __init__(self, root_pid: int | None = None, max_age: float = 0.9) -> None:
         self.root_pid = root_pid
         self._known: dict[int, psutil.Process] = {}
         self._stamp = 0.0
@@ -28,14 +54,15 @@ class ProcessTree:
             return []
         if now - self._stamp < self._max_age:
             return self._current
-        try:
-            root = self._known.get(self.root_pid) or psutil.Process(self.root_pid)
-            found = [root] + root.children(recursive=True)
-        except psutil.Error:
-            found = []
         current = []
-        for proc in found:
-            current.append(self._known.setdefault(proc.pid, proc))
+        for pid in descendants(self.root_pid):
+            proc = self._known.get(pid)
+            if proc is None:
+                try:
+                    proc = psutil.Process(pid)
+                except psutil.Error:
+                    continue
+            current.append(proc)
         alive = {p.pid for p in current}
         self._known = {pid: p for pid, p in self._known.items() if pid in alive}
         self._current, self._stamp = current, now

@@ -152,26 +152,18 @@ def _tee(source, sink, log_path: Path) -> threading.Thread:
     return thread
 
 
-def _describe_environment(logs: Path) -> threading.Thread:
-    """pip freeze and the GPU inventory, gathered beside the training at low priority."""
+def _describe_environment(logs: Path) -> None:
+    """The GPU inventory (cheap, at start); pip freeze runs after the training (see _freeze)."""
+    (logs / "gpu-inventory.json").write_text(json.dumps(gpu_inventory(), indent=2))
 
-    def gather() -> None:
-        (logs / "gpu-inventory.json").write_text(json.dumps(gpu_inventory(), indent=2))
-        try:
-            frozen = subprocess.run(
-                [sys.executable, "-m", "pip", "freeze"],
-                capture_output=True,
-                text=True,
-                timeout=120,
-                preexec_fn=lambda: os.nice(10),
-            )
-            (logs / "pip-freeze.txt").write_text(frozen.stdout or frozen.stderr)
-        except (OSError, subprocess.SubprocessError) as exc:
-            (logs / "pip-freeze.txt").write_text(f"pip freeze failed: {exc}\n")
 
-    thread = threading.Thread(target=gather, name="radt-inventory", daemon=True)
-    thread.start()
-    return thread
+def _freeze(logs: Path) -> None:
+    """pip freeze of the script's interpreter, taken after the training so it never slows an epoch."""
+    try:
+        frozen = subprocess.run([sys.executable, "-m", "pip", "freeze"], capture_output=True, text=True, timeout=120)
+        (logs / "pip-freeze.txt").write_text(frozen.stdout or frozen.stderr)
+    except (OSError, subprocess.SubprocessError) as exc:
+        (logs / "pip-freeze.txt").write_text(f"pip freeze failed: {exc}\n")
 
 
 def _kill_tree(pid: int, leftovers: list[psutil.Process]) -> None:
@@ -224,11 +216,14 @@ class Supervisor:
             self._send(signal.SIGKILL)
 
     def wait(self) -> int:
-        while True:
-            try:
-                return self.child.wait(timeout=0.2)
-            except subprocess.TimeoutExpired:
-                pass
+        """Block until the child exits; wake twice a second only for --max-time and escalation.
+
+        A thread waits on the child (no polling); Popen.wait(timeout) would wake radt up to 1000
+        times a second and steal time from a training that fills every core.
+        """
+        exited = threading.Event()
+        threading.Thread(target=lambda: (self.child.wait(), exited.set()), name="radt-wait", daemon=True).start()
+        while not exited.wait(0.5):
             now = time.monotonic()
             if self.deadline is not None and not self.time_limited and time.time() >= self.deadline:
                 self.time_limited = True
@@ -238,6 +233,7 @@ class Supervisor:
             if self._escalate_at is not None and now >= self._escalate_at and self._escalation:
                 self._send(self._escalation.pop(0))
                 self._escalate_at = now + STOP_GRACE
+        return self.child.returncode
 
 
 def final_status(returncode: int, supervisor: Supervisor, stop_reason: str | None) -> str:
@@ -284,7 +280,7 @@ def run_script(opts: RunOptions) -> int:
     tree = ProcessTree()
     ctx = SamplingContext(interval=opts.interval, devices=watched_devices(opts.devices, os.environ.get("CUDA_VISIBLE_DEVICES")), pids=tree.processes)
     sources = open_sources([make_source(name) for name in opts.listeners], ctx, report)
-    inventory = _describe_environment(logs)
+    _describe_environment(logs)
 
     deadline = time.time() + opts.max_time * 60 if opts.max_time else None
     started_flag = run_dir / "started"
@@ -315,7 +311,7 @@ def run_script(opts: RunOptions) -> int:
         stop_reason = stop_file.read_text().strip() if stop_file.exists() else None
         status = final_status(returncode, supervisor, stop_reason)
         written = writer.close(opts.flush_timeout)
-        inventory.join(30)
+        _freeze(logs)
         (logs / "radt-sources.json").write_text(json.dumps({s.name: s.describe() for s in sampler.sources}, indent=2))
         finish_run(
             client, run_dir, run_id, parent_id, status, returncode, stop_reason or ("max_time" if supervisor.time_limited else None), written, writer.written
