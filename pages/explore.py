@@ -36,22 +36,7 @@ def _duration(seconds: float) -> str:
 
 def _runs(experiment_ids: list[str]) -> pd.DataFrame:
     if not experiment_ids:
-        return pd.DataFrame(
-            columns=[
-                "run_id",
-                "experiment_id",
-                "run_name",
-                "status",
-                "start_time",
-                "end_time",
-                "duration_s",
-                "workload_id",
-                "workload_label",
-                "letter",
-                "params",
-                "tags",
-            ]
-        )
+        return pd.DataFrame(columns=queries.RUN_COLUMNS)
     return queries.list_runs(STATE.engine, experiment_ids)
 
 
