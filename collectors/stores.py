@@ -44,7 +44,10 @@ def make_engine(uri: str) -> sa.Engine:
 
         @sa.event.listens_for(engine, "connect")
         def _wal(dbapi_connection, _record):  # readers (the dashboard) never block the writer
-            dbapi_connection.execute("PRAGMA journal_mode=WAL")
+            try:  # a no-op once the file is in WAL mode; radt switches it before the script starts
+                dbapi_connection.execute("PRAGMA journal_mode=WAL")
+            except Exception:  # locked by a writer right now: the mode is switched on a later connect
+                pass
 
         return engine
     return sa.create_engine(uri, pool_pre_ping=True, pool_size=2, max_overflow=2, connect_args={"connect_timeout": 5})

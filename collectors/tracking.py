@@ -58,6 +58,16 @@ def connect(uri: str) -> MlflowClient:
         path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists():
             _init_sqlite(uri)
+        from collectors.stores import make_engine
+
+        engine = make_engine(uri)  # switches the file to WAL now, while nothing else writes to it
+        try:
+            with engine.connect():
+                pass
+        except Exception as exc:
+            raise _unreachable(uri, exc) from exc
+        finally:
+            engine.dispose()
     elif is_database_uri(uri):  # MLflow retries a dead database for a minute; ask once first
         from collectors.stores import make_engine
 
