@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from app.dashboard import create_app
+from app.state import STATE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,9 +20,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", help="simple (default), null, or a redis:// URL")
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
-    dashboard = create_app(args.store, args.cache)
-    print(f"radt dashboard on http://{args.host}:{args.port}/ (store {dashboard.title and args.store or 'default'})", file=sys.stderr)
-    dashboard.run(host=args.host, port=args.port, debug=args.debug)
+    try:
+        dashboard = create_app(args.store, args.cache)
+    except ValueError as exc:  # a bad --cache / RADT_CACHE
+        print(f"radt dashboard: {exc}", file=sys.stderr)
+        return 2
+    where = STATE.store_uri.split("@")[-1]
+    print(f"radt dashboard on http://{args.host}:{args.port}/ (store {where})", file=sys.stderr)
+    if STATE.error:
+        print(f"radt dashboard: {STATE.error} (the page says so until it can read the store)", file=sys.stderr)
+    try:
+        dashboard.run(host=args.host, port=args.port, debug=args.debug)
+    except OSError as exc:  # the port is taken, or the address is not this machine's
+        print(f"radt dashboard: cannot listen on {args.host}:{args.port} ({exc.strerror or exc}); pick another with --port", file=sys.stderr)
+        return 1
     return 0
 
 

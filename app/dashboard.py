@@ -8,22 +8,14 @@ import dash
 
 from app.cache import CACHE, cache_config
 from app.config import tracking_uri
-from app.state import STATE
+from app.state import STATE, connect_store
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def create_app(store: str | None = None, cache: str | None = None) -> dash.Dash:
     """The dashboard on `store` (default: MLFLOW_TRACKING_URI, else the embedded SQLite file)."""
-    from app.queries import list_experiments, make_read_engine
-
-    STATE.store_uri = tracking_uri(store)
-    STATE.error = None
-    try:
-        STATE.engine = make_read_engine(STATE.store_uri)
-        list_experiments(STATE.engine)
-    except Exception as exc:  # shown as a page: the store may come up later
-        STATE.error = f"cannot read the store {STATE.store_uri.split('@')[-1]}: {str(exc).splitlines()[0][:300]}"
+    connect_store(tracking_uri(store))  # an unreachable store becomes a page, retried on reload
     app = dash.Dash(
         __name__,
         use_pages=True,

@@ -1,18 +1,21 @@
-"""Cached access to series for the pages: per run, finished runs long, running runs briefly.
+"""Cached access to the store for the pages: run lists, series and summaries.
 
-A metric spec is `cat:<catalogue name>` (resolved per run, radT legacy keys included) or
-`key:<stored key>` (any other metric, e.g. the run's own loss).
+Finished runs are cached long (their data never changes), running runs for one poll interval,
+listings for a few seconds. A metric spec is `cat:<catalogue name>` (resolved per run, radT
+legacy keys included) or `key:<stored key>` (any other metric, e.g. the run's own loss).
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
 
 from app import queries
-from app.cache import CACHE, FINISHED_TIMEOUT, RUNNING_TIMEOUT
+from app.cache import CACHE, FINISHED_TIMEOUT, LISTING_TIMEOUT, RUNNING_TIMEOUT
 from app.catalogue import METRICS, Metric
 from app.state import STATE
 
@@ -26,6 +29,10 @@ DEFAULT_METRICS = [
     "cat:cpu_utilization_percentage",
     "cat:system_memory_usage_megabytes",
 ]
+X_MODES = ("relative", "wall", "step")
+ABSENT = "absent"  # cached marker: this run has no such metric
+
+Window = tuple[int | None, int | None]
 
 
 def spec_metric(spec: str) -> Metric:
@@ -36,36 +43,109 @@ def spec_metric(spec: str) -> Metric:
     return Metric(name, name, "", False, None, None)
 
 
-def _cache_key(spec: str, run_id: str, window: tuple | None, budget: int) -> str:
-    raw = f"{spec}|{run_id}|{window}|{budget}"
-    return "series:" + hashlib.sha1(raw.encode()).hexdigest()
+def _key(*parts) -> str:
+    return "radt:" + hashlib.sha1("|".join(map(str, parts)).encode()).hexdigest()
 
 
-def _load(spec: str, run_ids: list[str], window: tuple | None, budget: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    start, end = window if window else (None, None)
+def _timeout(status: str) -> int:
+    return RUNNING_TIMEOUT if status in queries.LIVE_STATUSES else FINISHED_TIMEOUT
+
+
+def runs(experiment_ids: list[str]) -> pd.DataFrame:
+    """queries.list_runs through the cache (a few seconds: statuses and new runs show up quickly)."""
+    ids = sorted(set(experiment_ids or []))
+    if not ids:
+        return pd.DataFrame(columns=queries.RUN_COLUMNS)
+    cache_key = _key("runs", STATE.store_uri, *ids)
+    hit = CACHE.get(cache_key)
+    if hit is not None:
+        return hit
+    frame = queries.list_runs(STATE.engine, ids)
+    CACHE.set(cache_key, frame, timeout=LISTING_TIMEOUT)
+    return frame
+
+
+def _load(spec: str, run_ids: list[str], windows: Mapping[str, Window], budget: int, x: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     kind, _, name = spec.partition(":")
+    options = {"windows": windows, "x": "step" if x == "step" else "timestamp"}
     if kind == "cat":
-        return queries.load_metric(STATE.engine, run_ids, name, None, start_ms=start, end_ms=end, budget=budget)
-    return queries.load_series(STATE.engine, run_ids, name, start_ms=start, end_ms=end, budget=budget)
+        return queries.load_metric(STATE.engine, run_ids, name, None, budget=budget, **options)
+    return queries.load_series(STATE.engine, run_ids, name, budget=budget, **options)
 
 
-def series(spec: str, runs: pd.DataFrame, window: tuple | None = None, budget: int = 2000) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Series of `spec` for the runs (rows of queries.list_runs), through the cache."""
+def series(
+    spec: str,
+    runs: pd.DataFrame,
+    windows: Mapping[str, Window] | None = None,
+    budget: int = 2000,
+    x: str = "relative",
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Series of `spec` for the runs (rows of queries.list_runs), through the cache, per run.
+
+    `windows` gives a run its own x range (ms, or steps when x is "step"): a zoomed chart asks for
+    that range again at full detail. x "step" returns stored steps instead of timestamps.
+    """
+    windows = dict(windows or {})
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     missing: list[str] = []
     status = dict(zip(runs["run_id"], runs["status"], strict=False))
+    x = "step" if x == "step" else "timestamp"
     for run_id in runs["run_id"]:
-        hit = CACHE.get(_cache_key(spec, run_id, window, budget))
+        hit = CACHE.get(_key("series", STATE.store_uri, spec, run_id, windows.get(run_id), budget, x))
         if hit is None:
             missing.append(run_id)
-        elif hit != "absent":
+        elif not isinstance(hit, str):
             out[run_id] = hit
     if missing:
-        loaded = _load(spec, missing, window, budget)
+        loaded = _load(spec, missing, {r: windows[r] for r in missing if r in windows}, budget, x)
         for run_id in missing:
-            timeout = RUNNING_TIMEOUT if status.get(run_id) == "RUNNING" else FINISHED_TIMEOUT
             value = loaded.get(run_id)
-            CACHE.set(_cache_key(spec, run_id, window, budget), value if value is not None else "absent", timeout=timeout)
+            CACHE.set(
+                _key("series", STATE.store_uri, spec, run_id, windows.get(run_id), budget, x),
+                ABSENT if value is None else value,
+                timeout=_timeout(status.get(run_id, "")),
+            )
             if value is not None:
                 out[run_id] = value
+    return {r: out[r] for r in runs["run_id"] if r in out}
+
+
+def summary(runs: pd.DataFrame) -> pd.DataFrame:
+    """queries.run_summary per run through the cache (finished runs long, running ones briefly)."""
+    if runs.empty:
+        return queries.run_summary(STATE.engine, [])
+    rows: dict[str, dict] = {}
+    missing = []
+    for run_id in runs["run_id"]:
+        hit = CACHE.get(_key("summary", STATE.store_uri, run_id))
+        if hit is None:
+            missing.append(run_id)
+        else:
+            rows[run_id] = hit
+    if missing:
+        status = dict(zip(runs["run_id"], runs["status"], strict=False))
+        for row in queries.run_summary(STATE.engine, missing).to_dict("records"):
+            rows[row["run_id"]] = row
+            CACHE.set(_key("summary", STATE.store_uri, row["run_id"]), row, timeout=_timeout(status.get(row["run_id"], "")))
+    return pd.DataFrame([rows[r] for r in runs["run_id"] if r in rows], columns=queries.SUMMARY_COLUMNS)
+
+
+def zoom_windows(x_range: tuple | None, x_mode: str, runs: pd.DataFrame) -> dict[str, Window]:
+    """Per-run query windows for a zoomed x range of the chart (None: the whole runs).
+
+    Relative axis: minutes since each run's start; wall clock: one absolute range; step: steps.
+    """
+    if not x_range or runs.empty:
+        return {}
+    low, high = x_range
+    out: dict[str, Window] = {}
+    for run_id, start in zip(runs["run_id"], runs["start_time"], strict=False):
+        if x_mode == "relative":
+            if start is None or (isinstance(start, float) and math.isnan(start)):
+                continue
+            out[run_id] = (int(start + low * 60_000) - 1, int(start + high * 60_000) + 1)
+        elif x_mode == "wall":
+            out[run_id] = (int(pd.Timestamp(low).value // 1_000_000) - 1, int(pd.Timestamp(high).value // 1_000_000) + 1)
+        else:
+            out[run_id] = (math.floor(float(low)), math.ceil(float(high)))
     return out

@@ -16,7 +16,8 @@ from plotly.subplots import make_subplots
 from app.catalogue import Metric
 
 PALETTE = qualitative.D3 + qualitative.Set2
-X_TITLES = {"relative": "time since run start (min)", "wall": "wall clock", "step": "sample"}
+GROUP_GRID = 600  # points of a workload's mean and band
+X_TITLES = {"relative": "time since run start (min)", "wall": "wall clock (UTC)", "step": "step"}
 
 
 @dataclass
@@ -38,12 +39,13 @@ def ema(values: np.ndarray, smoothing: float) -> np.ndarray:
     return pd.Series(values).ewm(alpha=1.0 - min(smoothing, 0.999), ignore_na=True).mean().to_numpy()
 
 
-def x_values(timestamps: np.ndarray, start_ms: float, mode: str):
+def x_values(xs: np.ndarray, start_ms: float, mode: str):
+    """Chart x of stored x values: timestamps (ms) for "relative"/"wall", stored steps for "step"."""
     if mode == "wall":
-        return pd.to_datetime(timestamps, unit="ms")
+        return pd.to_datetime(xs, unit="ms")
     if mode == "step":
-        return np.arange(len(timestamps))
-    return (timestamps - start_ms) / 60000.0
+        return xs
+    return (xs - start_ms) / 60000.0
 
 
 def _hover(row: pd.Series) -> str:
@@ -65,9 +67,10 @@ def overlay_figure(
     smoothing: float = 0.0,
     log_y: bool = False,
     panel_height: int = 230,
+    x_range: tuple | None = None,
 ) -> go.Figure:
     """Stacked charts, one per metric, sharing the x axis; one trace per run, or per workload
-    as the mean with a min-max band when `grouped`."""
+    as the mean with a min-max band when `grouped`. `x_range` zooms the shared x axis."""
     rows = max(1, len(panels))
     fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.04 if rows > 1 else 0.0, subplot_titles=[unit_label(p.metric) for p in panels])
     runs = runs.set_index("run_id", drop=False) if "run_id" in runs else runs
@@ -103,30 +106,38 @@ def overlay_figure(
             fig.update_yaxes(range=[0, 1.02], **axis)
         if log_y:
             fig.update_yaxes(type="log", **axis)
-    fig.update_xaxes(title_text=X_TITLES.get(x_mode, ""), row=rows, col=1)
+    x_title = X_TITLES["relative"] if grouped and x_mode == "wall" else X_TITLES.get(x_mode, "")
+    fig.update_xaxes(title_text=x_title, row=rows, col=1)
+    if x_range is not None:
+        fig.update_xaxes(range=list(x_range))
     fig.update_layout(
         height=max(260, panel_height * rows),
         margin={"l": 60, "r": 20, "t": 40, "b": 50},
         template="plotly_white",
         hovermode="closest",
         legend={"orientation": "h", "y": 1.0 + 40 / max(260, panel_height * rows), "x": 0, "yanchor": "bottom"},
-        uirevision="keep",
+        uirevision=f"{x_mode}-{grouped}",  # keeps the user's zoom across redraws until the axis changes
     )
     return fig
 
 
 def _add_groups(fig, panel: Panel, runs: pd.DataFrame, x_mode: str, smoothing: float, row: int, first: bool, colors: dict) -> None:
-    """Mean and min-max band of each workload's runs on a shared relative-time grid."""
+    """Mean and min-max band of each workload's runs on a shared grid (time since start, or steps).
+
+    Runs of a workload started at different wall-clock times, so "wall" is drawn as time since start.
+    """
     by_workload: dict[str, list[pd.Series]] = {}
-    for run_id, (ts, ys) in panel.series.items():
-        if run_id not in runs.index or len(ts) == 0:
+    mode = "step" if x_mode == "step" else "relative"
+    for run_id, (xs, ys) in panel.series.items():
+        if run_id not in runs.index or len(xs) == 0:
             continue
         meta = runs.loc[run_id]
-        minutes = (ts - meta["start_time"]) / 60000.0
-        by_workload.setdefault(meta["workload_id"], []).append(pd.Series(ema(ys, smoothing), index=minutes))
+        grid_x = np.asarray(x_values(xs, meta["start_time"], mode), dtype=np.float64)
+        by_workload.setdefault(meta["workload_id"], []).append(pd.Series(ema(ys, smoothing), index=grid_x))
     for workload_id, members in by_workload.items():
-        span = max(s.index.max() for s in members)
-        grid = np.linspace(0, span, 400) if span > 0 else np.array([0.0])
+        low_x = min(s.index.min() for s in members)
+        high_x = max(s.index.max() for s in members)
+        grid = np.linspace(low_x, high_x, GROUP_GRID) if high_x > low_x else np.array([low_x])
         stacked = np.vstack([np.interp(grid, s.index.to_numpy(), s.to_numpy(), left=np.nan, right=np.nan) for s in members])
         with np.errstate(all="ignore"):
             mean, low, high = np.nanmean(stacked, axis=0), np.nanmin(stacked, axis=0), np.nanmax(stacked, axis=0)

@@ -10,13 +10,13 @@ from urllib.parse import urlencode
 
 import dash
 import pandas as pd
-from dash import ALL, MATCH, Input, Output, State, callback, clientside_callback, dash_table, dcc, html
+from dash import ALL, MATCH, ClientsideFunction, Input, Output, State, callback, clientside_callback, dash_table, dcc, html
 
-from app import queries
-from app.catalogue import METRICS
-from app.data import DEFAULT_METRICS, series, spec_metric
+from app import data, queries
+from app.catalogue import METRICS, resolve
+from app.data import DEFAULT_METRICS, X_MODES, spec_metric
 from app.figures import Panel, empty_figure, overlay_figure
-from app.state import STATE
+from app.state import STATE, store_error
 
 dash.register_page(__name__, path="/", name="Explore", title="radt · explore")
 
@@ -35,9 +35,7 @@ def _duration(seconds: float) -> str:
 
 
 def _runs(experiment_ids: list[str]) -> pd.DataFrame:
-    if not experiment_ids:
-        return pd.DataFrame(columns=queries.RUN_COLUMNS)
-    return queries.list_runs(STATE.engine, experiment_ids)
+    return data.runs(experiment_ids or [])
 
 
 def _matches(row: pd.Series, text: str) -> bool:
@@ -96,8 +94,6 @@ def metric_options(run_ids: list[str]) -> list[dict]:
     options = [{"label": f"{METRICS[s[4:]].label} · {METRICS[s[4:]].unit}", "value": s} for s in DEFAULT_METRICS]
     if not run_ids or STATE.engine is None:
         return options
-    from app.catalogue import resolve
-
     seen = {o["value"] for o in options}
     for key in queries.list_metric_keys(STATE.engine, run_ids):
         resolved = resolve(key)
@@ -117,14 +113,16 @@ def layout(
     mode: str = "runs",
     smooth: str = "0",
     log: str = "0",
+    xr: str | None = None,
     **_ignored,
 ):
-    if STATE.error or STATE.engine is None:
+    error = store_error()
+    if error:
         return html.Div(
             [
                 html.H2("The tracking store cannot be read"),
-                html.P(STATE.error or "no store configured"),
-                html.P("Start the database, or restart with python app.py --store URI."),
+                html.P(error, id="store-error-reason"),
+                html.P("Start the database (or fix the URI: python app.py --store URI), then reload this page."),
             ],
             className="store-error",
         )
@@ -133,6 +131,19 @@ def layout(
     selected = set(_split(runs))
     table = _runs(exp_ids)
     chosen_metrics = _split(metrics) or DEFAULT_METRICS
+    x = x if x in X_MODES else "relative"
+    mode = mode if mode in ("runs", "grouped") else "runs"
+    initial_view = {
+        "exp": ",".join(exp_ids),
+        "runs": ",".join(_split(runs)),
+        "metrics": ",".join(chosen_metrics),
+        "x": x,
+        "mode": mode,
+        "smooth": smooth,
+        "log": log,
+    }
+    if xr and len(_split(xr)) == 2:
+        initial_view["xr"] = xr
     return html.Div(
         [
             html.Aside(
@@ -167,7 +178,7 @@ def layout(
                                 options=[
                                     {"label": "since start", "value": "relative"},
                                     {"label": "wall clock", "value": "wall"},
-                                    {"label": "samples", "value": "step"},
+                                    {"label": "step", "value": "step"},
                                 ],
                                 value=x,
                                 inline=True,
@@ -226,7 +237,8 @@ def layout(
                         style_table={"overflowX": "auto"},
                         style_cell={"fontFamily": "inherit", "fontSize": 13, "padding": "4px 8px"},
                     ),
-                    dcc.Store(id="view"),
+                    dcc.Store(id="view", data=initial_view),
+                    dcc.Store(id="zoom", data={"axis": f"{x}-{mode}", "range": initial_view.get("xr")}),
                     html.Div(id="url-sink", hidden=True),
                 ],
                 className="content",
@@ -263,14 +275,21 @@ def refresh_metric_options(values):
     return metric_options([run_id for group in values or [] for run_id in group or []])
 
 
-def _window(relayout: dict | None, x_mode: str) -> tuple | None:
-    """A zoomed x range in wall-clock mode, as (start ms, end ms), for a full-detail query."""
-    if not relayout or x_mode != "wall":
+def _x_range(zoom: str | None, x_mode: str) -> tuple | None:
+    """The zoom as chart x values (minutes or steps as floats, wall clock as text)."""
+    parts = _split(zoom)
+    if len(parts) != 2:
         return None
-    start, end = relayout.get("xaxis.range[0]"), relayout.get("xaxis.range[1]")
-    if start is None or end is None:
+    if x_mode == "wall":
+        try:
+            return tuple(sorted((pd.Timestamp(parts[0]), pd.Timestamp(parts[1]))))
+        except ValueError:
+            return None
+    try:
+        low, high = sorted(float(p) for p in parts)
+    except ValueError:
         return None
-    return int(pd.Timestamp(start).value // 1_000_000), int(pd.Timestamp(end).value // 1_000_000)
+    return low, high
 
 
 @callback(
@@ -283,11 +302,13 @@ def _window(relayout: dict | None, x_mode: str) -> tuple | None:
     Input("group-mode", "value"),
     Input("smoothing", "value"),
     Input("log-y", "value"),
-    Input("charts", "relayoutData"),
+    Input("zoom", "data"),
     State("experiments", "value"),
 )
-def draw(run_groups, metric_specs, x_mode, group_mode, smoothing, log_y, relayout, experiment_ids):
+def draw(run_groups, metric_specs, x_mode, group_mode, smoothing, log_y, zoom_state, experiment_ids):
     run_ids = list(dict.fromkeys(run_id for group in run_groups or [] for run_id in group or []))
+    # a range in minutes means nothing on a wall-clock or step axis: the zoom belongs to its axis
+    zoom = (zoom_state or {}).get("range") if (zoom_state or {}).get("axis") == f"{x_mode}-{group_mode}" else None
     view = {
         "exp": ",".join(experiment_ids or []),
         "runs": ",".join(run_ids),
@@ -297,28 +318,32 @@ def draw(run_groups, metric_specs, x_mode, group_mode, smoothing, log_y, relayou
         "smooth": f"{smoothing or 0:g}",
         "log": "1" if log_y else "0",
     }
+    if zoom:
+        view["xr"] = zoom
     if not run_ids:
         return empty_figure("Pick runs on the left."), [], view
     if not metric_specs:
         return empty_figure("Pick at least one metric."), [], view
     runs = _runs(experiment_ids or [])
     runs = runs[runs["run_id"].isin(run_ids)]
-    window = _window(relayout, x_mode)
+    x_range = _x_range(zoom, x_mode)
+    grouped = group_mode == "grouped"
+    windows = data.zoom_windows(x_range, "relative" if grouped and x_mode == "wall" else x_mode, runs) if x_range else {}
     panels = []
     for spec in metric_specs:
-        data = series(spec, runs, window)
-        if data:
-            panels.append(Panel(spec_metric(spec), data))
+        found = data.series(spec, runs, windows, x=x_mode)
+        if found:
+            panels.append(Panel(spec_metric(spec), found))
     if not panels:
         return empty_figure("None of the chosen metrics exists in these runs."), _summary(runs), view
-    figure = overlay_figure(panels, runs, x_mode=x_mode, grouped=group_mode == "grouped", smoothing=smoothing or 0, log_y=bool(log_y))
+    figure = overlay_figure(panels, runs, x_mode=x_mode, grouped=grouped, smoothing=smoothing or 0, log_y=bool(log_y), x_range=x_range)
     return figure, _summary(runs), view
 
 
 def _summary(runs: pd.DataFrame) -> list[dict]:
     if runs.empty:
         return []
-    stats = queries.run_summary(STATE.engine, list(runs["run_id"])).set_index("run_id")
+    stats = data.summary(runs).set_index("run_id")
     rows = []
     for r in runs.itertuples():
         s = stats.loc[r.run_id] if r.run_id in stats.index else {}
@@ -343,6 +368,16 @@ def _summary(runs: pd.DataFrame) -> list[dict]:
         )
     return rows
 
+
+clientside_callback(
+    ClientsideFunction(namespace="radt", function_name="zoom"),
+    Output("zoom", "data"),
+    Input("charts", "relayoutData"),
+    State("zoom", "data"),
+    State("x-mode", "value"),
+    State("group-mode", "value"),
+    prevent_initial_call=True,
+)
 
 clientside_callback(
     """

@@ -410,3 +410,46 @@ def test_an_unreachable_store_is_one_clear_error(tmp_path: Path, pg_uri):
     with pytest.raises(q.StoreUnavailable, match="radt_no_such_database"):
         q.check_store(q.make_read_engine(gone.replace("postgresql://", "postgres://")))
     q.check_store(q.make_read_engine(pg_uri))
+
+
+# --- the pages' cached access (app.data) -----------------------------------------------------------
+
+
+def test_cached_series_zoom_windows_and_step_axis(built, engine, monkeypatch, tmp_path):
+    from flask import Flask
+
+    from app import data
+    from app.cache import CACHE, cache_config
+    from app.state import STATE
+
+    CACHE.init_app(Flask(__name__), config=cache_config("simple"))
+    CACHE.clear()
+    monkeypatch.setattr(STATE, "engine", engine)
+    monkeypatch.setattr(STATE, "store_uri", built.uri)
+    r = built.runs
+    runs = data.runs([built.experiments["radt-new"]])
+    assert set(runs["run_id"]) == {r["A"], r["B"], r["C"], r["D"]}
+    first = data.series("cat:sm_active", runs)
+    assert set(first) == {r["A"], r["B"], r["C"]} and len(first[r["C"]][0]) <= 2000
+
+    # a second chart of the same runs comes from the cache: the database is not asked again
+    monkeypatch.setattr(STATE, "engine", q.make_read_engine(f"sqlite:///{tmp_path / 'absent.db'}"))
+    again = data.series("cat:sm_active", data.runs([built.experiments["radt-new"]]))
+    assert again.keys() == first.keys() and all(np.array_equal(again[k][0], first[k][0]) for k in first)
+    monkeypatch.setattr(STATE, "engine", engine)
+
+    # zoomed to minutes 1-2 since each run's start: C's points 60..120, every one of them
+    windows = data.zoom_windows((1.0, 2.0), "relative", runs)
+    zoomed = data.series("cat:sm_active", runs, windows)
+    ts, raw = built.series[("C", "system/gpu_0_sm_active")]
+    assert np.array_equal(zoomed[r["C"]][0], ts[60:121]) and np.array_equal(zoomed[r["C"]][1], raw[60:121])
+    assert np.array_equal(zoomed[r["A"]][0], BASE + np.arange(60, 121) * 1000)
+    # the step axis shows MLflow's stored steps, windows in steps
+    steps = data.series("cat:sm_active", runs, data.zoom_windows((99.5, 199.0), "step", runs), x="step")
+    assert np.array_equal(steps[r["C"]][0], np.arange(99, 200)) and np.array_equal(steps[r["C"]][1], raw[99:200]), "whole steps around the range"
+    wall = data.zoom_windows(("2023-11-14 22:13:20", "2023-11-14 22:13:30"), "wall", runs)  # BASE in UTC
+    assert wall[r["A"]] == (BASE + 0 - 1, BASE + 10_000 + 1)
+    summary = data.summary(runs)
+    direct = q.run_summary(engine, list(runs["run_id"]))
+    assert list(summary["run_id"]) == list(runs["run_id"])
+    assert summary.drop(columns="duration_s").equals(direct.drop(columns="duration_s")), "a running run's duration grows between calls"

@@ -1,0 +1,246 @@
+"""The explore page in real headless Chromium against a real `python app.py`, on SQLite and PostgreSQL.
+
+A user picks experiment → workload → runs, sees one SMACT trace per run, switches to grouped,
+reloads and finds the same view from the URL; zooming asks the store again for the visible window
+at full detail. Screenshots are kept in test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from mlflow import MlflowClient
+
+from app import queries
+from collectors import demo, tracking
+from collectors.points import Point
+from collectors.stores import SqlMetricStore
+from tests.browser import TRACES_JS, chromium, dashboard, screenshot
+from tests.conftest import _drop_pg_database, _new_pg_database, _pg_url, radt_env
+
+pytestmark = pytest.mark.xdist_group("explore-browser")  # on one worker: the demo store is written once per store kind
+
+RESNET = "demo: resnet50 collocation"
+LONG_POINTS = 10_800  # three hours at 1 Hz: downsampled on screen, raw when zoomed in
+START = 1_760_000_000_000
+REDIS = os.environ.get("RADT_TEST_REDIS", "redis://127.0.0.1:6379/0")
+
+
+def _write_long_run(uri: str) -> str:
+    """A three-hour radt run with a spike at minute 100, written through radt's own bulk path."""
+    client = MlflowClient(uri)
+    experiment = tracking.resolve_experiment(client, uri, "long runs")
+    run_id, _parent = tracking.create_run(
+        client,
+        experiment,
+        command=["python", "train.py"],
+        script="train.py",
+        script_args=[],
+        run_name="three hours",
+        workload=None,
+        letter="A",
+        devices="0",
+        collocation="-",
+        listeners=["nvml", "host"],
+        settings={"interval": "1"},
+        start_time=START,
+    )
+    values = 0.5 + 0.3 * np.sin(np.arange(LONG_POINTS) / 30.0)
+    values[6000] = 0.99  # one second of peak: must survive downsampling
+    SqlMetricStore(uri).write(run_id, [Point("system/gpu_0_sm_active", float(v), START + i * 1000, i) for i, v in enumerate(values)])
+    client.set_terminated(run_id, "FINISHED", end_time=START + LONG_POINTS * 1000)
+    return run_id
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def filled_store(request, tmp_path_factory, sqlite_template):
+    """A store holding `radt demo` and one long run, written once for this module's tests."""
+    home = tmp_path_factory.mktemp("browser-home")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RADT_HOME", str(home))
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        if request.param == "sqlite":
+            path = home / "store.db"
+            shutil.copy(sqlite_template, path)
+            uri, database = f"sqlite:///{path}", None
+        else:
+            database = _new_pg_database(request.getfixturevalue("pg_template"))
+            uri = _pg_url(database)
+        demo.write_demo(uri, minutes=4, report=lambda _line: None)
+        long_run = _write_long_run(uri)
+    yield {"uri": uri, "home": home, "long_run": long_run, "kind": request.param}
+    if database:
+        _drop_pg_database(database)
+
+
+@pytest.fixture(scope="module")
+def served(filled_store):
+    with dashboard(filled_store["uri"], radt_env(filled_store["home"])) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as b:
+        yield b
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    yield page
+    context.close()
+
+
+def _traces(page, axis: str = "y") -> list[dict]:
+    return page.evaluate(TRACES_JS, axis) or []
+
+
+def _wait_traces(page, names: set[str], axis: str = "y") -> list[dict]:
+    """Until the chart on `axis` (y = the first chart, SMACT) shows exactly these legend names."""
+    page.wait_for_function(
+        "([axis, names]) => { const t = (" + TRACES_JS + ")(axis); return t && JSON.stringify(t.map(x => x.name).sort()) === JSON.stringify(names); }",
+        arg=[axis, sorted(names)],
+    )
+    return _traces(page, axis)
+
+
+def _chart_titles(page) -> list[str]:
+    return page.locator("#charts .annotation-text").all_text_contents()
+
+
+def test_pick_runs_group_and_reload(page, served, filled_store):
+    page.goto(served)
+    page.locator("#experiments label", has_text=RESNET).locator("input").check()
+    page.locator(".workload summary", has_text="2 same GPU").locator("input").check()
+    traces = _wait_traces(page, {"resnet50 2A", "resnet50 2B"})
+    assert all(t["n"] > 100 for t in traces), traces
+    assert _chart_titles(page)[:4] == ["SMACT", "SMOCC", "GRACT", "DRAMA"]
+    page.wait_for_function("document.querySelectorAll('#summary tbody tr').length >= 3")  # header + 2 runs
+    rows = page.locator("#summary tbody tr").all_inner_texts()
+    assert sum("resnet50 2" in r for r in rows) == 2, rows
+
+    # one more run from another workload, ticked on its own
+    page.locator(".workload", has_text="3 MPS").locator(".wl-runs label", has_text="resnet50 3A").locator("input").check()
+    _wait_traces(page, {"resnet50 2A", "resnet50 2B", "resnet50 3A"})
+
+    # grouped: one mean per workload (with its band), named with the number of runs
+    page.locator("#group-mode label", has_text="grouped").locator("input").check()
+    grouped = {"workload 2 same GPU (mean of 2)", "workload 3 MPS (mean of 1)"}
+    page.wait_for_function(
+        "(names) => { const t = (" + TRACES_JS + ")('y'); return t && names.every(n => t.some(x => x.name === n)); }",
+        arg=sorted(grouped),
+    )
+    page.wait_for_function("location.search.includes('mode=grouped')")
+    url = page.url
+    assert re.search(r"[?&]exp=\d", url) and "runs=" in url, url
+    screenshot(page, f"explore-grouped-{filled_store['kind']}")
+
+    # reload: the same view comes back from the URL alone
+    page.reload()
+    page.wait_for_function(
+        "(names) => { const t = (" + TRACES_JS + ")('y'); return t && names.every(n => t.some(x => x.name === n)); }",
+        arg=sorted(grouped),
+    )
+    assert page.locator("#group-mode input[value=grouped]").is_checked()
+    assert page.locator(".wl-runs label", has_text="resnet50 3A").locator("input").is_checked()
+    assert not page.locator(".wl-runs label", has_text="resnet50 3B").locator("input").is_checked()
+    assert page.url == url
+
+
+def test_zoom_asks_for_the_window_at_full_detail(page, served, filled_store):
+    run_id = filled_store["long_run"]
+    experiment = MlflowClient(filled_store["uri"]).get_run(run_id).info.experiment_id
+    page.goto(f"{served}?exp={experiment}&runs={run_id}&metrics=cat:sm_active")
+    traces = _wait_traces(page, {"three hours"})
+    assert 1000 < traces[0]["n"] <= 2000, "the whole run is downsampled to the point budget"
+    assert max(page.evaluate("() => Array.from(document.querySelector('#charts .js-plotly-plot')._fullData[0].y)")) == pytest.approx(0.99)
+
+    # zoom to minutes 60-70 as a drag on the chart would: the store is asked again for that window
+    page.evaluate("() => Plotly.relayout(document.querySelector('#charts .js-plotly-plot'), {'xaxis.range[0]': 60, 'xaxis.range[1]': 70})")
+    page.wait_for_function("location.search.includes('xr=60')")
+    page.wait_for_function("() => { const t = (" + TRACES_JS + ")('y'); return t && t.length === 1 && t[0].n <= 700; }")
+    zoomed = _traces(page)[0]
+    engine = queries.make_read_engine(filled_store["uri"])
+    with engine.connect() as conn:
+        raw = conn.execute(
+            sa.select(sa.func.count())
+            .select_from(queries.METRICS)
+            .where(
+                queries.METRICS.c.run_uuid == run_id,
+                queries.METRICS.c.key == "system/gpu_0_sm_active",
+                queries.METRICS.c.timestamp.between(START + 3_600_000, START + 4_200_000),
+            )
+        ).scalar_one()
+    engine.dispose()
+    inside = [x for x in zoomed["x"] if 60 <= x <= 70]
+    assert len(inside) == raw == 601, (len(inside), raw)
+    assert np.allclose(np.diff(inside), 1 / 60), "every sample of the window, one per second"
+    screenshot(page, f"explore-zoomed-{filled_store['kind']}")
+
+    # the zoom is part of the view: a reload shows the same window; a double-click zooms out again
+    page.reload()
+    page.wait_for_function("() => { const t = (" + TRACES_JS + ")('y'); return t && t.length === 1 && t[0].n <= 700; }")
+    assert page.evaluate("() => document.querySelector('#charts .js-plotly-plot').layout.xaxis.range") == [60, 70]
+    box = page.locator("#charts .nsewdrag").first.bounding_box()
+    page.mouse.dblclick(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.wait_for_function("!location.search.includes('xr=')")
+    page.wait_for_function("() => { const t = (" + TRACES_JS + ")('y'); return t && t.length === 1 && t[0].n > 1000; }")
+
+
+def test_an_unreachable_store_is_a_page_not_a_traceback(page, tmp_path, radt_home):
+    from tests.browser import free_port
+
+    dead = f"postgresql://postgres@127.0.0.1:{free_port()}/mlflow"  # nothing listens there
+    with dashboard(dead, radt_env(radt_home)) as base:
+        page.goto(base)
+        page.wait_for_selector(".store-error")
+        reason = page.locator("#store-error-reason").inner_text()
+        assert "cannot read the tracking store" in reason and "127.0.0.1" in reason, reason
+        assert "Traceback" not in page.content()
+    missing = tmp_path / "nothing-here" / "mlflow.db"
+    with dashboard(f"sqlite:///{missing}", radt_env(radt_home)) as base:
+        page.goto(base)
+        page.wait_for_selector(".store-error")
+        assert "radt demo" in page.locator("#store-error-reason").inner_text()
+        assert not missing.exists(), "the dashboard never creates a store"
+
+
+def test_several_workers_under_gunicorn_share_a_redis_cache(page, filled_store):
+    """The documented multi-user set-up: `gunicorn -w 2 'app:server'` with RADT_CACHE=redis://..."""
+    import subprocess
+    import sys
+
+    import redis
+
+    from tests.browser import REPO, free_port, wait_http
+
+    try:
+        redis.Redis.from_url(REDIS, socket_connect_timeout=2).ping()
+    except redis.RedisError as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"Redis at {REDIS} is unreachable under CI: {exc}")
+        pytest.skip(f"Redis unreachable ({exc})")
+    port = free_port()
+    env = radt_env(filled_store["home"], filled_store["uri"], extra={"RADT_CACHE": REDIS})
+    gunicorn = [sys.executable, "-m", "gunicorn", "-w", "2", "-b", f"127.0.0.1:{port}", "app:server"]
+    process = subprocess.Popen(gunicorn, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/", process)
+        run_id = filled_store["long_run"]
+        experiment = MlflowClient(filled_store["uri"]).get_run(run_id).info.experiment_id
+        page.goto(f"http://127.0.0.1:{port}/?exp={experiment}&runs={run_id}&metrics=cat:sm_active")
+        _wait_traces(page, {"three hours"})
+        cached = redis.Redis.from_url(REDIS).keys("radt:radt:*")
+        assert cached, "the series went through the shared Redis cache"
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+        process.stdout.close()
