@@ -32,6 +32,8 @@ from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # noqa: E402
 
 from app import data  # noqa: E402
 from app.cache import CACHE, cache_config  # noqa: E402
+from app.data import spec_metric  # noqa: E402
+from app.figures import Panel, overlay_figure  # noqa: E402
 from app.state import STATE, connect_store  # noqa: E402
 from collectors import tracking  # noqa: E402
 from collectors.points import Point  # noqa: E402
@@ -94,21 +96,30 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--baseline-rounds", type=int, default=1)
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--keep", metavar="DATABASE", help="keep the filled database under this name and reuse it on the next call")
     args = parser.parse_args()
     points = int(args.hours * 3600)
 
     admin = sa.create_engine(args.pg, isolation_level="AUTOCOMMIT")
-    database = f"radt_bench_overlay_{int(time.time())}"
+    database = args.keep or f"radt_bench_overlay_{int(time.time())}"
     with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{database}"'))
+        exists = conn.execute(sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": database}).first() is not None
+        if not exists:
+            conn.execute(sa.text(f'CREATE DATABASE "{database}"'))
     uri = args.pg.rsplit("/", 1)[0] + "/" + database
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            SqlAlchemyStore(uri, Path(tmp).as_uri()).engine.dispose()
-            experiment, run_ids = fill(uri, args.runs, points)
-            with sa.create_engine(uri).connect() as conn:
-                conn.execute(sa.text("ANALYZE"))
-                conn.commit()
+            if exists:
+                client = MlflowClient(uri)
+                experiment = client.get_experiment_by_name("overlay bench").experiment_id
+                run_ids = [r.info.run_id for r in client.search_runs([experiment], max_results=1000) if r.data.tags.get("radt.role") != "workload"]
+                print(f"reusing {database}: {len(run_ids)} runs")
+            else:
+                SqlAlchemyStore(uri, Path(tmp).as_uri()).engine.dispose()
+                experiment, run_ids = fill(uri, args.runs, points)
+                with sa.create_engine(uri).connect() as conn:
+                    conn.execute(sa.text("ANALYZE"))
+                    conn.commit()
 
             CACHE.init_app(Flask(__name__), config=cache_config("simple"))
             connect_store(uri)
@@ -128,6 +139,16 @@ def main() -> int:
             t_cold, result = timed(cold(one), args.rounds)
             t_cached, _ = timed(lambda: data.series("cat:sm_active", runs), args.rounds * 4)
             t_page, _ = timed(cold(every), args.rounds)
+            windows = data.zoom_windows((60.0, 70.0), "relative", runs)  # minutes 60-70 of every run
+
+            def zoomed():
+                CACHE.clear()
+                return data.series("cat:sm_active", runs, windows)
+
+            t_zoom, zoom_result = timed(zoomed, args.rounds)
+            zoom_points = {len(xs) for xs, _v in zoom_result.values()}
+            figure = overlay_figure([Panel(spec_metric("cat:sm_active"), result[0])], runs)
+            t_figure, payload = timed(lambda: figure.to_json(), args.rounds)
             CACHE.clear()
             t_list, _ = timed(lambda: (CACHE.clear(), data.runs([experiment])), args.rounds)
             sent = [len(xs) for xs, _values in result[0].values()]
@@ -138,15 +159,18 @@ def main() -> int:
             assert all(len(h) == points for h in history)
             STATE.engine.dispose()
     finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
+        if not args.keep:
+            with admin.connect() as conn:
+                conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
         admin.dispose()
 
     print(f"\n{args.runs} runs x {points:,} points, one metric (PostgreSQL, median of {args.rounds}):")
     print(f"  radt cold   (series for one chart)        {t_cold * 1000:8.0f} ms   target < 300 ms")
     print(f"  radt cached (same chart again)            {t_cached * 1000:8.1f} ms   target < 30 ms")
     print(f"  radt cold, all four charts of the page    {t_page * 1000:8.0f} ms")
+    print(f"  radt cold, zoomed to minutes 60-70        {t_zoom * 1000:8.0f} ms   ({sorted(zoom_points)} raw points per run)")
     print(f"  run list of the experiment (uncached)     {t_list * 1000:8.0f} ms")
+    print(f"  figure JSON of the chart (32 traces)      {len(payload) / 1e6:8.2f} MB, serialised in {t_figure * 1000:.0f} ms")
     print(f"  MLflow get_metric_history x {args.runs}            {t_mlflow * 1000:8.0f} ms")
     print(f"  points per series sent: max {max(sent):,} (budget 2,000), stall dips kept: {peaks}")
     print(f"  ratio MLflow / radt cold:   {t_mlflow / t_cold:6.1f}x")

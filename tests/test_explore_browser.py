@@ -238,8 +238,10 @@ def test_several_workers_under_gunicorn_share_a_redis_cache(page, filled_store):
         experiment = MlflowClient(filled_store["uri"]).get_run(run_id).info.experiment_id
         page.goto(f"http://127.0.0.1:{port}/?exp={experiment}&runs={run_id}&metrics=cat:sm_active")
         _wait_traces(page, {"three hours"})
-        cached = redis.Redis.from_url(REDIS).keys("radt:radt:*")
-        assert cached, "the series went through the shared Redis cache"
+        from app.data import _key
+
+        entry = "radt:" + _key("series", filled_store["uri"], "cat:sm_active", run_id, None, 2000, "timestamp")
+        assert redis.Redis.from_url(REDIS).exists(entry), "the series went through the shared Redis cache"
     finally:
         process.terminate()
         process.wait(timeout=20)

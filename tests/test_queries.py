@@ -294,7 +294,8 @@ def _check_legacy_scaling(built, engine):
 @pytest.mark.parametrize("per_run", [False, True], ids=["primary-key", "run-by-run"])
 def test_series_budget_extremes_nan_and_zoomed_windows(built, engine, monkeypatch, per_run):
     # PostgreSQL reads a few runs out of many run by run, a larger share through MLflow's primary key
-    monkeypatch.setattr(q, "PER_RUN_SHARE", 1e9 if per_run else 0.0)
+    monkeypatch.setattr(q, "KEY_SCAN_WHOLE", not per_run)
+    monkeypatch.setattr(q, "PARALLEL_MIN_RUNS", 1 if per_run else 10**6)  # run by run: also split across connections
     _check_series_downsampled(built, engine)
     _check_zoomed_window(built, engine)
 
