@@ -23,6 +23,7 @@ FAKE_BIN = REPO / "tests" / "fakes" / "bin"
 FAKE_NVML_DIR = REPO / "tests" / "fakes" / "nvml_shadow"
 PG_ADMIN = os.environ.get("RADT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 TEMPLATE_DB = f"radt_tmpl_{os.getpid()}"
+SHARED_PG_PREFIX = f"radt_shared_{os.getppid() if os.environ.get('PYTEST_XDIST_WORKER') else os.getpid()}_"  # one test run's shared stores
 
 
 def _pg_url(database: str) -> str:
@@ -80,8 +81,8 @@ def radt_home(tmp_path, monkeypatch) -> Path:
     return home
 
 
-def _new_pg_database(template: str) -> str:
-    name = f"radt_test_{uuid.uuid4().hex[:12]}"
+def _new_pg_database(template: str, prefix: str = "radt_test_") -> str:
+    name = f"{prefix}{uuid.uuid4().hex[:12]}"
     engine = _pg_admin_engine()
     with engine.connect() as conn:
         conn.execute(sa.text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
@@ -148,3 +149,18 @@ def fixtures_dir() -> Path:
     if not FIXTURES.is_dir():
         pytest.fail(f"real tool logs not found at {FIXTURES}; set RADT_FIXTURES")
     return FIXTURES
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Drop the databases shared by xdist workers, once, in the process that ran them all."""
+    if hasattr(session.config, "workerinput"):
+        return  # an xdist worker: the controller (or a run without xdist) cleans up
+    try:
+        engine = _pg_admin_engine()
+        with engine.connect() as conn:
+            names = conn.execute(sa.text("SELECT datname FROM pg_database WHERE datname LIKE :p"), {"p": SHARED_PG_PREFIX + "%"}).scalars().all()
+            for name in names:
+                conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        engine.dispose()
+    except sa.exc.SQLAlchemyError:
+        pass  # PostgreSQL unreachable: the tests that needed it have said so

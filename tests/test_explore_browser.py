@@ -7,9 +7,12 @@ at full detail. Screenshots are kept in test-artifacts/.
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,9 +24,7 @@ from collectors import demo, tracking
 from collectors.points import Point
 from collectors.stores import SqlMetricStore
 from tests.browser import TRACES_JS, chromium, dashboard, screenshot
-from tests.conftest import _drop_pg_database, _new_pg_database, _pg_url, radt_env
-
-pytestmark = pytest.mark.xdist_group("explore-browser")  # on one worker: the demo store is written once per store kind
+from tests.conftest import SHARED_PG_PREFIX, _new_pg_database, _pg_url, radt_env
 
 RESNET = "demo: resnet50 collocation"
 LONG_POINTS = 10_800  # three hours at 1 Hz: downsampled on screen, raw when zoomed in
@@ -57,34 +58,41 @@ def _write_long_run(uri: str) -> str:
     return run_id
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
 def filled_store(request, tmp_path_factory, sqlite_template):
-    """A store holding `radt demo` and one long run, written once for this module's tests."""
-    home = tmp_path_factory.mktemp("browser-home")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RADT_HOME", str(home))
-        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
-        if request.param == "sqlite":
-            path = home / "store.db"
-            shutil.copy(sqlite_template, path)
-            uri, database = f"sqlite:///{path}", None
-        else:
-            database = _new_pg_database(request.getfixturevalue("pg_template"))
-            uri = _pg_url(database)
-        demo.write_demo(uri, minutes=4, report=lambda _line: None)
-        long_run = _write_long_run(uri)
-    yield {"uri": uri, "home": home, "long_run": long_run, "kind": request.param}
-    if database:
-        _drop_pg_database(database)
+    """A store holding `radt demo` and one long run, written once per store kind for all xdist
+    workers (they only read it); conftest.py drops the PostgreSQL one when the whole run ends."""
+    kind = request.param
+    shared = tmp_path_factory.getbasetemp().parent  # the same folder for every worker of this run
+    with open(shared / f"browser-{kind}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        described = shared / f"browser-{kind}.json"
+        if not described.exists():
+            home = shared / f"browser-home-{kind}"
+            home.mkdir(exist_ok=True)
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv("RADT_HOME", str(home))
+                mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+                if kind == "sqlite":
+                    shutil.copy(sqlite_template, home / "store.db")
+                    uri = f"sqlite:///{home / 'store.db'}"
+                else:
+                    uri = _pg_url(_new_pg_database(request.getfixturevalue("pg_template"), prefix=SHARED_PG_PREFIX))
+                demo.write_demo(uri, minutes=4, report=lambda _line: None)
+                long_run = _write_long_run(uri)
+            described.write_text(json.dumps({"uri": uri, "home": str(home), "long_run": long_run, "kind": kind}))
+        info = json.loads(described.read_text())
+    info["home"] = Path(info["home"])
+    return info
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def served(filled_store):
     with dashboard(filled_store["uri"], radt_env(filled_store["home"])) as base:
         yield base
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser():
     with chromium() as b:
         yield b
@@ -110,6 +118,16 @@ def _wait_traces(page, names: set[str], axis: str = "y") -> list[dict]:
         arg=[axis, sorted(names)],
     )
     return _traces(page, axis)
+
+
+def _relayout(page, update: dict) -> None:
+    """What a drag or a double-click on the chart sends, once the chart listens for it (dcc.Graph
+    binds its Plotly listeners again after a redraw that replaced the plot element)."""
+    page.wait_for_function(
+        "() => { const g = document.querySelector('#charts .js-plotly-plot');"
+        " return g && g._ev && g._ev.listeners('plotly_relayout').length > 0 && !document.querySelector('#charts .dash-spinner, .dash-loading'); }"
+    )
+    page.evaluate("(update) => Plotly.relayout(document.querySelector('#charts .js-plotly-plot'), update)", update)
 
 
 def _chart_titles(page) -> list[str]:
@@ -164,7 +182,7 @@ def test_zoom_asks_for_the_window_at_full_detail(page, served, filled_store):
     assert max(page.evaluate("() => Array.from(document.querySelector('#charts .js-plotly-plot')._fullData[0].y)")) == pytest.approx(0.99)
 
     # zoom to minutes 60-70 as a drag on the chart would: the store is asked again for that window
-    page.evaluate("() => Plotly.relayout(document.querySelector('#charts .js-plotly-plot'), {'xaxis.range[0]': 60, 'xaxis.range[1]': 70})")
+    _relayout(page, {"xaxis.range[0]": 60, "xaxis.range[1]": 70})
     page.wait_for_function("location.search.includes('xr=60')")
     page.wait_for_function("() => { const t = (" + TRACES_JS + ")('y'); return t && t.length === 1 && t[0].n <= 700; }")
     zoomed = _traces(page)[0]
@@ -189,8 +207,7 @@ def test_zoom_asks_for_the_window_at_full_detail(page, served, filled_store):
     page.reload()
     page.wait_for_function("() => { const t = (" + TRACES_JS + ")('y'); return t && t.length === 1 && t[0].n <= 700; }")
     assert page.evaluate("() => document.querySelector('#charts .js-plotly-plot').layout.xaxis.range") == [60, 70]
-    box = page.locator("#charts .nsewdrag").first.bounding_box()
-    page.mouse.dblclick(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    _relayout(page, {"xaxis.autorange": True})  # a double-click
     page.wait_for_function("!location.search.includes('xr=')")
     page.wait_for_function("() => { const t = (" + TRACES_JS + ")('y'); return t && t.length === 1 && t[0].n > 1000; }")
 
