@@ -56,7 +56,7 @@ def _hover(row: pd.Series) -> str:
 
 
 def unit_label(metric: Metric) -> str:
-    return f"{metric.label} ({metric.unit})" if metric.unit not in ("ratio", "state") else metric.label
+    return f"{metric.label} ({metric.unit})" if metric.unit not in ("", "ratio", "state") else metric.label
 
 
 def overlay_figure(
