@@ -63,8 +63,7 @@ class ProcessTree:
                 except psutil.Error:
                     continue
             current.append(proc)
-        alive = {p.pid for p in current}
-        self._known = {pid: p for pid, p in self._known.items() if pid in alive}
+        self._known = {p.pid: p for p in current}  # kept: cpu_percent() measures since this object's last call
         self._current, self._stamp = current, now
         return current
 

@@ -1,0 +1,38 @@
+"""The host source on this machine's real /proc: the training tree's CPU is measured between ticks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from collectors.proctree import ProcessTree
+from collectors.sources.base import SamplingContext
+from collectors.sources.host import HostSource
+
+BUSY = "import time\nend = time.time() + 30\nwhile time.time() < end: pass\n"
+
+
+def test_process_tree_cpu_of_a_busy_child_and_its_child():
+    parent = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {BUSY!r}]); exec({BUSY!r})"])
+    try:
+        tree = ProcessTree(parent.pid, max_age=0.0)
+        deadline = time.monotonic() + 10
+        while len(tree.processes()) < 2 and time.monotonic() < deadline:  # until the grandchild exists
+            time.sleep(0.05)
+        assert len(tree.processes()) == 2
+        source = HostSource()
+        source.open(SamplingContext(interval=0.5, pids=tree.processes))
+        first = source.sample()  # psutil's first reading of a process is 0 by definition
+        readings = []
+        for _ in range(3):
+            time.sleep(0.5)
+            readings.append(source.sample()["system/process_cpu_utilization_percentage"])
+        assert "system/process_cpu_utilization_percentage" in first
+        # two busy loops on a 2-core machine shared with other tests: well above zero on every tick
+        assert min(readings) > 20, readings
+        assert source.sample()["system/process_memory_rss_megabytes"] > 5
+    finally:
+        for proc in tree.processes():
+            proc.kill()
+        parent.wait()
