@@ -270,17 +270,24 @@ def _durations(conn: sa.Connection, runs: list[dict], now_ms: int | None = None)
             r["duration_s"] = math.nan
 
 
-def _run_rows(conn: sa.Connection, *, experiment_ids: Sequence[int] | None = None, run_ids: Sequence[str] | None = None) -> list[dict]:
+def _run_rows(
+    conn: sa.Connection, *, experiment_ids: Sequence[int] | None = None, run_ids: Sequence[str] | None = None, live_since_ms: int | None = None
+) -> list[dict]:
+    """Rows of active runs by experiment, by id, or (``live_since_ms``) running or ended since then."""
     r, e = RUNS, EXPERIMENTS
     base = (
         sa.select(r.c.run_uuid, r.c.experiment_id, r.c.name, r.c.status, r.c.start_time, r.c.end_time)
         .select_from(r.join(e, e.c.experiment_id == r.c.experiment_id))
         .where(r.c.lifecycle_stage == ACTIVE, e.c.lifecycle_stage == ACTIVE)
     )
-    column, ids = (r.c.experiment_id, experiment_ids) if experiment_ids is not None else (r.c.run_uuid, run_ids)
+    if live_since_ms is not None:
+        statements = [base.where(sa.or_(r.c.status.in_(LIVE_STATUSES), r.c.end_time >= int(live_since_ms)))]
+    else:
+        column, ids = (r.c.experiment_id, experiment_ids) if experiment_ids is not None else (r.c.run_uuid, run_ids)
+        statements = [base.where(column.in_(chunk)) for chunk in _chunks(list(ids or []))]
     out = []
-    for chunk in _chunks(list(ids or [])):
-        for run_id, exp_id, name, status, start, end in _rows(conn, base.where(column.in_(chunk))):
+    for stmt in statements:
+        for run_id, exp_id, name, status, start, end in _rows(conn, stmt):
             out.append(
                 {
                     "run_id": run_id,
@@ -305,18 +312,22 @@ def list_runs(engine: sa.Engine, experiment_ids: list[str], *, now_ms: int | Non
     if not keys:
         return _empty_runs()
     with engine.connect() as conn:
-        runs = _run_rows(conn, experiment_ids=keys)
-        run_ids = [r["run_id"] for r in runs]
-        tags = _key_values(conn, TAGS, run_ids)
-        params = _key_values(conn, PARAMS, run_ids)
-        known = set(run_ids)
-        parents = {tags[r].get(PARENT_TAG) for r in run_ids} - known - {None, ""}
-        parent_tags = dict(tags)
-        if parents:  # parents outside the selection (deleted, another experiment): their role and workload only
-            parent_tags.update(_key_values(conn, TAGS, sorted(parents), keys=[ROLE_TAG, WORKLOAD_TAG, RUN_NAME_TAG]))
-        names = {r["run_id"]: r["run_name"] for r in runs}
-        runs = [r for r in runs if tags[r["run_id"]].get(ROLE_TAG) != WORKLOAD_ROLE]
-        _durations(conn, runs, now_ms)
+        return describe_runs(conn, _run_rows(conn, experiment_ids=keys), now_ms)
+
+
+def describe_runs(conn: sa.Connection, runs: list[dict], now_ms: int | None = None) -> pd.DataFrame:
+    """list_runs' frame for run rows (``_run_rows``): workloads, letters, params, tags, durations."""
+    run_ids = [r["run_id"] for r in runs]
+    tags = _key_values(conn, TAGS, run_ids)
+    params = _key_values(conn, PARAMS, run_ids)
+    known = set(run_ids)
+    parents = {tags[r].get(PARENT_TAG) for r in run_ids} - known - {None, ""}
+    parent_tags = dict(tags)
+    if parents:  # parents outside the selection (deleted, another experiment): their role and workload only
+        parent_tags.update(_key_values(conn, TAGS, sorted(parents), keys=[ROLE_TAG, WORKLOAD_TAG, RUN_NAME_TAG]))
+    names = {r["run_id"]: r["run_name"] for r in runs}
+    runs = [r for r in runs if tags[r["run_id"]].get(ROLE_TAG) != WORKLOAD_ROLE]
+    _durations(conn, runs, now_ms)
     for r in runs:
         run_tags, run_params = tags[r["run_id"]], params[r["run_id"]]
         r["run_name"] = r["run_name"] or run_tags.get(RUN_NAME_TAG) or r["run_id"][:8]

@@ -18,7 +18,7 @@ from app.data import DEFAULT_METRICS, X_MODES, spec_metric
 from app.figures import Panel, empty_figure, overlay_figure
 from app.state import STATE, store_error
 
-dash.register_page(__name__, path="/", name="Explore", title="radt · explore")
+dash.register_page(__name__, path="/", name="Explore", title="radt · explore", order=0)
 
 STATUS_ICON = {"FINISHED": "✓", "FAILED": "✗", "KILLED": "■", "RUNNING": "▶", "SCHEDULED": "…"}
 

@@ -1,0 +1,284 @@
+"""Live: the runs training now, per host and workload, updating every second without a reload.
+
+Each run is a card: its status, its current values per GPU (coloured by level), stall and idle
+flags, and a chart of the last minutes that grows by Plotly's extendData with only the points
+newer than the browser's cursor (no full redraw). Cards are rebuilt only when the set of runs
+or a status changes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from urllib.parse import urlencode
+
+import dash
+import pandas as pd
+import plotly.graph_objects as go
+from dash import ALL, Input, Output, State, callback, dcc, html, no_update
+from dash.exceptions import PreventUpdate
+
+from app import catalogue, live, queries
+from app.cache import CACHE, RUNNING_TIMEOUT
+from app.data import _key
+from app.state import STATE, store_error
+
+dash.register_page(__name__, path="/live", name="Live", title="radt · live", order=1)
+
+WINDOWS = {1: "1 min", 5: "5 min", 15: "15 min", 60: "60 min"}
+POLL_MS = 1000
+STATUS_CLASS = {"RUNNING": "st-running", "SCHEDULED": "st-running", "FINISHED": "st-finished", "FAILED": "st-failed", "KILLED": "st-killed"}
+TRACE_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+
+
+def layout(**_query):
+    error = store_error()
+    if error:
+        return html.Div([html.H2("The tracking store cannot be read"), html.P(error, id="store-error-reason")], className="store-error")
+    return html.Div(
+        [
+            html.Div(
+                [
+                    html.Span("window", className="label"),
+                    dcc.RadioItems(id="live-window", options=[{"label": v, "value": k} for k, v in WINDOWS.items()], value=5, inline=True),
+                    html.Button("Pause", id="live-pause", n_clicks=0, className="button"),
+                    html.Span(id="live-clock", className="clock"),
+                ],
+                className="controls live-controls",
+            ),
+            dcc.Interval(id="live-tick", interval=POLL_MS, n_intervals=0),
+            dcc.Store(id="live-signature"),
+            html.Div(html.P("Looking for running runs…", className="hint"), id="live-runs"),
+        ],
+        className="live",
+    )
+
+
+# --- data through the cache: one poll serves every open tab ------------------------------------------
+
+
+def _runs(now_ms: int) -> pd.DataFrame:
+    cache_key = _key("live-runs", STATE.store_uri, now_ms // POLL_MS)
+    frame = CACHE.get(cache_key)
+    if frame is None:
+        frame = live.live_runs(STATE.engine, now_ms)
+        CACHE.set(cache_key, frame, timeout=RUNNING_TIMEOUT)
+    return frame
+
+
+def _latest(run_ids: list[str], now_ms: int) -> dict:
+    cache_key = _key("live-latest", STATE.store_uri, now_ms // POLL_MS, *sorted(run_ids))
+    values = CACHE.get(cache_key)
+    if values is None:
+        values = live.latest_values(STATE.engine, run_ids)
+        CACHE.set(cache_key, values, timeout=RUNNING_TIMEOUT)
+    return values
+
+
+def _new_points(run_id: str, cursor: int, keys: list[str]) -> dict:
+    """Points after the cursor; tabs that are up to date share one cursor, so one query serves them all."""
+    cache_key = _key("live-points", STATE.store_uri, run_id, cursor, *keys)
+    found = CACHE.get(cache_key)
+    if found is None:
+        found = live.new_points(STATE.engine, {run_id: cursor}, {run_id: keys}).get(run_id, {})
+        CACHE.set(cache_key, found, timeout=RUNNING_TIMEOUT)
+    return found
+
+
+# --- cards ------------------------------------------------------------------------------------------
+
+
+def _figure(traces: list[live.Trace], series: dict, window_min: int) -> go.Figure:
+    fig = go.Figure()
+    for i, trace in enumerate(traces):
+        xs, ys = series.get(trace.key, ([], []))
+        fig.add_trace(
+            go.Scatter(
+                x=pd.to_datetime(list(xs), unit="ms"),
+                y=[v * trace.scale for v in ys],
+                mode="lines",
+                name=trace.name,
+                yaxis=trace.axis,
+                line={"color": TRACE_COLORS[i % len(TRACE_COLORS)], "width": 1.5, "dash": "dot" if trace.axis == "y2" else "solid"},
+                hovertemplate=f"{trace.name}: %{{y:.3g}}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        height=190,
+        margin={"l": 40, "r": 40, "t": 8, "b": 28},
+        template="plotly_white",
+        showlegend=True,
+        legend={"orientation": "h", "y": -0.25, "font": {"size": 10}},
+        yaxis={"range": [0, 1.02], "title": None, "fixedrange": True},
+        yaxis2={"range": [0, 105], "overlaying": "y", "side": "right", "showgrid": False, "ticksuffix": "%", "fixedrange": True},
+        xaxis={"type": "date"},
+        uirevision="live",
+    )
+    return fig
+
+
+def _card(run: pd.Series, keys: list[str], window_min: int, now_ms: int) -> html.Section:
+    traces = live.chart_traces(keys)
+    start = now_ms - window_min * 60_000
+    series = {}
+    for trace in traces:
+        found = queries.load_series(STATE.engine, [run.run_id], trace.key, start_ms=start, budget=2000)
+        if run.run_id in found:
+            series[trace.key] = found[run.run_id]
+    cursor = max([int(xs[-1]) for xs, _ys in series.values() if len(xs)] or [start])
+    explore = "/?" + urlencode({"exp": run.experiment_id, "runs": run.run_id})
+    title = [html.Span(run.status, id={"type": "live-status", "run": run.run_id}, className=f"status {STATUS_CLASS.get(run.status, '')}")]
+    title += [html.Strong(run.run_name), html.Span(f" {run.letter}" if run.letter else "", className="letter")]
+    title += [html.A("explore →", href=explore, className="explore-link", title="open this run in the explore page")]
+    return html.Section(
+        [
+            html.Header(title),
+            html.Div(id={"type": "live-values", "run": run.run_id}, className="values"),
+            html.Div(id={"type": "live-flags", "run": run.run_id}, className="flags"),
+            dcc.Graph(
+                id={"type": "live-chart", "run": run.run_id},
+                figure=_figure(traces, series, window_min),
+                config={"displayModeBar": False},
+                className="live-chart",
+            ),
+            dcc.Store(
+                id={"type": "live-cursor", "run": run.run_id},
+                data={"ts": cursor, "keys": [t.key for t in traces], "status": run.status, "interval": float(run.interval_s)},
+            ),
+        ],
+        className="live-run",
+        **{"data-run": run.run_id},
+    )
+
+
+def _cards(runs: pd.DataFrame, window_min: int, now_ms: int) -> list:
+    if runs.empty:
+        return [html.P("No run is training now. Start one with `radt train.py` (or `radt monitor` on a GPU host) and it appears here.", className="hint")]
+    latest = _latest(list(runs["run_id"]), now_ms)
+    out = []
+    for host, by_host in runs.groupby("host", sort=False):
+        blocks = []
+        for (_exp, _wl), group in by_host.groupby(["experiment_name", "workload_id"], sort=False):
+            first = group.iloc[0]
+            heading = f"{first.experiment_name} · {first.workload_label}" + (f" · {len(group)} collocated runs" if len(group) > 1 else "")
+            cards = [_card(run, sorted(latest.get(run.run_id, {})), window_min, now_ms) for run in group.itertuples()]
+            blocks.append(html.Div([html.H4(heading), html.Div(cards, className="workload-runs")], className="live-workload"))
+        out.append(html.Div([html.H3(host, className="host")] + blocks, className="live-host"))
+    return out
+
+
+@callback(
+    Output("live-runs", "children"),
+    Output("live-signature", "data"),
+    Input("live-tick", "n_intervals"),
+    Input("live-window", "value"),
+    State("live-signature", "data"),
+)
+def render(_tick, window_min, previous):
+    """Rebuild the cards when a run appears, ends or leaves, starts storing a new metric, or the window
+    changes; otherwise nothing (the tick callback extends the charts)."""
+    if store_error():
+        raise PreventUpdate
+    now_ms = int(time.time() * 1000)
+    runs = _runs(now_ms)
+    latest = _latest(list(runs["run_id"]), now_ms)
+    chart_keys = {r: [t.key for t in live.chart_traces(sorted(latest.get(r, {})))] for r in runs["run_id"]}
+    signature = {"runs": [[r, s, chart_keys[r]] for r, s in zip(runs["run_id"], runs["status"], strict=False)], "window": window_min}
+    if signature == previous:
+        raise PreventUpdate
+    return _cards(runs, int(window_min or 5), now_ms), signature
+
+
+# --- every tick: new points, current values, flags ---------------------------------------------------
+
+
+def _value_row(values: dict[str, tuple[float, int]]) -> list:
+    per_gpu: dict[int | None, list] = defaultdict(list)
+    order = {name: i for i, name in enumerate(live.VALUE_METRICS)}
+    found = []
+    for key, (value, _ts) in values.items():
+        resolved = catalogue.resolve(key)
+        if resolved is None or resolved.metric.name not in order or not key.startswith(catalogue.PREFIX):
+            continue
+        found.append((resolved.gpu if resolved.gpu is not None else 10**6, order[resolved.metric.name], resolved, value))
+    for gpu, _o, resolved, value in sorted(found, key=lambda f: (f[0], f[1])):
+        metric = resolved.metric
+        text = "–" if value != value else (f"{value:.2f}" if metric.unit == "ratio" else f"{value:,.0f}")
+        unit = "" if metric.unit == "ratio" else f" {metric.unit}"
+        per_gpu[None if gpu == 10**6 else gpu].append(
+            html.Span(
+                [html.Span(metric.label, className="name"), f" {text}{unit}"], className=f"value {live.level(metric, value)}", **{"data-metric": metric.name}
+            )
+        )
+    rows = [html.Div([html.Span(f"GPU {gpu}", className="where")] + spans, className="value-row") for gpu, spans in per_gpu.items() if gpu is not None]
+    if per_gpu.get(None):
+        rows.append(html.Div([html.Span("host", className="where")] + per_gpu[None], className="value-row"))
+    return rows or [html.Span("no sample yet", className="hint")]
+
+
+def _flags(cursor: dict, values: dict, idle: list[int], now_ms: int) -> list:
+    flags = []
+    newest = max((ts for _v, ts in values.values()), default=None)
+    if cursor.get("status") in queries.LIVE_STATUSES:
+        limit = live.STALE_INTERVALS * float(cursor.get("interval") or 1.0) * 1000
+        if newest is None or now_ms - newest > max(limit, 3000):
+            age = "no sample yet" if newest is None else f"no sample for {math.ceil((now_ms - newest) / 1000)} s"
+            flags.append(html.Span(f"stale: {age}", className="flag flag-stale"))
+        for gpu in idle:
+            flags.append(html.Span(f"GPU {gpu} idle for a minute while running (data loader? stalled?)", className="flag flag-idle"))
+    return flags
+
+
+@callback(
+    Output({"type": "live-chart", "run": ALL}, "extendData"),
+    Output({"type": "live-cursor", "run": ALL}, "data"),
+    Output({"type": "live-values", "run": ALL}, "children"),
+    Output({"type": "live-flags", "run": ALL}, "children"),
+    Output("live-clock", "children"),
+    Input("live-tick", "n_intervals"),
+    State({"type": "live-cursor", "run": ALL}, "data"),
+    State({"type": "live-cursor", "run": ALL}, "id"),
+    State("live-window", "value"),
+)
+def tick(_tick, cursors, ids, window_min):
+    """Append the points newer than each chart's cursor; refresh the numbers and the flags."""
+    now_ms = int(time.time() * 1000)
+    clock = f"updated {time.strftime('%H:%M:%S', time.gmtime(now_ms / 1000))} UTC"
+    if not ids or store_error():
+        return [], [], [], [], clock
+    run_ids = [i["run"] for i in ids]
+    latest = _latest(run_ids, now_ms)
+    running = {r: c for r, c in zip(run_ids, cursors, strict=False) if c and c.get("status") in queries.LIVE_STATUSES}
+    starts = dict(zip(*_starts(now_ms), strict=False))
+    idle = live.idle_gpus(STATE.engine, {r: c["keys"] for r, c in running.items()}, starts, now_ms) if running else {}
+    extend, new_cursors, values, flags = [], [], [], []
+    for run_id, cursor in zip(run_ids, cursors, strict=False):
+        cursor = cursor or {"ts": now_ms, "keys": []}
+        found = _new_points(run_id, int(cursor["ts"]), list(cursor["keys"]))
+        if found:
+            indices = [i for i, key in enumerate(cursor["keys"]) if key in found]
+            xs = [pd.to_datetime(found[cursor["keys"][i]][0], unit="ms").strftime("%Y-%m-%d %H:%M:%S.%f").tolist() for i in indices]
+            ys = [found[cursor["keys"][i]][1].tolist() for i in indices]
+            keep = int(int(window_min or 5) * 60 / max(0.1, float(cursor.get("interval") or 1.0)) * 1.05) + 10
+            extend.append(({"x": xs, "y": ys}, indices, keep))
+            newest = max(int(found[k][0][-1]) for k in found if len(found[k][0]))
+            new_cursors.append({**cursor, "ts": max(int(cursor["ts"]), newest)})
+        else:
+            extend.append(no_update)
+            new_cursors.append(no_update)
+        run_values = latest.get(run_id, {})
+        values.append(_value_row(run_values))
+        flags.append(_flags(cursor, run_values, idle.get(run_id, []), now_ms))
+    return extend, new_cursors, values, flags, clock
+
+
+def _starts(now_ms: int) -> tuple[list, list]:
+    runs = _runs(now_ms)
+    return list(runs["run_id"]), list(runs["start_time"])
+
+
+@callback(Output("live-tick", "disabled"), Output("live-pause", "children"), Input("live-pause", "n_clicks"))
+def pause(clicks):
+    paused = bool(clicks and clicks % 2)
+    return paused, ("Resume" if paused else "Pause")

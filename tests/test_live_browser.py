@@ -1,0 +1,83 @@
+"""The Live tab in real headless Chromium while a real `radt` run trains into the real PostgreSQL.
+
+The page is open before the run starts: the run appears on its own, its chart gains points
+through extendData (the same plot element, no redraw), its current values show, and when the
+script ends the card shows the final status.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+
+from tests.browser import chromium, dashboard, screenshot
+from tests.conftest import radt_command, radt_env
+
+TRAIN = textwrap.dedent(
+    """
+    import pathlib, sys, time
+    stop = pathlib.Path(sys.argv[1])
+    while not stop.exists():  # a CPU "training" that runs until the test says stop
+        end = time.time() + 0.1
+        while time.time() < end:
+            pass
+        time.sleep(0.1)
+    print("done")
+    """
+)
+
+POINTS_JS = """(name) => {
+  const card = Array.from(document.querySelectorAll('.live-run')).find(c => c.querySelector('header strong')?.textContent === name);
+  const g = card && card.querySelector('.live-chart .js-plotly-plot');
+  if (!g || !g._fullData) { return null; }
+  return g._fullData.reduce((n, t) => n + (t.x ? t.x.length : 0), 0);
+}"""
+
+
+def _card(page, name: str):
+    return page.locator(".live-run", has=page.locator("header strong", has_text=name))
+
+
+def test_a_training_run_appears_grows_and_ends_on_the_live_tab(pg_uri, radt_home, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    stop = tmp_path / "stop"
+    env = radt_env(radt_home, pg_uri)
+    with dashboard(pg_uri, env) as base, chromium() as browser:
+        page = browser.new_page(viewport={"width": 1300, "height": 900})
+        page.set_default_timeout(30_000)
+        page.goto(base + "live")
+        page.wait_for_selector("text=No run is training now")
+
+        run = subprocess.Popen(
+            radt_command("-e", "live e2e", "-n", "cpu trainer", "--interval", "0.5", str(script), str(stop)),
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            card = _card(page, "cpu trainer")
+            card.locator(".status", has_text="RUNNING").wait_for()
+            page.wait_for_function(f"({POINTS_JS})('cpu trainer') >= 2")
+            before = page.evaluate(f"({POINTS_JS})('cpu trainer')")
+            # mark the plot element: extendData must grow this very element, not a redrawn one
+            page.evaluate(
+                "(name) => { document.querySelectorAll('.live-run').forEach(c => { if (c.querySelector('header strong').textContent === name) c.querySelector('.js-plotly-plot').dataset.mark = 'kept'; }); }",
+                "cpu trainer",
+            )
+            page.wait_for_function(f"({POINTS_JS})('cpu trainer') >= {before + 6}")
+            assert card.locator(".js-plotly-plot[data-mark=kept]").count() == 1, "the chart was redrawn instead of extended"
+            assert card.locator(".value[data-metric=cpu_utilization_percentage]").count() == 1
+            card.locator(".value[data-metric=process_cpu_utilization_percentage]").wait_for()
+            href = card.locator("a.explore-link").get_attribute("href")
+            assert href.startswith("/?exp=") and "runs=" in href, href
+            screenshot(page, "live-running")
+        finally:
+            stop.touch()
+            output, _ = run.communicate(timeout=120)
+        assert run.returncode == 0, output
+        card.locator(".status", has_text="FINISHED").wait_for()
+        assert card.locator(".flag-stale").count() == 0, "an ended run is not stale"
+        screenshot(page, "live-finished")
