@@ -1,4 +1,4 @@
-"""The `radt` command line: `radt [options] train.py [args...]`, `radt import`, `radt sync`, `radt demo`.
+"""The `radt` command line: `radt [options] train.py [args...]`, `radt import`, `radt sync`, `radt demo`, `radt monitor`.
 
 User mistakes end in one line naming the problem and the fix, and exit code 2; the script's
 own exit code is passed through otherwise.
@@ -13,7 +13,7 @@ import sys
 from app.config import tracking_uri
 from collectors.listeners import DEFAULT, ListenerError, parse_listeners
 
-SUBCOMMANDS = ("import", "sync", "demo")
+SUBCOMMANDS = ("import", "sync", "demo", "monitor")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -38,7 +38,7 @@ def run_parser() -> argparse.ArgumentParser:
         prog="radt",
         description="Track a training script's hardware metrics in MLflow: radt [options] train.py [script args]. "
         "Also: 'radt import FILE...' (dcgmi/nvidia-smi/top logs), 'radt sync' (send samples kept while the store was away), "
-        "'radt demo' (a demo experiment set to explore).",
+        "'radt demo' (a demo experiment set to explore), 'radt monitor' (record this machine's GPUs and host without a training run).",
     )
     parser.add_argument("-e", "--experiment", help="MLflow experiment name or id (created if new)")
     parser.add_argument("-n", "--name", help="run name")
@@ -110,6 +110,10 @@ def _subcommand(name: str, argv: list[str]) -> int:
             from collectors.demo import main as demo_main
 
             return demo_main(argv)
+        if name == "monitor":
+            from collectors.monitor import main as monitor_main
+
+            return monitor_main(argv)
         from collectors.sync import main as sync_main
 
         return sync_main(argv)

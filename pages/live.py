@@ -111,7 +111,7 @@ def _figure(traces: list[live.Trace], series: dict, window_min: int) -> go.Figur
         showlegend=True,
         legend={"orientation": "h", "y": -0.25, "font": {"size": 10}},
         yaxis={"range": [0, 1.02], "title": None, "fixedrange": True},
-        yaxis2={"range": [0, 105], "overlaying": "y", "side": "right", "showgrid": False, "ticksuffix": "%", "fixedrange": True},
+        yaxis2={"range": [0, 102], "tickvals": [0, 50, 100], "overlaying": "y", "side": "right", "showgrid": False, "ticksuffix": "%", "fixedrange": True},
         xaxis={"type": "date"},
         uirevision="live",
     )
@@ -129,7 +129,7 @@ def _card(run: pd.Series, keys: list[str], window_min: int, now_ms: int) -> html
     cursor = max([int(xs[-1]) for xs, _ys in series.values() if len(xs)] or [start])
     explore = "/?" + urlencode({"exp": run.experiment_id, "runs": run.run_id})
     title = [html.Span(run.status, id={"type": "live-status", "run": run.run_id}, className=f"status {STATUS_CLASS.get(run.status, '')}")]
-    title += [html.Strong(run.run_name), html.Span(f" {run.letter}" if run.letter else "", className="letter")]
+    title += [html.Strong(run.run_name), html.Span(f" {run.letter}" if run.letter not in ("", "-") else "", className="letter")]
     title += [html.A("explore →", href=explore, className="explore-link", title="open this run in the explore page")]
     return html.Section(
         [

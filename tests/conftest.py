@@ -144,6 +144,15 @@ def run_radt(args: list[str], env: dict, cwd: Path, timeout: float = 120, **kw) 
     return subprocess.run(radt_command(*args), env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, **kw)
 
 
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium per test process (Playwright's sync API allows one running instance)."""
+    from tests.browser import chromium
+
+    with chromium() as b:
+        yield b
+
+
 @pytest.fixture
 def fixtures_dir() -> Path:
     if not FIXTURES.is_dir():

@@ -188,7 +188,8 @@ def test_demo_writes_workloads_runs_and_realistic_series(store_uri, radt_home, t
 
 
 def test_demo_again_skips_and_reset_replaces_with_the_same_values(store_uri, radt_home, tmp_path):
-    first, _ = _demo(radt_home, store_uri, tmp_path)
+    # skipping and replacing do not depend on the length of the runs: the shortest demo keeps this quick
+    first, _ = _demo(radt_home, store_uri, tmp_path, minutes="1")
     assert first.returncode == 0, first.stderr
     client = mlflow.MlflowClient(store_uri)
     before = _experiments(client)
@@ -196,14 +197,14 @@ def test_demo_again_skips_and_reset_replaces_with_the_same_values(store_uri, rad
     alone = next(r for r in runs_before if r.data.tags.get("radt.workload") == "1 alone" and r.data.tags["radt.role"] == "run")
     _, stamps_before, values_before = _history(client, alone.info.run_id, key("sm_active", 0))
 
-    again, took = _demo(radt_home, store_uri, tmp_path)
+    again, took = _demo(radt_home, store_uri, tmp_path, minutes="1")
     assert again.returncode == 0, again.stderr
     assert "already" in again.stdout and "--reset" in again.stdout
     assert took < 60
     assert {n: e.experiment_id for n, e in _experiments(client).items()} == {n: e.experiment_id for n, e in before.items()}
     assert len(_runs(client, before.values())) == len(runs_before)
 
-    reset, _ = _demo(radt_home, store_uri, tmp_path, "--reset")
+    reset, _ = _demo(radt_home, store_uri, tmp_path, "--reset", minutes="1")
     assert reset.returncode == 0, reset.stderr
     assert "soft-deleted" in reset.stdout
     after = _experiments(client)

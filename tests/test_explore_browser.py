@@ -23,7 +23,7 @@ from app import queries
 from collectors import demo, tracking
 from collectors.points import Point
 from collectors.stores import SqlMetricStore
-from tests.browser import TRACES_JS, chromium, dashboard, screenshot
+from tests.browser import TRACES_JS, dashboard, screenshot
 from tests.conftest import SHARED_PG_PREFIX, _new_pg_database, _pg_url, radt_env
 
 RESNET = "demo: resnet50 collocation"
@@ -90,12 +90,6 @@ def filled_store(request, tmp_path_factory, sqlite_template):
 def served(filled_store):
     with dashboard(filled_store["uri"], radt_env(filled_store["home"])) as base:
         yield base
-
-
-@pytest.fixture(scope="session")
-def browser():
-    with chromium() as b:
-        yield b
 
 
 @pytest.fixture

@@ -1,17 +1,20 @@
-"""The Live tab in real headless Chromium while a real `radt` run trains into the real PostgreSQL.
+"""The Live tab in real headless Chromium while a real `radt` run trains and `radt monitor` watches
+the machine (GPUs faked below pynvml), both into the real PostgreSQL.
 
-The page is open before the run starts: the run appears on its own, its chart gains points
-through extendData (the same plot element, no redraw), its current values show, and when the
-script ends the card shows the final status.
+The page is open before they start: each appears on its own, the run's chart gains points
+through extendData (the same plot element, no redraw), current values show per GPU and for the
+host, and when they end their cards show the final status.
 """
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import textwrap
 
-from tests.browser import chromium, dashboard, screenshot
+from tests.browser import dashboard, screenshot
 from tests.conftest import radt_command, radt_env
+from tests.test_monitor import GPUS
 
 TRAIN = textwrap.dedent(
     """
@@ -38,13 +41,14 @@ def _card(page, name: str):
     return page.locator(".live-run", has=page.locator("header strong", has_text=name))
 
 
-def test_a_training_run_appears_grows_and_ends_on_the_live_tab(pg_uri, radt_home, tmp_path):
+def test_a_training_run_appears_grows_and_ends_on_the_live_tab(pg_uri, radt_home, tmp_path, browser):
     script = tmp_path / "train.py"
     script.write_text(TRAIN)
     stop = tmp_path / "stop"
     env = radt_env(radt_home, pg_uri)
-    with dashboard(pg_uri, env) as base, chromium() as browser:
-        page = browser.new_page(viewport={"width": 1300, "height": 900})
+    with dashboard(pg_uri, env) as base:
+        context = browser.new_context(viewport={"width": 1300, "height": 900})
+        page = context.new_page()
         page.set_default_timeout(30_000)
         page.goto(base + "live")
         page.wait_for_selector("text=No run is training now")
@@ -52,6 +56,14 @@ def test_a_training_run_appears_grows_and_ends_on_the_live_tab(pg_uri, radt_home
         run = subprocess.Popen(
             radt_command("-e", "live e2e", "-n", "cpu trainer", "--interval", "0.5", str(script), str(stop)),
             env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        monitor = subprocess.Popen(
+            radt_command("monitor", "--interval", "0.5"),
+            env=radt_env(radt_home, pg_uri, fake_gpus=GPUS),
             cwd=tmp_path,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -73,11 +85,23 @@ def test_a_training_run_appears_grows_and_ends_on_the_live_tab(pg_uri, radt_home
             card.locator(".value[data-metric=process_cpu_utilization_percentage]").wait_for()
             href = card.locator("a.explore-link").get_attribute("href")
             assert href.startswith("/?exp=") and "runs=" in href, href
+
+            # the monitor's card: one row of current values per GPU (the busy one high, the idle one low)
+            watcher = page.locator(".live-run", has=page.locator(".value-row .where", has_text="GPU 1"))
+            watcher.locator(".status", has_text="RUNNING").wait_for()
+            watcher.locator(".value-row", has_text="GPU 0").locator(".value[data-metric=sm_active]").wait_for()
+            assert watcher.locator(".value-row", has_text="GPU 1").locator(".value-low[data-metric=utilization_percentage]").count() == 1
+            page.wait_for_function("() => document.querySelectorAll('.live-run .live-chart .js-plotly-plot').length === 2")
             screenshot(page, "live-running")
         finally:
             stop.touch()
+            monitor.send_signal(signal.SIGINT)
             output, _ = run.communicate(timeout=120)
+            watched, _ = monitor.communicate(timeout=120)
         assert run.returncode == 0, output
+        assert monitor.returncode == 0, watched
         card.locator(".status", has_text="FINISHED").wait_for()
+        watcher.locator(".status", has_text="FINISHED").wait_for()
         assert card.locator(".flag-stale").count() == 0, "an ended run is not stale"
         screenshot(page, "live-finished")
+        context.close()

@@ -164,8 +164,9 @@ class NvmlSource(MetricSource):
             if procs is not None:
                 if pids is None:
                     pids = {p.pid for p in self._pids()}
-                used = sum((p.usedGpuMemory or 0) for p in procs if p.pid in pids)
-                out[key("process_memory_megabytes", gpu)] = used / MB
+                if pids:  # no run processes (radt monitor): nothing to attribute, no series of zeros
+                    used = sum((p.usedGpuMemory or 0) for p in procs if p.pid in pids)
+                    out[key("process_memory_megabytes", gpu)] = used / MB
             if self.gpm.get(gpu):
                 out.update(self._sample_gpm(gpu, handle))
             else:  # GPM gives PCIe bytes itself; this call costs 20 ms of driver time per direction

@@ -1,0 +1,287 @@
+"""`radt monitor`: record a whole machine's GPUs and host, without a training run, until stopped.
+
+One run per host per day in the `monitor` experiment (tag `radt.monitor=true`), named
+`<hostname> <YYYY-MM-DD>`; at local midnight the day's run ends FINISHED and the next one starts
+(`--rollover never` keeps one run). The samplers, sources, writer and run model are the training
+run's (sampler.py, sources/, writer.py, tracking.py, runner.finish_run), so the points carry the
+same catalogue keys, the writer spools while the store is away, and `radt sync` sends what a
+stopped monitor left behind. SIGINT/SIGTERM end the current run FINISHED and exit 0. A RUNNING
+monitor run of this host whose radt is gone (killed, machine rebooted) is marked KILLED at start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from pathlib import Path
+
+from app.config import runs_dir, tracking_uri
+from collectors.cli import OneLineParser, parse_devices
+from collectors.listeners import DEFAULT, ListenerError, make_source, parse_listeners
+from collectors.runner import UsageError, check_devices, complete_run, finish_run, report
+from collectors.sampler import Sampler, open_sources
+from collectors.sources.base import SamplingContext
+from collectors.sources.nvml import gpu_count, gpu_inventory
+from collectors.stores import open_metric_store
+from collectors.sync import orphaned
+from collectors.tracking import StoreError, connect, create_run, resolve_experiment, set_tags
+from collectors.writer import SPOOL_NAME, MetricWriter, Spool
+
+MONITOR_TAG = "radt.monitor"
+RETRY_NEW_DAY = 60.0  # seconds between tries to start the next day's run while the store is away
+
+
+def monitor_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="radt monitor",
+        description="Record this machine's GPU and host metrics, without a training run, into one run per host per day "
+        "of the 'monitor' experiment, until Ctrl-C or SIGTERM.",
+    )
+    parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
+    parser.add_argument("-e", "--experiment", default="monitor", help="MLflow experiment name or id (created if new; default monitor)")
+    parser.add_argument("-l", "--listeners", default=DEFAULT, help=f"sources joined with '+': nvml, dcgm, host; default {DEFAULT}")
+    parser.add_argument("-d", "--devices", help="GPU indices to watch, e.g. 0 or 0+1; default every GPU")
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples (0.1 or more; default 1)")
+    parser.add_argument("--flush-timeout", type=float, default=60.0, help="seconds to keep trying an unreachable store when a run ends (default 60)")
+    parser.add_argument(
+        "--rollover", choices=("daily", "never"), default="daily", help="daily (default): a new run at local midnight; never: one run until stopped"
+    )
+    return parser
+
+
+def seconds_to_midnight(now: datetime | None = None) -> float:
+    now = now or datetime.now()
+    return (datetime.combine(now.date() + timedelta(days=1), datetime.min.time()) - now).total_seconds()
+
+
+@dataclass
+class Recording:
+    """One monitor run and what records into it."""
+
+    run_id: str
+    run_dir: Path
+    day: date
+    writer: MetricWriter | None = None
+    sampler: Sampler | None = None
+
+
+class Monitor:
+    """Keeps one recording going; `roll()` swaps in the next day's run, `end()` finishes the current one."""
+
+    def __init__(
+        self,
+        store: str,
+        experiment: str | None,
+        listeners: list[str],
+        devices: list[int] | None,
+        interval: float,
+        flush_timeout: float,
+        argv: list[str],
+        *,
+        today=date.today,
+    ) -> None:
+        self.store = store
+        self.experiment = experiment
+        self.listeners = listeners
+        self.devices = devices
+        self.interval = interval
+        self.flush_timeout = flush_timeout
+        self.argv = argv
+        self.today = today
+        self.host = socket.gethostname()
+        self.client = connect(store)
+        self.experiment_id = resolve_experiment(self.client, store, experiment)
+        self.current: Recording | None = None
+        self._retry_at = 0.0
+        self._retry_reported = False
+
+    # -- runs -------------------------------------------------------------------------------
+
+    def _monitor_runs(self, status: str = "RUNNING") -> list:
+        host = self.host.replace("\\", "\\\\").replace("'", "\\'")
+        return self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`{MONITOR_TAG}` = 'true' and tags.`radt.host` = '{host}' and attributes.status = '{status}'",
+        )
+
+    def _radt_alive(self, run) -> int | None:
+        """The pid of the radt that records `run` on this host, or None when that radt is gone."""
+        meta_file = runs_dir() / run.info.run_id / "meta.json"
+        try:
+            meta = json.loads(meta_file.read_text())
+        except (OSError, ValueError):  # recorded with another RADT_HOME: the run's own tags say which process
+            pid = run.data.tags.get("radt.pid", "")
+            if not pid.isdigit():
+                return None
+            meta = {"host": self.host, "pid": int(pid), "started": run.info.start_time / 1000}
+        if meta.get("pid") == os.getpid() or "pid" not in meta:
+            return None
+        return None if orphaned(meta) else meta["pid"]
+
+    def end_stale_runs(self) -> None:
+        """Mark this host's RUNNING monitor runs whose radt died KILLED; refuse if one is alive."""
+        for run in self._monitor_runs():
+            pid = self._radt_alive(run)
+            if pid is not None:
+                raise UsageError(
+                    f"another radt monitor (pid {pid}) is recording this host into run {run.info.run_id} of this experiment; stop it first or choose another -e"
+                )
+            self._end_stale(run)
+
+    def _end_stale(self, run) -> None:
+        run_id = run.info.run_id
+        killed = {"status": "KILLED", "end_time": int(time.time() * 1000), "tags": {"radt.stop_reason": "radt_killed"}, "parent_id": None}
+        run_dir = runs_dir() / run_id
+        if (run_dir / "meta.json").exists():  # ours: send what it spooled, attach its logs (as `radt sync` would)
+            store = open_metric_store(self.store)
+            try:
+                Spool(run_dir / SPOOL_NAME).replay(functools.partial(store.write, run_id))
+            finally:
+                store.close()
+            complete_run(self.client, run_dir, run_id, killed)
+            (run_dir / "done").touch()
+        else:
+            set_tags(self.client, run_id, killed["tags"])
+            self.client.set_terminated(run_id, status="KILLED", end_time=killed["end_time"])
+        report(f"radt monitor: run {run_id} ({run.info.run_name}) lost its radt; marked KILLED")
+
+    def _create_run(self) -> Recording:
+        day = self.today()
+        devices = "+".join(map(str, self.devices)) if self.devices is not None else "all"
+        run_id, _ = create_run(
+            self.client,
+            self.experiment_id,
+            command=["radt", "monitor", *self.argv],
+            script="radt monitor",
+            script_args=[],
+            run_name=f"{self.host} {day.isoformat()}",
+            workload=None,
+            letter="-",
+            devices=devices,
+            collocation="-",
+            listeners=self.listeners,
+            settings={"radt.interval": str(self.interval)},
+        )
+        set_tags(self.client, run_id, {MONITOR_TAG: "true"})
+        run_dir = runs_dir() / run_id
+        logs = run_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        meta = {"store": self.store, "run_id": run_id, "parent_id": None, "pid": os.getpid(), "host": self.host, "started": time.time(), "monitor": True}
+        (run_dir / "meta.json").write_text(json.dumps(meta))
+        (logs / "gpu-inventory.json").write_text(json.dumps(gpu_inventory(), indent=2))
+        return Recording(run_id, run_dir, day)
+
+    def _open_sources(self) -> list:
+        # no training process: the process-tree metrics (CPU, RSS, a run's GPU memory) are skipped
+        ctx = SamplingContext(interval=self.interval, devices=self.devices, pids=lambda: [])
+        return open_sources([make_source(name) for name in self.listeners], ctx, report)
+
+    def _record(self, recording: Recording, sources: list) -> None:
+        recording.writer = MetricWriter(open_metric_store(self.store), recording.run_id, recording.run_dir / SPOOL_NAME, report=report).start()
+        recording.sampler = Sampler(sources, self.interval, recording.writer.put, report)
+        recording.sampler.start()
+        self.current = recording
+        report(f"radt monitor: recording {self.host} into run {recording.run_id} ('{self.host} {recording.day.isoformat()}', experiment {self.experiment_id})")
+
+    def _finish(self, recording: Recording, status: str, stop_reason: str) -> bool:
+        """Stop sampling into `recording`, flush its writer (bounded) and end the run; False if something waits for `radt sync`."""
+        recording.sampler.stop()
+        written = recording.writer.close(self.flush_timeout)
+        recording.writer.store.close()
+        logs = recording.run_dir / "logs"
+        (logs / "radt-sources.json").write_text(json.dumps({s.name: s.describe() for s in recording.sampler.sources}, indent=2))
+        finish_run(self.client, recording.run_dir, recording.run_id, None, status, 0, stop_reason, written, recording.writer.written)
+        return (recording.run_dir / "done").exists()
+
+    def begin(self) -> None:
+        """Open the sources (refused if none works here) and start the first run."""
+        sources = self._open_sources()
+        if not sources:
+            raise UsageError(f"no listener of -l {'+'.join(self.listeners)} works on this machine (see above); choose others with -l")
+        self._record(self._create_run(), sources)
+
+    def roll(self) -> bool:
+        """End the current run FINISHED and record into a new one; while the store is away, keep the current run."""
+        try:
+            self.client = connect(self.store)  # a one-line StoreError at once, not MLflow's minute of retries
+            new = self._create_run()
+        except Exception as exc:
+            self._retry_at = time.monotonic() + RETRY_NEW_DAY
+            if not self._retry_reported:
+                reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+                report(f"radt monitor: cannot start the next run ({reason}); still recording into run {self.current.run_id}, trying every minute")
+                self._retry_reported = True
+            return False
+        self._retry_reported = False
+        old = self.current
+        old.sampler.stop()  # closes the day's sources; the new run gets fresh ones (energy and totals from 0)
+        self._record(new, self._open_sources())
+        self._finish(old, "FINISHED", "day_end")
+        return True
+
+    def run_until(self, stop: threading.Event, rollover: str) -> None:
+        """Wait for `stop`; at local midnight (daily) roll over to the next run."""
+        while not stop.is_set():
+            if rollover == "daily" and self.today() != self.current.day and time.monotonic() >= self._retry_at:
+                self.roll()
+            stop.wait(min(1.0, seconds_to_midnight() + 0.01))
+
+    def end(self, stop_reason: str = "stopped") -> bool:
+        if self.current is None:
+            return True
+        recording, self.current = self.current, None
+        return self._finish(recording, "FINISHED", stop_reason)
+
+
+def main(argv: list[str]) -> int:
+    opts = monitor_parser().parse_args(argv)
+    stop = threading.Event()
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame) -> None:
+        received.append(signum)
+        stop.set()  # reported by the main loop: printing here could re-enter a write to stderr
+        # a second Ctrl-C interrupts the final flush (the writer leaves the rest for `radt sync`)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    # not SIGHUP: `nohup radt monitor &` must survive the terminal closing
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            if opts.interval < 0.1:
+                raise UsageError(f"--interval {opts.interval} is too short; use 0.1 seconds or more")
+            if opts.flush_timeout < 0:
+                raise UsageError(f"--flush-timeout {opts.flush_timeout} is negative; give seconds, e.g. 60")
+            listeners = parse_listeners(opts.listeners)
+            devices = parse_devices(opts.devices)
+            if devices is not None and gpu_count() is not None:  # without NVML the nvml listener says why it is skipped
+                check_devices(devices)
+            monitor = Monitor(tracking_uri(opts.store), opts.experiment, listeners, devices, opts.interval, opts.flush_timeout, argv)
+            monitor.end_stale_runs()
+            monitor.begin()
+        except (UsageError, ListenerError, StoreError, ValueError) as exc:
+            print(f"radt monitor: {exc}", file=sys.stderr)
+            return 2
+        monitor.run_until(stop, opts.rollover)
+        name = signal.Signals(received[0]).name if received else "stop"
+        report(f"radt monitor: {name} received, ending the run (again to force)")
+        name = name.lower()
+        if not monitor.end(name):
+            report("radt monitor: stopped; some samples wait for 'radt sync'")
+        return 0
+    except KeyboardInterrupt:  # a second Ctrl-C outside the writer's flush
+        report("radt monitor: forced to stop; run 'radt sync' to send what was left")
+        return 130
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
