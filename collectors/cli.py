@@ -67,14 +67,20 @@ def main(argv: list[str] | None = None) -> int:
         return _subcommand(argv[0], argv[1:])
     parser = run_parser()
     opts = parser.parse_args(argv)
+    try:  # the user's mistakes first, before MLflow is even imported (two seconds): one line, exit 2
+        if opts.script.endswith(".csv"):
+            raise ValueError(f"'{opts.script}' is a CSV experiment; CSV experiments are not available in this version yet, run the scripts one by one")
+        if opts.interval < 0.1:
+            raise ValueError(f"--interval {opts.interval} is too short; use 0.1 seconds or more")
+        devices = parse_devices(opts.devices)
+        listeners = parse_listeners(opts.listeners)
+    except (ListenerError, ValueError) as exc:
+        print(f"radt: {exc}", file=sys.stderr)
+        return 2
     from collectors.runner import RunOptions, UsageError, run_script
     from collectors.tracking import StoreError
 
     try:
-        if opts.script.endswith(".csv"):
-            raise UsageError(f"'{opts.script}' is a CSV experiment; CSV experiments are not available in this version yet, run the scripts one by one")
-        if opts.interval < 0.1:
-            raise UsageError(f"--interval {opts.interval} is too short; use 0.1 seconds or more")
         run = RunOptions(
             script=opts.script,
             script_args=opts.args,
@@ -82,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             experiment=opts.experiment,
             name=opts.name,
             workload=opts.workload,
-            devices=parse_devices(opts.devices),
-            listeners=parse_listeners(opts.listeners),
+            devices=devices,
+            listeners=listeners,
             interval=opts.interval,
             max_epoch=opts.max_epoch,
             max_time=opts.max_time,

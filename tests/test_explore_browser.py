@@ -216,14 +216,18 @@ def test_an_unreachable_store_is_a_page_not_a_traceback(page, tmp_path, radt_hom
         reason = page.locator("#store-error-reason").inner_text()
         assert "cannot read the tracking store" in reason and "127.0.0.1" in reason, reason
         assert "Traceback" not in page.content()
+
+
+def test_a_missing_sqlite_store_says_how_to_make_one(tmp_path):
+    from app.state import STATE, connect_store, store_error
+
     missing = tmp_path / "nothing-here" / "mlflow.db"
-    with dashboard(f"sqlite:///{missing}", radt_env(radt_home)) as base:
-        page.goto(base)
-        page.wait_for_selector(".store-error")
-        assert "radt demo" in page.locator("#store-error-reason").inner_text()
-        assert not missing.exists(), "the dashboard never creates a store"
+    connect_store(f"sqlite:///{missing}")
+    assert STATE.engine is None and "radt demo" in store_error() and str(missing) in store_error()
+    assert not missing.exists(), "the dashboard never creates a store"
 
 
+@pytest.mark.parametrize("filled_store", ["postgresql"], indirect=True)  # the production set-up; store kinds are covered above
 def test_several_workers_under_gunicorn_share_a_redis_cache(page, filled_store):
     """The documented multi-user set-up: `gunicorn -w 2 'app:server'` with RADT_CACHE=redis://..."""
     import subprocess
