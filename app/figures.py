@@ -88,8 +88,8 @@ def overlay_figure(
                 meta = runs.loc[run_id]
                 fig.add_trace(
                     go.Scattergl(
-                        x=x_values(ts, meta["start_time"], x_mode),
-                        y=ema(ys, smoothing),
+                        x=_compact(x_values(ts, meta["start_time"], x_mode)),
+                        y=_compact(ema(ys, smoothing)),
                         mode="lines",
                         name=f"{meta['run_name']}",
                         legendgroup=run_id,
@@ -174,6 +174,14 @@ def _add_groups(fig, panel: Panel, runs: pd.DataFrame, x_mode: str, smoothing: f
             row=row,
             col=1,
         )
+
+
+def _compact(values):
+    """float32 for the browser: half the JSON of float64. Seven significant digits are more than a
+    chart shows: minutes since start resolve 1 ms at 3 h, 60 ms at 10 days (steps exact to 16.7 M)."""
+    if isinstance(values, np.ndarray) and values.dtype == np.float64:
+        return values.astype(np.float32)
+    return values
 
 
 def _alpha(color: str, alpha: float) -> str:
