@@ -11,6 +11,7 @@ import logging
 import sys
 
 from app.config import tracking_uri
+from collectors.command import UsageError, build_command
 from collectors.listeners import DEFAULT, ListenerError, parse_listeners
 
 SUBCOMMANDS = ("import", "sync", "demo", "monitor")
@@ -74,10 +75,11 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--interval {opts.interval} is too short; use 0.1 seconds or more")
         devices = parse_devices(opts.devices)
         listeners = parse_listeners(opts.listeners)
-    except (ListenerError, ValueError) as exc:
+        build_command(opts.script, opts.args)
+    except (ListenerError, UsageError, ValueError) as exc:
         print(f"radt: {exc}", file=sys.stderr)
         return 2
-    from collectors.runner import RunOptions, UsageError, run_script
+    from collectors.runner import RunOptions, run_script
     from collectors.tracking import StoreError
 
     try:

@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 
 from app.config import runs_dir
+from collectors.command import UsageError, build_command
 from collectors.listeners import make_source
 from collectors.proctree import ProcessTree, die_with_parent
 from collectors.sampler import Sampler, open_sources
@@ -32,10 +33,6 @@ from collectors.writer import SPOOL_NAME, MetricWriter
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 STOP_GRACE = 30.0  # seconds between SIGINT and SIGTERM, and SIGTERM and SIGKILL, at --max-time
-
-
-class UsageError(Exception):
-    """A mistake in how radt was called; the message names the problem and the fix."""
 
 
 @dataclass
@@ -59,22 +56,6 @@ class RunOptions:
 
 def report(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def build_command(script: str, args: list[str]) -> list[str]:
-    """`train.py` runs under this Python; anything else must be an executable file or on PATH."""
-    path = Path(script)
-    if script.endswith(".py"):
-        if not path.is_file():
-            raise UsageError(f"script '{script}' not found in {Path.cwd()}; pass the path to your training script")
-        return [sys.executable, "-u", script, *args]
-    if path.is_file() and os.access(path, os.X_OK):
-        return [str(path), *args]
-    from shutil import which
-
-    if "/" not in script and which(script):
-        return [script, *args]
-    raise UsageError(f"script '{script}' not found (neither a .py file here nor a command on PATH); pass the path to your training script")
 
 
 def check_devices(devices: list[int] | None) -> None:
