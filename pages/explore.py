@@ -326,9 +326,10 @@ def draw(run_groups, metric_specs, x_mode, group_mode, smoothing, log_y, zoom_st
         return empty_figure("Pick at least one metric."), [], view
     runs = _runs(experiment_ids or [])
     runs = runs[runs["run_id"].isin(run_ids)]
-    x_range = _x_range(zoom, x_mode)
     grouped = group_mode == "grouped"
-    windows = data.zoom_windows(x_range, "relative" if grouped and x_mode == "wall" else x_mode, runs) if x_range else {}
+    axis = "relative" if grouped and x_mode == "wall" else x_mode  # grouped runs share time since start
+    x_range = _x_range(zoom, axis)
+    windows = data.zoom_windows(x_range, axis, runs) if x_range else {}
     panels = []
     for spec in metric_specs:
         found = data.series(spec, runs, windows, x=x_mode)

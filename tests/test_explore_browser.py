@@ -205,6 +205,15 @@ def test_zoom_asks_for_the_window_at_full_detail(page, served, filled_store):
     page.wait_for_function("!location.search.includes('xr=')")
     page.wait_for_function("() => { const t = (" + TRACES_JS + ")('y'); return t && t.length === 1 && t[0].n > 1000; }")
 
+    # grouped on the wall-clock axis draws time since start: a zoom there is in minutes too
+    page.locator("#x-mode label", has_text="wall clock").locator("input").check()
+    page.locator("#group-mode label", has_text="grouped").locator("input").check()
+    mean = "() => { const t = (" + TRACES_JS + ")('y'); return t && t.find(x => (x.name || '').includes('mean of 1')); }"
+    page.wait_for_function(mean)
+    _relayout(page, {"xaxis.range[0]": 60, "xaxis.range[1]": 70})
+    page.wait_for_function("location.search.includes('xr=60')")
+    page.wait_for_function("(js) => { const m = eval(js)(); return m && Math.min(...m.x) >= 59.9 && Math.max(...m.x) <= 70.1; }", arg=mean)
+
 
 def test_an_unreachable_store_is_a_page_not_a_traceback(page, tmp_path, radt_home):
     from tests.browser import free_port
