@@ -51,18 +51,44 @@ def _timeout(status: str) -> int:
     return RUNNING_TIMEOUT if status in queries.LIVE_STATUSES else FINISHED_TIMEOUT
 
 
+def cached(parts: tuple, timeout: int, compute):
+    """`compute()` through the cache under a key made of `parts` (the store URI goes in by itself)."""
+    cache_key = _key(STATE.store_uri, *parts)
+    value = CACHE.get(cache_key)
+    if value is None:
+        value = compute()
+        CACHE.set(cache_key, value, timeout=timeout)
+    return value
+
+
+def _per_run(runs: pd.DataFrame, parts, load) -> dict:
+    """run_id -> value through the cache: hits as they are, `load(missing run ids)` for the rest,
+    each cached as long as its run's status allows (a run without a value is cached as absent)."""
+    out: dict = {}
+    missing: list[str] = []
+    for run_id in runs["run_id"]:
+        hit = CACHE.get(_key(STATE.store_uri, *parts(run_id)))
+        if hit is None:
+            missing.append(run_id)
+        elif not isinstance(hit, str):
+            out[run_id] = hit
+    if missing:
+        status = dict(zip(runs["run_id"], runs["status"], strict=False))
+        loaded = load(missing)
+        for run_id in missing:
+            value = loaded.get(run_id)
+            CACHE.set(_key(STATE.store_uri, *parts(run_id)), ABSENT if value is None else value, timeout=_timeout(status.get(run_id, "")))
+            if value is not None:
+                out[run_id] = value
+    return {r: out[r] for r in runs["run_id"] if r in out}
+
+
 def runs(experiment_ids: list[str]) -> pd.DataFrame:
     """queries.list_runs through the cache (a few seconds: statuses and new runs show up quickly)."""
     ids = sorted(set(experiment_ids or []))
     if not ids:
         return pd.DataFrame(columns=queries.RUN_COLUMNS)
-    cache_key = _key("runs", STATE.store_uri, *ids)
-    hit = CACHE.get(cache_key)
-    if hit is not None:
-        return hit
-    frame = queries.list_runs(STATE.engine, ids)
-    CACHE.set(cache_key, frame, timeout=LISTING_TIMEOUT)
-    return frame
+    return cached(("runs", *ids), LISTING_TIMEOUT, lambda: queries.list_runs(STATE.engine, ids))
 
 
 def _load(spec: str, run_ids: list[str], windows: Mapping[str, Window], budget: int, x: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -86,48 +112,24 @@ def series(
     that range again at full detail. x "step" returns stored steps instead of timestamps.
     """
     windows = dict(windows or {})
-    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    missing: list[str] = []
-    status = dict(zip(runs["run_id"], runs["status"], strict=False))
     x = "step" if x == "step" else "timestamp"
-    for run_id in runs["run_id"]:
-        hit = CACHE.get(_key("series", STATE.store_uri, spec, run_id, windows.get(run_id), budget, x))
-        if hit is None:
-            missing.append(run_id)
-        elif not isinstance(hit, str):
-            out[run_id] = hit
-    if missing:
-        loaded = _load(spec, missing, {r: windows[r] for r in missing if r in windows}, budget, x)
-        for run_id in missing:
-            value = loaded.get(run_id)
-            CACHE.set(
-                _key("series", STATE.store_uri, spec, run_id, windows.get(run_id), budget, x),
-                ABSENT if value is None else value,
-                timeout=_timeout(status.get(run_id, "")),
-            )
-            if value is not None:
-                out[run_id] = value
-    return {r: out[r] for r in runs["run_id"] if r in out}
+    return _per_run(
+        runs,
+        lambda run_id: ("series", spec, run_id, windows.get(run_id), budget, x),
+        lambda missing: _load(spec, missing, {r: windows[r] for r in missing if r in windows}, budget, x),
+    )
 
 
 def summary(runs: pd.DataFrame) -> pd.DataFrame:
     """queries.run_summary per run through the cache (finished runs long, running ones briefly)."""
     if runs.empty:
         return queries.run_summary(STATE.engine, [])
-    rows: dict[str, dict] = {}
-    missing = []
-    for run_id in runs["run_id"]:
-        hit = CACHE.get(_key("summary", STATE.store_uri, run_id))
-        if hit is None:
-            missing.append(run_id)
-        else:
-            rows[run_id] = hit
-    if missing:
-        status = dict(zip(runs["run_id"], runs["status"], strict=False))
-        for row in queries.run_summary(STATE.engine, missing).to_dict("records"):
-            rows[row["run_id"]] = row
-            CACHE.set(_key("summary", STATE.store_uri, row["run_id"]), row, timeout=_timeout(status.get(row["run_id"], "")))
-    return pd.DataFrame([rows[r] for r in runs["run_id"] if r in rows], columns=queries.SUMMARY_COLUMNS)
+    rows = _per_run(
+        runs,
+        lambda run_id: ("summary", run_id),
+        lambda missing: {row["run_id"]: row for row in queries.run_summary(STATE.engine, missing).to_dict("records")},
+    )
+    return pd.DataFrame(list(rows.values()), columns=queries.SUMMARY_COLUMNS)
 
 
 def zoom_windows(x_range: tuple | None, x_mode: str, runs: pd.DataFrame) -> dict[str, Window]:

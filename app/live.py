@@ -44,12 +44,11 @@ ACTIVITY = ("sm_active", "gr_engine_active", "utilization_percentage")  # what "
 
 @dataclass(frozen=True)
 class Trace:
-    """One line of a live chart: the stored key, its legend name, its axis, and the scale to that axis."""
+    """One line of a live chart: the stored key, its legend name, and its axis."""
 
     key: str
     name: str
     axis: str  # "y" (0-1 activity) or "y2" (percent)
-    scale: float = 1.0
 
 
 def live_runs(engine: sa.Engine, now_ms: int | None = None, linger_ms: int = LINGER_MS) -> pd.DataFrame:
@@ -87,7 +86,7 @@ def latest_values(engine: sa.Engine, run_ids: Sequence[str]) -> dict[str, dict[s
 
 def chart_traces(keys: Sequence[str]) -> list[Trace]:
     """The live chart's lines for a run that stored these keys: per GPU activity, then CPU."""
-    found: list[tuple[int, int, Trace]] = []
+    found: list[tuple[int | None, int, Trace]] = []
     order = {name: i for i, name in enumerate(CHART_METRICS)}
     has_gpm = {r.gpu for k in keys if (r := catalogue.resolve(k)) and r.metric.name in ("sm_active", "gr_engine_active")}
     for key in keys:
@@ -97,14 +96,11 @@ def chart_traces(keys: Sequence[str]) -> list[Trace]:
         metric, gpu = resolved.metric, resolved.gpu
         if metric.name == "utilization_percentage" and gpu in has_gpm:
             continue  # GRACT says it better where GPM is there
-        if metric.per_gpu:
-            axis, scale = ("y2", 1.0) if metric.unit == "%" else ("y", 1.0)
-            name = f"{metric.label} GPU {gpu}"
-        else:
-            axis, scale, name = "y2", 1.0, metric.label
-        found.append((order[metric.name], -1 if gpu is None else gpu, Trace(key, name, axis, scale)))
-    found.sort(key=lambda item: (item[1] if item[1] >= 0 else 10**6, item[0]))
-    return [trace for _o, _g, trace in found]
+        axis = "y" if metric.unit == "ratio" else "y2"
+        name = f"{metric.label} GPU {gpu}" if metric.per_gpu else metric.label
+        found.append((gpu, order[metric.name], Trace(key, name, axis)))
+    found.sort(key=lambda item: (item[0] is None, item[0] or 0, item[1]))  # per GPU, the host last
+    return [trace for _g, _o, trace in found]
 
 
 def new_points(engine: sa.Engine, cursors: Mapping[str, int], keys: Mapping[str, Sequence[str]]) -> dict[str, dict[str, Series]]:
@@ -145,16 +141,15 @@ def idle_gpus(
     """run_id -> GPUs whose activity stayed near zero over the last ``idle_ms``, in runs older than that."""
     wanted: dict[str, list[tuple[str, int, float]]] = defaultdict(list)  # key -> [(run, gpu, threshold)]
     for run_id, keys in run_keys.items():
-        per_gpu: dict[int, tuple[str, float]] = {}
+        per_gpu: dict[int, tuple[int, str, float]] = {}  # gpu -> (rank in ACTIVITY, key, threshold)
         for key in keys:
             resolved = catalogue.resolve(key)
             if resolved is None or resolved.gpu is None or resolved.metric.name not in ACTIVITY or not key.startswith(catalogue.PREFIX):
                 continue
             rank = ACTIVITY.index(resolved.metric.name)
-            threshold = IDLE_RATIO * (100.0 if resolved.metric.unit == "%" else 1.0)
-            if resolved.gpu not in per_gpu or rank < ACTIVITY.index(catalogue.resolve(per_gpu[resolved.gpu][0]).metric.name):
-                per_gpu[resolved.gpu] = (key, threshold)
-        for gpu, (key, threshold) in per_gpu.items():
+            if resolved.gpu not in per_gpu or rank < per_gpu[resolved.gpu][0]:
+                per_gpu[resolved.gpu] = (rank, key, IDLE_RATIO * (100.0 if resolved.metric.unit == "%" else 1.0))
+        for gpu, (_rank, key, threshold) in per_gpu.items():
             wanted[key].append((run_id, gpu, threshold))
     out: dict[str, list[int]] = defaultdict(list)
     since = now_ms - idle_ms
@@ -162,16 +157,16 @@ def idle_gpus(
         for key, entries in wanted.items():
             run_ids = [run_id for run_id, _g, _t in entries]
             stmt = (
-                sa.select(METRICS.c.run_uuid, sa.func.max(METRICS.c.value), sa.func.min(METRICS.c.timestamp), sa.func.count())
+                sa.select(METRICS.c.run_uuid, sa.func.max(METRICS.c.value), sa.func.count())
                 .where(METRICS.c.key == key, METRICS.c.timestamp > since, METRICS.c.run_uuid.in_(run_ids), METRICS.c.is_nan == sa.false())
                 .group_by(METRICS.c.run_uuid)
             )
-            found = {run_id: (peak, first, count) for run_id, peak, first, count in _rows(conn, stmt)}
+            found = {run_id: (peak, count) for run_id, peak, count in _rows(conn, stmt)}
             for run_id, gpu, threshold in entries:
                 start = starts.get(run_id)
                 if run_id not in found or start is None or start != start or start > since:
                     continue  # no recent samples (that is "stale"), or the run is younger than the window
-                peak, _first, count = found[run_id]
+                peak, count = found[run_id]
                 if count >= 2 and float(peak) < threshold:
                     out[run_id].append(gpu)
     return dict(out)

@@ -29,6 +29,9 @@ def connect_store(uri: str) -> None:
     """Point the dashboard at `uri`: a read-only engine, or the one-line reason it cannot read it."""
     from app.queries import StoreUnavailable, check_store, make_read_engine
 
+    if STATE.engine is not None:
+        STATE.engine.dispose()  # a retry, or another store: the old pool's connections go
+    STATE.engine = None
     STATE.store_uri = uri
     STATE.checked_at = time.monotonic()
     missing = _missing_sqlite_file(uri)

@@ -20,8 +20,8 @@ from dash import ALL, Input, Output, State, callback, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from app import catalogue, live, queries
-from app.cache import CACHE, RUNNING_TIMEOUT
-from app.data import _key
+from app.cache import RUNNING_TIMEOUT
+from app.data import cached
 from app.state import STATE, store_error
 
 dash.register_page(__name__, path="/live", name="Live", title="radt · live", order=1)
@@ -59,44 +59,40 @@ def layout(**_query):
 
 
 def _runs(now_ms: int) -> pd.DataFrame:
-    cache_key = _key("live-runs", STATE.store_uri, now_ms // POLL_MS)
-    frame = CACHE.get(cache_key)
-    if frame is None:
-        frame = live.live_runs(STATE.engine, now_ms)
-        CACHE.set(cache_key, frame, timeout=RUNNING_TIMEOUT)
-    return frame
+    return cached(("live-runs", now_ms // POLL_MS), RUNNING_TIMEOUT, lambda: live.live_runs(STATE.engine, now_ms))
 
 
 def _latest(run_ids: list[str], now_ms: int) -> dict:
-    cache_key = _key("live-latest", STATE.store_uri, now_ms // POLL_MS, *sorted(run_ids))
-    values = CACHE.get(cache_key)
-    if values is None:
-        values = live.latest_values(STATE.engine, run_ids)
-        CACHE.set(cache_key, values, timeout=RUNNING_TIMEOUT)
-    return values
+    return cached(("live-latest", now_ms // POLL_MS, *sorted(run_ids)), RUNNING_TIMEOUT, lambda: live.latest_values(STATE.engine, run_ids))
 
 
 def _new_points(run_id: str, cursor: int, keys: list[str]) -> dict:
     """Points after the cursor; tabs that are up to date share one cursor, so one query serves them all."""
-    cache_key = _key("live-points", STATE.store_uri, run_id, cursor, *keys)
-    found = CACHE.get(cache_key)
-    if found is None:
-        found = live.new_points(STATE.engine, {run_id: cursor}, {run_id: keys}).get(run_id, {})
-        CACHE.set(cache_key, found, timeout=RUNNING_TIMEOUT)
-    return found
+    return cached(
+        ("live-points", run_id, cursor, *keys), RUNNING_TIMEOUT, lambda: live.new_points(STATE.engine, {run_id: cursor}, {run_id: keys}).get(run_id, {})
+    )
+
+
+def _idle(running: dict[str, list[str]], now_ms: int) -> dict[str, list[int]]:
+    if not running:
+        return {}
+    runs = _runs(now_ms)
+    starts = dict(zip(runs["run_id"], runs["start_time"], strict=False))
+    parts = ("live-idle", now_ms // POLL_MS, *sorted(f"{r}:{'+'.join(k)}" for r, k in running.items()))
+    return cached(parts, RUNNING_TIMEOUT, lambda: live.idle_gpus(STATE.engine, running, starts, now_ms))
 
 
 # --- cards ------------------------------------------------------------------------------------------
 
 
-def _figure(traces: list[live.Trace], series: dict, window_min: int) -> go.Figure:
+def _figure(traces: list[live.Trace], series: dict) -> go.Figure:
     fig = go.Figure()
     for i, trace in enumerate(traces):
         xs, ys = series.get(trace.key, ([], []))
         fig.add_trace(
             go.Scatter(
                 x=pd.to_datetime(list(xs), unit="ms"),
-                y=[v * trace.scale for v in ys],
+                y=list(ys),
                 mode="lines",
                 name=trace.name,
                 yaxis=trace.axis,
@@ -118,8 +114,7 @@ def _figure(traces: list[live.Trace], series: dict, window_min: int) -> go.Figur
     return fig
 
 
-def _card(run: pd.Series, keys: list[str], window_min: int, now_ms: int) -> html.Section:
-    traces = live.chart_traces(keys)
+def _card(run: pd.Series, traces: list[live.Trace], window_min: int, now_ms: int) -> html.Section:
     start = now_ms - window_min * 60_000
     series = {}
     for trace in traces:
@@ -128,7 +123,7 @@ def _card(run: pd.Series, keys: list[str], window_min: int, now_ms: int) -> html
             series[trace.key] = found[run.run_id]
     cursor = max([int(xs[-1]) for xs, _ys in series.values() if len(xs)] or [start])
     explore = "/?" + urlencode({"exp": run.experiment_id, "runs": run.run_id})
-    title = [html.Span(run.status, id={"type": "live-status", "run": run.run_id}, className=f"status {STATUS_CLASS.get(run.status, '')}")]
+    title = [html.Span(run.status, className=f"status {STATUS_CLASS.get(run.status, '')}")]
     title += [html.Strong(run.run_name), html.Span(f" {run.letter}" if run.letter not in ("", "-") else "", className="letter")]
     title += [html.A("explore →", href=explore, className="explore-link", title="open this run in the explore page")]
     return html.Section(
@@ -138,7 +133,7 @@ def _card(run: pd.Series, keys: list[str], window_min: int, now_ms: int) -> html
             html.Div(id={"type": "live-flags", "run": run.run_id}, className="flags"),
             dcc.Graph(
                 id={"type": "live-chart", "run": run.run_id},
-                figure=_figure(traces, series, window_min),
+                figure=_figure(traces, series),
                 config={"displayModeBar": False},
                 className="live-chart",
             ),
@@ -152,17 +147,16 @@ def _card(run: pd.Series, keys: list[str], window_min: int, now_ms: int) -> html
     )
 
 
-def _cards(runs: pd.DataFrame, window_min: int, now_ms: int) -> list:
+def _cards(runs: pd.DataFrame, traces: dict[str, list[live.Trace]], window_min: int, now_ms: int) -> list:
     if runs.empty:
         return [html.P("No run is training now. Start one with `radt train.py` (or `radt monitor` on a GPU host) and it appears here.", className="hint")]
-    latest = _latest(list(runs["run_id"]), now_ms)
     out = []
     for host, by_host in runs.groupby("host", sort=False):
         blocks = []
         for (_exp, _wl), group in by_host.groupby(["experiment_name", "workload_id"], sort=False):
             first = group.iloc[0]
             heading = f"{first.experiment_name} · {first.workload_label}" + (f" · {len(group)} collocated runs" if len(group) > 1 else "")
-            cards = [_card(run, sorted(latest.get(run.run_id, {})), window_min, now_ms) for run in group.itertuples()]
+            cards = [_card(run, traces[run.run_id], window_min, now_ms) for run in group.itertuples()]
             blocks.append(html.Div([html.H4(heading), html.Div(cards, className="workload-runs")], className="live-workload"))
         out.append(html.Div([html.H3(host, className="host")] + blocks, className="live-host"))
     return out
@@ -183,11 +177,11 @@ def render(_tick, window_min, previous):
     now_ms = int(time.time() * 1000)
     runs = _runs(now_ms)
     latest = _latest(list(runs["run_id"]), now_ms)
-    chart_keys = {r: [t.key for t in live.chart_traces(sorted(latest.get(r, {})))] for r in runs["run_id"]}
-    signature = {"runs": [[r, s, chart_keys[r]] for r, s in zip(runs["run_id"], runs["status"], strict=False)], "window": window_min}
+    traces = {r: live.chart_traces(sorted(latest.get(r, {}))) for r in runs["run_id"]}
+    signature = {"runs": [[r, s, [t.key for t in traces[r]]] for r, s in zip(runs["run_id"], runs["status"], strict=False)], "window": window_min}
     if signature == previous:
         raise PreventUpdate
-    return _cards(runs, int(window_min or 5), now_ms), signature
+    return _cards(runs, traces, int(window_min or 5), now_ms), signature
 
 
 # --- every tick: new points, current values, flags ---------------------------------------------------
@@ -201,12 +195,11 @@ def _value_row(values: dict[str, tuple[float, int]]) -> list:
         resolved = catalogue.resolve(key)
         if resolved is None or resolved.metric.name not in order or not key.startswith(catalogue.PREFIX):
             continue
-        found.append((resolved.gpu if resolved.gpu is not None else 10**6, order[resolved.metric.name], resolved, value))
-    for gpu, _o, resolved, value in sorted(found, key=lambda f: (f[0], f[1])):
-        metric = resolved.metric
+        found.append((resolved.gpu, order[resolved.metric.name], resolved.metric, value))
+    for gpu, _o, metric, value in sorted(found, key=lambda f: (f[0] is None, f[0] or 0, f[1])):  # per GPU, the host last
         text = "–" if value != value else (f"{value:.2f}" if metric.unit == "ratio" else f"{value:,.0f}")
         unit = "" if metric.unit == "ratio" else f" {metric.unit}"
-        per_gpu[None if gpu == 10**6 else gpu].append(
+        per_gpu[gpu].append(
             html.Span(
                 [html.Span(metric.label, className="name"), f" {text}{unit}"], className=f"value {live.level(metric, value)}", **{"data-metric": metric.name}
             )
@@ -249,9 +242,7 @@ def tick(_tick, cursors, ids, window_min):
         return [], [], [], [], clock
     run_ids = [i["run"] for i in ids]
     latest = _latest(run_ids, now_ms)
-    running = {r: c for r, c in zip(run_ids, cursors, strict=False) if c and c.get("status") in queries.LIVE_STATUSES}
-    starts = dict(zip(*_starts(now_ms), strict=False))
-    idle = live.idle_gpus(STATE.engine, {r: c["keys"] for r, c in running.items()}, starts, now_ms) if running else {}
+    idle = _idle({r: c["keys"] for r, c in zip(run_ids, cursors, strict=False) if c and c.get("status") in queries.LIVE_STATUSES}, now_ms)
     extend, new_cursors, values, flags = [], [], [], []
     for run_id, cursor in zip(run_ids, cursors, strict=False):
         cursor = cursor or {"ts": now_ms, "keys": []}
@@ -271,11 +262,6 @@ def tick(_tick, cursors, ids, window_min):
         values.append(_value_row(run_values))
         flags.append(_flags(cursor, run_values, idle.get(run_id, []), now_ms))
     return extend, new_cursors, values, flags, clock
-
-
-def _starts(now_ms: int) -> tuple[list, list]:
-    runs = _runs(now_ms)
-    return list(runs["run_id"]), list(runs["start_time"])
 
 
 @callback(Output("live-tick", "disabled"), Output("live-pause", "children"), Input("live-pause", "n_clicks"))

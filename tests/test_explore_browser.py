@@ -264,7 +264,7 @@ def test_several_workers_under_gunicorn_share_a_redis_cache(page, filled_store):
         _wait_traces(page, {"three hours"})
         from app.data import _key
 
-        entry = "radt:" + _key("series", filled_store["uri"], "cat:sm_active", run_id, None, 2000, "timestamp")
+        entry = "radt:" + _key(filled_store["uri"], "series", "cat:sm_active", run_id, None, 2000, "timestamp")
         assert redis.Redis.from_url(REDIS).exists(entry), "the series went through the shared Redis cache"
     finally:
         process.terminate()
