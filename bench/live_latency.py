@@ -37,6 +37,7 @@ from collectors import tracking  # noqa: E402
 from collectors.points import Point  # noqa: E402
 from collectors.stores import SqlMetricStore  # noqa: E402
 from tests.browser import chromium, dashboard  # noqa: E402
+from tests.runs import radt_run  # noqa: E402
 
 TRAIN = textwrap.dedent(
     """
@@ -122,21 +123,7 @@ def poll_cost(pg: str, runs: int, hours: float, rounds: int = 20) -> tuple[float
         run_ids = []
         for i in range(runs):
             start = now - points * 1000
-            run_id, _ = tracking.create_run(
-                client,
-                experiment,
-                command=["python", "train.py"],
-                script="train.py",
-                script_args=[],
-                run_name=f"run {i}",
-                workload=f"w{i // 2}",
-                letter="AB"[i % 2],
-                devices="0",
-                collocation="-",
-                listeners=["nvml", "host"],
-                settings={"radt.interval": "1"},
-                start_time=start,
-            )
+            run_id = radt_run(client, experiment, f"run {i}", start_time=start, workload=f"w{i // 2}", letter="AB"[i % 2])
             for key, value in (("system/gpu_0_sm_active", 0.4), ("system/cpu_utilization_percentage", 40.0)):
                 batch = [Point(key, value, start + s * 1000, s) for s in range(points)]
                 for part in range(0, len(batch), 50_000):

@@ -38,6 +38,7 @@ from app.state import STATE, connect_store  # noqa: E402
 from collectors import tracking  # noqa: E402
 from collectors.points import Point  # noqa: E402
 from collectors.stores import SqlMetricStore  # noqa: E402
+from tests.runs import radt_run  # noqa: E402
 
 METRICS = {"sm_active": 0.45, "sm_occupancy": 0.2, "gr_engine_active": 0.55, "dram_active": 0.25}
 START = 1_760_000_000_000
@@ -52,20 +53,9 @@ def fill(uri: str, runs: int, points: int) -> tuple[str, list[str]]:
     began = time.perf_counter()
     for i in range(runs):
         start = START + i * 60_000
-        run_id, _ = tracking.create_run(
-            client,
-            experiment,
-            command=["python", "train.py", "--batch-size", str(64 * (1 + i % 4))],
-            script="train.py",
-            script_args=["--batch-size", str(64 * (1 + i % 4))],
-            run_name=f"run {i:02d}",
-            workload=f"w{i // 2}",
-            letter="AB"[i % 2],
-            devices="0",
-            collocation="-",
-            listeners=["nvml", "host"],
-            settings={"interval": "1"},
-            start_time=start,
+        batch_size = str(64 * (1 + i % 4))
+        run_id = radt_run(
+            client, experiment, f"run {i:02d}", start_time=start, workload=f"w{i // 2}", letter="AB"[i % 2], script_args=["--batch-size", batch_size]
         )
         ts = start + np.arange(points) * 1000
         for name, level in METRICS.items():

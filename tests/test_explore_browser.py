@@ -25,6 +25,7 @@ from collectors.points import Point
 from collectors.stores import SqlMetricStore
 from tests.browser import TRACES_JS, dashboard, screenshot
 from tests.conftest import SHARED_PG_PREFIX, _new_pg_database, _pg_url, radt_env
+from tests.runs import radt_run
 
 RESNET = "demo: resnet50 collocation"
 LONG_POINTS = 10_800  # three hours at 1 Hz: downsampled on screen, raw when zoomed in
@@ -36,21 +37,7 @@ def _write_long_run(uri: str) -> str:
     """A three-hour radt run with a spike at minute 100, written through radt's own bulk path."""
     client = MlflowClient(uri)
     experiment = tracking.resolve_experiment(client, uri, "long runs")
-    run_id, _parent = tracking.create_run(
-        client,
-        experiment,
-        command=["python", "train.py"],
-        script="train.py",
-        script_args=[],
-        run_name="three hours",
-        workload=None,
-        letter="A",
-        devices="0",
-        collocation="-",
-        listeners=["nvml", "host"],
-        settings={"interval": "1"},
-        start_time=START,
-    )
+    run_id = radt_run(client, experiment, "three hours", start_time=START)
     values = 0.5 + 0.3 * np.sin(np.arange(LONG_POINTS) / 30.0)
     values[6000] = 0.99  # one second of peak: must survive downsampling
     SqlMetricStore(uri).write(run_id, [Point("system/gpu_0_sm_active", float(v), START + i * 1000, i) for i, v in enumerate(values)])

@@ -11,29 +11,15 @@ from app import queries as q
 from collectors import tracking
 from collectors.points import Point
 from collectors.stores import SqlMetricStore
+from tests.runs import radt_run
 
 NOW = 1_760_000_000_000
 SMACT = "system/gpu_0_sm_active"
 CPU = "system/cpu_utilization_percentage"
 
 
-def _run(client, experiment, name, letter, start, workload="pair", interval="1"):
-    run_id, _ = tracking.create_run(
-        client,
-        experiment,
-        command=["python", "train.py"],
-        script="train.py",
-        script_args=[],
-        run_name=name,
-        workload=workload,
-        letter=letter,
-        devices="0",
-        collocation="-",
-        listeners=["nvml", "host"],
-        settings={"radt.interval": interval},
-        start_time=start,
-    )
-    return run_id
+def _run(client, experiment, name, letter, start, workload="pair"):
+    return radt_run(client, experiment, name, start_time=start, workload=workload, letter=letter)
 
 
 def test_live_runs_values_and_incremental_points(store_uri):
