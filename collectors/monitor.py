@@ -12,7 +12,6 @@ monitor run of this host whose radt is gone (killed, machine rebooted) is marked
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import signal
@@ -27,14 +26,14 @@ from pathlib import Path
 from app.config import runs_dir, tracking_uri
 from collectors.cli import OneLineParser, parse_devices
 from collectors.listeners import DEFAULT, ListenerError, make_source, parse_listeners
-from collectors.runner import UsageError, check_devices, complete_run, finish_run, report
+from collectors.runner import UsageError, check_devices, describe_environment, finish_run, local_run_dir, report
 from collectors.sampler import Sampler, open_sources
 from collectors.sources.base import SamplingContext
-from collectors.sources.nvml import gpu_count, gpu_inventory
+from collectors.sources.nvml import gpu_count
 from collectors.stores import open_metric_store
-from collectors.sync import orphaned
+from collectors.sync import mark_killed, orphaned, replay_spool
 from collectors.tracking import StoreError, connect, create_run, resolve_experiment, set_tags
-from collectors.writer import SPOOL_NAME, MetricWriter, Spool
+from collectors.writer import SPOOL_NAME, MetricWriter
 
 MONITOR_TAG = "radt.monitor"
 RETRY_NEW_DAY = 60.0  # seconds between tries to start the next day's run while the store is away
@@ -139,19 +138,14 @@ class Monitor:
 
     def _end_stale(self, run) -> None:
         run_id = run.info.run_id
-        killed = {"status": "KILLED", "end_time": int(time.time() * 1000), "tags": {"radt.stop_reason": "radt_killed"}, "parent_id": None}
         run_dir = runs_dir() / run_id
-        if (run_dir / "meta.json").exists():  # ours: send what it spooled, attach its logs (as `radt sync` would)
-            store = open_metric_store(self.store)
-            try:
-                Spool(run_dir / SPOOL_NAME).replay(functools.partial(store.write, run_id))
-            finally:
-                store.close()
-            complete_run(self.client, run_dir, run_id, killed)
+        if (run_dir / "meta.json").exists():  # ours: send what it spooled, attach its logs, as `radt sync` does
+            replay_spool(self.store, run_dir, run_id)
+            mark_killed(self.client, run_dir, run_id, None)
             (run_dir / "done").touch()
         else:
-            set_tags(self.client, run_id, killed["tags"])
-            self.client.set_terminated(run_id, status="KILLED", end_time=killed["end_time"])
+            set_tags(self.client, run_id, {"radt.stop_reason": "radt_killed"})
+            self.client.set_terminated(run_id, status="KILLED", end_time=int(time.time() * 1000))
         report(f"radt monitor: run {run_id} ({run.info.run_name}) lost its radt; marked KILLED")
 
     def _create_run(self) -> Recording:
@@ -172,12 +166,8 @@ class Monitor:
             settings={"radt.interval": str(self.interval)},
         )
         set_tags(self.client, run_id, {MONITOR_TAG: "true"})
-        run_dir = runs_dir() / run_id
-        logs = run_dir / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        meta = {"store": self.store, "run_id": run_id, "parent_id": None, "pid": os.getpid(), "host": self.host, "started": time.time(), "monitor": True}
-        (run_dir / "meta.json").write_text(json.dumps(meta))
-        (logs / "gpu-inventory.json").write_text(json.dumps(gpu_inventory(), indent=2))
+        run_dir = local_run_dir(self.store, run_id, None, monitor=True)
+        describe_environment(run_dir / "logs")
         return Recording(run_id, run_dir, day)
 
     def _open_sources(self) -> list:

@@ -133,7 +133,17 @@ def _tee(source, sink, log_path: Path) -> threading.Thread:
     return thread
 
 
-def _describe_environment(logs: Path) -> None:
+def local_run_dir(store: str, run_id: str, parent_id: str | None, **extra) -> Path:
+    """The run's folder under RADT_HOME/runs: logs/, and meta.json, which `radt sync` reads to finish
+    the run if this radt dies (which store, which process on which host)."""
+    run_dir = runs_dir() / run_id
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    meta = {"store": store, "run_id": run_id, "parent_id": parent_id, "pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), **extra}
+    (run_dir / "meta.json").write_text(json.dumps(meta))
+    return run_dir
+
+
+def describe_environment(logs: Path) -> None:
     """The GPU inventory (cheap, at start); pip freeze runs after the training (see _freeze)."""
     (logs / "gpu-inventory.json").write_text(json.dumps(gpu_inventory(), indent=2))
 
@@ -250,18 +260,15 @@ def run_script(opts: RunOptions) -> int:
         listeners=opts.listeners,
         settings=settings,
     )
-    run_dir = runs_dir() / run_id
+    run_dir = local_run_dir(opts.store, run_id, parent_id)
     logs = run_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    meta = {"store": opts.store, "run_id": run_id, "parent_id": parent_id, "pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
-    (run_dir / "meta.json").write_text(json.dumps(meta))
     report(f"radt: run {run_id} in experiment {experiment_id} ({opts.store.split('://')[0]} store)")
 
     writer = MetricWriter(open_metric_store(opts.store), run_id, run_dir / SPOOL_NAME, report=report).start()
     tree = ProcessTree()
     ctx = SamplingContext(interval=opts.interval, devices=watched_devices(opts.devices, os.environ.get("CUDA_VISIBLE_DEVICES")), pids=tree.processes)
     sources = open_sources([make_source(name) for name in opts.listeners], ctx, report)
-    _describe_environment(logs)
+    describe_environment(logs)
 
     deadline = time.time() + opts.max_time * 60 if opts.max_time else None
     started_flag = run_dir / "started"

@@ -29,6 +29,21 @@ def orphaned(meta: dict) -> bool:
         return True
 
 
+def replay_spool(store_uri: str, run_dir, run_id: str) -> int:
+    """Write what the run spooled while its store was away, in order; the number of points sent."""
+    store = open_metric_store(store_uri)
+    try:
+        return Spool(run_dir / SPOOL_NAME).replay(functools.partial(store.write, run_id))
+    finally:
+        store.close()
+
+
+def mark_killed(client, run_dir, run_id: str, parent_id: str | None) -> None:
+    """End a run whose radt process died: KILLED, tagged radt_killed, with the logs it left attached."""
+    killed = {"status": "KILLED", "end_time": int(time.time() * 1000), "tags": {"radt.stop_reason": "radt_killed"}, "parent_id": parent_id}
+    complete_run(client, run_dir, run_id, killed)
+
+
 def pending_runs():
     """Run folders that still hold a spool or an unfinished final status, or whose radt died."""
     for run_dir in sorted(runs_dir().iterdir()):
@@ -48,20 +63,12 @@ def main(argv: list[str]) -> int:
         run_id = meta["run_id"]
         try:
             client = connect(meta["store"])
-            store = open_metric_store(meta["store"])
-            sent = Spool(run_dir / SPOOL_NAME).replay(functools.partial(store.write, run_id))
-            store.close()
+            sent = replay_spool(meta["store"], run_dir, run_id)
             pending = run_dir / "pending.json"
             if pending.exists():
                 complete_run(client, run_dir, run_id, json.loads(pending.read_text()))
             elif client.get_run(run_id).info.status == "RUNNING" and orphaned(meta):
-                killed = {
-                    "status": "KILLED",
-                    "end_time": int(time.time() * 1000),
-                    "tags": {"radt.stop_reason": "radt_killed"},
-                    "parent_id": meta.get("parent_id"),
-                }
-                complete_run(client, run_dir, run_id, killed)
+                mark_killed(client, run_dir, run_id, meta.get("parent_id"))
                 print(f"radt sync: run {run_id} lost its radt process; marked KILLED with its logs", file=sys.stderr)
             (run_dir / "done").touch()
             print(f"radt sync: run {run_id}: {sent} points written", file=sys.stderr)
