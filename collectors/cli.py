@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from app.config import tracking_uri
 from collectors.command import UsageError, build_command
-from collectors.listeners import DEFAULT, ListenerError, parse_listeners
+from collectors.listeners import DEFAULT, ListenerError, parse_listeners, parse_profiler
+from collectors.profilers import check_profiler
 
 SUBCOMMANDS = ("import", "sync", "demo", "monitor")
 
@@ -54,9 +56,14 @@ def run_parser() -> argparse.ArgumentParser:
     parser.add_argument("--manual", action="store_true", help="start sampling when the script enters 'with radt.run()'")
     parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
     parser.add_argument("--flush-timeout", type=float, default=60.0, help="seconds to keep trying an unreachable store at exit (default 60)")
+    parser.add_argument("--dry-run", action="store_true", help="CSV experiments: print the plan (workloads, devices, set-up, commands) and start nothing")
+    parser.add_argument("--rerun", action="store_true", help="CSV experiments: run FAILED workloads again (FINISHED ones are always skipped)")
     parser.add_argument("--letter", default="A", help=argparse.SUPPRESS)
     parser.add_argument("--collocation", default="-", help=argparse.SUPPRESS)
-    parser.add_argument("script", help="training script (.py) or command")
+    parser.add_argument("--parent-run", help=argparse.SUPPRESS)  # the CSV scheduler's workload run
+    parser.add_argument("--cuda-visible", help=argparse.SUPPRESS)  # a MIG UUID or an MPS daemon's numbering
+    parser.add_argument("--start-gate", help=argparse.SUPPRESS)  # the CSV scheduler's synchronised start
+    parser.add_argument("script", help="training script (.py), command, or experiment CSV (.csv)")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     return parser
 
@@ -69,12 +76,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = run_parser()
     opts = parser.parse_args(argv)
     try:  # the user's mistakes first, before MLflow is even imported (two seconds): one line, exit 2
-        if opts.script.endswith(".csv"):
-            raise ValueError(f"'{opts.script}' is a CSV experiment; CSV experiments are not available in this version yet, run the scripts one by one")
         if opts.interval < 0.1:
             raise ValueError(f"--interval {opts.interval} is too short; use 0.1 seconds or more")
+        if opts.script.lower().endswith(".csv"):
+            return _experiment(opts)
+        if opts.dry_run or opts.rerun:
+            raise UsageError("--dry-run and --rerun are for CSV experiments: radt --dry-run experiment.csv")
         devices = parse_devices(opts.devices)
         listeners = parse_listeners(opts.listeners)
+        profiler = parse_profiler(opts.listeners)
+        if profiler:
+            check_profiler(profiler)
         build_command(opts.script, opts.args)
     except (ListenerError, UsageError, ValueError) as exc:
         print(f"radt: {exc}", file=sys.stderr)
@@ -99,9 +111,44 @@ def main(argv: list[str] | None = None) -> int:
             letter=opts.letter,
             collocation=opts.collocation,
             flush_timeout=opts.flush_timeout,
+            profiler=profiler,
+            parent_run=opts.parent_run,
+            cuda_visible=opts.cuda_visible,
+            start_gate=Path(opts.start_gate) if opts.start_gate else None,
         )
         return run_script(run)
     except (UsageError, ListenerError, StoreError, ValueError) as exc:
+        print(f"radt: {exc}", file=sys.stderr)
+        return 2
+
+
+def _experiment(opts: argparse.Namespace) -> int:
+    """`radt [--dry-run] [--rerun] experiment.csv`: options for single runs that make no sense here are refused."""
+    if opts.args:
+        raise UsageError(f"a CSV experiment takes no script arguments ({' '.join(opts.args)}); put them in the Params column")
+    given = [
+        flag for flag, value in (("-e", opts.experiment), ("-n", opts.name), ("-w", opts.workload), ("-d", opts.devices), ("--manual", opts.manual)) if value
+    ]
+    if opts.listeners != DEFAULT:
+        given.append("-l")
+    if given:
+        raise UsageError(f"{', '.join(given)} do not apply to a CSV experiment; set Experiment, Workload, Devices and Listeners per row in {opts.script}")
+    from collectors.scheduler import ExperimentOptions, run_experiment
+    from collectors.tracking import StoreError
+
+    experiment = ExperimentOptions(
+        csv=Path(opts.script),
+        store=tracking_uri(opts.store),
+        dry_run=opts.dry_run,
+        rerun=opts.rerun,
+        interval=opts.interval,
+        max_epoch=opts.max_epoch,
+        max_time=opts.max_time,
+        flush_timeout=opts.flush_timeout,
+    )
+    try:
+        return run_experiment(experiment)
+    except StoreError as exc:
         print(f"radt: {exc}", file=sys.stderr)
         return 2
 

@@ -1,4 +1,4 @@
-"""Listener names on the command line -> metric sources; radT's names keep working as aliases."""
+"""Listener names on the command line -> metric sources and an optional profiler; radT's names keep working."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ ALIASES = {
     "free": "host",
     "psutil": "host",
 }
-PROFILERS = {"nsys", "ncu", "nsys-raw", "ncu-raw"}  # wrap the command; CSV experiments only
+# Profilers wrap the training command (collectors/profilers.py); radT spelled the raw ones without the dash.
+PROFILER_ALIASES = {"nsys": "nsys", "ncu": "ncu", "nsys-raw": "nsys-raw", "nsysraw": "nsys-raw", "ncu-raw": "ncu-raw", "ncuraw": "ncu-raw"}
 DEFAULT = "nvml+host"
 
 
@@ -27,22 +28,35 @@ class ListenerError(ValueError):
     """An unknown or unusable listener name; the message names it and the valid ones."""
 
 
-def parse_listeners(spec: str | None) -> list[str]:
-    """'smi+top+dcgmi' -> ['nvml', 'host', 'dcgm'] (deduplicated, in order)."""
+def _names(spec: str | None) -> list[str]:
     spec = (spec or DEFAULT).strip()
-    names: list[str] = []
+    names = []
     for raw in spec.replace(",", "+").split("+"):
         name = raw.strip().lower()
         if not name or name == "-":
             continue
-        if name in PROFILERS:
-            raise ListenerError(f"listener '{name}' wraps the command with a profiler and is only available in CSV experiments; use -l nvml+host here")
-        if name not in ALIASES:
-            known = ", ".join(sorted(set(ALIASES)))
-            raise ListenerError(f"unknown listener '{name}'; choose from {known} (join several with '+')")
-        if ALIASES[name] not in names:
-            names.append(ALIASES[name])
+        if name not in ALIASES and name not in PROFILER_ALIASES:
+            known = ", ".join(sorted(set(ALIASES) | {"nsys", "ncu", "nsys-raw", "ncu-raw"}))
+            raise ListenerError(f"unknown listener '{raw.strip()}'; choose from {known} (join several with '+')")
+        names.append(name)
     return names
+
+
+def parse_listeners(spec: str | None) -> list[str]:
+    """'smi+top+dcgmi' -> ['nvml', 'host', 'dcgm'] (sources only, deduplicated, in order)."""
+    sources: list[str] = []
+    for name in _names(spec):
+        if name in ALIASES and ALIASES[name] not in sources:
+            sources.append(ALIASES[name])
+    return sources
+
+
+def parse_profiler(spec: str | None) -> str | None:
+    """The one profiler in a listener list ('smi+nsys' -> 'nsys'), or None; two are refused."""
+    found = sorted({PROFILER_ALIASES[n] for n in _names(spec) if n in PROFILER_ALIASES})
+    if len(found) > 1:
+        raise ListenerError(f"listeners {' and '.join(found)} both wrap the command; keep one profiler per run")
+    return found[0] if found else None
 
 
 def make_source(name: str) -> MetricSource:

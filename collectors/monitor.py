@@ -25,7 +25,7 @@ from pathlib import Path
 
 from app.config import runs_dir, tracking_uri
 from collectors.cli import OneLineParser, parse_devices
-from collectors.listeners import DEFAULT, ListenerError, make_source, parse_listeners
+from collectors.listeners import DEFAULT, ListenerError, make_source, parse_listeners, parse_profiler
 from collectors.runner import UsageError, check_devices, describe_environment, finish_run, local_run_dir, report
 from collectors.sampler import Sampler, open_sources
 from collectors.sources.base import SamplingContext
@@ -253,6 +253,8 @@ def main(argv: list[str]) -> int:
             if opts.flush_timeout < 0:
                 raise UsageError(f"--flush-timeout {opts.flush_timeout} is negative; give seconds, e.g. 60")
             listeners = parse_listeners(opts.listeners)
+            if parse_profiler(opts.listeners):
+                raise UsageError(f"profiler listener '{parse_profiler(opts.listeners)}' wraps a training command; radt monitor has none, drop it from -l")
             devices = parse_devices(opts.devices)
             if devices is not None and gpu_count() is not None:  # without NVML the nvml listener says why it is skipped
                 check_devices(devices)

@@ -24,6 +24,7 @@ from app.config import runs_dir
 from collectors.command import UsageError, build_command
 from collectors.listeners import make_source
 from collectors.proctree import ProcessTree, die_with_parent
+from collectors.profilers import wrap
 from collectors.sampler import Sampler, open_sources
 from collectors.sources.base import SamplingContext
 from collectors.sources.nvml import gpu_count, gpu_inventory
@@ -52,6 +53,10 @@ class RunOptions:
     letter: str = "A"
     collocation: str = "-"
     flush_timeout: float = 60.0
+    profiler: str | None = None  # nsys/ncu wrapping the command (collectors/profilers.py)
+    parent_run: str | None = None  # a workload parent that the CSV scheduler creates and ends
+    cuda_visible: str | None = None  # CUDA_VISIBLE_DEVICES when it is not -d (a MIG UUID, an MPS daemon's numbering)
+    start_gate: Path | None = None  # CSV workloads: wait here so that collocated runs start together
 
 
 def report(message: str) -> None:
@@ -105,6 +110,9 @@ def child_environment(opts: RunOptions, run_id: str, experiment_id: str, run_dir
         env["RADT_DEADLINE"] = f"{deadline:.3f}"
     if opts.devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, opts.devices))
+        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # CUDA numbers GPUs as nvidia-smi and -d do
+    if opts.cuda_visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = opts.cuda_visible
     # `import radt` in the script works even when radt runs from a source checkout
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(PROJECT_ROOT)) if p)
     return env
@@ -239,10 +247,41 @@ def exit_code(returncode: int) -> int:
     return returncode if returncode >= 0 else 128 - returncode
 
 
+class StartGate:
+    """A CSV workload's synchronised start: say 'ready' with the run id, then wait for 'go' (or 'abort')."""
+
+    def __init__(self, folder: Path, letter: str) -> None:
+        self.folder = folder
+        self.letter = letter
+        self.signals: list[int] = []
+
+    def on_signal(self, signum: int, _frame) -> None:
+        self.signals.append(signum)
+
+    def wait(self, run_id: str) -> bool:
+        """True once the scheduler says go; False when it aborts, dies, or a signal arrives first."""
+        tmp = self.folder / f".ready-{self.letter}"
+        tmp.write_text(run_id)
+        tmp.rename(self.folder / f"ready-{self.letter}")
+        parent = os.getppid()
+        while not self.signals:
+            if (self.folder / "go").exists():
+                return True
+            if (self.folder / "abort").exists() or os.getppid() != parent:
+                return False
+            time.sleep(0.01)
+        return False
+
+    def record(self, status: str) -> None:
+        (self.folder / f"status-{self.letter}").write_text(status)
+
+
 def run_script(opts: RunOptions) -> int:
     """Run and track one script; returns the script's exit code for radt to pass through."""
     command = build_command(opts.script, opts.script_args)
     check_devices(opts.devices)
+    gate = StartGate(opts.start_gate, opts.letter) if opts.start_gate else None
+    early = {sig: signal.signal(sig, gate.on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} if gate else {}
     client = connect(opts.store)
     experiment_id = resolve_experiment(client, opts.store, opts.experiment)
     settings = {"radt.interval": str(opts.interval), "max_epoch": str(opts.max_epoch), "max_time": str(opts.max_time), "manual": str(opts.manual)}
@@ -254,12 +293,15 @@ def run_script(opts: RunOptions) -> int:
         script_args=opts.script_args,
         run_name=opts.name,
         workload=opts.workload,
+        parent_id=opts.parent_run,
         letter=opts.letter,
         devices="+".join(map(str, opts.devices)) if opts.devices is not None else os.environ.get("CUDA_VISIBLE_DEVICES", "all"),
         collocation=opts.collocation,
         listeners=opts.listeners,
         settings=settings,
     )
+    if opts.parent_run:
+        parent_id = None  # the scheduler ends the workload's parent run, not its children
     run_dir = local_run_dir(opts.store, run_id, parent_id)
     logs = run_dir / "logs"
     report(f"radt: run {run_id} in experiment {experiment_id} ({opts.store.split('://')[0]} store)")
@@ -269,9 +311,22 @@ def run_script(opts: RunOptions) -> int:
     ctx = SamplingContext(interval=opts.interval, devices=watched_devices(opts.devices, os.environ.get("CUDA_VISIBLE_DEVICES")), pids=tree.processes)
     sources = open_sources([make_source(name) for name in opts.listeners], ctx, report)
     describe_environment(logs)
+    command, profiler_env = wrap(opts.profiler, command, logs, f"{experiment_id}_{opts.workload or 'run'}_{opts.letter}")
+    if gate and not gate.wait(run_id):
+        report(f"radt: run {opts.letter} did not start: {'interrupted' if gate.signals else 'the workload was called off'}")
+        for source in sources:
+            source.close()
+        writer.close(opts.flush_timeout)
+        finish_run(client, run_dir, run_id, parent_id, "KILLED", -signal.SIGINT, "not_started", True, 0)
+        gate.record("KILLED")
+        for sig, handler in early.items():
+            signal.signal(sig, handler)
+        return 130
 
     deadline = time.time() + opts.max_time * 60 if opts.max_time else None
     started_flag = run_dir / "started"
+    child_env = child_environment(opts, run_id, experiment_id, run_dir, deadline)
+    child_env.update(profiler_env)
     child = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
@@ -279,7 +334,7 @@ def run_script(opts: RunOptions) -> int:
         stdin=subprocess.DEVNULL if not sys.stdin or not sys.stdin.isatty() else None,
         start_new_session=True,
         preexec_fn=die_with_parent,
-        env=child_environment(opts, run_id, experiment_id, run_dir, deadline),
+        env=child_env,
     )
     tree.attach(child.pid)
     tees = [_tee(child.stdout, sys.stdout.buffer, logs / "stdout.log"), _tee(child.stderr, sys.stderr.buffer, logs / "stderr.log")]
@@ -288,6 +343,9 @@ def run_script(opts: RunOptions) -> int:
 
     supervisor = Supervisor(child, deadline)
     previous = {sig: signal.signal(sig, supervisor.on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    previous.update(early)
+    if gate and gate.signals:  # a signal between the gate opening and now
+        supervisor.on_signal(gate.signals[0], None)
     try:
         returncode = supervisor.wait()
         leftovers = [p for p in tree.processes() if p.pid != child.pid]
@@ -304,6 +362,8 @@ def run_script(opts: RunOptions) -> int:
         finish_run(
             client, run_dir, run_id, parent_id, status, returncode, stop_reason or ("max_time" if supervisor.time_limited else None), written, writer.written
         )
+        if gate:
+            gate.record(status)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -155,6 +155,12 @@ def _is_number(token: str) -> bool:
         return False
 
 
+def create_workload(client: MlflowClient, experiment_id: str, workload: str, tags: dict[str, str]) -> str:
+    """A new workload parent run (one per execution of a CSV workload, so a rerun gets its own)."""
+    all_tags = {"radt.workload": workload, "radt.role": "workload", "mlflow.user": getpass.getuser(), **tags}
+    return client.create_run(experiment_id, run_name=f"workload {workload}", tags=all_tags).info.run_id
+
+
 def find_or_create_workload(client: MlflowClient, experiment_id: str, workload: str) -> str:
     """The parent run of a workload (tag radt.workload), created RUNNING if none exists yet."""
     runs = client.search_runs(
@@ -191,9 +197,13 @@ def create_run(
     listeners: list[str],
     settings: dict[str, str],
     start_time: int | None = None,
+    parent_id: str | None = None,
 ) -> tuple[str, str | None]:
-    """Create the run with radt's tags and the script's params; returns (run id, parent id)."""
-    parent_id = find_or_create_workload(client, experiment_id, workload) if workload else None
+    """Create the run with radt's tags and the script's params; returns (run id, parent id).
+
+    The parent is `parent_id` when given (a CSV workload's), else the workload's, found or created."""
+    if workload and parent_id is None:
+        parent_id = find_or_create_workload(client, experiment_id, workload)
     tags = {
         "mlflow.user": getpass.getuser(),
         "mlflow.source.name": script,
@@ -209,6 +219,7 @@ def create_run(
     }
     if workload:
         tags["radt.workload"] = workload
+    if parent_id:
         tags["mlflow.parentRunId"] = parent_id
     run = client.create_run(experiment_id, start_time=start_time, run_name=run_name or None, tags=tags)
     run_id = run.info.run_id

@@ -34,7 +34,9 @@ class RadtRun:
         self.max_epoch = int(epoch) if self.active and epoch else None
         self.deadline = float(deadline) if self.active and deadline else None
         self.manual = self.active and os.environ.get("RADT_MANUAL") == "1"
+        self.nvtx_range = os.environ.get("RADT_NVTX_RANGE") if self.active else None
         self._mlflow = None
+        self._nvtx_pop = None
 
     def __enter__(self) -> RadtRun:
         if not self.active:
@@ -46,9 +48,14 @@ class RadtRun:
             mlflow.start_run(run_id=self.run_id)
         if self.manual:  # radt's sampler waits for this file
             (self.run_dir / "started").touch()
+        if self.nvtx_range and self._nvtx_pop is None:
+            self._nvtx_pop = _push_nvtx(self.nvtx_range)
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        if self._nvtx_pop is not None:
+            self._nvtx_pop()
+            self._nvtx_pop = None
         return None  # radt sets the final status from the exit code
 
     # --- logging (no-ops outside radt) -------------------------------------------------
@@ -101,6 +108,26 @@ class RadtRun:
         if self._mlflow is None:
             self.__enter__()
         return True
+
+
+def _push_nvtx(name: str):
+    """Open the NVTX range an `nsys`/`ncu` listener captures; returns the function that closes it."""
+    import importlib.util
+
+    if "torch" in sys.modules or importlib.util.find_spec("torch") is not None:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.nvtx.range_push(name)
+            return torch.cuda.nvtx.range_pop
+    if importlib.util.find_spec("nvtx") is not None:
+        import nvtx
+
+        nvtx.push_range(name)
+        return nvtx.pop_range
+    print(f"radt: the profiler captures the NVTX range '{name}', but neither PyTorch with CUDA nor the nvtx package is here to open it; "
+          "use the -raw listener to profile from the start", file=sys.stderr, flush=True)  # fmt: skip
+    return None
 
 
 def run() -> RadtRun:

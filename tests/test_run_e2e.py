@@ -246,7 +246,8 @@ def test_workload_groups_runs_under_a_parent(store_uri, radt_home, tmp_path):
     [
         (["missing.py"], "script 'missing.py' not found"),
         (["-l", "smi+gpuz", "ok.py"], "unknown listener 'gpuz'"),
-        (["-l", "nsys", "ok.py"], "only available in CSV experiments"),
+        (["-l", "nsys", "ok.py"], "needs 'nsys' on PATH"),
+        (["--dry-run", "ok.py"], "--dry-run and --rerun are for CSV experiments"),
         (["-d", "zero", "ok.py"], "bad -d 'zero'"),
         (["--interval", "0.01", "ok.py"], "--interval 0.01 is too short"),
         (["--interval", "fast", "ok.py"], "invalid float value"),

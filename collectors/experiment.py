@@ -1,0 +1,334 @@
+"""radT's experiment CSV: read it, check every row before anything starts, write statuses back.
+
+One row is one run; rows with the same Experiment and Workload run together. The file is
+rewritten in place (temporary file, fsync, rename) with only the Status and Run cells changed,
+so extra columns, padding and quoting the user wrote survive.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from string import ascii_uppercase
+
+from collectors.collocation import MIG_PROFILE, CollocationError, MigProfile
+from collectors.command import UsageError, build_command
+from collectors.listeners import ListenerError, parse_listeners, parse_profiler
+
+COLUMNS = ("Experiment", "Workload", "Status", "Run", "Devices", "Collocation", "File", "Listeners", "Params")
+REQUIRED = ("Experiment", "Workload", "File")
+DEFAULT_LISTENERS = "smi+top"  # radT's default, minus dcgmi, which needs a running nv-hostengine
+
+
+class CsvError(ValueError):
+    """The file cannot be used at all (unreadable, no header); the message says what to do."""
+
+
+@dataclass
+class Row:
+    line: int  # line in the file, the header being line 1: what an editor or a spreadsheet shows
+    cells: list[str]
+
+
+@dataclass
+class ExperimentFile:
+    path: Path
+    header: list[str]
+    rows: list[Row]
+    newline: str = "\n"
+    index: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> ExperimentFile:
+        try:
+            with open(path, newline="", encoding="utf-8-sig") as handle:
+                raw = handle.read()
+        except FileNotFoundError as exc:
+            raise CsvError(f"experiment file '{path}' not found; pass the path to your experiment CSV") from exc
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CsvError(f"cannot read '{path}' ({exc}); save it as a UTF-8 CSV") from exc
+        newline = "\r\n" if "\r\n" in raw else "\n"
+        text = raw.replace("\r\n", "\n")
+        records = list(csv.reader(io.StringIO(text)))
+        if not records or not any(c.strip() for c in records[0]):
+            raise CsvError(f"'{path}' has no header line; start it with {','.join(COLUMNS)}")
+        header = records[0]
+        index = {}
+        for position, name in enumerate(header):
+            canonical = next((c for c in COLUMNS if c.lower() == name.strip().lower()), None)
+            if canonical and canonical not in index:
+                index[canonical] = position
+        missing = [c for c in REQUIRED if c not in index]
+        if missing:
+            raise CsvError(
+                f"'{path}' line 1: no column {', '.join(missing)}; the header needs {','.join(COLUMNS)} (Status, Run, Devices, Collocation, Listeners, Params may be left out)"
+            )
+        rows = []
+        line = 1
+        reader_lines = _line_numbers(text)
+        for number, cells in zip(reader_lines[1:], records[1:]):
+            line = number
+            if not any(c.strip() for c in cells):
+                continue  # a blank line
+            rows.append(Row(line, list(cells)))
+        return cls(path, header, rows, newline, index)
+
+    def get(self, row: Row, column: str) -> str:
+        position = self.index.get(column)
+        if position is None or position >= len(row.cells):
+            return ""
+        return row.cells[position].strip()
+
+    def set(self, row: Row, column: str, value: str) -> None:
+        if column not in self.index:  # a file without Status/Run gets them at the end
+            self.index[column] = len(self.header)
+            self.header.append(column)
+        position = self.index[column]
+        row.cells.extend([""] * (position + 1 - len(row.cells)))
+        row.cells[position] = value
+
+    def save(self) -> None:
+        """Write atomically: a crash leaves either the old file or the new one, never half of one."""
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator=self.newline)
+        writer.writerow(self.header)
+        by_line = {r.line: r for r in self.rows}
+        for row in sorted(by_line.values(), key=lambda r: r.line):
+            writer.writerow(row.cells)
+        tmp = self.path.with_name(f".{self.path.name}.radt-tmp")
+        with open(tmp, "w", newline="", encoding="utf-8") as out:
+            out.write(buffer.getvalue())
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, self.path)
+
+
+def _line_numbers(text: str) -> list[int]:
+    """The line each CSV record starts on (a quoted cell may span lines)."""
+    numbers, line = [], 1
+    reader = csv.reader(io.StringIO(text))
+    while True:
+        numbers.append(line)
+        try:
+            next(reader)
+        except StopIteration:
+            break
+        line = reader.line_num + 1
+    return numbers
+
+
+@dataclass
+class PlannedRun:
+    row: Row
+    letter: str
+    devices: list[int] | None
+    collocation: str  # "-", "mps" or a MIG profile
+    file: str
+    params: list[str]
+    listeners: str
+    sources: list[str]
+    profiler: str | None
+
+
+@dataclass
+class Workload:
+    experiment: str
+    name: str
+    runs: list[PlannedRun]
+    statuses: list[str]
+
+    @property
+    def label(self) -> str:
+        return f"{self.experiment}/{self.name}"
+
+    def state(self) -> str:
+        """'finished' (every run FINISHED), 'failed' (all ended, one FAILED), else 'todo'."""
+        words = [s.split()[0].upper() if s.split() else "" for s in self.statuses]
+        if all(w == "FINISHED" for w in words):
+            return "finished"
+        if all(w in ("FINISHED", "FAILED") for w in words):
+            return "failed"
+        return "todo"
+
+
+@dataclass
+class Machine:
+    """What the checks ask of this machine; tests and --dry-run use the real one, fakes sit below it."""
+
+    gpu_count: Callable[[], int | None]
+    mig_profiles: Callable[[int], dict[str, MigProfile]]
+    has: Callable[[str], bool]
+
+
+def real_machine() -> Machine:
+    import shutil
+
+    from collectors.collocation import mig_profiles, smi_gpu_count
+
+    def count() -> int | None:
+        from collectors.sources.nvml import gpu_count
+
+        found = gpu_count()
+        return found if found is not None else smi_gpu_count()
+
+    return Machine(count, mig_profiles, lambda exe: shutil.which(exe) is not None)
+
+
+def parse_devices_cell(text: str) -> list[int] | None:
+    """'0' or '1+2' -> GPU indices; '-' or empty -> None (a run without a GPU)."""
+    if text in ("", "-"):
+        return None
+    parts = [p.strip() for p in text.replace(",", "+").split("+")]
+    if not all(p.isdigit() for p in parts):
+        raise ValueError(f"Devices '{text}' is not a GPU index list; write 0, 1+2, or - for no GPU")
+    return sorted({int(p) for p in parts})
+
+
+def parse_collocation(text: str) -> str:
+    """'-'/'' -> '-'; 'mps' in any case -> 'mps'; a MIG profile such as '3g.20gb' as it is."""
+    value = text.strip()
+    if value in ("", "-", "nan"):
+        return "-"
+    if value.lower() == "mps":
+        return "mps"
+    profile = value.removeprefix("MIG ").strip().lower()
+    if MIG_PROFILE.match(profile):
+        return profile
+    raise ValueError(f"Collocation '{text}' is not -, MPS or a MIG profile such as 1g.10gb or 3g.40gb")
+
+
+def plan(exp: ExperimentFile, machine: Machine, *, rerun: bool = False) -> tuple[list[Workload], list[str]]:
+    """Every workload in file order, and every problem found (each one line: file, row, problem, fix)."""
+    problems: list[str] = []
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for row in exp.rows:
+        key = (exp.get(row, "Experiment"), exp.get(row, "Workload"))
+        groups.setdefault(key, []).append(row)
+    base = exp.path.resolve().parent
+    gpus: int | None | str = "unknown"
+    profiles: dict[int, dict[str, MigProfile] | str] = {}
+    workloads = []
+    for (experiment, name), rows in groups.items():
+        statuses = [exp.get(r, "Status") for r in rows]
+        workload = Workload(experiment, name, [], statuses)
+        will_run = workload.state() == "todo" or (rerun and workload.state() == "failed")
+        mig_wanted: dict[tuple[int, str], list[Row]] = {}
+        sharing: dict[int, set[str]] = {}
+        for number, row in enumerate(rows):
+            where = f"{exp.path.name} row {row.line}"
+            before = len(problems)
+
+            def problem(text: str, where=where) -> None:
+                problems.append(f"{where}: {text}")
+
+            if not experiment:
+                problem("Experiment is empty; give an MLflow experiment id or name")
+            if not name:
+                problem("Workload is empty; give the workload's number or name (rows with the same one run together)")
+            try:
+                devices = parse_devices_cell(exp.get(row, "Devices"))
+            except ValueError as exc:
+                problem(str(exc))
+                devices = None
+            try:
+                collocation = parse_collocation(exp.get(row, "Collocation"))
+            except ValueError as exc:
+                problem(str(exc))
+                collocation = "-"
+            listeners = exp.get(row, "Listeners") or DEFAULT_LISTENERS
+            try:
+                sources = parse_listeners(listeners)
+                profiler = parse_profiler(listeners)
+            except ListenerError as exc:
+                problem(f"{exc}")
+                sources, profiler = [], None
+            try:
+                params = shlex.split(exp.get(row, "Params"))
+            except ValueError as exc:
+                problem(f"Params cannot be split into arguments ({exc}); close the quote")
+                params = []
+            file = exp.get(row, "File")
+            if not file:
+                problem("File is empty; give the training script, e.g. train.py")
+            if collocation != "-" and devices is None:
+                problem(f"Collocation {collocation.upper() if collocation == 'mps' else collocation} needs a GPU; set Devices, e.g. 0")
+            if collocation not in ("-", "mps") and devices is not None and len(devices) != 1:
+                problem(f"a MIG instance lives on one GPU; give one device for {collocation}, not {'+'.join(map(str, devices))}")
+            letter = _letter(number)
+            workload.runs.append(PlannedRun(row, letter, devices, collocation, file, params, listeners, sources, profiler))
+            if not will_run or len(problems) > before:
+                continue
+            # what the machine must offer, checked only for workloads that will run
+            resolved = _resolve_file(file, base)
+            try:
+                build_command(resolved, params)
+                workload.runs[-1].file = resolved
+            except UsageError:
+                problem(f"File '{file}' not found (looked in {base} and {Path.cwd()}); fix the path or create the script")
+            if profiler:
+                from collectors.profilers import EXECUTABLE
+
+                if not machine.has(EXECUTABLE[profiler]):
+                    problem(f"listener '{profiler}' needs '{EXECUTABLE[profiler]}' on PATH; install Nsight or drop it from Listeners")
+            if collocation == "mps" and not machine.has("nvidia-cuda-mps-control"):
+                problem("Collocation MPS needs 'nvidia-cuda-mps-control' on PATH (it comes with the NVIDIA driver)")
+            if devices:
+                if gpus == "unknown":
+                    gpus = machine.gpu_count()
+                if isinstance(gpus, int) and max(devices) >= gpus:
+                    span = f"0 to {gpus - 1}" if gpus else "none"
+                    problem(f"GPU {max(devices)} does not exist on this machine (GPUs: {span}); fix Devices")
+                    continue
+                for d in devices:
+                    sharing.setdefault(d, set()).add("mig" if collocation not in ("-", "mps") else collocation)
+            if collocation not in ("-", "mps") and devices:
+                mig_wanted.setdefault((devices[0], collocation), []).append(row)
+        for gpu, kinds in sharing.items():
+            if {"mig", "mps"} <= kinds:
+                rows_text = ", ".join(str(r.line) for r in rows)
+                problems.append(f"{exp.path.name} rows {rows_text}: workload {name} mixes MPS and MIG on GPU {gpu}; give each its own workload or GPU")
+        for (gpu, profile), wanting in mig_wanted.items():
+            if gpu not in profiles:
+                try:
+                    profiles[gpu] = machine.mig_profiles(gpu)
+                except CollocationError as exc:
+                    profiles[gpu] = str(exc)
+            offered = profiles[gpu]
+            where = f"{exp.path.name} row {wanting[0].line}"
+            if isinstance(offered, str):
+                problems.append(f"{where}: {offered}")
+            elif profile not in offered:
+                names = ", ".join(sorted(offered, key=lambda p: offered[p].profile_id)) or "none"
+                problems.append(f"{where}: GPU {gpu} does not offer MIG profile {profile}; it offers {names}")
+            elif len(wanting) > offered[profile].free:
+                problems.append(
+                    f"{where}: workload {name} wants {len(wanting)} × {profile} on GPU {gpu}, which has {offered[profile].free} free; use fewer runs or a smaller profile"
+                )
+        workloads.append(workload)
+    return workloads, problems
+
+
+def _letter(number: int) -> str:
+    """A, B, ..., Z, AA, AB, ... for the runs of a workload."""
+    letters = ""
+    number += 1
+    while number:
+        number, rest = divmod(number - 1, 26)
+        letters = ascii_uppercase[rest] + letters
+    return letters
+
+
+def _resolve_file(file: str, base: Path) -> str:
+    """A relative File is looked up next to the CSV first, then in the current folder; commands on PATH as they are."""
+    path = Path(file)
+    if path.is_absolute():
+        return file
+    beside = base / path
+    if beside.exists():
+        return str(beside)
+    return file

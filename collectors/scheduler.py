@@ -1,0 +1,345 @@
+"""`radt experiment.csv`: run the workloads of an experiment CSV one after another.
+
+Each run of a workload is a `radt` child process (the same code path as `radt train.py`), told
+to wait at a start gate; when every run of the workload has created its MLflow run and opened
+its samplers, the gate opens and they start together. Collocation set-up (MPS, MIG) happens
+before, and is undone after, on every exit path. The CSV gets each row's Status and Run after
+every workload, so the same command resumes an interrupted experiment.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from collectors.collocation import CollocationError, MpsDaemon, Setup
+from collectors.experiment import ExperimentFile, Machine, PlannedRun, Workload, plan
+from collectors.proctree import die_with_parent
+
+COLOURS = (31, 32, 34, 35, 36, 33)  # radT's: red, green, blue, magenta, cyan, yellow
+READY_TIMEOUT = 600.0  # seconds for every run of a workload to create its run and open its samplers
+
+
+@dataclass
+class ExperimentOptions:
+    csv: Path
+    store: str
+    dry_run: bool = False
+    rerun: bool = False
+    interval: float = 1.0
+    max_epoch: int | None = None
+    max_time: float | None = None
+    flush_timeout: float = 60.0
+
+
+def report(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def collocation_label(collocation: str) -> str:
+    return "MPS" if collocation == "mps" else collocation
+
+
+def describe(exp: ExperimentFile, workloads: list[Workload], rerun: bool) -> str:
+    """The plan as --dry-run prints it: workloads in order, per run the devices, the set-up, the command."""
+    lines = [f"{exp.path.name}: {len(workloads)} workloads, {sum(len(w.runs) for w in workloads)} runs"]
+    for workload in workloads:
+        state = workload.state()
+        if state == "finished" or (state == "failed" and not rerun):
+            lines.append(f"workload {workload.label}: {state.upper()}, skipped" + (" (--rerun runs it again)" if state == "failed" else ""))
+            continue
+        lines.append(f"workload {workload.label}: {len(workload.runs)} run(s) starting together")
+        for step in setup_steps(workload):
+            lines.append(f"  set-up: {step}")
+        for run in workload.runs:
+            gpus = "GPU " + "+".join(map(str, run.devices)) if run.devices else "no GPU"
+            profiler = f", wrapped by {run.profiler}" if run.profiler else ""
+            command = shlex.join([run.file, *run.params])
+            lines.append(
+                f"  {run.letter}: {gpus}, collocation {collocation_label(run.collocation)}, listeners {'+'.join(run.sources) or 'none'}{profiler}: {command}"
+            )
+    return "\n".join(lines)
+
+
+def setup_steps(workload: Workload) -> list[str]:
+    steps = []
+    mps = sorted({d for r in workload.runs if r.collocation == "mps" for d in r.devices or []})
+    if mps:
+        steps.append(f"start an MPS control daemon for GPU {'+'.join(map(str, mps))}, quit it after")
+    for run in workload.runs:
+        if run.collocation not in ("-", "mps"):
+            steps.append(
+                f"create MIG {run.collocation} on GPU {run.devices[0]} for run {run.letter} (nvidia-smi mig -cgi {run.collocation} -C), destroy it after"
+            )
+    return steps
+
+
+@dataclass
+class Child:
+    run: PlannedRun
+    process: subprocess.Popen
+    colour: int | None
+    run_id: str = ""
+    status: str = ""
+    pumps: list[threading.Thread] = field(default_factory=list)
+
+
+class WorkloadRunner:
+    """One workload: set-up, synchronised start, prefixed output, Ctrl-C, tear-down, statuses."""
+
+    def __init__(self, opts: ExperimentOptions, exp: ExperimentFile, workload: Workload, client, experiment_id: str) -> None:
+        self.opts = opts
+        self.exp = exp
+        self.workload = workload
+        self.client = client
+        self.experiment_id = experiment_id
+        self.interrupted = 0  # signals received
+        self.children: list[Child] = []
+        self.gate = Path(tempfile.mkdtemp(prefix="radt-gate-"))
+        self.log_path = self.gate / "workload.log"
+        self._log_lock = threading.Lock()
+        self._colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+    # --- signals ---------------------------------------------------------------------
+
+    def on_signal(self, signum: int, _frame) -> None:
+        self.interrupted += 1
+        if self.interrupted == 1:
+            report(f"radt: {signal.Signals(signum).name} received, stopping workload {self.workload.label} (again to force)")
+        (self.gate / "abort").touch()
+        for child in self.children:
+            if child.process.poll() is None and (self.gate / "go").exists():
+                try:
+                    os.kill(child.process.pid, signal.SIGINT if self.interrupted == 1 else signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+
+    # --- output ----------------------------------------------------------------------
+
+    def _pump(self, stream, sink, prefix: bytes) -> threading.Thread:
+        def run() -> None:
+            with open(self.log_path, "ab") as log:
+                for line in iter(stream.readline, b""):
+                    with self._log_lock:
+                        log.write(prefix + line)
+                        log.flush()
+                    try:
+                        sink.write(prefix + line)
+                        sink.flush()
+                    except (OSError, ValueError):
+                        pass
+
+        thread = threading.Thread(target=run, name="radt-pump", daemon=True)
+        thread.start()
+        return thread
+
+    def _prefix(self, run: PlannedRun, colour: int | None) -> bytes:
+        text = f"[{self.workload.name}{run.letter}]".ljust(6) + " "
+        return (f"\033[{colour}m{text}\033[0m" if colour else text).encode()
+
+    # --- the workload ----------------------------------------------------------------
+
+    def command(self, run: PlannedRun, env_visible: str | None) -> list[str]:
+        o = self.opts
+        args = [sys.executable, "-m", "radt", "-e", self.experiment_id, "-w", self.workload.name, "--parent-run", self.parent_id]
+        args += ["--letter", run.letter, "--collocation", collocation_label(run.collocation), "-l", run.listeners, "--interval", str(o.interval)]
+        args += [
+            "--store",
+            o.store,
+            "--start-gate",
+            str(self.gate),
+            "--flush-timeout",
+            str(o.flush_timeout),
+            "-n",
+            f"{Path(run.file).stem} {self.workload.name}{run.letter}",
+        ]
+        if run.devices is not None:
+            args += ["-d", "+".join(map(str, run.devices))]
+        if env_visible is not None:
+            args += ["--cuda-visible", env_visible]
+        if o.max_epoch is not None:
+            args += ["--max-epoch", str(o.max_epoch)]
+        if o.max_time is not None:
+            args += ["--max-time", str(o.max_time)]
+        return [*args, run.file, *run.params]
+
+    def start_parent(self) -> None:
+        from collectors.tracking import create_workload
+
+        kinds = sorted({collocation_label(r.collocation) for r in self.workload.runs})
+        tags = {"radt.collocation": "+".join(kinds), "radt.experiment_file": str(self.exp.path.resolve()), "radt.runs": str(len(self.workload.runs))}
+        self.parent_id = create_workload(self.client, self.experiment_id, self.workload.name, tags)
+
+    def set_up(self, setup: Setup) -> dict[str, tuple[str | None, dict[str, str]]]:
+        """Per letter: the CUDA_VISIBLE_DEVICES override and extra environment the collocation needs."""
+        per_run: dict[str, tuple[str | None, dict[str, str]]] = {r.letter: (None, {}) for r in self.workload.runs}
+        mps_devices = sorted({d for r in self.workload.runs if r.collocation == "mps" for d in r.devices or []})
+        daemon: MpsDaemon | None = setup.mps(mps_devices) if mps_devices else None
+        for run in self.workload.runs:
+            if self.interrupted:
+                raise KeyboardInterrupt
+            if run.collocation == "mps" and daemon is not None:
+                env = daemon.client_env(run.devices)
+                per_run[run.letter] = (env.pop("CUDA_VISIBLE_DEVICES"), env)
+            elif run.collocation != "-":
+                instance = setup.mig(run.devices[0], run.collocation)
+                per_run[run.letter] = (instance.uuid, {})
+        return per_run
+
+    def spawn(self, per_run: dict[str, tuple[str | None, dict[str, str]]]) -> None:
+        for number, run in enumerate(self.workload.runs):
+            visible, extra = per_run[run.letter]
+            env = {**os.environ, **extra}
+            colour = COLOURS[number % len(COLOURS)] if self._colour else None
+            process = subprocess.Popen(
+                self.command(run, visible),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,  # Ctrl-C reaches radt here once; it is forwarded to each run
+                preexec_fn=die_with_parent,
+            )
+            child = Child(run, process, colour)
+            prefix = self._prefix(run, colour)
+            child.pumps = [self._pump(process.stdout, sys.stdout.buffer, prefix), self._pump(process.stderr, sys.stderr.buffer, prefix)]
+            self.children.append(child)
+
+    def wait_ready(self) -> bool:
+        """True when every run is ready to start; False when one failed to set up or we were interrupted."""
+        deadline = time.monotonic() + READY_TIMEOUT
+        while not self.interrupted:
+            ready = [c for c in self.children if (self.gate / f"ready-{c.run.letter}").exists()]
+            if len(ready) == len(self.children):
+                for child in self.children:
+                    child.run_id = (self.gate / f"ready-{child.run.letter}").read_text().strip()
+                return True
+            gone = [c for c in self.children if c.process.poll() is not None and c not in ready]
+            if gone:
+                report(
+                    f"radt: run {gone[0].run.letter} of workload {self.workload.label} ended before it could start (see its lines above); calling the workload off"
+                )
+                return False
+            if time.monotonic() > deadline:
+                report(f"radt: the runs of workload {self.workload.label} were not ready after {READY_TIMEOUT:.0f} s; calling the workload off")
+                return False
+            time.sleep(0.02)
+        return False
+
+    def execute(self) -> str:
+        """Run the workload; its final status (FINISHED, FAILED or KILLED)."""
+        previous = {sig: signal.signal(sig, self.on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        self.start_parent()
+        started = False
+        try:
+            with Setup(report) as setup:
+                try:
+                    per_run = self.set_up(setup)
+                except CollocationError as exc:
+                    report(f"radt: workload {self.workload.label}: {exc}")
+                    return self.finish("FAILED", "setup_failed")
+                except KeyboardInterrupt:
+                    return self.finish("KILLED", "interrupted")
+                self.spawn(per_run)
+                if self.wait_ready():
+                    self.mark_running()
+                    (self.gate / "go").touch()
+                    started = True
+                else:
+                    (self.gate / "abort").touch()
+                for child in self.children:
+                    child.process.wait()
+                    for pump in child.pumps:
+                        pump.join(10)
+                    status_file = self.gate / f"status-{child.run.letter}"
+                    child.status = status_file.read_text().strip() if status_file.exists() else ("KILLED" if self.interrupted else "FAILED")
+                    if not child.run_id and (self.gate / f"ready-{child.run.letter}").exists():
+                        child.run_id = (self.gate / f"ready-{child.run.letter}").read_text().strip()
+            # the set-up is undone here, before the statuses are written
+            statuses = [c.status for c in self.children]
+            if self.interrupted:
+                overall = "KILLED"
+            elif started and all(s == "FINISHED" for s in statuses):
+                overall = "FINISHED"
+            else:
+                overall = "FAILED"
+            return self.finish(overall, None if started else "not_started")
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            shutil.rmtree(self.gate, ignore_errors=True)
+
+    def mark_running(self) -> None:
+        for child in self.children:
+            self.exp.set(child.run.row, "Status", "RUNNING")
+            self.exp.set(child.run.row, "Run", child.run_id)
+        self.exp.save()
+
+    def finish(self, overall: str, reason: str | None) -> str:
+        """Write the rows' statuses, then end the parent run (its log attached)."""
+        by_letter = {c.run.letter: c for c in self.children}
+        for run in self.workload.runs:
+            child = by_letter.get(run.letter)
+            status = child.status if child and child.status else ("KILLED" if self.interrupted else "FAILED")
+            self.exp.set(run.row, "Status", status)
+            self.exp.set(run.row, "Run", child.run_id if child else "")
+        self.exp.save()
+        try:
+            if self.log_path.exists():
+                self.client.log_artifact(self.parent_id, str(self.log_path), artifact_path="radt")
+            tags = [("radt.stop_reason", reason)] if reason else []
+            for key, value in tags:
+                self.client.set_tag(self.parent_id, key, value)
+            self.client.set_terminated(self.parent_id, status=overall)
+        except Exception as exc:  # the runs' own data is safe in their spools; only the parent's end is lost
+            report(f"radt: could not end workload run {self.parent_id} ({str(exc).splitlines()[0][:200]}); the CSV holds the statuses")
+        return overall
+
+
+def run_experiment(opts: ExperimentOptions, machine: Machine | None = None) -> int:
+    """0 when every workload FINISHED (or was already), 1 when one FAILED, 130 on Ctrl-C, 2 for a bad file."""
+    from collectors.experiment import CsvError, real_machine
+
+    try:
+        exp = ExperimentFile.load(opts.csv)
+    except CsvError as exc:
+        report(f"radt: {exc}")
+        return 2
+    workloads, problems = plan(exp, machine or real_machine(), rerun=opts.rerun)
+    if problems:
+        for line in problems:
+            report(f"radt: {line}")
+        report(f"radt: {len(problems)} problem(s) in {opts.csv}; nothing was started")
+        return 2
+    if opts.dry_run:
+        print(describe(exp, workloads, opts.rerun))
+        return 0
+    from collectors.tracking import connect, resolve_experiment
+
+    client = connect(opts.store)
+    failed = 0
+    todo = [w for w in workloads if w.state() == "todo" or (opts.rerun and w.state() == "failed")]
+    for number, workload in enumerate(workloads):
+        if workload not in todo:
+            report(f"radt: workload {workload.label} already {workload.state().upper()}, skipped")
+            continue
+        experiment_id = resolve_experiment(client, opts.store, workload.experiment)
+        report(f"radt: workload {workload.label} ({todo.index(workload) + 1} of {len(todo)} to run): {len(workload.runs)} run(s)")
+        runner = WorkloadRunner(opts, exp, workload, client, experiment_id)
+        status = runner.execute()
+        report(f"radt: workload {workload.label} {status}; statuses written to {opts.csv}")
+        if status == "KILLED" and runner.interrupted:
+            rest = len(workloads) - number - 1
+            report(f"radt: stopped; {rest} later workload(s) not started. Run the same command to carry on.")
+            return 130
+        failed += status != "FINISHED"
+    return 1 if failed else 0
