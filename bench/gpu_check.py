@@ -232,6 +232,33 @@ def _logger(command: list[str], path: Path, stop: threading.Event, every: float 
     return thread
 
 
+def probe_nvml() -> None:
+    """What NVML itself says, beside radt: memory v1 vs v2, the compute processes, GPM support."""
+    from importlib.metadata import version
+
+    import pynvml
+
+    print(f"nvidia-ml-py {version('nvidia-ml-py')}")
+    pynvml.nvmlInit()
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        v1 = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        print(f"memory v1: total {v1.total} used {v1.used} free {v1.free}")
+        try:
+            v2 = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+            print(f"memory v2: total {v2.total} reserved {v2.reserved} used {v2.used} free {v2.free}")
+        except Exception as exc:
+            print(f"memory v2: {exc!r}")
+        for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            print(f"compute process pid {proc.pid} usedGpuMemory {proc.usedGpuMemory}")
+        print(f"GPM supported: {pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice}")
+        print(f"power limit {pynvml.nvmlDeviceGetEnforcedPowerLimit(handle)} mW, SM clock {pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)} MHz")
+    except Exception as exc:
+        print(f"NVML probe failed: {exc!r}")
+    finally:
+        pynvml.nvmlShutdown()
+
+
 def drive(out: Path, home: Path, sampler_cost: bool) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if home.exists():
@@ -249,6 +276,7 @@ def drive(out: Path, home: Path, sampler_cost: bool) -> int:
         _logger(apps_query, out / "apps.csv", stop, every=2.0, header=f"# outsider {outsider.pid}\n"),
     ]
     time.sleep(8)  # the outsider's CUDA start-up, and a few smi lines before the run
+    probe_nvml()
     store = home / "gpu.db"
     env = dict(os.environ, RADT_HOME=str(home), PYTHONUNBUFFERED="1")
     env.pop("MLFLOW_TRACKING_URI", None)
@@ -369,18 +397,18 @@ def analyse(out: Path) -> None:
             print(f"  {k} = {', '.join(f'{x:.1f}' for _, x in v)}")
 
     print("\nradt (NVML/GPM at 0.5 s): mean [p5 p50 p95] per phase, trimmed")
-    header = f"{'metric':<14}" + "".join(f"{name:>30}" for name, _, _ in windows)
+    header = f"{'metric':<14}" + "".join(f"{name:>36}" for name, _, _ in windows)
     print(header)
     for metric, label, digits in GPU_METRICS:
         points = series.get(f"system/gpu_0_{metric}")
         if not points:
-            print(f"{label:<14}" + f"{'(missing)':>30}" * len(windows))
+            print(f"{label:<14}" + f"{'(missing)':>36}" * len(windows))
             continue
         cells = []
         for _, start, end in windows:
             s = _stats(_in(points, start, end))
             cell = "n=0" if not s["n"] else f"{_fmt(s['mean'], digits)} [{_fmt(s['p5'], digits)} {_fmt(s['p50'], digits)} {_fmt(s['p95'], digits)}]"
-            cells.append(f"{cell:>30}")
+            cells.append(f"{cell:>36}")
         print(f"{label:<14}" + "".join(cells))
 
     smi = read_smi(out / "smi.csv")

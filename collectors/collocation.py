@@ -88,7 +88,9 @@ def mig_profiles(gpu: int) -> dict[str, MigProfile]:
     try:
         text = _tool(["nvidia-smi", "mig", "-i", str(gpu), "-lgip"])
     except CollocationError as exc:
-        raise CollocationError(f"GPU {gpu} offers no MIG profiles ({exc}); enable MIG mode with 'sudo nvidia-smi -i {gpu} -mig 1' on an idle GPU") from exc
+        if " failed: " not in str(exc):  # nvidia-smi missing or hanging: say that, not "MIG mode"
+            raise
+        text = str(exc).split(" failed: ", 1)[1]
     profiles = {}
     for line in text.splitlines():
         match = _LGIP_ROW.match(line)

@@ -2,7 +2,8 @@
 
 One row is one run; rows with the same Experiment and Workload run together. The file is
 rewritten in place (temporary file, fsync, rename) with only the Status and Run cells changed,
-so extra columns, padding and quoting the user wrote survive.
+so extra columns and the other cells survive (padding before a value is read as radT did, with
+pandas' skipinitialspace, and not written back).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class ExperimentFile:
             raise CsvError(f"cannot read '{path}' ({exc}); save it as a UTF-8 CSV") from exc
         newline = "\r\n" if "\r\n" in raw else "\n"
         text = raw.replace("\r\n", "\n")
-        records = list(csv.reader(io.StringIO(text)))
+        records = list(csv.reader(io.StringIO(text), skipinitialspace=True))  # radT's padded layouts
         if not records or not any(c.strip() for c in records[0]):
             raise CsvError(f"'{path}' has no header line; start it with {','.join(COLUMNS)}")
         header = records[0]
@@ -111,7 +112,7 @@ class ExperimentFile:
 def _line_numbers(text: str) -> list[int]:
     """The line each CSV record starts on (a quoted cell may span lines)."""
     numbers, line = [], 1
-    reader = csv.reader(io.StringIO(text))
+    reader = csv.reader(io.StringIO(text), skipinitialspace=True)
     while True:
         numbers.append(line)
         try:

@@ -262,3 +262,60 @@ def test_gpu_count_is_none_when_the_driver_cannot_enumerate(nvml, monkeypatch):
     assert gpu_count() is None
     with pytest.raises(SourceUnavailable, match="GPU is lost"):
         opened()
+
+
+class ReservingDriver(FakeNvml):
+    """A driver that sets memory aside for itself, as real ones do: nvmlDeviceGetMemoryInfo v1 counts
+    it in `used` (NVML: "Sum of Reserved and Allocated device memory"), v2 reports it as `reserved`
+    and `used` is the allocated memory alone, which is nvidia-smi's memory.used. With `v2=False`
+    the driver predates v2 (the real pynvml raises FUNCTION_NOT_FOUND for its missing symbol)."""
+
+    RESERVED = 600 * MIB
+    v2 = True
+
+    def nvmlDeviceGetMemoryInfo(self, handle, version=None):
+        if version and not self.v2:
+            self._enter("nvmlDeviceGetMemoryInfo_v2")
+            raise self._error(self.nvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        info = super().nvmlDeviceGetMemoryInfo(handle, version)
+        if version:
+            self.calls[("nvmlDeviceGetMemoryInfo_v2", None)] += 1
+            info.reserved = self.RESERVED
+        else:
+            info.used += self.RESERVED
+        info.free -= self.RESERVED
+        return info
+
+
+@pytest.fixture
+def reserving(monkeypatch):
+    def install(config, v2: bool = True) -> ReservingDriver:
+        fake = ReservingDriver.from_config(config, nvml=pynvml, clock=ManualClock())
+        fake.v2 = v2
+        fake.install(pynvml, monkeypatch.setattr)
+        return fake
+
+    return install
+
+
+def test_memory_used_excludes_driver_reserved_memory_like_nvidia_smi(reserving):
+    """Regression: radt read v1, whose `used` includes the driver-reserved memory, so an idle H100
+    showed hundreds of MB more than nvidia-smi's memory.used (and than imported nvidia-smi logs,
+    which land in the same series)."""
+    reserving([gpu(H100, memory_used=30_000_000_000)])
+    source = opened()
+    values = source.sample()
+    assert values["system/gpu_0_memory_usage_megabytes"] == pytest.approx(30_000.0)  # not 30_000 + 629 (600 MiB)
+    assert values["system/gpu_0_memory_usage_percentage"] == pytest.approx(100.0 * 30_000_000_000 / H100["memory_total"])
+    source.close()
+
+
+def test_memory_falls_back_to_v1_once_on_a_driver_without_v2(reserving):
+    fake = reserving([gpu(H100, memory_used=30_000_000_000)], v2=False)
+    source = opened()
+    for _ in range(3):
+        values = tick(fake, source)
+        assert values["system/gpu_0_memory_usage_megabytes"] == pytest.approx(30_000.0 + ReservingDriver.RESERVED / 1e6)  # v1: all v1 can say
+    assert fake.count("nvmlDeviceGetMemoryInfo_v2") == 1  # the missing v2 is remembered, not retried every tick
+    assert fake.count("nvmlDeviceGetMemoryInfo", 0) == 3
+    source.close()

@@ -12,6 +12,12 @@ from app.catalogue import GPM_METRICS, key
 from collectors.sources.base import MetricSource, SamplingContext, SourceUnavailable
 
 MB = 1e6
+# Errors that mean "this call will never work on this GPU/driver": remembered, not retried every tick.
+_NEVER = tuple(
+    getattr(pynvml, name)
+    for name in ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_ARGUMENT_VERSION_MISMATCH")
+    if hasattr(pynvml, name)
+)
 
 
 def gpu_inventory() -> dict:
@@ -124,9 +130,23 @@ class NvmlSource(MetricSource):
         try:
             return call(*args)
         except pynvml.NVMLError as exc:
-            if getattr(exc, "value", None) in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
+            if getattr(exc, "value", None) in _NEVER:
                 self._unsupported.add((gpu, what))
             return None
+
+    def _memory(self, gpu: int, handle):
+        """Memory in use as nvidia-smi's memory.used counts it.
+
+        nvmlDeviceGetMemoryInfo v1's `used` is the allocated plus the driver/firmware-reserved
+        memory, hundreds of MB more than nvidia-smi shows even on an idle GPU; v2 gives the reserved
+        memory apart. v1 only where the driver has no v2 (older drivers).
+        """
+        version = getattr(pynvml, "nvmlMemory_v2", None)
+        if version is not None and (gpu, "memory_v2") not in self._unsupported:
+            memory = self._read(gpu, "memory_v2", pynvml.nvmlDeviceGetMemoryInfo, handle, version)
+            if memory is not None or (gpu, "memory_v2") not in self._unsupported:
+                return memory
+        return self._read(gpu, "memory", pynvml.nvmlDeviceGetMemoryInfo, handle)
 
     def sample(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -136,7 +156,7 @@ class NvmlSource(MetricSource):
             if util is not None:
                 out[key("utilization_percentage", gpu)] = float(util.gpu)
                 out[key("memory_utilization_percentage", gpu)] = float(util.memory)
-            memory = self._read(gpu, "memory", pynvml.nvmlDeviceGetMemoryInfo, handle)
+            memory = self._memory(gpu, handle)
             if memory is not None:
                 out[key("memory_usage_megabytes", gpu)] = memory.used / MB
                 if memory.total:

@@ -1,0 +1,206 @@
+"""The experiment CSV: radT's layouts parse, every bad row is refused with its row and the fix, statuses are written back safely.
+
+The machine is asked through the real code path (NVML, then `nvidia-smi`); the driver tools are
+the fakes in tests/fakes/gpu_tools, which answer in the real tools' formats.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from collectors.experiment import ExperimentFile, plan, real_machine
+from tests.conftest import REPO
+
+FAKE_TOOLS = REPO / "tests" / "fakes" / "gpu_tools"
+HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
+
+
+@pytest.fixture
+def fake_tools(tmp_path, monkeypatch) -> Path:
+    """Fake nvidia-smi (4 A100s, GPU 2 in MIG mode), nvidia-cuda-mps-control, nsys and ncu on PATH; the real ones hidden."""
+    monkeypatch.setenv("PATH", f"{FAKE_TOOLS}:/usr/bin:/bin")
+    monkeypatch.setenv("RADT_FAKE_TOOLS_STATE", str(tmp_path / "tools-state.json"))
+    monkeypatch.setenv("RADT_FAKE_TOOLS_LOG", str(tmp_path / "tools.log"))
+    (tmp_path / "train.py").write_text("print('training')\n")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _plan(folder: Path, body: str, header: str = HEADER, rerun: bool = False):
+    path = folder / "experiment.csv"
+    path.write_text(header + body)
+    exp = ExperimentFile.load(path)
+    return exp, *plan(exp, real_machine(), rerun=rerun)
+
+
+def test_radt_example_with_padded_columns_plans_every_workload(fake_tools):
+    body = (
+        "1,  1, , , 0,  -,       train.py, smi+top+dcgmi, --batch-size 128\n"
+        "1,  2, , , 0,  -,       train.py, smi+top,       --batch-size 128\n"
+        "1,  2, , , 0,  -,       train.py, smi+top,       --batch-size 128\n"
+        "1,  3, , , 0,  MPS,     train.py, smi+top,       --batch-size 128\n"
+        "1,  3, , , 0,  mps,     train.py, smi+top,       --batch-size 128\n"
+        "1,  4, , , 2,  3g.20gb, train.py, smi+top,       --batch-size 128\n"
+        "1,  4, , , 2,  3g.20gb, train.py, smi+top,       --batch-size 128\n"
+        "1,  5, , , 1+3, -,      train.py, top+nsys,      --lr 0.1 --fp16\n"
+        "1,  6, , , -,  ,        train.py, ,\n"
+    )
+    _exp, workloads, problems = _plan(fake_tools, body)
+    assert problems == []
+    assert [w.name for w in workloads] == ["1", "2", "3", "4", "5", "6"]
+    assert [len(w.runs) for w in workloads] == [1, 2, 2, 2, 1, 1]
+    assert [r.letter for r in workloads[1].runs] == ["A", "B"]
+    assert [r.collocation for r in workloads[2].runs] == ["mps", "mps"]
+    assert [r.collocation for r in workloads[3].runs] == ["3g.20gb", "3g.20gb"]
+    assert workloads[0].runs[0].sources == ["nvml", "host", "dcgm"]
+    assert workloads[0].runs[0].params == ["--batch-size", "128"]
+    five = workloads[4].runs[0]
+    assert (five.devices, five.sources, five.profiler, five.params) == ([1, 3], ["host"], "nsys", ["--lr", "0.1", "--fp16"])
+    six = workloads[5].runs[0]
+    assert (six.devices, six.collocation, six.sources) == (None, "-", ["nvml", "host"])
+
+
+def test_header_in_any_case_with_extra_columns_and_no_status_columns(fake_tools):
+    header = " experiment , WORKLOAD ,devices, file ,Notes\n"
+    exp, workloads, problems = _plan(fake_tools, "resnet, a, 0, train.py, first try\n", header=header)
+    assert problems == [] and workloads[0].experiment == "resnet" and workloads[0].name == "a"
+    exp.set(exp.rows[0], "Status", "FINISHED")
+    exp.set(exp.rows[0], "Run", "abc")
+    exp.save()
+    lines = (fake_tools / "experiment.csv").read_text().splitlines()
+    assert lines[0] == "experiment ,WORKLOAD ,devices,file ,Notes,Status,Run"
+    assert lines[1] == "resnet,a,0,train.py,first try,FINISHED,abc"
+
+
+@pytest.mark.parametrize(
+    ("row", "needle"),
+    [
+        ("1,1,,,0,-,train.py,smi+gpuz,", "unknown listener 'gpuz'"),
+        ("1,1,,,0,-,missing.py,smi,", "File 'missing.py' not found"),
+        ("1,1,,,7,-,train.py,smi,", "GPU 7 does not exist on this machine (GPUs: 0 to 3); fix Devices"),
+        ("1,1,,,zero,-,train.py,smi,", "Devices 'zero' is not a GPU index list"),
+        ("1,1,,,2,5g.99gb,train.py,smi,", "GPU 2 does not offer MIG profile 5g.99gb; it offers 7g.40gb, 4g.20gb, 3g.20gb"),
+        (
+            "1,1,,,0,3g.20gb,train.py,smi,",
+            "GPU 0 is not in MIG mode (No MIG-enabled devices found.); enable it with 'sudo nvidia-smi -i 0 -mig 1' on an idle GPU",
+        ),
+        ("1,1,,,2+3,3g.20gb,train.py,smi,", "a MIG instance lives on one GPU"),
+        ("1,1,,,-,MPS,train.py,smi,", "Collocation MPS needs a GPU; set Devices"),
+        ("1,1,,,0,sharing,train.py,smi,", "Collocation 'sharing' is not -, MPS or a MIG profile"),
+        ("1,1,,,0,-,train.py,smi,--name 'unclosed", "Params cannot be split into arguments"),
+        ("1,1,,,0,-,train.py,smi+nsys+ncu,", "listeners ncu and nsys both wrap the command; keep one profiler per run"),
+        (",1,,,0,-,train.py,smi,", "Experiment is empty"),
+    ],
+)
+def test_each_bad_row_is_one_line_with_its_row_and_fix(fake_tools, row, needle):
+    _exp, _workloads, problems = _plan(fake_tools, "1,0,,,0,-,train.py,smi,\n" + row + "\n")
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("experiment.csv row 3: "), problems[0]
+    assert needle in problems[0]
+
+
+def test_mps_and_mig_on_one_gpu_and_too_many_instances_are_refused(fake_tools):
+    body = "1,1,,,2,MPS,train.py,smi,\n1,1,,,2,3g.20gb,train.py,smi,\n1,2,,,2,3g.20gb,train.py,smi,\n1,2,,,2,3g.20gb,train.py,smi,\n1,2,,,2,3g.20gb,train.py,smi,\n"
+    _exp, _workloads, problems = _plan(fake_tools, body)
+    assert problems == [
+        "experiment.csv rows 2, 3: workload 1 mixes MPS and MIG on GPU 2; give each its own workload or GPU",
+        "experiment.csv row 4: workload 2 wants 3 × 3g.20gb on GPU 2, which has 2 free; use fewer runs or a smaller profile",
+    ]
+
+
+def test_profilers_and_mps_need_their_tools(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no driver tools, no Nsight
+    (tmp_path / "train.py").write_text("pass\n")
+    _exp, _workloads, problems = _plan(tmp_path, "1,1,,,-,-,train.py,top+ncu,\n1,2,,,-,-,train.py,top+nsys-raw,\n")
+    assert problems == [
+        "experiment.csv row 2: listener 'ncu' needs 'ncu' on PATH; install Nsight or drop it from Listeners",
+        "experiment.csv row 3: listener 'nsys-raw' needs 'nsys' on PATH; install Nsight or drop it from Listeners",
+    ]
+
+
+def test_finished_and_failed_workloads_are_skipped_and_not_checked_against_the_machine(fake_tools):
+    body = (
+        "1,1,FINISHED (A),run1,9,-,gone.py,smi,\n"  # radT's status spelling; its file and GPU no longer exist
+        "1,2,FINISHED,r2,0,-,train.py,smi,\n1,2,FAILED,r3,0,-,train.py,smi,\n"
+        "1,3,FINISHED,r4,0,-,train.py,smi,\n1,3,KILLED,r5,0,-,train.py,smi,\n"
+        "1,4,RUNNING,r6,0,-,train.py,smi,\n"
+    )
+    _exp, workloads, problems = _plan(fake_tools, body)
+    assert problems == []
+    assert [w.state() for w in workloads] == ["finished", "failed", "todo", "todo"]
+
+
+def test_file_is_found_next_to_the_csv_from_another_folder(fake_tools, tmp_path, monkeypatch):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    _exp, workloads, problems = _plan(fake_tools, "1,1,,,0,-,train.py,smi,\n")
+    assert problems == [] and workloads[0].runs[0].file == str(fake_tools / "train.py")
+
+
+def test_save_is_atomic_and_keeps_everything_but_status_and_run(fake_tools):
+    original = (
+        HEADER.replace("Params", "Params,Notes").replace("\n", "\r\n")
+        + '1 , 1 ,,, 0 , - , train.py , smi , "--tag ""a b""" , keep me\r\n\r\n1,2,,,0,-,train.py,smi,,\r\n'
+    )
+    path = fake_tools / "experiment.csv"
+    path.write_bytes(original.encode())
+    exp = ExperimentFile.load(path)
+    assert [r.line for r in exp.rows] == [2, 4]
+    exp.set(exp.rows[0], "Status", "FINISHED")
+    exp.set(exp.rows[0], "Run", "0123abcd")
+    exp.save()
+    data = path.read_bytes().decode()
+    reread = ExperimentFile.load(path)
+    assert [reread.get(reread.rows[0], c) for c in ("Status", "Run", "Params")] == ["FINISHED", "0123abcd", '--tag "a b"']
+    assert reread.rows[0].cells[-1] == "keep me" and [reread.get(reread.rows[1], c) for c in ("Workload", "Status")] == ["2", ""]
+    assert data.count("\r\n") == 3 and "\n" not in data.replace("\r\n", ""), "the file keeps its CRLF line ends"
+    assert not list(fake_tools.glob(".experiment.csv.radt-tmp")), "the temporary file is renamed over the CSV"
+
+
+def test_cli_prints_every_problem_and_starts_nothing(fake_tools):
+    (fake_tools / "experiment.csv").write_text(HEADER + "1,1,,,0,-,train.py,smi+gpuz,\n1,1,,,9,-,nothere.py,smi,\n")
+    env = {
+        "PATH": f"{FAKE_TOOLS}:/usr/bin:/bin",
+        "RADT_HOME": str(fake_tools / "home"),
+        "PYTHONPATH": str(REPO),
+        "RADT_FAKE_TOOLS_STATE": str(fake_tools / "s.json"),
+    }
+    result = subprocess.run([sys.executable, "-m", "radt", "experiment.csv"], cwd=fake_tools, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [
+        "radt: experiment.csv row 2: unknown listener 'gpuz'; choose from dcgm, dcgmi, free, gpm, host, iostat, ncu, ncu-raw, nsys, nsys-raw, nvidia-smi, nvml, ps, psutil, smi, top (join several with '+')",
+        "radt: experiment.csv row 3: File 'nothere.py' not found (looked in "
+        + str(fake_tools)
+        + " and "
+        + str(fake_tools)
+        + "); fix the path or create the script",
+        "radt: experiment.csv row 3: GPU 9 does not exist on this machine (GPUs: 0 to 3); fix Devices",
+        "radt: 3 problem(s) in experiment.csv; nothing was started",
+    ]
+    assert not (fake_tools / "home" / "mlflow.db").exists()
+
+
+def test_dry_run_prints_the_plan_and_touches_nothing(fake_tools):
+    body = "exp,1,,,0,-,train.py,smi+top,--epochs 1\nexp,2,,,0,MPS,train.py,smi,\nexp,2,,,0,MPS,train.py,smi,\nexp,3,,,2,1g.5gb,train.py,smi+ncu,\nexp,9,FINISHED,r,0,-,train.py,smi,\n"
+    (fake_tools / "experiment.csv").write_text(HEADER + body)
+    before = (fake_tools / "experiment.csv").read_text()
+    env = {"PATH": f"{FAKE_TOOLS}:/usr/bin:/bin", "RADT_HOME": str(fake_tools / "home"), "PYTHONPATH": str(REPO)}
+    env |= {"RADT_FAKE_TOOLS_STATE": str(fake_tools / "s.json"), "RADT_FAKE_TOOLS_LOG": str(fake_tools / "tools.log")}
+    result = subprocess.run([sys.executable, "-m", "radt", "--dry-run", "experiment.csv"], cwd=fake_tools, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "experiment.csv: 4 workloads, 5 runs" in out
+    assert "  set-up: start an MPS control daemon for GPU 0, quit it after" in out
+    assert "  set-up: create MIG 1g.5gb on GPU 2 for run A (nvidia-smi mig -cgi 1g.5gb -C), destroy it after" in out
+    assert f"  A: GPU 2, collocation 1g.5gb, listeners nvml, wrapped by ncu: {fake_tools / 'train.py'}" in out
+    assert "workload exp/9: FINISHED, skipped" in out
+    assert out.index("workload exp/1") < out.index("workload exp/2") < out.index("workload exp/3")
+    assert (fake_tools / "experiment.csv").read_text() == before
+    calls = (fake_tools / "tools.log").read_text()
+    assert "-cgi" not in calls and "nvidia-cuda-mps-control" not in calls, "a dry run only asks, it sets nothing up"
+    assert not (fake_tools / "home" / "mlflow.db").exists()

@@ -1,0 +1,233 @@
+"""`radt experiment.csv` end to end: real radt processes, real training scripts, a real store.
+
+Only the driver tools are fakes (tests/fakes/gpu_tools: nvidia-smi, nvidia-cuda-mps-control,
+nsys, ncu, which record each call); the training scripts append their own start and end to
+the same log, so the order of set-up, training and tear-down is read from one timeline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from collectors.experiment import ExperimentFile
+from tests.conftest import REPO, radt_env
+
+FAKE_TOOLS = REPO / "tests" / "fakes" / "gpu_tools"
+HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
+TRAIN = """\
+import fcntl, json, os, sys, time
+import radt
+
+def note(event):
+    with open(os.environ["RADT_FAKE_TOOLS_LOG"], "a") as log:
+        fcntl.flock(log, fcntl.LOCK_EX)
+        env = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY", "RADT_NVTX_RANGE", "MLFLOW_RUN_ID")}
+        log.write(json.dumps({"tool": "train", "event": event, "args": sys.argv[1:], "time": time.time(), "env": env}) + "\\n")
+
+args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+note("start")
+hold = bytearray(int(args.get("--mb", "1")) * 2**20)  # memory this run's process tree really holds
+with radt.run() as run:
+    for epoch in range(int(args.get("--epochs", "1"))):
+        end = time.time() + float(args.get("--seconds", "0.5"))
+        while time.time() < end:
+            sum(i * i for i in range(2000))
+        run.log_metric("loss", 1.0 / (epoch + 1), step=epoch)
+    while os.path.exists(args.get("--hold-while", "/nonexistent")):
+        time.sleep(0.05)
+note("end")
+sys.exit(int(args.get("--exit", "0")))
+"""
+
+
+def _events(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def _timeline(events: list[dict]) -> list[str]:
+    """Set-up, training and tear-down steps in the order they happened, as short words."""
+    words = []
+    for e in sorted(events, key=lambda e: e["time"]):
+        args = e["args"]
+        if e["tool"] == "train":
+            words.append(f"{e['event']} {args[args.index('--name') + 1]}")
+        elif e["tool"] == "nvidia-cuda-mps-control":
+            words.append("mps quit" if e.get("stdin") == "quit" else "mps start")
+        elif e["tool"] == "nvidia-smi" and {"-cgi", "-dci", "-dgi"} & set(args):
+            op = next(a for a in args if a in ("-cgi", "-dci", "-dgi"))
+            words.append(f"mig {op} " + (args[args.index("-cgi") + 1] if op == "-cgi" else f"gi{args[args.index('-gi') + 1]}"))
+    return words
+
+
+@pytest.fixture
+def experiment(tmp_path, radt_home):
+    """A folder with the training script, and the environment of a user whose PATH holds the driver tools."""
+    (tmp_path / "train.py").write_text(TRAIN)
+    extra = {"RADT_FAKE_TOOLS_LOG": str(tmp_path / "tools.log"), "RADT_FAKE_TOOLS_STATE": str(tmp_path / "tools-state.json")}
+    extra["PATH"] = f"{FAKE_TOOLS}:{os.environ['PATH']}"
+    return tmp_path, extra
+
+
+def _radt(folder: Path, env: dict, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "radt", *args], cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _children(client: MlflowClient, parent_id: str) -> list:
+    exp_id = client.get_run(parent_id).info.experiment_id
+    return client.search_runs([exp_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}'")
+
+
+def test_collocated_runs_start_together_and_land_on_their_own_runs(experiment, pg_uri, radt_home):
+    folder, extra = experiment
+    rows = "pair,1,,,-,-,train.py,top,--name A --mb 40 --epochs 3 --seconds 1\npair,1,,,-,-,train.py,top,--name B --mb 240 --epochs 3 --seconds 1\n"
+    (folder / "experiment.csv").write_text(HEADER + rows)
+    result = _radt(folder, radt_env(radt_home, pg_uri, extra=extra), "--interval", "0.5", "experiment.csv")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "[1A]" in result.stderr and "[1B]" in result.stderr, "each run's lines carry its prefix"
+
+    exp = ExperimentFile.load(folder / "experiment.csv")
+    assert [exp.get(r, "Status") for r in exp.rows] == ["FINISHED", "FINISHED"]
+    run_ids = [exp.get(r, "Run") for r in exp.rows]
+    client = MlflowClient(pg_uri)
+    runs = [client.get_run(run_id) for run_id in run_ids]
+    parent_id = runs[0].data.tags["mlflow.parentRunId"]
+    parent = client.get_run(parent_id)
+    assert parent.data.tags["radt.role"] == "workload" and parent.data.tags["radt.workload"] == "1" and parent.info.status == "FINISHED"
+    assert sorted(r.info.run_id for r in _children(client, parent_id)) == sorted(run_ids)
+    assert [r.data.tags["radt.letter"] for r in runs] == ["A", "B"] and all(r.info.status == "FINISHED" for r in runs)
+    assert client.get_experiment(parent.info.experiment_id).name == "pair"
+    assert "radt/workload.log" in [a.path for a in client.list_artifacts(parent_id, "radt")]
+
+    rss = {r.data.tags["radt.letter"]: client.get_metric_history(r.info.run_id, "system/process_memory_rss_megabytes") for r in runs}
+    peak = {letter: max(p.value for p in history) for letter, history in rss.items()}
+    assert 150 < peak["B"] - peak["A"] < 250, f"B holds 200 MB more than A, and each run's samples are its own process tree's: {peak}"
+    first = [min(p.timestamp for p in client.get_metric_history(r.info.run_id, "system/cpu_utilization_percentage")) for r in runs]
+    assert abs(first[0] - first[1]) <= 500, f"first samples {abs(first[0] - first[1])} ms apart; the start gate lets them start together"
+    starts = {e["args"][1]: e["time"] for e in _events(folder / "tools.log") if e["tool"] == "train" and e["event"] == "start"}
+    assert abs(starts["A"] - starts["B"]) < 0.5, starts
+
+
+def test_mps_mig_and_profilers_are_set_up_and_torn_down_around_the_runs(experiment, tmp_path, radt_home):
+    folder, extra = experiment
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    rows = (
+        "colo,1,,,0,MPS,train.py,top+nsys,--name 1A\n"
+        "colo,1,,,0,mps,train.py,top+ncu,--name 1B\n"
+        "colo,2,,,2,3g.20gb,train.py,top,--name 2A\n"
+        "colo,2,,,2,3g.20gb,train.py,top,--name 2B --exit 3\n"
+        "colo,3,,,1,-,train.py,top,--name 3A\n"
+    )
+    (folder / "experiment.csv").write_text(HEADER + rows)
+    result = _radt(folder, radt_env(radt_home, store, extra=extra), "--interval", "0.5", "experiment.csv")
+    assert result.returncode == 1, result.stderr[-3000:]  # workload 2 failed, the rest ran
+    events = _events(folder / "tools.log")
+    order = _timeline(events)
+    w1, w2, w3 = order[: order.index("mps quit") + 1], order[order.index("mps quit") + 1 : -2], order[-2:]
+    assert w1[0] == "mps start" and w1[-1] == "mps quit" and sorted(w1[1:-1]) == ["end 1A", "end 1B", "start 1A", "start 1B"]
+    assert w2[:2] == ["mig -cgi 3g.20gb", "mig -cgi 3g.20gb"] and sorted(w2[2:6]) == ["end 2A", "end 2B", "start 2A", "start 2B"]
+    assert w2[6:] == ["mig -dci gi2", "mig -dgi gi2", "mig -dci gi1", "mig -dgi gi1"], "removed in reverse order, also after a crash"
+    assert w3 == ["start 3A", "end 3A"]
+    assert json.loads((folder / "tools-state.json").read_text()) == {"mig": [], "mps": []}, "nothing left behind"
+
+    trains = {e["args"][1]: e["env"] for e in events if e["tool"] == "train" and e["event"] == "start"}
+    daemon = next(e for e in events if e["tool"] == "nvidia-cuda-mps-control")["env"]
+    assert daemon["CUDA_VISIBLE_DEVICES"] == "0" and trains["1A"]["CUDA_MPS_PIPE_DIRECTORY"] == daemon["CUDA_MPS_PIPE_DIRECTORY"]
+    assert trains["1A"]["CUDA_VISIBLE_DEVICES"] == trains["1B"]["CUDA_VISIBLE_DEVICES"] == "0"
+    migs = {trains["2A"]["CUDA_VISIBLE_DEVICES"], trains["2B"]["CUDA_VISIBLE_DEVICES"]}
+    assert len(migs) == 2 and all(m.startswith("MIG-") for m in migs), "each MIG run sees its own instance"
+    assert trains["3A"]["CUDA_VISIBLE_DEVICES"] == "1" and trains["3A"]["CUDA_MPS_PIPE_DIRECTORY"] is None
+    assert trains["1A"]["RADT_NVTX_RANGE"] == "profile" and trains["2A"]["RADT_NVTX_RANGE"] is None
+
+    exp = ExperimentFile.load(folder / "experiment.csv")
+    assert [exp.get(r, "Status") for r in exp.rows] == ["FINISHED", "FINISHED", "FINISHED", "FAILED", "FINISHED"]
+    client = MlflowClient(store)
+    one_a, one_b = (exp.get(r, "Run") for r in exp.rows[:2])
+    nsys_report = [a.path for a in client.list_artifacts(one_a, "radt") if a.path.endswith(".nsys-rep")]
+    ncu_report = [a.path for a in client.list_artifacts(one_b, "radt") if a.path.endswith(".ncu-rep")]
+    assert len(nsys_report) == 1 and len(ncu_report) == 1, "profiler reports are attached to their runs"
+    nsys_call = next(e["args"] for e in events if e["tool"] == "nsys")
+    assert {"--capture-range=nvtx", "--nvtx-capture=profile"} <= set(nsys_call)
+    ncu_call = next(e["args"] for e in events if e["tool"] == "ncu")
+    assert ncu_call[ncu_call.index("--nvtx-include") + 1] == "profile/"
+    failed = client.get_run(exp.get(exp.rows[3], "Run"))
+    assert failed.info.status == "FAILED" and failed.data.tags["radt.exit_code"] == "3"
+    assert client.get_run(failed.data.tags["mlflow.parentRunId"]).info.status == "FAILED"
+    assert failed.data.tags["radt.collocation"] == "3g.20gb"
+
+
+def _rows_with(csv_path: Path, status: str) -> list[tuple[int, str]]:
+    """(row index, run id) of the rows with this status; the CSV is replaced atomically, so a read never sees half a file."""
+    exp = ExperimentFile.load(csv_path)
+    return [(i, exp.get(r, "Run")) for i, r in enumerate(exp.rows) if exp.get(r, "Status") == status]
+
+
+def _wait_for(condition, timeout: float = 120.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_ctrl_c_in_the_second_workload_then_resume_runs_only_the_unfinished_work(experiment, tmp_path, radt_home):
+    folder, extra = experiment
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    hold = folder / "hold"
+    hold.touch()
+    rows = (
+        "resume,1,,,-,-,train.py,top,--name 1A\n"
+        f"resume,2,,,0,MPS,train.py,top,--name 2A --hold-while {hold}\n"
+        "resume,2,,,0,MPS,train.py,top,--name 2B\n"
+        "resume,3,,,-,-,train.py,top,--name 3A\n"
+    )
+    csv_path = folder / "experiment.csv"
+    csv_path.write_text(HEADER + rows)
+    env = radt_env(radt_home, store, extra=extra)
+    scheduler = subprocess.Popen(
+        [sys.executable, "-m", "radt", "experiment.csv"], cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        running = _wait_for(lambda: [r for r in _rows_with(csv_path, "RUNNING") if r[0] > 0], what="workload 2 to be RUNNING in the CSV")
+        assert [r[0] for r in running] == [1, 2] and _rows_with(csv_path, "FINISHED")[0][0] == 0, "the CSV says what ran and what runs"
+        # radt marks a run done once it has ended it in the store (the script's own MLflow atexit says FINISHED earlier)
+        _wait_for(lambda: (radt_home / "runs" / running[1][1] / "done").exists(), what="radt to finish run 2B")
+        _wait_for(lambda: any(e["tool"] == "train" and e["args"][1] == "2A" for e in _events(folder / "tools.log")), what="run 2A to start")
+        scheduler.send_signal(signal.SIGINT)
+        output, _ = scheduler.communicate(timeout=120)
+    finally:
+        if scheduler.poll() is None:
+            scheduler.kill()
+    assert scheduler.returncode == 130, output[-3000:]
+    assert "Run the same command to carry on" in output
+    first = ExperimentFile.load(csv_path)
+    assert [first.get(r, "Status") for r in first.rows] == ["FINISHED", "KILLED", "FINISHED", ""], output[-3000:]
+    run_1a = first.get(first.rows[0], "Run")
+    client = MlflowClient(store)
+    assert _timeline(_events(folder / "tools.log"))[-1] == "mps quit", "Ctrl-C undid the MPS set-up"
+    killed = client.get_run(first.get(first.rows[1], "Run"))
+    assert killed.info.status == "KILLED" and client.get_run(killed.data.tags["mlflow.parentRunId"]).info.status == "KILLED"
+
+    hold.unlink()
+    (folder / "tools.log").unlink()
+    result = _radt(folder, env, "--max-epoch", "5", "experiment.csv")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "workload resume/1 already FINISHED, skipped" in result.stderr
+    ran = [w.split()[1] for w in _timeline(_events(folder / "tools.log")) if w.startswith("start")]
+    assert sorted(ran) == ["2A", "2B", "3A"], "only the unfinished workloads ran again"
+    second = ExperimentFile.load(csv_path)
+    assert [second.get(r, "Status") for r in second.rows] == ["FINISHED"] * 4
+    assert second.get(second.rows[0], "Run") == run_1a
+    new_2a = client.get_run(second.get(second.rows[1], "Run"))
+    assert new_2a.info.run_id != killed.info.run_id and new_2a.data.params["max_epoch"] == "5"
+    assert new_2a.data.tags["mlflow.parentRunId"] != killed.data.tags["mlflow.parentRunId"], "a rerun has its own workload run"
