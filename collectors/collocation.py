@@ -173,30 +173,96 @@ def stop_mps(daemon: MpsDaemon) -> None:
     shutil.rmtree(daemon.pipe_dir.parent, ignore_errors=True)
 
 
+def _journal() -> Path:
+    """What radt has set up and not yet undone, so a radt killed with SIGKILL is cleaned up after next time."""
+    from app.config import radt_home
+
+    return radt_home() / "collocation-journal.json"
+
+
+def _journal_edit(change: Callable[[list[dict]], list[dict]]) -> None:
+    import fcntl
+    import json
+
+    path = _journal()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        entries = json.loads(path.read_text()) if path.exists() else []
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(change(entries)))
+        tmp.replace(path)
+
+
+def _undo_entry(entry: dict) -> None:
+    if entry["kind"] == "mps":
+        stop_mps(MpsDaemon(tuple(entry["devices"]), Path(entry["pipe_dir"]), Path(entry["log_dir"])))
+    else:
+        destroy_mig(MigInstance(entry["gpu"], entry["profile"], entry["gi"], entry["ci"], entry["uuid"]))
+
+
+def undo_leftovers(report: Callable[[str], None]) -> None:
+    """Undo the set-up of experiments whose radt died before it could (pid gone), and say so."""
+    import psutil
+
+    if not _journal().exists():
+        return
+    left: list[dict] = []
+
+    def keep_live(entries: list[dict]) -> list[dict]:
+        left.extend(e for e in entries if not psutil.pid_exists(e["pid"]))
+        return [e for e in entries if psutil.pid_exists(e["pid"])]
+
+    _journal_edit(keep_live)
+    for entry in left:
+        what = (
+            f"MPS daemon for GPU {'+'.join(map(str, entry.get('devices', [])))}"
+            if entry["kind"] == "mps"
+            else f"MIG {entry.get('profile')} on GPU {entry.get('gpu')}"
+        )
+        try:
+            _undo_entry(entry)
+            report(f"radt: removed the {what} that an experiment killed before its tear-down (radt pid {entry['pid']}) left behind")
+        except CollocationError as exc:
+            report(f"radt: the {what} left by a killed experiment could not be removed ({exc}); remove it by hand")
+
+
 class Setup:
-    """What one workload set up; `close()` undoes it in reverse order, reporting (not raising) what could not be undone."""
+    """What one workload set up; `close()` undoes it in reverse order, reporting (not raising) what could not be undone.
+
+    Each step is also written to a journal in RADT_HOME until it is undone (see undo_leftovers)."""
 
     def __init__(self, report: Callable[[str], None]) -> None:
         self.report = report
         self._stack = ExitStack()
 
+    def _remember(self, entry: dict) -> dict:
+        entry = {**entry, "pid": os.getpid()}
+        _journal_edit(lambda entries: [*entries, entry])
+        return entry
+
     def mps(self, devices: list[int]) -> MpsDaemon:
         daemon = start_mps(devices)
+        entry = self._remember({"kind": "mps", "devices": list(daemon.devices), "pipe_dir": str(daemon.pipe_dir), "log_dir": str(daemon.log_dir)})
         self.report(f"radt: MPS control daemon started for GPU {'+'.join(map(str, daemon.devices))}")
         fix = f"stop it with: echo quit | CUDA_MPS_PIPE_DIRECTORY={daemon.pipe_dir} nvidia-cuda-mps-control"
-        self._stack.callback(self._undo, "stop the MPS daemon", fix, stop_mps, daemon)
+        self._stack.callback(self._undo, "stop the MPS daemon", fix, entry)
         return daemon
 
     def mig(self, gpu: int, profile: str) -> MigInstance:
         instance = create_mig(gpu, profile)
+        entry = self._remember(
+            {"kind": "mig", "gpu": gpu, "profile": profile, "gi": instance.gpu_instance, "ci": instance.compute_instance, "uuid": instance.uuid}
+        )
         self.report(f"radt: MIG {profile} created on GPU {gpu} (GPU instance {instance.gpu_instance}, {instance.uuid})")
         fix = f"remove it with 'sudo nvidia-smi mig -i {gpu} -gi {instance.gpu_instance} -dci' and then '... -dgi'"
-        self._stack.callback(self._undo, f"remove MIG GPU instance {instance.gpu_instance} of GPU {gpu}", fix, destroy_mig, instance)
+        self._stack.callback(self._undo, f"remove MIG GPU instance {instance.gpu_instance} of GPU {gpu}", fix, entry)
         return instance
 
-    def _undo(self, what: str, fix: str, action, *args) -> None:
+    def _undo(self, what: str, fix: str, entry: dict) -> None:
         try:
-            action(*args)
+            _undo_entry(entry)
+            _journal_edit(lambda entries: [e for e in entries if e != entry])
         except Exception as exc:  # keep undoing the rest; say what is left for the user
             self.report(f"radt: could not {what} ({exc}); {fix}")
 

@@ -238,7 +238,16 @@ class WorkloadRunner:
     def execute(self) -> str:
         """Run the workload; its final status (FINISHED, FAILED or KILLED)."""
         previous = {sig: signal.signal(sig, self.on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-        self.start_parent()
+        try:
+            self.start_parent()
+        except Exception as exc:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            from collectors.tracking import StoreError, redact
+
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise StoreError(f"cannot create the run of workload {self.workload.label} in {redact(self.opts.store)} ({reason}); nothing of it started, "
+                             "run the same command when the store answers again") from exc  # fmt: skip
         started = False
         try:
             with Setup(report) as setup:
@@ -249,13 +258,17 @@ class WorkloadRunner:
                     return self.finish("FAILED", "setup_failed")
                 except KeyboardInterrupt:
                     return self.finish("KILLED", "interrupted")
-                self.spawn(per_run)
-                if self.wait_ready():
-                    self.mark_running()
-                    (self.gate / "go").touch()
-                    started = True
-                else:
-                    (self.gate / "abort").touch()
+                try:
+                    self.spawn(per_run)
+                    if self.wait_ready():
+                        self.mark_running()
+                        (self.gate / "go").touch()
+                        started = True
+                    else:
+                        (self.gate / "abort").touch()
+                except BaseException:  # never tear the set-up down under running trainings
+                    self.stop_children()
+                    raise
                 for child in self.children:
                     child.process.wait()
                     for pump in child.pumps:
@@ -277,6 +290,20 @@ class WorkloadRunner:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             shutil.rmtree(self.gate, ignore_errors=True)
+
+    def stop_children(self) -> None:
+        """Call the workload off and stop every run: SIGINT, then SIGTERM, then SIGKILL."""
+        (self.gate / "abort").touch()
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+            alive = [c for c in self.children if c.process.poll() is None]
+            for child in alive:
+                try:
+                    os.kill(child.process.pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + 30
+            while any(c.process.poll() is None for c in alive) and time.monotonic() < deadline:
+                time.sleep(0.1)
 
     def mark_running(self) -> None:
         for child in self.children:
@@ -323,8 +350,13 @@ def run_experiment(opts: ExperimentOptions, machine: Machine | None = None) -> i
     if opts.dry_run:
         print(describe(exp, workloads, opts.rerun))
         return 0
-    from collectors.tracking import connect, resolve_experiment
+    if not os.access(opts.csv, os.W_OK) or not os.access(opts.csv.resolve().parent, os.W_OK):
+        report(f"radt: cannot write {opts.csv} (or a file next to it), where the statuses go; make it writable or copy it to a folder of yours")
+        return 2
+    from collectors.collocation import undo_leftovers
+    from collectors.tracking import StoreError, connect, redact, resolve_experiment
 
+    undo_leftovers(report)
     client = connect(opts.store)
     failed = 0
     todo = [w for w in workloads if w.state() == "todo" or (opts.rerun and w.state() == "failed")]
@@ -332,7 +364,15 @@ def run_experiment(opts: ExperimentOptions, machine: Machine | None = None) -> i
         if workload not in todo:
             report(f"radt: workload {workload.label} already {workload.state().upper()}, skipped")
             continue
-        experiment_id = resolve_experiment(client, opts.store, workload.experiment)
+        try:
+            experiment_id = resolve_experiment(client, opts.store, workload.experiment)
+        except StoreError:
+            raise
+        except Exception as exc:
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise StoreError(
+                f"cannot open experiment '{workload.experiment}' in {redact(opts.store)} ({reason}); run the same command when the store answers again"
+            ) from exc
         report(f"radt: workload {workload.label} ({todo.index(workload) + 1} of {len(todo)} to run): {len(workload.runs)} run(s)")
         runner = WorkloadRunner(opts, exp, workload, client, experiment_id)
         status = runner.execute()

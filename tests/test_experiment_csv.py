@@ -204,3 +204,47 @@ def test_dry_run_prints_the_plan_and_touches_nothing(fake_tools):
     calls = (fake_tools / "tools.log").read_text()
     assert "-cgi" not in calls and "nvidia-cuda-mps-control" not in calls, "a dry run only asks, it sets nothing up"
     assert not (fake_tools / "home" / "mlflow.db").exists()
+
+
+def _fake_state(folder: Path) -> dict:
+    import json
+
+    return json.loads((folder / "tools-state.json").read_text())
+
+
+def test_a_failed_set_up_step_undoes_the_steps_before_it(fake_tools, radt_home, monkeypatch):
+    from collectors.collocation import CollocationError, Setup
+
+    monkeypatch.setenv("RADT_FAKE_MIG_FAIL", "1g.5gb")
+    said: list[str] = []
+    with pytest.raises(CollocationError, match="Insufficient Resources"), Setup(said.append) as setup:
+        setup.mps([0, 1])
+        setup.mig(2, "3g.20gb")
+        setup.mig(2, "1g.5gb")
+    assert _fake_state(fake_tools) == {"mig": [], "mps": []}
+    assert (radt_home / "collocation-journal.json").read_text() == "[]"
+    assert said[:2] == ["radt: MPS control daemon started for GPU 0+1", said[1]] and said[1].startswith(
+        "radt: MIG 3g.20gb created on GPU 2 (GPU instance 1, MIG-"
+    )
+
+
+def test_set_up_left_by_a_killed_experiment_is_undone_at_the_next_start(fake_tools, radt_home):
+    import json
+
+    from collectors.collocation import Setup, undo_leftovers
+
+    setup = Setup(lambda _line: None)
+    setup.mig(2, "3g.20gb")
+    setup.mps([0])  # radt is SIGKILLed here: nothing undone, the journal remembers
+    journal = radt_home / "collocation-journal.json"
+    entries = json.loads(journal.read_text())
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    journal.write_text(json.dumps([{**e, "pid": int(dead)} for e in entries]))
+    said: list[str] = []
+    undo_leftovers(said.append)
+    assert _fake_state(fake_tools) == {"mig": [], "mps": []}
+    assert json.loads(journal.read_text()) == []
+    assert said == [
+        f"radt: removed the MIG 3g.20gb on GPU 2 that an experiment killed before its tear-down (radt pid {dead}) left behind",
+        f"radt: removed the MPS daemon for GPU 0 that an experiment killed before its tear-down (radt pid {dead}) left behind",
+    ]
