@@ -33,7 +33,8 @@ class StoreError(RuntimeError):
 
 # radt's own MLflow HTTP calls give up quickly (the writer spools instead of waiting minutes);
 # these are set in radt's process only and kept out of the training script's environment.
-PROCESS_ONLY_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+# radt itself sends nothing to MLflow's usage telemetry on the user's behalf.
+PROCESS_ONLY_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20", "MLFLOW_DISABLE_TELEMETRY": "true"}
 ADDED_ENV: set[str] = set()
 
 

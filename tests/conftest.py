@@ -125,6 +125,9 @@ def radt_env(home: Path, store: str | None = None, fake_gpus: str | None = None,
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "RADT_", "PYTEST_"))}
     env["RADT_HOME"] = str(home)
     env["PYTHONPATH"] = str(REPO)
+    # MLflow 3.17's telemetry thread can unset its session variable while a request in the script reads it
+    # (KeyError '_MLFLOW_TELEMETRY_SESSION_ID', seen once under load); CI=true turns it off the same way
+    env["MLFLOW_DISABLE_TELEMETRY"] = "true"
     if store:
         env["MLFLOW_TRACKING_URI"] = store
     if fake_gpus is not None:  # a pynvml that answers like a real driver with these GPUs
