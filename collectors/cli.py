@@ -48,7 +48,10 @@ def run_parser() -> argparse.ArgumentParser:
     parser.add_argument("-w", "--workload", help="workload this run belongs to (a parent run groups them)")
     parser.add_argument("-d", "--devices", help="GPU indices, e.g. 0 or 0+1; sets CUDA_VISIBLE_DEVICES")
     parser.add_argument(
-        "-l", "--listeners", default=DEFAULT, help=f"sources joined with '+': nvml, dcgm, host (radT's smi, dcgmi, top, ps, iostat work too); default {DEFAULT}"
+        "-l",
+        "--listeners",
+        default=DEFAULT,
+        help=f"sources joined with '+': nvml, dcgm, host (radT's smi, dcgmi, top, ps, iostat work too), plus at most one profiler that wraps the script: nsys, ncu, nsys-raw, ncu-raw; default {DEFAULT}",
     )
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples (0.1 or more; default 1)")
     parser.add_argument("--max-epoch", type=int, help="stop the training cleanly after this epoch (radt.run() context)")

@@ -159,6 +159,12 @@ def test_mps_mig_and_profilers_are_set_up_and_torn_down_around_the_runs(experime
     assert client.get_run(failed.data.tags["mlflow.parentRunId"]).info.status == "FAILED"
     assert failed.data.tags["radt.collocation"] == "3g.20gb"
 
+    env = radt_env(radt_home, store, extra=extra)
+    again = _radt(folder, env, "--dry-run", "experiment.csv")
+    assert "workload colo/2: FAILED, skipped (--rerun runs it again)" in again.stdout and "workload colo/1: FINISHED, skipped" in again.stdout
+    rerun = _radt(folder, env, "--dry-run", "--rerun", "experiment.csv")
+    assert "workload colo/2: 2 run(s) starting together" in rerun.stdout and "workload colo/3: FINISHED, skipped" in rerun.stdout
+
 
 def _rows_with(csv_path: Path, status: str) -> list[tuple[int, str]]:
     """(row index, run id) of the rows with this status; the CSV is replaced atomically, so a read never sees half a file."""
