@@ -16,7 +16,7 @@ from collectors.command import UsageError, build_command
 from collectors.listeners import DEFAULT, ListenerError, parse_listeners, parse_profiler
 from collectors.profilers import check_profiler
 
-SUBCOMMANDS = ("import", "sync", "demo", "monitor")
+SUBCOMMANDS = ("import", "sync", "demo", "monitor", "export")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -41,7 +41,8 @@ def run_parser() -> argparse.ArgumentParser:
         prog="radt",
         description="Track a training script's hardware metrics in MLflow: radt [options] train.py [script args]. "
         "Also: 'radt import FILE...' (dcgmi/nvidia-smi/top logs), 'radt sync' (send samples kept while the store was away), "
-        "'radt demo' (a demo experiment set to explore), 'radt monitor' (record this machine's GPUs and host without a training run).",
+        "'radt demo' (a demo experiment set to explore), 'radt monitor' (record this machine's GPUs and host without a training run), "
+        "'radt export' (comparison figures and data for papers).",
     )
     parser.add_argument("-e", "--experiment", help="MLflow experiment name or id (created if new)")
     parser.add_argument("-n", "--name", help="run name")
@@ -172,6 +173,10 @@ def _subcommand(name: str, argv: list[str]) -> int:
             from collectors.monitor import main as monitor_main
 
             return monitor_main(argv)
+        if name == "export":
+            from collectors.export import main as export_main
+
+            return export_main(argv)
         from collectors.sync import main as sync_main
 
         return sync_main(argv)

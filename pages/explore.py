@@ -14,9 +14,10 @@ from dash import ALL, MATCH, ClientsideFunction, Input, Output, State, callback,
 
 from app import data, queries
 from app.catalogue import METRICS, resolve
-from app.data import DEFAULT_METRICS, X_MODES, spec_metric
-from app.figures import Panel, empty_figure, overlay_figure
+from app.data import DEFAULT_METRICS, X_MODES
+from app.figures import empty_figure
 from app.state import STATE, store_error
+from app.views import View, render
 
 dash.register_page(__name__, path="/", name="Explore", title="radt · explore", order=0)
 
@@ -275,23 +276,6 @@ def refresh_metric_options(values):
     return metric_options([run_id for group in values or [] for run_id in group or []])
 
 
-def _x_range(zoom: str | None, x_mode: str) -> tuple | None:
-    """The zoom as chart x values (minutes or steps as floats, wall clock as text)."""
-    parts = _split(zoom)
-    if len(parts) != 2:
-        return None
-    if x_mode == "wall":
-        try:
-            return tuple(sorted((pd.Timestamp(parts[0]), pd.Timestamp(parts[1]))))
-        except ValueError:
-            return None
-    try:
-        low, high = sorted(float(p) for p in parts)
-    except ValueError:
-        return None
-    return low, high
-
-
 @callback(
     Output("charts", "figure"),
     Output("summary", "data"),
@@ -309,36 +293,15 @@ def draw(run_groups, metric_specs, x_mode, group_mode, smoothing, log_y, zoom_st
     run_ids = list(dict.fromkeys(run_id for group in run_groups or [] for run_id in group or []))
     # a range in minutes means nothing on a wall-clock or step axis: the zoom belongs to its axis
     zoom = (zoom_state or {}).get("range") if (zoom_state or {}).get("axis") == f"{x_mode}-{group_mode}" else None
-    view = {
-        "exp": ",".join(experiment_ids or []),
-        "runs": ",".join(run_ids),
-        "metrics": ",".join(metric_specs or []),
-        "x": x_mode,
-        "mode": group_mode,
-        "smooth": f"{smoothing or 0:g}",
-        "log": "1" if log_y else "0",
-    }
-    if zoom:
-        view["xr"] = zoom
+    view = View(experiment_ids or [], run_ids, list(metric_specs or []), x_mode, group_mode, float(smoothing or 0), bool(log_y), zoom)
     if not run_ids:
-        return empty_figure("Pick runs on the left."), [], view
+        return empty_figure("Pick runs on the left."), [], view.to_dict()
     if not metric_specs:
-        return empty_figure("Pick at least one metric."), [], view
-    runs = _runs(experiment_ids or [])
-    runs = runs[runs["run_id"].isin(run_ids)]
-    grouped = group_mode == "grouped"
-    axis = "relative" if grouped and x_mode == "wall" else x_mode  # grouped runs share time since start
-    x_range = _x_range(zoom, axis)
-    windows = data.zoom_windows(x_range, axis, runs) if x_range else {}
-    panels = []
-    for spec in metric_specs:
-        found = data.series(spec, runs, windows, x=x_mode)
-        if found:
-            panels.append(Panel(spec_metric(spec), found))
-    if not panels:
-        return empty_figure("None of the chosen metrics exists in these runs."), _summary(runs), view
-    figure = overlay_figure(panels, runs, x_mode=x_mode, grouped=grouped, smoothing=smoothing or 0, log_y=bool(log_y), x_range=x_range)
-    return figure, _summary(runs), view
+        return empty_figure("Pick at least one metric."), [], view.to_dict()
+    rendered = render(view)
+    if not rendered.panels:
+        return empty_figure("None of the chosen metrics exists in these runs."), _summary(rendered.runs), view.to_dict()
+    return rendered.figure, _summary(rendered.runs), view.to_dict()
 
 
 def _summary(runs: pd.DataFrame) -> list[dict]:

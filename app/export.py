@@ -1,0 +1,178 @@
+"""Paper figures and the data behind them, from a view: PNG/SVG/PDF through kaleido, CSV.
+
+The figure is the dashboard's own (app/views.render) at a larger point budget, restyled for
+print: a fixed size in inches, one font size, colour or monochrome (dash styles and markers),
+the legend where asked. Static images need a Chromium: kaleido drives `BROWSER_PATH`, else
+/usr/bin/chromium, else whatever Chrome it finds on PATH.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shutil
+from dataclasses import dataclass
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from app import data
+from app.views import EXPORT_BUDGET, View, render, view_runs
+
+CSS_DPI = 96  # Plotly's pixel is a CSS pixel: 96 per inch
+SIZES = {  # width in inches, height of one chart row in inches (slide: the whole 16:9 page)
+    "single-column": (3.5, 1.9),
+    "double-column": (7.0, 2.2),
+    "slide": (10.0, None),
+}
+LEGENDS = ("top", "bottom", "right", "none")
+FORMATS = ("png", "svg", "pdf", "csv")
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+MARKERS = ("circle", "square", "triangle-up", "diamond", "x", "cross", "star", "triangle-down")
+GREYS = ("#000000", "#555555", "#888888")
+
+
+class ExportError(ValueError):
+    """An export that cannot be made; the message says what to do."""
+
+
+@dataclass
+class ExportStyle:
+    size: str = "double-column"
+    font_size: float = 9.0
+    monochrome: bool = False
+    legend: str = "top"
+    dpi: int = 300
+    charts: list[str] | None = None  # metric specs to keep; None: every chart of the view
+
+
+def chromium() -> str:
+    """The browser kaleido will drive; ExportError naming the fix when there is none."""
+    path = os.environ.get("BROWSER_PATH")
+    if path:
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            raise ExportError(f"BROWSER_PATH={path} is not an executable; point it at Chromium or Chrome, or unset it")
+        return path
+    for candidate in ("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        found = candidate if os.path.isabs(candidate) and os.access(candidate, os.X_OK) else shutil.which(candidate)
+        if found:
+            return found
+    raise ExportError(
+        "PNG, SVG and PDF need Chromium or Chrome: install it (Debian: apt install chromium) or set BROWSER_PATH=/path/to/chrome; CSV needs neither"
+    )
+
+
+def restyle(figure: go.Figure, style: ExportStyle, charts: int) -> go.Figure:
+    """The screen figure as a print figure: WebGL traces as SVG paths, fixed size, fonts, legend, monochrome."""
+    if style.size not in SIZES:
+        raise ExportError(f"size '{style.size}' is not one of {', '.join(SIZES)}")
+    if style.legend not in LEGENDS:
+        raise ExportError(f"legend '{style.legend}' is not one of {', '.join(LEGENDS)}")
+    out = go.Figure(figure)
+    out.data = ()
+    series: dict[str, int] = {}  # a run (or workload) keeps its dash style and marker in every chart
+    for number, trace in enumerate(figure.data):
+        spec = trace.to_plotly_json()
+        if spec.get("type") == "scattergl":  # WebGL would become a bitmap inside an SVG or PDF
+            spec["type"] = "scatter"
+        out.add_trace(go.Scatter(spec) if spec.get("type") == "scatter" else trace)
+        if style.monochrome:
+            _monochrome(out.data[-1], series.setdefault(trace.legendgroup or str(number), len(series)))
+    width_in, row_in = SIZES[style.size]
+    height_in = width_in * 9 / 16 if row_in is None else row_in * charts + 0.6
+    font = {"size": style.font_size, "family": "DejaVu Sans, Arial, sans-serif", "color": "#000000"}
+    legend = {"top": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}, "bottom": {"orientation": "h", "x": 0, "y": -0.15, "yanchor": "top"},
+              "right": {"orientation": "v", "x": 1.02, "y": 1, "xanchor": "left"}}.get(style.legend)  # fmt: skip
+    out.update_layout(
+        width=round(width_in * CSS_DPI),
+        height=round(height_in * CSS_DPI),
+        font=font,
+        showlegend=legend is not None,
+        legend=legend or {},
+        margin={"l": 6 * style.font_size, "r": 8 * style.font_size if style.legend == "right" else 10, "t": 3.5 * style.font_size, "b": 5 * style.font_size},
+        template="simple_white",
+        hovermode=False,
+    )
+    out.update_annotations(font={"size": style.font_size})  # the charts' titles
+    return out
+
+
+def _monochrome(trace, number: int) -> None:
+    """Series told apart by dash style and marker instead of colour (a band stays a light grey fill)."""
+    if trace.fill == "tonexty" or (trace.line and trace.line.width == 0):
+        trace.fillcolor = "rgba(0,0,0,0.12)"
+        trace.line.color = "rgba(0,0,0,0)"
+        return
+    trace.line.color = GREYS[number % len(GREYS)]
+    trace.line.dash = DASHES[number % len(DASHES)]
+    trace.mode = "lines+markers"
+    # a dozen markers per line (Plotly's maxdisplayed), so they stay readable on a dense series
+    trace.marker = {"symbol": MARKERS[number % len(MARKERS)], "size": 5, "color": trace.line.color, "maxdisplayed": 12}
+
+
+def figure_for(view: View, style: ExportStyle) -> tuple[go.Figure, dict[str, list[str]]]:
+    """The print figure of a view and, per metric, the runs that lack it (exported without them)."""
+    if not view.runs:
+        raise ExportError("no runs selected; pick runs in the dashboard and save the view, or give --experiment (and --workload/--run)")
+    runs = view_runs(view)
+    if runs.empty:
+        raise ExportError(f"none of the view's {len(view.runs)} runs is in this store; check --store, or save the view again")
+    if style.charts:
+        view = View(view.experiments, view.runs, [m for m in view.metrics if m in style.charts] or style.charts, view.x, view.mode,
+                    view.smoothing, view.log_y, view.zoom)  # fmt: skip
+    rendered = render(view, budget=EXPORT_BUDGET, runs=runs)
+    if not rendered.panels:
+        raise ExportError(f"none of the metrics {', '.join(view.metrics)} exists in the chosen runs; pick others")
+    return restyle(rendered.figure, style, len(rendered.panels)), rendered.missing
+
+
+def image_bytes(figure: go.Figure, fmt: str, dpi: int) -> bytes:
+    """PNG at `dpi` (width in pixels = inches × dpi), or SVG/PDF at the figure's size in inches."""
+    os.environ.setdefault("BROWSER_PATH", chromium())
+    scale = dpi / CSS_DPI if fmt == "png" else 1
+    try:
+        return figure.to_image(format=fmt, scale=scale)
+    except Exception as exc:  # kaleido's browser failed to start or crashed
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise ExportError(f"rendering the {fmt.upper()} with {os.environ['BROWSER_PATH']} failed ({reason}); set BROWSER_PATH to a working Chromium") from exc
+
+
+def data_csv(view: View, charts: list[str] | None = None) -> tuple[str, dict[str, list[str]]]:
+    """Every stored point of the view's runs and metrics (within its zoom), long format; and the runs lacking a metric."""
+    runs = view_runs(view)
+    if runs.empty:
+        raise ExportError("no runs selected; pick runs in the dashboard and save the view, or give --experiment (and --workload/--run)")
+    from app.views import x_range
+
+    limits = x_range(view)
+    windows = data.zoom_windows(limits, view.axis, runs) if limits else {}
+    buffer = io.StringIO()
+    out = csv.writer(buffer, lineterminator="\n")
+    out.writerow(["run_id", "run_name", "experiment_id", "workload", "letter", "metric", "timestamp_ms", "seconds_since_start", "value"])
+    missing: dict[str, list[str]] = {}
+    meta = runs.set_index("run_id", drop=False)
+    for spec in charts or view.metrics:
+        found = data.series(spec, runs, windows, budget=10**9, x="relative")
+        lacking = [meta.loc[r, "run_name"] for r in runs["run_id"] if r not in found]
+        if lacking:
+            missing[spec] = lacking
+        name = spec.partition(":")[2]
+        for run_id, (ts, ys) in found.items():
+            row = meta.loc[run_id]
+            start = row["start_time"] if pd.notna(row["start_time"]) else (ts[0] if len(ts) else 0)
+            for t, y in zip(ts.tolist(), ys.tolist(), strict=False):
+                out.writerow(
+                    [
+                        run_id,
+                        row["run_name"],
+                        row["experiment_id"],
+                        row["workload_label"],
+                        row["letter"],
+                        name,
+                        int(t),
+                        f"{(t - start) / 1000:.3f}",
+                        repr(float(y)),
+                    ]
+                )
+    return buffer.getvalue(), missing

@@ -1,0 +1,141 @@
+"""`radt export`: a saved view, or runs picked by experiment/workload/run, as PNG, SVG, PDF or CSV."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from app.config import tracking_uri
+
+
+def export_parser() -> argparse.ArgumentParser:
+    from app.export import FORMATS, LEGENDS, SIZES
+
+    parser = argparse.ArgumentParser(
+        prog="radt export",
+        description="Export a comparison figure or the data behind it: from a view saved in the dashboard (--view), or from runs picked by "
+        "--experiment/--workload/--run and --metric.",
+    )
+    parser.add_argument("--view", type=Path, help="a view saved with the dashboard's 'save view' button (JSON)")
+    parser.add_argument("--experiment", action="append", default=[], help="experiment name or id (repeatable)")
+    parser.add_argument("--workload", action="append", default=[], help="only runs of this workload (its number or label; repeatable)")
+    parser.add_argument("--run", action="append", default=[], help="only this run id (repeatable)")
+    parser.add_argument(
+        "--metric", action="append", default=[], help="smact, smocc, gract, a catalogue name such as power_usage_watts, or a stored key; repeatable"
+    )
+    parser.add_argument("--x", choices=("relative", "wall", "step"), help="x axis: time since start (default), wall clock, step")
+    parser.add_argument("--grouped", action="store_true", help="one mean line and min-max band per workload")
+    parser.add_argument("--format", choices=FORMATS, help="default: the suffix of -o")
+    parser.add_argument("--size", choices=tuple(SIZES), default="double-column", help="single-column (3.5 in), double-column (7 in), slide (16:9)")
+    parser.add_argument("--font-size", type=float, default=9.0, help="points (default 9)")
+    parser.add_argument("--mono", action="store_true", help="monochrome: dash styles and markers instead of colours")
+    parser.add_argument("--legend", choices=LEGENDS, default="top")
+    parser.add_argument("--dpi", type=int, default=300, help="PNG resolution (default 300)")
+    parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
+    parser.add_argument("-o", "--output", type=Path, required=True, help="file to write")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    opts = export_parser().parse_args(argv)
+    fmt = opts.format or opts.output.suffix.lstrip(".").lower()
+    from app.export import FORMATS, ExportError, ExportStyle
+
+    if fmt not in FORMATS:
+        print(f"radt export: cannot tell the format of '{opts.output}'; give --format {'/'.join(FORMATS)} or an output ending in one", file=sys.stderr)
+        return 2
+    if not opts.view and not opts.experiment:
+        print(
+            "radt export: say what to export: --view view.json (saved in the dashboard) or --experiment NAME [--workload W] [--metric smact]", file=sys.stderr
+        )
+        return 2
+    if opts.dpi < 30 or opts.dpi > 2400:
+        print(f"radt export: --dpi {opts.dpi} is out of range; use 30 to 2400 (300 for print)", file=sys.stderr)
+        return 2
+    try:
+        _open_store(tracking_uri(opts.store))
+        view = _view(opts)
+        style = ExportStyle(opts.size, opts.font_size, opts.mono, opts.legend, opts.dpi)
+        if fmt == "csv":
+            from app.export import data_csv
+
+            text, missing = data_csv(view)
+            _warn_missing(missing)
+            opts.output.write_text(text)
+        else:
+            from app.export import chromium, figure_for, image_bytes
+
+            chromium()  # before reading the store: say at once when no browser can draw it
+            figure, missing = figure_for(view, style)
+            _warn_missing(missing)
+            opts.output.write_bytes(image_bytes(figure, fmt, opts.dpi))
+    except (ExportError, ValueError) as exc:
+        print(f"radt export: {exc}", file=sys.stderr)
+        return 2
+    print(f"radt export: wrote {opts.output} ({fmt.upper()}, {len(view.runs)} runs)", file=sys.stderr)
+    return 0
+
+
+def _open_store(uri: str) -> None:
+    """The dashboard's read engine and a cache that keeps nothing (one export, one read)."""
+    from flask import Flask
+
+    from app.cache import CACHE
+    from app.state import STATE, connect_store
+
+    CACHE.init_app(Flask("radt-export"), config={"CACHE_TYPE": "NullCache", "CACHE_NO_NULL_WARNING": True})
+    connect_store(uri)
+    if STATE.error:
+        raise ValueError(STATE.error)
+
+
+def _view(opts: argparse.Namespace):
+    """The view to export: the saved one (narrowed by --metric/--x/--grouped), or one built from the run picks."""
+    from app import data
+    from app.views import View, load_view, metric_spec
+
+    if opts.view:
+        view = load_view(opts.view)
+    else:
+        experiments = [_experiment_id(name) for name in opts.experiment]
+        table = data.runs(experiments)
+        if opts.workload:
+            table = table[[_workload_matches(label, wid, opts.workload) for label, wid in zip(table["workload_label"], table["workload_id"], strict=False)]]
+        if opts.run:
+            table = table[table["run_id"].isin(opts.run)]
+        if table.empty:
+            raise ValueError(
+                f"no runs in experiment {', '.join(opts.experiment)}"
+                + (f" workload {', '.join(opts.workload)}" if opts.workload else "")
+                + "; check the names in the dashboard"
+            )
+        view = View(experiments, list(table["run_id"]))
+    if opts.metric:
+        view.metrics = [metric_spec(m) for m in opts.metric]
+    if opts.x:
+        view.x = opts.x
+    if opts.grouped:
+        view.mode = "grouped"
+    return view
+
+
+def _workload_matches(label: str, workload_id: str, wanted: list[str]) -> bool:
+    """--workload 2 picks "workload 2" and "workload 2 same GPU" (a CSV's Workload, then its note), or the parent run's id."""
+    name = str(label).removeprefix("workload ")
+    return any(w.strip() in (name, str(workload_id)) or name.startswith(f"{w.strip()} ") for w in wanted)
+
+
+def _experiment_id(name: str) -> str:
+    from app import queries
+    from app.state import STATE
+
+    for exp in queries.list_experiments(STATE.engine):
+        if name in (str(exp["experiment_id"]), exp["name"]):
+            return str(exp["experiment_id"])
+    raise ValueError(f"no experiment '{name}' in this store; give its name or id as the dashboard lists it")
+
+
+def _warn_missing(missing: dict[str, list[str]]) -> None:
+    for spec, names in missing.items():
+        print(f"radt export: {spec.partition(':')[2]} is absent from {len(names)} run(s), exported without them: {', '.join(names)}", file=sys.stderr)
