@@ -77,10 +77,10 @@ def overlay_figure(
     colors = run_colors(list(runs.index))
     workloads = list(dict.fromkeys(runs["workload_id"])) if len(runs) else []
     wl_colors = {w: PALETTE[i % len(PALETTE)] for i, w in enumerate(workloads)}
+    in_legend: set[str] = set()  # a run is in the legend once, from the first chart it appears in
     for row_index, panel in enumerate(panels, start=1):
-        first = row_index == 1
         if grouped:
-            _add_groups(fig, panel, runs, x_mode, smoothing, row_index, first, wl_colors)
+            _add_groups(fig, panel, runs, x_mode, smoothing, row_index, in_legend, wl_colors)
         else:
             for run_id, (ts, ys) in panel.series.items():
                 if run_id not in runs.index or len(ts) == 0:
@@ -93,7 +93,7 @@ def overlay_figure(
                         mode="lines",
                         name=f"{meta['run_name']}",
                         legendgroup=run_id,
-                        showlegend=first,
+                        showlegend=run_id not in in_legend,
                         line={"color": colors[run_id], "width": 1.5},
                         hovertemplate=_hover(meta) + "<br>%{y:.3g}<extra></extra>",
                         meta={"run_id": run_id},
@@ -101,6 +101,7 @@ def overlay_figure(
                     row=row_index,
                     col=1,
                 )
+                in_legend.add(run_id)
         axis = {"row": row_index, "col": 1}
         if panel.metric.unit == "ratio" and not log_y:
             fig.update_yaxes(range=[0, 1.02], **axis)
@@ -121,7 +122,7 @@ def overlay_figure(
     return fig
 
 
-def _add_groups(fig, panel: Panel, runs: pd.DataFrame, x_mode: str, smoothing: float, row: int, first: bool, colors: dict) -> None:
+def _add_groups(fig, panel: Panel, runs: pd.DataFrame, x_mode: str, smoothing: float, row: int, in_legend: set, colors: dict) -> None:
     """Mean and min-max band of each workload's runs on a shared grid (time since start, or steps).
 
     Runs of a workload started at different wall-clock times, so "wall" is drawn as time since start.
@@ -166,7 +167,7 @@ def _add_groups(fig, panel: Panel, runs: pd.DataFrame, x_mode: str, smoothing: f
                 mode="lines",
                 name=f"{label} (mean of {len(members)})",
                 legendgroup=workload_id,
-                showlegend=first,
+                showlegend=workload_id not in in_legend,
                 line={"color": color, "width": 2},
                 hovertemplate=f"<b>{label}</b><br>mean of {len(members)} runs<br>%{{y:.3g}}<extra></extra>",
                 meta={"workload_id": workload_id},
@@ -174,6 +175,7 @@ def _add_groups(fig, panel: Panel, runs: pd.DataFrame, x_mode: str, smoothing: f
             row=row,
             col=1,
         )
+        in_legend.add(workload_id)
 
 
 def _compact(values):

@@ -1,0 +1,139 @@
+"""`radt export`: valid PNG/SVG/PDF and exact CSV from radt, MLflow system-metric and radT-legacy runs,
+on SQLite and the real PostgreSQL; the figure is the dashboard's own (app/views.render).
+
+Images are drawn by kaleido in Debian's real Chromium, as a user's export would be.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import struct
+import xml.etree.ElementTree as ET
+
+import pytest
+import sqlalchemy as sa
+
+from app import catalogue
+from app.export import ExportStyle, figure_for, image_bytes, restyle
+from app.views import EXPORT_BUDGET, View, render, save_view
+from collectors.export import _open_store
+from collectors.export import main as export_main
+from tests.test_queries import build
+
+# experiment, run labels in tests.test_queries.build, the metric asked for, the key each kind stored it under
+KINDS = {
+    "radt": ("radt-new", ["A", "B"], "cat:sm_active", "system/gpu_0_sm_active"),
+    "mlflow": ("mlflow-sys", ["trial"], "cat:utilization_percentage", "system/gpu_0_utilization_percentage"),
+    "radT-legacy": ("radT-legacy", ["old1", "old2"], "cat:sm_active", "DCGMI - SN Active"),
+}
+
+
+@pytest.fixture
+def store(store_uri):
+    built = build(store_uri)
+    _open_store(store_uri)
+    return built
+
+
+def _view(built, *kinds: str, metrics: list[str] | None = None) -> View:
+    experiments = [built.experiments[KINDS[k][0]] for k in kinds]
+    runs = [built.runs[label] for k in kinds for label in KINDS[k][1]]
+    return View(experiments, runs, metrics or list(dict.fromkeys(KINDS[k][2] for k in kinds)))
+
+
+def _stored(built, run_id: str, key: str) -> list[tuple[int, float]]:
+    engine = sa.create_engine(built.uri)
+    with engine.connect() as conn:
+        query = sa.text("select timestamp, value, is_nan from metrics where run_uuid = :r and key = :k order by timestamp")
+        rows = conn.execute(query, {"r": run_id, "k": key}).all()
+    engine.dispose()
+    return [(int(t), float("nan") if nan else float(v)) for t, v, nan in rows]  # MLflow stores NaN as 0 with is_nan
+
+
+def test_csv_holds_exactly_the_selected_runs_points(store, tmp_path, capsys):
+    for kind, (_exp, labels, _spec, key) in KINDS.items():
+        view = _view(store, kind)
+        path = tmp_path / f"{kind}.json"
+        path.write_text(save_view(view))
+        assert export_main(["--view", str(path), "--store", store.uri, "-o", str(tmp_path / "data.csv")]) == 0
+        rows = list(csv.DictReader(io.StringIO((tmp_path / "data.csv").read_text())))
+        scale = catalogue.resolve(key).scale
+        for label in labels:
+            run_id = store.runs[label]
+            got = [(int(r["timestamp_ms"]), float(r["value"])) for r in rows if r["run_id"] == run_id]
+            expected = [(t, v * scale) for t, v in _stored(store, run_id, key)]
+            assert len(got) == len(expected) > 0, f"{kind} {label}: every stored point, none downsampled"
+            assert [t for t, _ in got] == [t for t, _ in expected]
+            assert [v for _, v in got] == pytest.approx([v for _, v in expected], nan_ok=True)
+        assert {r["run_id"] for r in rows} == {store.runs[label] for label in labels}, f"{kind}: only the selected runs"
+        assert "wrote" in capsys.readouterr().err
+
+
+def test_png_svg_pdf_of_every_kind_of_run_in_one_figure(store, tmp_path):
+    from pypdf import PdfReader
+
+    view = _view(store, "radt", "mlflow", "radT-legacy", metrics=["cat:sm_active", "cat:utilization_percentage"])
+    figure, missing = figure_for(view, ExportStyle(size="double-column", font_size=8, legend="top"))
+    assert set(missing) == {"cat:sm_active", "cat:utilization_percentage"}, "each metric is absent from the other kinds' runs"
+    names = {t.name for t in figure.data if t.showlegend is not False}
+    assert {"radT old1", "radT old2", "trial"} <= names and len([t for t in figure.data if t.type == "scattergl"]) == 0
+
+    png = image_bytes(figure, "png", 150)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", png[16:24])
+    assert width == 7 * 150 and height == round(figure.layout.height * 150 / 96), "7 in at 150 dpi"
+
+    svg = image_bytes(figure, "svg", 150).decode()
+    root = ET.fromstring(svg)
+    assert root.tag.endswith("svg") and float(root.get("width")) == 7 * 96
+    assert "radT old1" in svg and svg.count("<path") > 10 and "<image" not in svg, "vector traces, not a bitmap"
+
+    (tmp_path / "fig.pdf").write_bytes(image_bytes(figure, "pdf", 150))
+    pdf = PdfReader(tmp_path / "fig.pdf")
+    assert len(pdf.pages) == 1 and float(pdf.pages[0].mediabox.width) == pytest.approx(7 * 72, abs=1)
+    assert "SMACT" in pdf.pages[0].extract_text()
+
+
+def test_export_draws_what_the_dashboard_draws_at_full_resolution_and_in_monochrome(store):
+    view = _view(store, "radt")
+    screen, exported = render(view), render(view, budget=EXPORT_BUDGET)
+    assert [t.name for t in screen.figure.data] == [t.name for t in exported.figure.data]
+    long_view = View([store.experiments["radt-new"]], [store.runs["C"]], ["cat:sm_active"])
+    assert len(render(long_view).figure.data[0].x) <= 2000 < len(render(long_view, budget=EXPORT_BUDGET).figure.data[0].x) == 6000
+
+    # monochrome: runs told apart by dash style and marker, the same in every chart
+    view = _view(store, "radt", metrics=["cat:sm_active", "cat:memory_usage_megabytes"])
+    figure = restyle(render(view).figure, ExportStyle(monochrome=True, size="single-column"), 2)
+    lines = [t for t in figure.data if t.mode == "lines+markers"]
+    by_run = {}
+    for trace in lines:
+        by_run.setdefault(trace.legendgroup, set()).add((trace.line.dash, trace.marker.symbol, trace.line.color))
+    assert all(len(styles) == 1 for styles in by_run.values()), "a run keeps its style in every chart"
+    assert len({next(iter(s)) for s in by_run.values()}) == len(by_run) >= 1
+    assert all(t.line.color.startswith("#") and t.line.color[1:3] == t.line.color[3:5] for t in lines), "greys only"
+    assert figure.layout.width == round(3.5 * 96)
+
+
+def test_errors_say_what_to_do(store, tmp_path, capsys, monkeypatch):
+    out = str(tmp_path / "x.png")
+    assert export_main(["--experiment", "nope", "--store", store.uri, "-o", out]) == 2
+    assert "no experiment 'nope' in this store" in capsys.readouterr().err
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"radt_view": 1, "exp": "", "runs": ""}))
+    assert export_main(["--view", str(empty), "--store", store.uri, "-o", out]) == 2
+    assert "no runs selected" in capsys.readouterr().err
+    assert export_main(["--experiment", "radT-legacy", "--store", store.uri, "-o", str(tmp_path / "x.txt")]) == 2
+    assert "cannot tell the format of" in capsys.readouterr().err
+    monkeypatch.setenv("BROWSER_PATH", "/nonexistent/chrome")
+    assert export_main(["--experiment", "radT-legacy", "--store", store.uri, "-o", out]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["radt export: BROWSER_PATH=/nonexistent/chrome is not an executable; point it at Chromium or Chrome, or unset it"]
+    monkeypatch.delenv("BROWSER_PATH")
+    data = tmp_path / "some.csv"
+    args = ["--experiment", "radt-new", "--experiment", "mlflow-sys", "--metric", "loss", "--store", store.uri, "-o", str(data)]
+    assert export_main(args) == 0
+    err = capsys.readouterr().err
+    assert "loss is absent from 5 run(s), exported without them: run D, run A, run B, run C, sweep" in err
+    assert {r["run_name"] for r in csv.DictReader(io.StringIO(data.read_text()))} == {"trial"}
