@@ -10,14 +10,14 @@ from urllib.parse import urlencode
 
 import dash
 import pandas as pd
-from dash import ALL, MATCH, ClientsideFunction, Input, Output, State, callback, clientside_callback, dash_table, dcc, html
+from dash import ALL, MATCH, ClientsideFunction, Input, Output, State, callback, clientside_callback, ctx, dash_table, dcc, html
 
 from app import data, queries
 from app.catalogue import METRICS, resolve
 from app.data import DEFAULT_METRICS, X_MODES
 from app.figures import empty_figure
 from app.state import STATE, store_error
-from app.views import View, render
+from app.views import View, ViewError, render, save_view
 
 dash.register_page(__name__, path="/", name="Explore", title="radt · explore", order=0)
 
@@ -215,6 +215,7 @@ def layout(
                         ),
                         delay_show=300,
                     ),
+                    export_panel(),
                     html.H3("Summary"),
                     dash_table.DataTable(
                         id="summary",
@@ -239,6 +240,9 @@ def layout(
                         style_cell={"fontFamily": "inherit", "fontSize": 13, "padding": "4px 8px"},
                     ),
                     dcc.Store(id="view", data=initial_view),
+                    dcc.Download(id="export-download"),
+                    dcc.Store(id="open-view-query"),
+                    html.Div(id="open-view-sink", hidden=True),
                     dcc.Store(id="zoom", data={"axis": f"{x}-{mode}", "range": initial_view.get("xr")}),
                     html.Div(id="url-sink", hidden=True),
                 ],
@@ -362,3 +366,105 @@ clientside_callback(
 def view_query(view: dict) -> str:
     """The query string of a view, as the page writes it into the URL."""
     return urlencode(view)
+
+
+# --- export: paper figures, their data, and saved views (app/export.py, app/views.py) -------------
+
+
+def export_panel() -> html.Details:
+    """Size, font, colour or monochrome, legend, DPI; PNG/SVG/PDF/CSV downloads; save and open a view."""
+    from app.export import LEGENDS, SIZES
+
+    return html.Details(
+        [
+            html.Summary("Export"),
+            html.Div(
+                [
+                    html.Label(["size", dcc.Dropdown(id="export-size", options=list(SIZES), value="double-column", clearable=False)]),
+                    html.Label(["font (pt)", dcc.Input(id="export-font", type="number", value=9, min=5, max=24, step=0.5)]),
+                    html.Label(["DPI (PNG)", dcc.Input(id="export-dpi", type="number", value=300, min=30, max=2400, step=10)]),
+                    html.Label(["legend", dcc.Dropdown(id="export-legend", options=list(LEGENDS), value="top", clearable=False)]),
+                    dcc.RadioItems(
+                        id="export-colour",
+                        options=[{"label": "colour", "value": "colour"}, {"label": "monochrome", "value": "mono"}],
+                        value="colour",
+                        inline=True,
+                    ),
+                ],
+                className="export-options",
+            ),
+            html.Div(
+                [html.Button(fmt.upper(), id={"type": "export", "fmt": fmt}, n_clicks=0, className="export-button") for fmt in ("png", "svg", "pdf", "csv")]
+                + [
+                    html.Button("save view", id="save-view", n_clicks=0, className="export-button"),
+                    dcc.Upload(html.Button("open view", className="export-button"), id="open-view"),
+                ],
+                className="export-buttons",
+            ),
+            html.Div(id="export-status", className="export-status"),
+        ],
+        className="export",
+    )
+
+
+@callback(
+    Output("export-download", "data"),
+    Output("export-status", "children"),
+    Input({"type": "export", "fmt": ALL}, "n_clicks"),
+    Input("save-view", "n_clicks"),
+    State("view", "data"),
+    State("export-size", "value"),
+    State("export-font", "value"),
+    State("export-dpi", "value"),
+    State("export-legend", "value"),
+    State("export-colour", "value"),
+    prevent_initial_call=True,
+)
+def export(_clicks, _save, view_data, size, font, dpi, legend, colour):
+    """The chosen file as a download, with a line saying what was left out or what went wrong."""
+    from app.export import ExportError, ExportStyle, data_csv, figure_for, image_bytes
+
+    view = View.from_dict(view_data or {})
+    if ctx.triggered_id == "save-view":
+        return {"content": save_view(view), "filename": "radt-view.json", "type": "application/json"}, "view saved"
+    fmt = ctx.triggered_id["fmt"]
+    try:
+        if fmt == "csv":
+            text, missing = data_csv(view)
+            download = {"content": text, "filename": "radt-data.csv", "type": "text/csv"}
+        else:
+            style = ExportStyle(size, float(font or 9), colour == "mono", legend, int(dpi or 300))
+            figure, missing = figure_for(view, style)
+            download = dcc.send_bytes(image_bytes(figure, fmt, style.dpi), f"radt-figure.{fmt}")
+    except (ExportError, ValueError) as exc:
+        return dash.no_update, str(exc)
+    left_out = "; ".join(f"{spec.partition(':')[2]} absent from {', '.join(names)}" for spec, names in missing.items())
+    return download, f"{fmt.upper()} exported" + (f" ({left_out}: those runs are left out of that chart)" if left_out else "")
+
+
+@callback(
+    Output("open-view-query", "data"),
+    Output("export-status", "children", allow_duplicate=True),
+    Input("open-view", "contents"),
+    prevent_initial_call=True,
+)
+def open_view(contents: str | None):
+    """A saved view file opens as this page's URL (the URL is the view)."""
+    import base64
+    import json
+
+    try:
+        raw = json.loads(base64.b64decode((contents or ",").split(",", 1)[1]))
+        if not isinstance(raw, dict) or "runs" not in raw:
+            raise ViewError("not a radt view (no 'runs')")
+    except (ValueError, ViewError) as exc:
+        return dash.no_update, f"cannot open that file: {exc}; choose a view saved with 'save view'"
+    return view_query(View.from_dict(raw).to_dict()), "opening the view"
+
+
+clientside_callback(  # the URL is the view: open the saved one by loading its URL
+    "function(query) { if (query) { window.location.assign(window.location.pathname + '?' + query); } return ''; }",
+    Output("open-view-sink", "children"),
+    Input("open-view-query", "data"),
+    prevent_initial_call=True,
+)

@@ -1,0 +1,68 @@
+"""Export from the dashboard in real headless Chromium: a saved view gives `radt export` the same figure,
+the PNG download is a real PNG at the chosen DPI, and "open view" brings the saved view back."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import struct
+
+from mlflow import MlflowClient
+
+from app.views import load_view, render
+from collectors.export import _open_store
+from collectors.export import main as export_main
+from tests.browser import screenshot
+from tests.test_explore_browser import RESNET, _traces, _wait_traces, filled_store, page, served  # noqa: F401 - fixtures
+
+METRICS = "cat:sm_active,cat:power_usage_watts"
+
+
+def _two_runs(uri: str) -> tuple[str, list[str], list[str]]:
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name(RESNET).experiment_id
+    runs = client.search_runs([experiment], filter_string="tags.`radt.role` = 'run'", order_by=["attributes.run_name ASC"])[:2]
+    return experiment, [r.info.run_id for r in runs], [r.info.run_name for r in runs]
+
+
+def test_saved_view_exports_the_same_figure_and_opens_again(page, served, filled_store, tmp_path):  # noqa: F811 - the fixtures imported above
+    uri = filled_store["uri"]
+    experiment, run_ids, names = _two_runs(uri)
+    page.goto(f"{served}?exp={experiment}&runs={','.join(run_ids)}&metrics={METRICS}&x=relative&mode=runs&smooth=0&log=0")
+    shown = {t["name"]: t["n"] for t in _wait_traces(page, set(names))}
+    page.get_by_text("Export", exact=True).click()
+
+    with page.expect_download() as saved:
+        page.get_by_role("button", name="save view").click()
+    view_file = tmp_path / "view.json"
+    saved.value.save_as(view_file)
+    raw = json.loads(view_file.read_text())
+    assert raw["radt_view"] == 1 and raw["runs"].split(",") == run_ids and raw["metrics"] == METRICS
+
+    _open_store(uri)
+    rendered = render(load_view(view_file))
+    first_chart = {t.name: len(t.x) for t in rendered.figure.data if (t.yaxis or "y") == "y"}
+    assert first_chart == shown, "the saved view draws the same traces with the same points as the browser"
+
+    page.fill("#export-dpi", "150")
+    with page.expect_download(timeout=60_000) as png:
+        page.get_by_role("button", name="PNG").click()
+    data = (tmp_path / "fig.png").read_bytes() if png.value.save_as(tmp_path / "fig.png") is None else b""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", data[16:24])[0] == 7 * 150, "double column, 7 in at 150 dpi"
+    page.wait_for_function("() => document.querySelector('#export-status').textContent.startsWith('PNG exported')")
+    screenshot(page, f"export-panel-{filled_store['kind']}")
+
+    out = tmp_path / "data.csv"
+    assert export_main(["--view", str(view_file), "--store", uri, "-o", str(out)]) == 0
+    rows = list(csv.DictReader(io.StringIO(out.read_text())))
+    assert {r["run_id"] for r in rows} == set(run_ids) and {r["metric"] for r in rows} == {"sm_active", "power_usage_watts"}
+
+    page.goto(served)  # a fresh page with nothing picked, then "open view" with the saved file
+    page.get_by_text("Export", exact=True).click()
+    with page.expect_file_chooser() as chooser:
+        page.get_by_role("button", name="open view").click()
+    chooser.value.set_files(str(view_file))
+    page.wait_for_url(lambda url: run_ids[0] in url)
+    assert {t["name"]: t["n"] for t in _wait_traces(page, set(names))} == shown
+    assert len(_traces(page, "y2")) == 2, "the second chart of the view (power) is back too"
