@@ -176,3 +176,15 @@ def data_csv(view: View, charts: list[str] | None = None) -> tuple[str, dict[str
                     ]
                 )
     return buffer.getvalue(), missing
+
+
+def comparison_table(view: View) -> pd.DataFrame:
+    """The view's comparison table (app/compare.py): its runs, and its collocated workloads against the same runs alone."""
+    from app.compare import alone_candidates, comparison
+
+    runs = view_runs(view)
+    if runs.empty:
+        raise ExportError("no runs selected; pick runs in the dashboard and save the view, or give --experiment (and --workload/--run)")
+    partners = alone_candidates(runs, data.runs(view.experiments))
+    partners = partners[~partners["run_id"].isin(runs["run_id"])]
+    return comparison(runs, data.summary(runs), pd.concat([runs, partners]), data.summary(partners))

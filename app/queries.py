@@ -80,7 +80,19 @@ RUN_COLUMNS = [
     "params",
     "tags",
 ]
-SUMMARY_COLUMNS = ["run_id", "duration_s", "smact_mean", "smact_p95", "gpu_memory_peak_mb", "energy_j", "cpu_mean", "process_cpu_mean"]
+SUMMARY_COLUMNS = [
+    "run_id",
+    "duration_s",
+    "smact_mean",
+    "smact_p95",
+    "smocc_mean",
+    "smocc_p95",
+    "gpu_memory_peak_mb",
+    "energy_j",
+    "cpu_mean",
+    "process_cpu_mean",
+    "own_steps",  # the highest step of the run's own metrics (its loss per epoch...) + 1: the work it did
+]
 
 Series = tuple[np.ndarray, np.ndarray]
 
@@ -776,8 +788,9 @@ def run_summary(engine: sa.Engine, run_ids: list[str], *, now_ms: int | None = N
             if totals:
                 row["energy_j"] = float(sum(totals))
 
-    smact = resolve_scaled(engine, run_ids, "sm_active", None, keys=keys)
-    _series_stats(engine, smact, rows)
+    for name, prefix in (("sm_active", "smact"), ("sm_occupancy", "smocc")):
+        _series_stats(engine, resolve_scaled(engine, run_ids, name, None, keys=keys), rows, prefix)
+    _own_steps(engine, run_ids, rows)
     legacy_energy = {r: [(k, res) for k, res in energy[r] if _cumulative_legacy(k)] for r in run_ids if math.isnan(rows[r]["energy_j"])}
     _legacy_energy(engine, legacy_energy, rows)
     needs_power = [r for r in run_ids if math.isnan(rows[r]["energy_j"])]
@@ -800,13 +813,25 @@ def _raw_by_key(engine: sa.Engine, wanted: Mapping[str, str]) -> dict[str, Serie
     return out
 
 
-def _series_stats(engine: sa.Engine, smact: Mapping[str, tuple[str, float]], rows: dict[str, dict]) -> None:
-    series = _raw_by_key(engine, {r: key for r, (key, _scale) in smact.items()})
+def _series_stats(engine: sa.Engine, found: Mapping[str, tuple[str, float]], rows: dict[str, dict], prefix: str) -> None:
+    series = _raw_by_key(engine, {r: key for r, (key, _scale) in found.items()})
     for run_id, (_xs, values) in series.items():
-        values = values[~np.isnan(values)] * smact[run_id][1]
+        values = values[~np.isnan(values)] * found[run_id][1]
         if len(values):
-            rows[run_id]["smact_mean"] = float(np.mean(values))
-            rows[run_id]["smact_p95"] = float(np.percentile(values, 95))
+            rows[run_id][f"{prefix}_mean"] = float(np.mean(values))
+            rows[run_id][f"{prefix}_p95"] = float(np.percentile(values, 95))
+
+
+def _own_steps(engine: sa.Engine, run_ids: list[str], rows: dict[str, dict]) -> None:
+    """The run's progress in its own units: the highest step of a metric the script logged (not system/...)."""
+    with engine.connect() as conn:
+        for chunk in _chunks(run_ids):
+            stmt = sa.select(LATEST.c.run_uuid, LATEST.c.key, LATEST.c.step).where(
+                LATEST.c.run_uuid.in_(chunk), sa.not_(LATEST.c.key.startswith("system/", autoescape=True))
+            )
+            for run_id, key, step in _rows(conn, stmt):
+                if catalogue.resolve(key) is None and step is not None:  # radT's hardware keys are not progress
+                    rows[run_id]["own_steps"] = max(float(step) + 1, 0.0 if math.isnan(rows[run_id]["own_steps"]) else rows[run_id]["own_steps"])
 
 
 def _legacy_energy(engine: sa.Engine, found: Mapping[str, list[tuple[str, catalogue.Resolved]]], rows: dict[str, dict]) -> None:

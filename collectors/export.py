@@ -33,6 +33,9 @@ def export_parser() -> argparse.ArgumentParser:
     parser.add_argument("--legend", choices=LEGENDS, default="top")
     parser.add_argument("--dpi", type=int, default=300, help="PNG resolution (default 300)")
     parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
+    parser.add_argument(
+        "--table", action="store_true", help="CSV of the comparison table (per run, and collocated workloads against the same runs alone) instead of the points"
+    )
     parser.add_argument("-o", "--output", type=Path, required=True, help="file to write")
     return parser
 
@@ -57,7 +60,13 @@ def main(argv: list[str]) -> int:
         _open_store(tracking_uri(opts.store))
         view = _view(opts)
         style = ExportStyle(opts.size, opts.font_size, opts.mono, opts.legend, opts.dpi)
-        if fmt == "csv":
+        if opts.table:
+            if fmt != "csv":
+                raise ExportError("--table writes CSV; give an output ending in .csv")
+            from app.export import comparison_table
+
+            comparison_table(view).to_csv(opts.output, index=False, float_format="%.6g")
+        elif fmt == "csv":
             from app.export import data_csv
 
             text, missing = data_csv(view)

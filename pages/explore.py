@@ -217,27 +217,19 @@ def layout(
                     ),
                     export_panel(),
                     html.H3("Summary"),
+                    html.P(
+                        "Throughput: the run's own steps (epochs, iterations) per hour. Normalised: against the same command run alone; "
+                        "a collocated workload above 1 did more work per hour than its runs one after another.",
+                        className="hint",
+                    ),
                     dash_table.DataTable(
                         id="summary",
-                        columns=[
-                            {"name": n, "id": i}
-                            for n, i in [
-                                ("run", "run_name"),
-                                ("workload", "workload_label"),
-                                ("letter", "letter"),
-                                ("status", "status"),
-                                ("duration (min)", "duration_min"),
-                                ("mean SMACT", "smact_mean"),
-                                ("p95 SMACT", "smact_p95"),
-                                ("peak GPU memory (MB)", "gpu_memory_peak_mb"),
-                                ("energy (kJ)", "energy_kj"),
-                                ("mean CPU %", "cpu_mean"),
-                            ]
-                        ],
+                        columns=[{"name": n, "id": i} for n, i in SUMMARY_COLUMNS],
                         data=[],
                         sort_action="native",
                         style_table={"overflowX": "auto"},
                         style_cell={"fontFamily": "inherit", "fontSize": 13, "padding": "4px 8px"},
+                        style_data_conditional=[{"if": {"filter_query": '{kind} = "workload"'}, "fontWeight": "600", "backgroundColor": "#f4f0fa"}],
                     ),
                     dcc.Store(id="view", data=initial_view),
                     dcc.Download(id="export-download"),
@@ -304,36 +296,44 @@ def draw(run_groups, metric_specs, x_mode, group_mode, smoothing, log_y, zoom_st
         return empty_figure("Pick at least one metric."), [], view.to_dict()
     rendered = render(view)
     if not rendered.panels:
-        return empty_figure("None of the chosen metrics exists in these runs."), _summary(rendered.runs), view.to_dict()
-    return rendered.figure, _summary(rendered.runs), view.to_dict()
+        return empty_figure("None of the chosen metrics exists in these runs."), _summary(view), view.to_dict()
+    return rendered.figure, _summary(view), view.to_dict()
 
 
-def _summary(runs: pd.DataFrame) -> list[dict]:
-    if runs.empty:
+SUMMARY_COLUMNS = [
+    ("run", "run"),
+    ("workload", "workload"),
+    ("letter", "letter"),
+    ("status", "status"),
+    ("duration (min)", "duration_min"),
+    ("mean SMACT", "smact_mean"),
+    ("p95 SMACT", "smact_p95"),
+    ("mean SMOCC", "smocc_mean"),
+    ("p95 SMOCC", "smocc_p95"),
+    ("peak GPU memory (MB)", "gpu_memory_peak_mb"),
+    ("energy (kJ)", "energy_kj"),
+    ("mean CPU %", "cpu_mean"),
+    ("steps/h", "throughput_per_h"),
+    ("alone steps/h", "alone_throughput_per_h"),
+    ("normalised", "normalised_throughput"),
+]
+DIGITS = {"duration_min": 1, "smact_mean": 3, "smact_p95": 3, "smocc_mean": 3, "smocc_p95": 3, "gpu_memory_peak_mb": 0, "energy_kj": 1, "cpu_mean": 1,
+          "throughput_per_h": 1, "alone_throughput_per_h": 1, "normalised_throughput": 2}  # fmt: skip
+
+
+def _summary(view: View) -> list[dict]:
+    """The comparison table (app/compare.py, the same as `radt export --table`), rounded for the screen."""
+    from app.export import comparison_table
+
+    if not view.runs:
         return []
-    stats = data.summary(runs).set_index("run_id")
+    table = comparison_table(view)
     rows = []
-    for r in runs.itertuples():
-        s = stats.loc[r.run_id] if r.run_id in stats.index else {}
-
-        def value(name, scale=1.0, digits=3, _s=s):
-            v = _s.get(name) if hasattr(_s, "get") else None
-            return None if v is None or v != v else round(float(v) * scale, digits)
-
-        rows.append(
-            {
-                "run_name": r.run_name,
-                "workload_label": r.workload_label,
-                "letter": r.letter,
-                "status": r.status,
-                "duration_min": None if r.duration_s != r.duration_s else round(r.duration_s / 60, 1),
-                "smact_mean": value("smact_mean"),
-                "smact_p95": value("smact_p95"),
-                "gpu_memory_peak_mb": value("gpu_memory_peak_mb", digits=0),
-                "energy_kj": value("energy_j", 1e-3, 1),
-                "cpu_mean": value("cpu_mean", digits=1),
-            }
-        )
+    for record in table.to_dict("records"):
+        for column, digits in DIGITS.items():
+            value = record.get(column)
+            record[column] = None if value is None or value != value else round(float(value), digits)
+        rows.append({k: (None if isinstance(v, float) and v != v else v) for k, v in record.items()})
     return rows
 
 
@@ -395,6 +395,7 @@ def export_panel() -> html.Details:
             ),
             html.Div(
                 [html.Button(fmt.upper(), id={"type": "export", "fmt": fmt}, n_clicks=0, className="export-button") for fmt in ("png", "svg", "pdf", "csv")]
+                + [html.Button("table CSV", id={"type": "export", "fmt": "table"}, n_clicks=0, className="export-button")]
                 + [
                     html.Button("save view", id="save-view", n_clicks=0, className="export-button"),
                     dcc.Upload(html.Button("open view", className="export-button"), id="open-view"),
@@ -422,13 +423,16 @@ def export_panel() -> html.Details:
 )
 def export(_clicks, _save, view_data, size, font, dpi, legend, colour):
     """The chosen file as a download, with a line saying what was left out or what went wrong."""
-    from app.export import ExportError, ExportStyle, data_csv, figure_for, image_bytes
+    from app.export import ExportError, ExportStyle, comparison_table, data_csv, figure_for, image_bytes
 
     view = View.from_dict(view_data or {})
     if ctx.triggered_id == "save-view":
         return {"content": save_view(view), "filename": "radt-view.json", "type": "application/json"}, "view saved"
     fmt = ctx.triggered_id["fmt"]
     try:
+        if fmt == "table":
+            csv_text = comparison_table(view).to_csv(index=False, float_format="%.6g")
+            return {"content": csv_text, "filename": "radt-table.csv", "type": "text/csv"}, "comparison table exported"
         if fmt == "csv":
             text, missing = data_csv(view)
             download = {"content": text, "filename": "radt-data.csv", "type": "text/csv"}

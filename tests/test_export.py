@@ -137,3 +137,35 @@ def test_errors_say_what_to_do(store, tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "loss is absent from 5 run(s), exported without them: run D, run A, run B, run C, sweep" in err
     assert {r["run_name"] for r in csv.DictReader(io.StringIO(data.read_text()))} == {"trial"}
+
+
+def test_comparison_table_sets_collocated_workloads_against_the_same_runs_alone(store_uri, tmp_path):
+    from mlflow import MlflowClient
+
+    from collectors import demo
+
+    demo.write_demo(store_uri, minutes=2, report=lambda _line: None)
+    _open_store(store_uri)
+    client = MlflowClient(store_uri)
+    experiment = client.get_experiment_by_name("demo: resnet50 collocation").experiment_id
+    runs = client.search_runs([experiment], filter_string="tags.`radt.role` = 'run'")
+    # throughput from MLflow's own view of each run: (last epoch + 1) per hour of its duration
+    per_hour = {r.info.run_name: (max(m.step for m in client.get_metric_history(r.info.run_id, "loss")) + 1) * 3_600_000 / (r.info.end_time - r.info.start_time)
+                for r in runs}  # fmt: skip
+    alone = per_hour["resnet50 1A"]
+
+    out = tmp_path / "table.csv"
+    assert export_main(["--experiment", "demo: resnet50 collocation", "--table", "--store", store_uri, "-o", str(out)]) == 0
+    table = list(csv.DictReader(io.StringIO(out.read_text())))
+    by_run = {r["run"]: r for r in table if r["kind"] == "run"}
+    assert set(by_run) == set(per_hour)
+    for name, expected in per_hour.items():
+        assert float(by_run[name]["throughput_per_h"]) == pytest.approx(expected, rel=1e-3), name
+    assert by_run["resnet50 1A"]["normalised_throughput"] == "", "a run alone is the baseline, not compared with itself"
+    assert float(by_run["resnet50 2A"]["normalised_throughput"]) == pytest.approx(per_hour["resnet50 2A"] / alone, rel=1e-3)
+    workloads = {r["workload"]: r for r in table if r["kind"] == "workload"}
+    assert set(workloads) == {"workload 2 same GPU", "workload 3 MPS", "workload 4 MIG 3g.40gb"}
+    mps = workloads["workload 3 MPS"]
+    assert float(mps["throughput_per_h"]) == pytest.approx(per_hour["resnet50 3A"] + per_hour["resnet50 3B"], rel=1e-3)
+    assert float(mps["normalised_throughput"]) == pytest.approx((per_hour["resnet50 3A"] + per_hour["resnet50 3B"]) / alone, rel=1e-3)
+    assert float(by_run["resnet50 2A"]["smocc_mean"]) > 0 and float(by_run["resnet50 2A"]["smact_p95"]) >= float(by_run["resnet50 2A"]["smact_mean"])
