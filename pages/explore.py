@@ -393,6 +393,7 @@ def export_panel() -> html.Details:
                 ],
                 className="export-options",
             ),
+            html.Div([html.Span("charts: "), dcc.Checklist(id="export-charts", options=[], value=[], inline=True)], className="export-charts"),
             html.Div(
                 [html.Button(fmt.upper(), id={"type": "export", "fmt": fmt}, n_clicks=0, className="export-button") for fmt in ("png", "svg", "pdf", "csv")]
                 + [html.Button("table CSV", id={"type": "export", "fmt": "table"}, n_clicks=0, className="export-button")]
@@ -409,6 +410,19 @@ def export_panel() -> html.Details:
 
 
 @callback(
+    Output("export-charts", "options"),
+    Output("export-charts", "value"),
+    Input("metrics", "value"),
+)
+def export_charts(metric_specs):
+    """Every chart on screen is exported unless unticked here."""
+    from app.data import spec_metric
+
+    specs = list(metric_specs or [])
+    return [{"label": spec_metric(spec).label, "value": spec} for spec in specs], specs
+
+
+@callback(
     Output("export-download", "data"),
     Output("export-status", "children"),
     Input({"type": "export", "fmt": ALL}, "n_clicks"),
@@ -419,9 +433,10 @@ def export_panel() -> html.Details:
     State("export-dpi", "value"),
     State("export-legend", "value"),
     State("export-colour", "value"),
+    State("export-charts", "value"),
     prevent_initial_call=True,
 )
-def export(_clicks, _save, view_data, size, font, dpi, legend, colour):
+def export(_clicks, _save, view_data, size, font, dpi, legend, colour, charts):
     """The chosen file as a download, with a line saying what was left out or what went wrong."""
     from app.export import ExportError, ExportStyle, comparison_table, data_csv, figure_for, image_bytes
 
@@ -433,11 +448,13 @@ def export(_clicks, _save, view_data, size, font, dpi, legend, colour):
         if fmt == "table":
             csv_text = comparison_table(view).to_csv(index=False, float_format="%.6g")
             return {"content": csv_text, "filename": "radt-table.csv", "type": "text/csv"}, "comparison table exported"
+        if not charts:
+            return dash.no_update, "tick at least one chart to export"
         if fmt == "csv":
-            text, missing = data_csv(view)
+            text, missing = data_csv(view, charts)
             download = {"content": text, "filename": "radt-data.csv", "type": "text/csv"}
         else:
-            style = ExportStyle(size, float(font or 9), colour == "mono", legend, int(dpi or 300))
+            style = ExportStyle(size, float(font or 9), colour == "mono", legend, int(dpi or 300), charts)
             figure, missing = figure_for(view, style)
             download = dcc.send_bytes(image_bytes(figure, fmt, style.dpi), f"radt-figure.{fmt}")
     except (ExportError, ValueError) as exc:

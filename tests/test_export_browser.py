@@ -53,6 +53,13 @@ def test_saved_view_exports_the_same_figure_and_opens_again(page, served, filled
     page.wait_for_function("() => document.querySelector('#export-status').textContent.startsWith('PNG exported')")
     screenshot(page, f"export-panel-{filled_store['kind']}")
 
+    page.locator("#export-charts label", has_text="Power").locator("input").uncheck()  # "which charts"
+    with page.expect_download(timeout=60_000) as svg:
+        page.get_by_role("button", name="SVG").click()
+    svg.value.save_as(tmp_path / "fig.svg")
+    text = (tmp_path / "fig.svg").read_text()
+    assert ">SMACT<" in text and "Power" not in text, "only the ticked chart is exported"
+
     out = tmp_path / "data.csv"
     assert export_main(["--view", str(view_file), "--store", uri, "-o", str(out)]) == 0
     rows = list(csv.DictReader(io.StringIO(out.read_text())))
