@@ -8,10 +8,13 @@ the legend where asked. Static images need a Chromium: kaleido drives `BROWSER_P
 
 from __future__ import annotations
 
+import atexit
 import csv
 import io
 import os
 import shutil
+import threading
+import warnings
 from dataclasses import dataclass
 
 import pandas as pd
@@ -127,13 +130,44 @@ def figure_for(view: View, style: ExportStyle) -> tuple[go.Figure, dict[str, lis
     return restyle(rendered.figure, style, len(rendered.panels)), rendered.missing
 
 
+_KALEIDO = threading.Lock()
+_kaleido_running = False
+
+
+def _kaleido_server() -> None:
+    """One Chromium kept for every export of this process: 4 s to start, 0.4 s an image after that."""
+    global _kaleido_running
+    with _KALEIDO:
+        if not _kaleido_running:
+            import kaleido
+
+            kaleido.start_sync_server(silence_warnings=True)
+            atexit.register(kaleido.stop_sync_server, silence_warnings=True)
+            _kaleido_running = True
+
+
+def _kaleido_restart() -> None:
+    """After a failure the browser may be gone: the next export starts a new one."""
+    global _kaleido_running
+    with _KALEIDO:
+        if _kaleido_running:
+            import kaleido
+
+            kaleido.stop_sync_server(silence_warnings=True)
+            _kaleido_running = False
+
+
 def image_bytes(figure: go.Figure, fmt: str, dpi: int) -> bytes:
     """PNG at `dpi` (width in pixels = inches × dpi), or SVG/PDF at the figure's size in inches."""
     os.environ.setdefault("BROWSER_PATH", chromium())
     scale = dpi / CSS_DPI if fmt == "png" else 1
     try:
-        return figure.to_image(format=fmt, scale=scale)
+        _kaleido_server()
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The kopts argument is ignored")
+            return figure.to_image(format=fmt, scale=scale)
     except Exception as exc:  # kaleido's browser failed to start or crashed
+        _kaleido_restart()
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise ExportError(f"rendering the {fmt.upper()} with {os.environ['BROWSER_PATH']} failed ({reason}); set BROWSER_PATH to a working Chromium") from exc
 
