@@ -40,6 +40,7 @@ def run_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="radt",
         description="Track a training script's hardware metrics in MLflow: radt [options] train.py [script args]. "
+        "Run a whole experiment of collocated workloads: radt [--dry-run] [--rerun] experiment.csv. "
         "Also: 'radt import FILE...' (dcgmi/nvidia-smi/top logs), 'radt sync' (send samples kept while the store was away), "
         "'radt demo' (a demo experiment set to explore), 'radt monitor' (record this machine's GPUs and host without a training run), "
         "'radt export' (comparison figures and data for papers).",
