@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from collectors.cli import parse_devices
@@ -52,3 +54,30 @@ def test_exit_code_of_a_signalled_child():
     assert exit_code(3) == 3
     assert exit_code(-2) == 130
     assert exit_code(-15) == 143
+
+
+def test_the_script_sees_gpus_numbered_as_nvidia_smi_and_the_csv_override(tmp_path, monkeypatch):
+    from collectors.runner import RunOptions, child_environment
+
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    env = child_environment(RunOptions("train.py", devices=[1, 3]), "r", "0", tmp_path, None)
+    assert env["CUDA_VISIBLE_DEVICES"] == "1,3" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID", "CUDA's default order is fastest first"
+    mig = child_environment(RunOptions("train.py", devices=[2], cuda_visible="MIG-1234"), "r", "0", tmp_path, None)
+    assert mig["CUDA_VISIBLE_DEVICES"] == "MIG-1234", "a CSV run's MIG instance (or MPS numbering) wins over -d"
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+    assert child_environment(RunOptions("train.py", devices=[0]), "r", "0", tmp_path, None)["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST", "the user's choice is kept"
+
+
+def test_profilers_are_listeners_too():
+    from collectors.listeners import parse_profiler
+    from collectors.profilers import wrap
+
+    assert parse_listeners("smi+top+nsys") == ["nvml", "host"] and parse_profiler("smi+top+nsys") == "nsys"
+    assert parse_profiler("top+ncuraw") == "ncu-raw" and parse_profiler("smi+top") is None
+    with pytest.raises(ListenerError, match="keep one profiler per run"):
+        parse_profiler("nsys+ncu")
+    command, env = wrap("ncu", ["python", "train.py"], Path("/logs"), "1_2_A")
+    assert command[:5] == ["ncu", "--nvtx", "--nvtx-include", "profile/", "-f"] and command[-2:] == ["python", "train.py"]
+    assert "/logs/ncu_1_2_A" in command and env == {"RADT_NVTX_RANGE": "profile"}
+    raw, raw_env = wrap("nsys-raw", ["train"], Path("/logs"), "x")
+    assert "--capture-range=nvtx" not in raw and raw_env == {}
