@@ -11,6 +11,12 @@ class UsageError(Exception):
     """A mistake in how radt was called; the message names the problem and the fix."""
 
 
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """An error as one line for a message: its first non-empty line, or its type when it says nothing."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:limit] if text else type(exc).__name__
+
+
 def build_command(script: str, args: list[str]) -> list[str]:
     """`train.py` runs under this Python; anything else must be an executable file or on PATH."""
     path = Path(script)

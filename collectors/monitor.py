@@ -25,6 +25,7 @@ from pathlib import Path
 
 from app.config import runs_dir, tracking_uri
 from collectors.cli import OneLineParser, parse_devices
+from collectors.command import first_line
 from collectors.listeners import DEFAULT, ListenerError, make_source, parse_listeners, parse_profiler
 from collectors.runner import UsageError, check_devices, describe_environment, finish_run, local_run_dir, report
 from collectors.sampler import Sampler, open_sources
@@ -207,8 +208,7 @@ class Monitor:
         except Exception as exc:
             self._retry_at = time.monotonic() + RETRY_NEW_DAY
             if not self._retry_reported:
-                reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-                report(f"radt monitor: cannot start the next run ({reason}); still recording into run {self.current.run_id}, trying every minute")
+                report(f"radt monitor: cannot start the next run ({first_line(exc)}); still recording into run {self.current.run_id}, trying every minute")
                 self._retry_reported = True
             return False
         self._retry_reported = False

@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 
 from app.config import runs_dir
-from collectors.command import UsageError, build_command
+from collectors.command import UsageError, build_command, first_line
 from collectors.listeners import make_source
 from collectors.proctree import ProcessTree, die_with_parent
 from collectors.profilers import wrap
@@ -413,7 +413,7 @@ def finish_run(
         complete_run(client, run_dir, run_id, pending)
     except Exception as exc:
         (run_dir / "pending.json").write_text(json.dumps(pending))
-        report(f"radt: could not finish run {run_id} ({str(exc).splitlines()[0][:200]}); run 'radt sync' when the store is back")
+        report(f"radt: could not finish run {run_id} ({first_line(exc)}); run 'radt sync' when the store is back")
         return
     (run_dir / "done").touch()
     report(f"radt: run {run_id} {status}, {points} points written")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collectors.collocation import CollocationError, MpsDaemon, Setup
+from collectors.command import first_line
 from collectors.experiment import ExperimentFile, Machine, PlannedRun, Workload, plan
 from collectors.proctree import die_with_parent
 
@@ -245,7 +246,7 @@ class WorkloadRunner:
                 signal.signal(sig, handler)
             from collectors.tracking import StoreError, redact
 
-            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            reason = first_line(exc)
             raise StoreError(f"cannot create the run of workload {self.workload.label} in {redact(self.opts.store)} ({reason}); nothing of it started, "
                              "run the same command when the store answers again") from exc  # fmt: skip
         started = False
@@ -328,7 +329,7 @@ class WorkloadRunner:
                 self.client.set_tag(self.parent_id, key, value)
             self.client.set_terminated(self.parent_id, status=overall)
         except Exception as exc:  # the runs' own data is safe in their spools; only the parent's end is lost
-            report(f"radt: could not end workload run {self.parent_id} ({str(exc).splitlines()[0][:200]}); the CSV holds the statuses")
+            report(f"radt: could not end workload run {self.parent_id} ({first_line(exc)}); the CSV holds the statuses")
         return overall
 
 
@@ -369,7 +370,7 @@ def run_experiment(opts: ExperimentOptions, machine: Machine | None = None) -> i
         except StoreError:
             raise
         except Exception as exc:
-            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            reason = first_line(exc)
             raise StoreError(
                 f"cannot open experiment '{workload.experiment}' in {redact(opts.store)} ({reason}); run the same command when the store answers again"
             ) from exc

@@ -12,6 +12,7 @@ import time
 import psutil
 
 from app.config import runs_dir
+from collectors.command import first_line
 from collectors.runner import complete_run
 from collectors.stores import open_metric_store
 from collectors.tracking import connect
@@ -74,7 +75,7 @@ def main(argv: list[str]) -> int:
             print(f"radt sync: run {run_id}: {sent} points written", file=sys.stderr)
         except Exception as exc:  # StoreError, or the store failing mid-replay
             left += 1
-            print(f"radt sync: run {run_id} still waits ({str(exc).splitlines()[0][:200]})", file=sys.stderr)
+            print(f"radt sync: run {run_id} still waits ({first_line(exc)})", file=sys.stderr)
     if left:
         print(f"radt sync: {left} run(s) still wait; run 'radt sync' again once their store answers", file=sys.stderr)
         return 1

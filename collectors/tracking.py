@@ -19,6 +19,7 @@ from mlflow.entities import Param, RunTag
 from mlflow.exceptions import MlflowException
 
 from app.config import artifact_root, is_database_uri
+from collectors.command import first_line
 
 # MLflow configures its logger at import; radt's users need its warnings, not its schema INFO lines
 logging.getLogger("mlflow").setLevel(logging.WARNING)
@@ -46,9 +47,7 @@ def _limit_http_retries() -> None:
 
 
 def _unreachable(uri: str, exc: Exception) -> StoreError:
-    text = str(exc).strip()
-    reason = text.splitlines()[0][:300] if text else type(exc).__name__
-    return StoreError(f"cannot reach the tracking store {redact(uri)} ({reason}); start it or point MLFLOW_TRACKING_URI at a running one")
+    return StoreError(f"cannot reach the tracking store {redact(uri)} ({first_line(exc, 300)}); start it or point MLFLOW_TRACKING_URI at a running one")
 
 
 def connect(uri: str) -> MlflowClient:

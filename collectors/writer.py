@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from collectors.command import first_line
 from collectors.points import Point
 from collectors.stores import MetricStore
 
@@ -168,8 +169,7 @@ class MetricWriter:
         self._next_retry = time.monotonic() + self.retry_interval
         if self._down_since is None:
             self._down_since = time.monotonic()
-            reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-            self.report(f"radt: store unreachable ({reason}); keeping samples in {self.spool.path} until it is back")
+            self.report(f"radt: store unreachable ({first_line(exc)}); keeping samples in {self.spool.path} until it is back")
 
     def close(self, timeout: float = 60.0) -> bool:
         """Write everything still queued or spooled, waiting at most `timeout` s. True if nothing is left."""
