@@ -135,6 +135,11 @@ class PlannedRun:
     sources: list[str]
     profiler: str | None
 
+    @property
+    def mig(self) -> bool:
+        """The collocation is a MIG profile (not '-' or MPS)."""
+        return self.collocation not in ("-", "mps")
+
 
 @dataclass
 class Workload:
@@ -146,6 +151,11 @@ class Workload:
     @property
     def label(self) -> str:
         return f"{self.experiment}/{self.name}"
+
+    @property
+    def mps_devices(self) -> list[int]:
+        """The GPUs the workload's MPS runs use: one MPS daemon serves them all."""
+        return sorted({d for r in self.runs if r.collocation == "mps" for d in r.devices or []})
 
     def state(self) -> str:
         """'finished' (every run FINISHED), 'failed' (all ended, one FAILED), else 'todo'."""
@@ -188,6 +198,11 @@ def parse_devices_cell(text: str) -> list[int] | None:
     if not all(p.isdigit() for p in parts):
         raise ValueError(f"Devices '{text}' is not a GPU index list; write 0, 1+2, or - for no GPU")
     return sorted({int(p) for p in parts})
+
+
+def collocation_label(collocation: str) -> str:
+    """As users write it: MPS, a MIG profile, or -."""
+    return "MPS" if collocation == "mps" else collocation
 
 
 def parse_collocation(text: str) -> str:
@@ -256,19 +271,19 @@ def plan(exp: ExperimentFile, machine: Machine, *, rerun: bool = False) -> tuple
             file = exp.get(row, "File")
             if not file:
                 problem("File is empty; give the training script, e.g. train.py")
+            planned = PlannedRun(row, _letter(number), devices, collocation, file, params, listeners, sources, profiler)
+            workload.runs.append(planned)
             if collocation != "-" and devices is None:
-                problem(f"Collocation {collocation.upper() if collocation == 'mps' else collocation} needs a GPU; set Devices, e.g. 0")
-            if collocation not in ("-", "mps") and devices is not None and len(devices) != 1:
+                problem(f"Collocation {collocation_label(collocation)} needs a GPU; set Devices, e.g. 0")
+            if planned.mig and devices is not None and len(devices) != 1:
                 problem(f"a MIG instance lives on one GPU; give one device for {collocation}, not {'+'.join(map(str, devices))}")
-            letter = _letter(number)
-            workload.runs.append(PlannedRun(row, letter, devices, collocation, file, params, listeners, sources, profiler))
             if not will_run or len(problems) > before:
                 continue
             # what the machine must offer, checked only for workloads that will run
             resolved = _resolve_file(file, base)
             try:
                 build_command(resolved, params)
-                workload.runs[-1].file = resolved
+                planned.file = resolved
             except UsageError:
                 problem(f"File '{file}' not found (looked in {base} and {Path.cwd()}); fix the path or create the script")
             if profiler:
@@ -286,8 +301,8 @@ def plan(exp: ExperimentFile, machine: Machine, *, rerun: bool = False) -> tuple
                     problem(f"GPU {max(devices)} does not exist on this machine (GPUs: {span}); fix Devices")
                     continue
                 for d in devices:
-                    sharing.setdefault(d, set()).add("mig" if collocation not in ("-", "mps") else collocation)
-            if collocation not in ("-", "mps") and devices:
+                    sharing.setdefault(d, set()).add("mig" if planned.mig else collocation)
+            if planned.mig and devices:
                 mig_wanted.setdefault((devices[0], collocation), []).append(row)
         for gpu, kinds in sharing.items():
             if {"mig", "mps"} <= kinds:

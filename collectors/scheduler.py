@@ -23,7 +23,7 @@ from pathlib import Path
 
 from collectors.collocation import CollocationError, MpsDaemon, Setup
 from collectors.command import first_line
-from collectors.experiment import ExperimentFile, Machine, PlannedRun, Workload, plan
+from collectors.experiment import ExperimentFile, Machine, PlannedRun, Workload, collocation_label, plan
 from collectors.proctree import die_with_parent
 
 COLOURS = (31, 32, 34, 35, 36, 33)  # radT's: red, green, blue, magenta, cyan, yellow
@@ -44,10 +44,6 @@ class ExperimentOptions:
 
 def report(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def collocation_label(collocation: str) -> str:
-    return "MPS" if collocation == "mps" else collocation
 
 
 def describe(exp: ExperimentFile, workloads: list[Workload], rerun: bool) -> str:
@@ -73,11 +69,10 @@ def describe(exp: ExperimentFile, workloads: list[Workload], rerun: bool) -> str
 
 def setup_steps(workload: Workload) -> list[str]:
     steps = []
-    mps = sorted({d for r in workload.runs if r.collocation == "mps" for d in r.devices or []})
-    if mps:
-        steps.append(f"start an MPS control daemon for GPU {'+'.join(map(str, mps))}, quit it after")
+    if workload.mps_devices:
+        steps.append(f"start an MPS control daemon for GPU {'+'.join(map(str, workload.mps_devices))}, quit it after")
     for run in workload.runs:
-        if run.collocation not in ("-", "mps"):
+        if run.mig:
             steps.append(
                 f"create MIG {run.collocation} on GPU {run.devices[0]} for run {run.letter} (nvidia-smi mig -cgi {run.collocation} -C), destroy it after"
             )
@@ -183,15 +178,14 @@ class WorkloadRunner:
     def set_up(self, setup: Setup) -> dict[str, tuple[str | None, dict[str, str]]]:
         """Per letter: the CUDA_VISIBLE_DEVICES override and extra environment the collocation needs."""
         per_run: dict[str, tuple[str | None, dict[str, str]]] = {r.letter: (None, {}) for r in self.workload.runs}
-        mps_devices = sorted({d for r in self.workload.runs if r.collocation == "mps" for d in r.devices or []})
-        daemon: MpsDaemon | None = setup.mps(mps_devices) if mps_devices else None
+        daemon: MpsDaemon | None = setup.mps(self.workload.mps_devices) if self.workload.mps_devices else None
         for run in self.workload.runs:
             if self.interrupted:
                 raise KeyboardInterrupt
             if run.collocation == "mps" and daemon is not None:
                 env = daemon.client_env(run.devices)
                 per_run[run.letter] = (env.pop("CUDA_VISIBLE_DEVICES"), env)
-            elif run.collocation != "-":
+            elif run.mig:
                 instance = setup.mig(run.devices[0], run.collocation)
                 per_run[run.letter] = (instance.uuid, {})
         return per_run
