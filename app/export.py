@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import csv
+import dataclasses
 import io
 import os
 import shutil
@@ -21,7 +22,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from app import data
-from app.views import EXPORT_BUDGET, View, render, view_runs
+from app.views import EXPORT_BUDGET, View, render, view_runs, x_range
 
 CSS_DPI = 96  # Plotly's pixel is a CSS pixel: 96 per inch
 SIZES = {  # width in inches, height of one chart row in inches (slide: the whole 16:9 page)
@@ -114,16 +115,21 @@ def _monochrome(trace, number: int) -> None:
     trace.marker = {"symbol": MARKERS[number % len(MARKERS)], "size": 5, "color": trace.line.color, "maxdisplayed": 12}
 
 
-def figure_for(view: View, style: ExportStyle) -> tuple[go.Figure, dict[str, list[str]]]:
-    """The print figure of a view and, per metric, the runs that lack it (exported without them)."""
+def chosen_runs(view: View) -> pd.DataFrame:
+    """The view's runs as the store lists them; ExportError saying what to do when there are none."""
     if not view.runs:
         raise ExportError("no runs selected; pick runs in the dashboard and save the view, or give --experiment (and --workload/--run)")
     runs = view_runs(view)
     if runs.empty:
         raise ExportError(f"none of the view's {len(view.runs)} runs is in this store; check --store, or save the view again")
+    return runs
+
+
+def figure_for(view: View, style: ExportStyle) -> tuple[go.Figure, dict[str, list[str]]]:
+    """The print figure of a view and, per metric, the runs that lack it (exported without them)."""
+    runs = chosen_runs(view)
     if style.charts:
-        view = View(view.experiments, view.runs, [m for m in view.metrics if m in style.charts] or style.charts, view.x, view.mode,
-                    view.smoothing, view.log_y, view.zoom)  # fmt: skip
+        view = dataclasses.replace(view, metrics=[m for m in view.metrics if m in style.charts] or style.charts)
     rendered = render(view, budget=EXPORT_BUDGET, runs=runs)
     if not rendered.panels:
         raise ExportError(f"none of the metrics {', '.join(view.metrics)} exists in the chosen runs; pick others")
@@ -174,11 +180,7 @@ def image_bytes(figure: go.Figure, fmt: str, dpi: int) -> bytes:
 
 def data_csv(view: View, charts: list[str] | None = None) -> tuple[str, dict[str, list[str]]]:
     """Every stored point of the view's runs and metrics (within its zoom), long format; and the runs lacking a metric."""
-    runs = view_runs(view)
-    if runs.empty:
-        raise ExportError("no runs selected; pick runs in the dashboard and save the view, or give --experiment (and --workload/--run)")
-    from app.views import x_range
-
+    runs = chosen_runs(view)
     limits = x_range(view)
     windows = data.zoom_windows(limits, view.axis, runs) if limits else {}
     buffer = io.StringIO()
@@ -212,13 +214,12 @@ def data_csv(view: View, charts: list[str] | None = None) -> tuple[str, dict[str
     return buffer.getvalue(), missing
 
 
-def comparison_table(view: View) -> pd.DataFrame:
-    """The view's comparison table (app/compare.py): its runs, and its collocated workloads against the same runs alone."""
+def comparison_table(view: View, runs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The view's comparison table (app/compare.py): its runs (`runs` when the caller has them listed already),
+    and its collocated workloads against the same runs alone."""
     from app.compare import alone_candidates, comparison
 
-    runs = view_runs(view)
-    if runs.empty:
-        raise ExportError("no runs selected; pick runs in the dashboard and save the view, or give --experiment (and --workload/--run)")
+    runs = chosen_runs(view) if runs is None else runs
     partners = alone_candidates(runs, data.runs(view.experiments))
     partners = partners[~partners["run_id"].isin(runs["run_id"])]
     return comparison(runs, data.summary(runs), pd.concat([runs, partners]), data.summary(partners))

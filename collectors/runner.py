@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from app.config import runs_dir
+from app.config import radt_home, runs_dir
 from collectors.command import UsageError, build_command, first_line
 from collectors.listeners import make_source
 from collectors.proctree import ProcessTree, die_with_parent
@@ -186,7 +186,7 @@ def _freeze_cache() -> Path:
         path = Path(entry)
         if path.name in ("site-packages", "dist-packages") and path.is_dir():
             stamp.append(f"{path}:{path.stat().st_mtime_ns}")
-    folder = runs_dir().parent / "cache"
+    folder = radt_home() / "cache"
     folder.mkdir(parents=True, exist_ok=True)
     return folder / f"pip-freeze-{hashlib.sha1('|'.join(stamp).encode()).hexdigest()[:16]}.txt"
 

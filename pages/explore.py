@@ -14,7 +14,7 @@ from dash import ALL, MATCH, ClientsideFunction, Input, Output, State, callback,
 
 from app import data, queries
 from app.catalogue import METRICS, resolve
-from app.data import DEFAULT_METRICS, X_MODES
+from app.data import DEFAULT_METRICS
 from app.figures import empty_figure
 from app.state import STATE, store_error
 from app.views import View, ViewError, render, save_view
@@ -131,20 +131,8 @@ def layout(
     exp_ids = [e for e in _split(exp) if e in {x["experiment_id"] for x in experiments}]
     selected = set(_split(runs))
     table = _runs(exp_ids)
-    chosen_metrics = _split(metrics) or DEFAULT_METRICS
-    x = x if x in X_MODES else "relative"
-    mode = mode if mode in ("runs", "grouped") else "runs"
-    initial_view = {
-        "exp": ",".join(exp_ids),
-        "runs": ",".join(_split(runs)),
-        "metrics": ",".join(chosen_metrics),
-        "x": x,
-        "mode": mode,
-        "smooth": smooth,
-        "log": log,
-    }
-    if xr and len(_split(xr)) == 2:
-        initial_view["xr"] = xr
+    zoom = xr if xr and len(_split(xr)) == 2 else None
+    view = View.from_dict({"exp": ",".join(exp_ids), "runs": runs, "metrics": metrics, "x": x, "mode": mode, "smooth": smooth, "log": log, "xr": zoom})
     return html.Div(
         [
             html.Aside(
@@ -169,7 +157,7 @@ def layout(
                             dcc.Dropdown(
                                 id="metrics",
                                 options=metric_options(list(selected)),
-                                value=chosen_metrics,
+                                value=view.metrics,
                                 multi=True,
                                 placeholder="metrics (type to find any key)",
                                 className="metric-picker",
@@ -181,13 +169,13 @@ def layout(
                                     {"label": "wall clock", "value": "wall"},
                                     {"label": "step", "value": "step"},
                                 ],
-                                value=x,
+                                value=view.x,
                                 inline=True,
                             ),
                             dcc.RadioItems(
                                 id="group-mode",
                                 options=[{"label": "runs", "value": "runs"}, {"label": "grouped per workload", "value": "grouped"}],
-                                value=mode,
+                                value=view.mode,
                                 inline=True,
                             ),
                             html.Label(
@@ -198,14 +186,14 @@ def layout(
                                         min=0,
                                         max=0.99,
                                         step=0.01,
-                                        value=float(smooth or 0),
+                                        value=view.smoothing,
                                         marks={0: "0", 0.9: "0.9"},
                                         tooltip={"placement": "bottom"},
                                     ),
                                 ],
                                 className="smoothing",
                             ),
-                            dcc.Checklist(id="log-y", options=[{"label": "log scale", "value": "log"}], value=["log"] if log == "1" else [], inline=True),
+                            dcc.Checklist(id="log-y", options=[{"label": "log scale", "value": "log"}], value=["log"] if view.log_y else [], inline=True),
                         ],
                         className="controls",
                     ),
@@ -231,11 +219,11 @@ def layout(
                         style_cell={"fontFamily": "inherit", "fontSize": 13, "padding": "4px 8px"},
                         style_data_conditional=[{"if": {"filter_query": '{kind} = "workload"'}, "fontWeight": "600", "backgroundColor": "#f4f0fa"}],
                     ),
-                    dcc.Store(id="view", data=initial_view),
+                    dcc.Store(id="view", data=view.to_dict()),
                     dcc.Download(id="export-download"),
                     dcc.Store(id="open-view-query"),
                     html.Div(id="open-view-sink", hidden=True),
-                    dcc.Store(id="zoom", data={"axis": f"{x}-{mode}", "range": initial_view.get("xr")}),
+                    dcc.Store(id="zoom", data={"axis": f"{view.x}-{view.mode}", "range": view.zoom}),
                     html.Div(id="url-sink", hidden=True),
                 ],
                 className="content",
@@ -296,8 +284,8 @@ def draw(run_groups, metric_specs, x_mode, group_mode, smoothing, log_y, zoom_st
         return empty_figure("Pick at least one metric."), [], view.to_dict()
     rendered = render(view)
     if not rendered.panels:
-        return empty_figure("None of the chosen metrics exists in these runs."), _summary(view), view.to_dict()
-    return rendered.figure, _summary(view), view.to_dict()
+        return empty_figure("None of the chosen metrics exists in these runs."), _summary(view, rendered.runs), view.to_dict()
+    return rendered.figure, _summary(view, rendered.runs), view.to_dict()
 
 
 SUMMARY_COLUMNS = [
@@ -321,13 +309,13 @@ DIGITS = {"duration_min": 1, "smact_mean": 3, "smact_p95": 3, "smocc_mean": 3, "
           "throughput_per_h": 1, "alone_throughput_per_h": 1, "normalised_throughput": 2}  # fmt: skip
 
 
-def _summary(view: View) -> list[dict]:
-    """The comparison table (app/compare.py, the same as `radt export --table`), rounded for the screen."""
+def _summary(view: View, runs: pd.DataFrame) -> list[dict]:
+    """The comparison table (app/compare.py, the same as `radt export --table`) of the drawn runs, rounded for the screen."""
     from app.export import comparison_table
 
-    if not view.runs:
+    if runs.empty:
         return []
-    table = comparison_table(view)
+    table = comparison_table(view, runs)
     rows = []
     for record in table.to_dict("records"):
         for column, digits in DIGITS.items():
