@@ -3,6 +3,13 @@
 Samplers use it to name what they write, the importer to map tool columns, the dashboard to
 label what it draws. Canonical keys follow MLflow's system-metric convention (`system/` prefix,
 `gpu_<i>_` per device) and reuse MLflow's exact names where MLflow has one.
+
+Where a series was measured is part of its key (see `Device`):
+    system/gpu_0_sm_active              GPU 0 (its NVML index: nvidia-smi's and DCGM's numbering)
+    system/gpu_0_mig_3_sm_active        the MIG slice of GPU 0 whose GPU instance id is 3
+                                        (nvidia-smi's "GI ID", dcgm-exporter's GPU_I_ID)
+    system/node-7/gpu_0_sm_active       GPU 0 of node "node-7" (MLflow's multi-node convention,
+                                        MLFLOW_SYSTEM_METRICS_NODE_ID), host metrics likewise
 """
 
 from __future__ import annotations
@@ -73,21 +80,67 @@ METRICS: dict[str, Metric] = {
         _m("network_transmit_megabytes", "Net TX total", "MB", False),
         _m("process_cpu_utilization_percentage", "Run CPU", "%", False, description="100 = one core"),
         _m("process_memory_rss_megabytes", "Run memory", "MB", False),
+        # MLflow's disk monitor.
+        _m("disk_usage_percentage", "Disk used", "%", False, **_PCT),
+        _m("disk_usage_megabytes", "Disk used", "MB", False),
+        _m("disk_available_megabytes", "Disk free", "MB", False),
+        # radT's nvidia-smi listener logged the tool's own clock as a metric (epoch seconds).
+        _m("smi_clock_seconds", "nvidia-smi clock", "s", False, low=None, description="radT's SMI - Timestamp"),
     ]
 }
 
 PREFIX = "system/"
-_GPU_KEY = re.compile(r"^system/gpu_(\d+)_(.+)$")
+# system/[<node>/][gpu_<i>_[mig_<gi>_]]<name>; a node id is anything without a slash
+_SYSTEM_KEY = re.compile(r"^system/(?:(?P<node>[^/]+)/)?(?:gpu_(?P<gpu>\d+)_(?:mig_(?P<mig>\d+)_)?)?(?P<name>[^/]+)$")
 
 
-def key(name: str, gpu: int | None = None) -> str:
-    """The MLflow metric key for a catalogue metric, e.g. key('sm_active', 0)."""
+@dataclass(frozen=True, order=True)
+class Device:
+    """Where a series was measured: a node (None: the run's own host), a GPU's NVML index, a MIG slice.
+
+    The host's own metrics have gpu None; a whole GPU has mig None.
+    """
+
+    node: str | None = None
+    gpu: int | None = None
+    mig: int | None = None  # GPU instance id on `gpu`
+
+    @property
+    def label(self) -> str:
+        """'GPU 0', 'GPU 0 · MIG 3', 'node-7 · GPU 0', 'node-7', or '' for the host."""
+        parts = [self.node] if self.node else []
+        if self.gpu is not None:
+            parts.append(f"GPU {self.gpu}")
+        if self.mig is not None:
+            parts.append(f"MIG {self.mig}")
+        return " · ".join(parts)
+
+    def sort_key(self) -> tuple:
+        return (self.node or "", -1 if self.gpu is None else self.gpu, -1 if self.mig is None else self.mig)
+
+
+HOST = Device()
+
+# Run tags the tracker (and `radt import`) writes and the dashboard reads, spelled here only.
+HOST_TAG = "radt.host"
+SCRIPT_START_TAG = "radt.script_start_ms"  # the script's own start (epoch ms): after radt's set-up and start gate
+SCRIPT_END_TAG = "radt.script_end_ms"  # the script's exit (epoch ms): before radt's flush, logs and pip freeze
+GPUS_TAG = "radt.gpus"  # JSON list, one entry per GPU series: {"series": "gpu_0" | "gpu_0_mig_3", "index", "name", "uuid", "pci_bus_id", ...}
+MIG_ACTIVITY_TAG = "radt.mig_activity"  # why a MIG run's slice activity could not be read (its GPU series are the whole GPU's)
+
+
+def key(name: str, gpu: int | None = None, *, mig: int | None = None, node: str | None = None) -> str:
+    """The MLflow metric key for a catalogue metric, e.g. key('sm_active', 0), key('sm_active', 0, mig=3)."""
     metric = METRICS[name]
+    where = f"{node}/" if node else ""
+    if "/" in (node or ""):
+        raise ValueError(f"node id {node!r} may not contain '/'")
     if metric.per_gpu:
         if gpu is None:
             raise ValueError(f"metric {name!r} needs a GPU index")
-        return f"{PREFIX}gpu_{gpu}_{name}"
-    return PREFIX + name
+        slice_ = f"mig_{mig}_" if mig is not None else ""
+        return f"{PREFIX}{where}gpu_{gpu}_{slice_}{name}"
+    return f"{PREFIX}{where}{name}"
 
 
 # --- aliases: tool columns and legacy keys -> (metric name, scale to the catalogue unit) ---
@@ -176,7 +229,14 @@ GPM_METRICS: dict[int, tuple[str, float]] = {
     61: ("nvlink_tx_bytes_per_second", 1024.0 * 1024.0),
 }
 
-# Keys written by the original radT (no GPU index in the key) -> (metric, scale).
+# Other names MLflow's own monitors (or other MLflow versions) use for a catalogue metric -> (metric, scale).
+MLFLOW_ALIASES: dict[str, tuple[str, float]] = {
+    "process_cpu_percentage": ("process_cpu_utilization_percentage", 1.0),
+    "memory_usage_gigabytes": ("memory_usage_megabytes", 1000.0),  # MLflow's ROCm monitor, per GPU
+}
+
+# Keys written by the original radT (no GPU index in the key; newer radT versions prefix them with
+# "system/") -> (metric, scale).
 LEGACY_KEYS: dict[str, tuple[str, float]] = {
     "DCGMI - Power Usage": ("power_usage_watts", 1.0),
     "DCGMI - Total Energy Consumption": ("energy_joules", 1e-3),
@@ -205,38 +265,74 @@ LEGACY_KEYS: dict[str, tuple[str, float]] = {
     "TOP - CPU Utilization": ("process_cpu_utilization_percentage", 1.0),
     "TOP - Memory Usage GB": ("system_memory_usage_megabytes", 1000.0),
     "TOP - Swap Memory GB": ("swap_usage_megabytes", 1000.0),
+    "TOP - Memory Utilization": ("system_memory_usage_percentage", 1.0),
+    "SMI - Timestamp": ("smi_clock_seconds", 1.0),
 }
+# radT wrote -1 where nvidia-smi printed N/A, and DCGM's N/A power and energy came out as 0 (a
+# powered GPU never draws 0 W): stored values that mean "no reading", not data.
+LEGACY_MISSING_VALUES: dict[str, tuple[float, ...]] = {k: (-1.0,) for k in LEGACY_KEYS} | {
+    "DCGMI - Power Usage": (-1.0, 0.0),
+    "DCGMI - Total Energy Consumption": (-1.0, 0.0),
+    "SMI - Power Draw": (-1.0, 0.0),
+}
+
+
+def legacy_name(stored_key: str) -> str | None:
+    """radT's key without the "system/" prefix newer radT versions added, if it is one of radT's."""
+    bare = stored_key[len(PREFIX) :] if stored_key.startswith(PREFIX) else stored_key
+    return bare if bare in LEGACY_KEYS else None
+
+
+def missing_values(stored_key: str) -> tuple[float, ...]:
+    """Stored values of this key that mean "no reading" (radT's sentinels); empty for radt's own keys."""
+    name = legacy_name(stored_key)
+    return LEGACY_MISSING_VALUES.get(name, ()) if name else ()
 
 
 @dataclass(frozen=True)
 class Resolved:
-    """What a stored key means: the metric, its GPU (None for host or unknown), the scale."""
+    """What a stored key means: the metric, where it was measured, the scale to the catalogue unit."""
 
     metric: Metric
     gpu: int | None
     scale: float = 1.0
+    node: str | None = None
+    mig: int | None = None
+    legacy: bool = False  # radT's key: no GPU index in it (it counts as GPU 0)
+
+    @property
+    def device(self) -> Device:
+        if self.legacy and self.metric.per_gpu:
+            return Device(None, 0, None)
+        return Device(self.node, self.gpu, self.mig)
 
 
 def resolve(stored_key: str) -> Resolved | None:
-    """Map any stored key (radt/MLflow `system/...`, radT legacy) onto the catalogue."""
-    match = _GPU_KEY.match(stored_key)
-    if match and match.group(2) in METRICS:
-        return Resolved(METRICS[match.group(2)], int(match.group(1)))
-    if stored_key.startswith(PREFIX) and stored_key[len(PREFIX) :] in METRICS:
-        metric = METRICS[stored_key[len(PREFIX) :]]
-        if not metric.per_gpu:
-            return Resolved(metric, None)
-    if stored_key in LEGACY_KEYS:
-        name, scale = LEGACY_KEYS[stored_key]
-        return Resolved(METRICS[name], None, scale)
-    return None
+    """Map any stored key (radt/MLflow `system/...`, per node and MIG slice, radT legacy) onto the catalogue."""
+    legacy = legacy_name(stored_key)
+    if legacy is not None:
+        name, scale = LEGACY_KEYS[legacy]
+        return Resolved(METRICS[name], None, scale, legacy=True)
+    match = _SYSTEM_KEY.match(stored_key)
+    if not match:
+        return None
+    name, scale = match.group("name"), 1.0
+    if name not in METRICS and name in MLFLOW_ALIASES:
+        name, scale = MLFLOW_ALIASES[name]
+    metric = METRICS.get(name)
+    if metric is None:
+        return None
+    gpu = match.group("gpu")
+    if metric.per_gpu != (gpu is not None):
+        return None
+    mig = match.group("mig")
+    return Resolved(metric, int(gpu) if gpu is not None else None, scale, match.group("node"), int(mig) if mig is not None else None)
 
 
 def display_name(stored_key: str) -> str:
-    """'SMACT (GPU 0)' for system/gpu_0_sm_active; the key itself when unknown."""
+    """'SMACT (GPU 0)' for system/gpu_0_sm_active, 'SMACT (node-7 · GPU 0 · MIG 3)'; the key itself when unknown."""
     resolved = resolve(stored_key)
     if resolved is None:
         return stored_key
-    if resolved.gpu is None:
-        return resolved.metric.label
-    return f"{resolved.metric.label} (GPU {resolved.gpu})"
+    where = resolved.device.label
+    return f"{resolved.metric.label} ({where})" if where else resolved.metric.label

@@ -1,21 +1,44 @@
-"""The comparison table of a view: per run, and per collocated workload against the same runs alone.
+"""The comparison table of a view: per run, and per group of runs that ran together against the same runs alone.
 
-Throughput is the run's own progress (the highest step it logged, + 1: epochs or iterations) per
-hour. A collocated workload's runs are matched to runs of the same command (script and
-arguments; radT's model and params) in a workload of one run; where every run has such a
-partner, the table gives the workload's combined throughput and its normalised throughput
-(sum of each run's throughput over its partner's; above 1 the collocation did more work per
-hour than the same runs one after another).
+Every figure can be recomputed from the columns shown:
+
+- steps: the run's own progress, the highest step of a metric the script logged + 1 (epochs, iterations);
+- duration_min: the script's own time (radt's script start/exit tags, else the run's start and end;
+  ``queries.script_span``), not radt's set-up, start gate or pip freeze;
+- steps_per_h = steps / duration;
+- together: how many runs ran together (1: alone). A workload's runs (a radt parent run: CSV workloads
+  and ``-w``; radT's ``workload`` param) ran together where their script times overlap: the runs are
+  clustered by overlapping [start, end] intervals, and a cluster of two or more is a together group.
+  Plain MLflow runs (the "ungrouped" bucket) are never together. Groups and their sizes come from every
+  run of the experiment (the `library`), never from which runs are ticked;
+- alone_steps_per_h: the mean steps_per_h of the alone_runs FINISHED runs of the same command (script and
+  arguments; radT's model and params) in the same experiment that ran by themselves, wherever they sit
+  (ungrouped, a workload of their own, a ``-w`` workload whose runs did not overlap); shown for runs that
+  ran together (a run alone is a baseline, not compared with itself);
+- normalised = steps_per_h / alone_steps_per_h.
+
+A together group's row ("workload"): steps_per_h and normalised are the sums of its runs' (normalised
+only where every run has an alone baseline; above 1 the runs together did more work per hour than the
+same runs one after another); duration from the first script start to the last exit; peak memory per
+GPU the highest of its runs'; energy per physical GPU the largest of the runs that recorded that GPU
+(collocated runs read the same GPU's counter), summed over distinct GPUs (``queries.gpu_identity``:
+UUID, else host and index), and only where every run has an energy figure. Steps, alone steps/h and the
+activity and CPU means are left empty there: no sum or mean of them would be the group's.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import pandas as pd
 
-RUN_COLUMNS = ["kind", "experiment_id", "workload", "run", "letter", "status", "duration_min", "smact_mean", "smact_p95", "smocc_mean", "smocc_p95",
-               "gpu_memory_peak_mb", "energy_kj", "cpu_mean", "steps", "throughput_per_h", "alone_throughput_per_h", "normalised_throughput"]  # fmt: skip
+from app.queries import script_span
+
+RUN_COLUMNS = ["kind", "experiment_id", "workload", "run", "letter", "status", "together", "steps", "duration_min", "steps_per_h", "alone_runs",
+               "alone_steps_per_h", "normalised", "smact_mean", "smact_p95", "smocc_mean", "smocc_p95", "peak_memory_per_gpu_mb", "energy_kj",
+               "cpu_mean"]  # fmt: skip
+UNGROUPED = "ungrouped:"  # list_runs' workload id prefix of plain MLflow runs
 
 
 def _command(params: dict) -> tuple:
@@ -26,82 +49,167 @@ def _command(params: dict) -> tuple:
     return ("radT", params.get("model"), params.get("params"))
 
 
+def _span(row) -> tuple[float, float]:
+    return script_span(row.start_time, row.duration_s, getattr(row, "tags", None) or {})
+
+
+def together_groups(library: pd.DataFrame) -> dict[str, str]:
+    """run_id -> its group: the first run id of its cluster of overlapping script times within its workload
+    (a run alone is its own group). Ungrouped runs, and runs without a start, are always alone."""
+    group: dict[str, str] = {}
+    for workload_id, members in library.groupby("workload_id", sort=False):
+        spans = [(*_span(row), row.run_id) for row in members.itertuples()]
+        if str(workload_id).startswith(UNGROUPED):
+            group.update({run_id: run_id for _s, _e, run_id in spans})
+            continue
+        spans.sort(key=lambda s: (math.inf if math.isnan(s[0]) else s[0], s[2]))
+        first, reach = None, -math.inf
+        for start, end, run_id in spans:
+            if math.isnan(start):
+                group[run_id] = run_id
+                continue
+            if first is None or not start < reach:  # touching ends are one after another, not together
+                first, reach = run_id, -math.inf
+            group[run_id] = first
+            reach = max(reach, start if math.isnan(end) else end)
+    return group
+
+
+def _sizes(group: dict[str, str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for g in group.values():
+        counts[g] = counts.get(g, 0) + 1
+    return {run_id: counts[g] for run_id, g in group.items()}
+
+
+def _with(library: pd.DataFrame | None, runs: pd.DataFrame) -> pd.DataFrame:
+    if library is None or library.empty:
+        return runs
+    return pd.concat([library, runs]).drop_duplicates("run_id").reset_index(drop=True)
+
+
+def related_runs(runs: pd.DataFrame, library: pd.DataFrame) -> pd.DataFrame:
+    """The runs of `library` the table of `runs` needs figures of besides `runs` themselves: the other runs
+    of their together groups, and the alone runs of the same commands (finished, in the same experiment)."""
+    library = _with(library, runs)
+    if runs.empty:
+        return library.iloc[0:0]
+    group = together_groups(library)
+    sizes = _sizes(group)
+    chosen = set(runs["run_id"])
+    mates = {group[r] for r in chosen if sizes.get(r, 1) > 1}
+    wanted = {(row.experiment_id, _command(row.params)) for row in runs.itertuples()}
+    keep = [
+        row.run_id not in chosen
+        and (group[row.run_id] in mates or (sizes[row.run_id] == 1 and row.status == "FINISHED" and (row.experiment_id, _command(row.params)) in wanted))
+        for row in library.itertuples()
+    ]
+    return library[keep]
+
+
 def comparison(runs: pd.DataFrame, summary: pd.DataFrame, library: pd.DataFrame | None = None, library_summary: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per run, then one per collocated workload; `library` (runs of the same experiments, with
-    their summary) is where the runs-alone partners are looked for (default: the chosen runs)."""
-    library = runs if library is None else library
-    library_summary = summary if library_summary is None else library_summary
-    stats = pd.concat([summary, library_summary]).drop_duplicates("run_id").set_index("run_id")
+    """One row per run of `runs`, then one per together group one of them belongs to.
 
-    def throughput(run_id: str) -> float:
-        if run_id not in stats.index:
-            return math.nan
-        steps, seconds = stats.at[run_id, "own_steps"], stats.at[run_id, "duration_s"]
-        return steps / seconds * 3600 if steps == steps and seconds and seconds == seconds and seconds > 0 else math.nan
+    `library`: every run of the experiments (list_runs), where the groups and the alone runs are found
+    (default: `runs` alone); `library_summary`: run_summary of the related runs (``related_runs``).
+    A figure whose inputs are missing is NaN, never a figure over fewer runs.
+    """
+    library = _with(library, runs)
+    stats = pd.concat([s for s in (summary, library_summary) if s is not None and not s.empty] or [summary])
+    stats = stats.drop_duplicates("run_id").set_index("run_id")
+    group = together_groups(library)
+    sizes = _sizes(group)
+    rows_by_id = {row.run_id: row for row in library.itertuples()}
 
-    sizes = library.groupby("workload_id")["run_id"].transform("size")
+    def stat(run_id: str, column: str) -> float:
+        value = stats.at[run_id, column] if run_id in stats.index else math.nan
+        return math.nan if value is None else value
+
+    def per_hour(run_id: str) -> float:
+        steps, seconds = stat(run_id, "own_steps"), stat(run_id, "duration_s")
+        return steps / seconds * 3600 if steps == steps and seconds == seconds and seconds > 0 else math.nan
+
     alone: dict[tuple, list[float]] = {}
-    for row, size in zip(library.itertuples(), sizes, strict=False):
-        value = throughput(row.run_id)
-        if size == 1 and not math.isnan(value) and row.status == "FINISHED":
+    for row in library.itertuples():
+        value = per_hour(row.run_id)
+        if sizes[row.run_id] == 1 and row.status == "FINISHED" and not math.isnan(value):
             alone.setdefault((row.experiment_id, _command(row.params)), []).append(value)
 
-    rows = []
-    for row in runs.itertuples():
-        s = stats.loc[row.run_id] if row.run_id in stats.index else pd.Series(dtype="float64")
-        mine = throughput(row.run_id)
-        partners = alone.get((row.experiment_id, _command(row.params)), [])
-        collocated = (runs["workload_id"] == row.workload_id).sum() > 1 or (library["workload_id"] == row.workload_id).sum() > 1
-        partner = sum(partners) / len(partners) if partners and collocated else math.nan
-        rows.append(
-            {
-                "kind": "run",
-                "experiment_id": row.experiment_id,
-                "workload": row.workload_label,
-                "run": row.run_name,
-                "letter": row.letter,
-                "status": row.status,
-                "duration_min": s.get("duration_s", math.nan) / 60,
-                **{c: s.get(c, math.nan) for c in ("smact_mean", "smact_p95", "smocc_mean", "smocc_p95", "gpu_memory_peak_mb", "cpu_mean")},
-                "energy_kj": s.get("energy_j", math.nan) / 1000,
-                "steps": s.get("own_steps", math.nan),
-                "throughput_per_h": mine,
-                "alone_throughput_per_h": partner,
-                "normalised_throughput": mine / partner if partner == partner and partner else math.nan,
-                "_workload_id": row.workload_id,
-            }
-        )
-    table = pd.DataFrame(rows, columns=[*RUN_COLUMNS, "_workload_id"])
-    for workload_id, members in table.groupby("_workload_id", sort=False):
-        if len(members) < 2:
-            continue
-        complete = members["normalised_throughput"].notna().all()
-        rows.append(
-            {
-                "kind": "workload",
-                "experiment_id": members["experiment_id"].iloc[0],
-                "workload": members["workload"].iloc[0],
-                "run": f"{len(members)} runs together",
-                "duration_min": members["duration_min"].max(),
-                "smact_mean": members["smact_mean"].mean(),
-                # collocated runs read the same GPU's memory and energy: the workload's is the largest, not the sum
-                "gpu_memory_peak_mb": members["gpu_memory_peak_mb"].max(),
-                "energy_kj": members["energy_kj"].max(),
-                "steps": members["steps"].sum(min_count=1),
-                "throughput_per_h": members["throughput_per_h"].sum(min_count=1),
-                "alone_throughput_per_h": members["alone_throughput_per_h"].sum(min_count=1) if complete else math.nan,
-                "normalised_throughput": members["normalised_throughput"].sum() if complete else math.nan,
-                "_workload_id": workload_id,
-            }
-        )
-    return pd.DataFrame(rows, columns=[*RUN_COLUMNS, "_workload_id"]).drop(columns="_workload_id")
+    def run_row(row) -> dict:
+        mine = per_hour(row.run_id)
+        partners = alone.get((row.experiment_id, _command(row.params)), []) if sizes[row.run_id] > 1 else []
+        baseline = sum(partners) / len(partners) if partners else math.nan
+        return {
+            "kind": "run",
+            "experiment_id": row.experiment_id,
+            "workload": row.workload_label,
+            "run": row.run_name,
+            "letter": row.letter,
+            "status": row.status,
+            "together": sizes[row.run_id],
+            "steps": stat(row.run_id, "own_steps"),
+            "duration_min": stat(row.run_id, "duration_s") / 60,
+            "steps_per_h": mine,
+            "alone_runs": len(partners) if sizes[row.run_id] > 1 else math.nan,
+            "alone_steps_per_h": baseline,
+            "normalised": mine / baseline if baseline == baseline and baseline else math.nan,
+            **{c: stat(row.run_id, c) for c in ("smact_mean", "smact_p95", "smocc_mean", "smocc_p95", "cpu_mean")},
+            "peak_memory_per_gpu_mb": stat(row.run_id, "gpu_memory_peak_mb"),
+            "energy_kj": stat(row.run_id, "energy_j") / 1000,
+        }
+
+    rows = [run_row(row) for row in runs.itertuples()]
+    groups = dict.fromkeys(group[r] for r in runs["run_id"] if sizes.get(r, 1) > 1)
+    for first in groups:
+        members = [rows_by_id[r] for r, g in group.items() if g == first]
+        members.sort(key=lambda row: (_span(row)[0], row.letter, row.run_name))
+        rows.append(_group_row(members, [run_row(m) for m in members], stats))
+    return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 
-def alone_candidates(runs: pd.DataFrame, library: pd.DataFrame) -> pd.DataFrame:
-    """Runs of `library` that may be a chosen run's partner: alone in their workload, same command."""
-    if library.empty:
-        return library
-    wanted = {(row.experiment_id, _command(row.params)) for row in runs.itertuples()}
-    sizes = library.groupby("workload_id")["run_id"].transform("size")
-    keep = [size == 1 and (row.experiment_id, _command(row.params)) in wanted for row, size in zip(library.itertuples(), sizes, strict=False)]
-    return library[keep]
+def _group_row(members: list, figures: list[dict], stats: pd.DataFrame) -> dict:
+    spans = [_span(m) for m in members]
+    starts, ends = [s for s, _e in spans], [e for _s, e in spans]
+    known = all(x == x for x in starts + ends)
+    complete = all(f["normalised"] == f["normalised"] for f in figures)
+    return {
+        "kind": "workload",
+        "experiment_id": members[0].experiment_id,
+        "workload": members[0].workload_label,
+        "run": f"{len(members)} runs together ({'+'.join(_names(members))})",
+        "together": len(members),
+        "duration_min": (max(ends) - min(starts)) / 60_000 if known else math.nan,
+        "steps_per_h": _sum(f["steps_per_h"] for f in figures),
+        "normalised": _sum(f["normalised"] for f in figures) if complete else math.nan,
+        "peak_memory_per_gpu_mb": _max(f["peak_memory_per_gpu_mb"] for f in figures),
+        "energy_kj": _shared_energy_j([m.run_id for m in members], stats) / 1000,
+    }
+
+
+def _names(members: list) -> list[str]:
+    """The runs' letters (A, B) when they tell them apart, else their names."""
+    letters = [m.letter for m in members]
+    return letters if all(letters) and len(set(letters)) == len(letters) else [m.run_name for m in members]
+
+
+def _sum(values: Iterable[float]) -> float:
+    """The sum, NaN as soon as one term is (never a sum over fewer runs)."""
+    values = list(values)
+    return math.nan if not values or any(v != v for v in values) else float(sum(values))
+
+
+def _max(values: Iterable[float]) -> float:
+    values = list(values)
+    return math.nan if not values or any(v != v for v in values) else float(max(values))
+
+
+def _shared_energy_j(run_ids: list[str], stats: pd.DataFrame) -> float:
+    """Per physical GPU the largest energy of the runs that recorded it, summed over the distinct GPUs."""
+    per_gpu: dict[str, float] = {}
+    for run_id in run_ids:
+        gpus = stats.at[run_id, "gpu_energy_j"] if run_id in stats.index and "gpu_energy_j" in stats.columns else None
+        if not isinstance(gpus, dict) or not gpus:
+            return math.nan
+        for gpu, joules in gpus.items():
+            per_gpu[gpu] = max(per_gpu.get(gpu, -math.inf), float(joules))
+    return float(sum(per_gpu.values()))

@@ -7,6 +7,7 @@ legacy keys included) or `key:<stored key>` (any other metric, e.g. the run's ow
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from collections.abc import Mapping
@@ -16,7 +17,7 @@ import pandas as pd
 
 from app import queries
 from app.cache import CACHE, FINISHED_TIMEOUT, LISTING_TIMEOUT, RUNNING_TIMEOUT
-from app.catalogue import METRICS, Metric
+from app.catalogue import HOST, METRICS, Device, Metric, display_name, missing_values, resolve
 from app.state import STATE
 
 DEFAULT_METRICS = [
@@ -36,10 +37,13 @@ Window = tuple[int | None, int | None]
 
 
 def spec_metric(spec: str) -> Metric:
-    """The catalogue entry for a spec; other keys get a unitless stand-in."""
+    """The catalogue entry for a spec (a stored per-GPU key: its metric, labelled with its device); other keys get a unitless stand-in."""
     kind, _, name = spec.partition(":")
     if kind == "cat" and name in METRICS:
         return METRICS[name]
+    resolved = resolve(name)
+    if resolved is not None:
+        return dataclasses.replace(resolved.metric, label=display_name(name))
     return Metric(name, name, "", False, None, None)
 
 
@@ -91,12 +95,18 @@ def runs(experiment_ids: list[str]) -> pd.DataFrame:
     return cached(("runs", *ids), LISTING_TIMEOUT, lambda: queries.list_runs(STATE.engine, ids))
 
 
-def _load(spec: str, run_ids: list[str], windows: Mapping[str, Window], budget: int, x: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+Series = tuple[np.ndarray, np.ndarray]
+
+
+def _load(spec: str, run_ids: list[str], windows: Mapping[str, Window], budget: int, x: str) -> dict[str, dict[Device, Series]]:
     kind, _, name = spec.partition(":")
     options = {"windows": windows, "x": "step" if x == "step" else "timestamp"}
     if kind == "cat":
-        return queries.load_metric(STATE.engine, run_ids, name, None, budget=budget, **options)
-    return queries.load_series(STATE.engine, run_ids, name, budget=budget, **options)
+        return queries.load_devices(STATE.engine, run_ids, name, budget=budget, **options)
+    resolved = resolve(name)  # a stored key typed in the picker: one series, on the device its key names
+    device = resolved.device if resolved else HOST
+    found = queries.load_series(STATE.engine, run_ids, name, budget=budget, missing=missing_values(name), **options)
+    return {run_id: {device: values} for run_id, values in found.items()}
 
 
 def series(
@@ -105,19 +115,27 @@ def series(
     windows: Mapping[str, Window] | None = None,
     budget: int = 2000,
     x: str = "relative",
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Series of `spec` for the runs (rows of queries.list_runs), through the cache, per run.
+    gpus: list[int] | None = None,
+) -> dict[str, dict[Device, Series]]:
+    """Series of `spec` for the runs (rows of queries.list_runs), through the cache: run_id -> {device: (x, values)}.
 
-    `windows` gives a run its own x range (ms, or steps when x is "step"): a zoomed chart asks for
-    that range again at full detail. x "step" returns stored steps instead of timestamps.
+    A catalogue metric has one series per GPU, MIG slice and node the run stored it for (host
+    metrics one, on ``catalogue.HOST``); ``gpus`` keeps only those GPU indices. `windows` gives a run
+    its own x range (ms, or steps when x is "step"): a zoomed chart asks for that range again at
+    full detail. x "step" returns stored steps instead of timestamps.
     """
     windows = dict(windows or {})
     x = "step" if x == "step" else "timestamp"
-    return _per_run(
+    found = _per_run(
         runs,
-        lambda run_id: ("series", spec, run_id, windows.get(run_id), budget, x),
+        lambda run_id: ("devices", spec, run_id, windows.get(run_id), budget, x),
         lambda missing: _load(spec, missing, {r: windows[r] for r in missing if r in windows}, budget, x),
     )
+    if gpus is None:
+        return found
+    wanted = set(gpus)
+    kept = {run_id: {d: v for d, v in devices.items() if d.gpu is None or d.gpu in wanted} for run_id, devices in found.items()}
+    return {run_id: devices for run_id, devices in kept.items() if devices}
 
 
 def summary(runs: pd.DataFrame) -> pd.DataFrame:

@@ -185,41 +185,47 @@ def data_csv(view: View, charts: list[str] | None = None) -> tuple[str, dict[str
     windows = data.zoom_windows(limits, view.axis, runs) if limits else {}
     buffer = io.StringIO()
     out = csv.writer(buffer, lineterminator="\n")
-    out.writerow(["run_id", "run_name", "experiment_id", "workload", "letter", "metric", "timestamp_ms", "seconds_since_start", "value"])
+    out.writerow(
+        ["run_id", "run_name", "experiment_id", "workload", "letter", "node", "gpu", "mig_instance", "metric", "timestamp_ms", "seconds_since_start", "value"]
+    )
     missing: dict[str, list[str]] = {}
     meta = runs.set_index("run_id", drop=False)
     for spec in charts or view.metrics:
-        found = data.series(spec, runs, windows, budget=10**9, x="relative")
+        found = data.series(spec, runs, windows, budget=10**9, x="relative", gpus=view.gpus)
         lacking = [meta.loc[r, "run_name"] for r in runs["run_id"] if r not in found]
         if lacking:
             missing[spec] = lacking
         name = spec.partition(":")[2]
-        for run_id, (ts, ys) in found.items():
+        for run_id, devices in found.items():
             row = meta.loc[run_id]
-            start = row["start_time"] if pd.notna(row["start_time"]) else (ts[0] if len(ts) else 0)
-            for t, y in zip(ts.tolist(), ys.tolist(), strict=False):
-                out.writerow(
-                    [
-                        run_id,
-                        row["run_name"],
-                        row["experiment_id"],
-                        row["workload_label"],
-                        row["letter"],
-                        name,
-                        int(t),
-                        f"{(t - start) / 1000:.3f}",
-                        repr(float(y)),
-                    ]
-                )
+            for device, (ts, ys) in devices.items():
+                start = row["start_time"] if pd.notna(row["start_time"]) else (ts[0] if len(ts) else 0)
+                where = ["" if v is None else v for v in (device.node, device.gpu, device.mig)]
+                for t, y in zip(ts.tolist(), ys.tolist(), strict=False):
+                    out.writerow(
+                        [
+                            run_id,
+                            row["run_name"],
+                            row["experiment_id"],
+                            row["workload_label"],
+                            row["letter"],
+                            *where,
+                            name,
+                            int(t),
+                            f"{(t - start) / 1000:.3f}",
+                            repr(float(y)),
+                        ]
+                    )
     return buffer.getvalue(), missing
 
 
 def comparison_table(view: View, runs: pd.DataFrame | None = None) -> pd.DataFrame:
     """The view's comparison table (app/compare.py): its runs (`runs` when the caller has them listed already),
-    and its collocated workloads against the same runs alone."""
-    from app.compare import alone_candidates, comparison
+    and the groups of runs that ran together against the same runs alone. Groups and alone runs are found
+    among every run of the runs' experiments, so ticking some runs of a workload gives the same figures."""
+    from app.compare import comparison, related_runs
 
     runs = chosen_runs(view) if runs is None else runs
-    partners = alone_candidates(runs, data.runs(view.experiments))
-    partners = partners[~partners["run_id"].isin(runs["run_id"])]
-    return comparison(runs, data.summary(runs), pd.concat([runs, partners]), data.summary(partners))
+    library = data.runs(sorted({*view.experiments, *runs["experiment_id"]}))
+    related = related_runs(runs, library)
+    return comparison(runs, data.summary(runs), library, data.summary(related))

@@ -5,6 +5,8 @@ Pure functions from series to Plotly figures, so the dashboard and static export
 
 from __future__ import annotations
 
+import json
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,19 +15,54 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from app.catalogue import Metric
+from app.catalogue import GPUS_TAG, MIG_ACTIVITY_TAG, Device, Metric
 
 PALETTE = qualitative.D3 + qualitative.Set2
+DEVICE_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")  # a run's GPUs, when colour tells runs apart
 GROUP_GRID = 600  # points of a workload's mean and band
 X_TITLES = {"relative": "time since run start (min)", "wall": "wall clock (UTC)", "step": "step"}
+GPU_MODES = ("each", "mean")  # every GPU its own trace, or per run the mean across its GPUs with a min-max band
+
+Series = tuple[np.ndarray, np.ndarray]
 
 
 @dataclass
 class Panel:
-    """One chart: a catalogue metric and its series per run (timestamps ms, values)."""
+    """One chart: a catalogue metric and its series per run and device (timestamps ms or steps, values)."""
 
     metric: Metric
-    series: dict[str, tuple[np.ndarray, np.ndarray]]
+    series: dict[str, dict[Device, Series]]
+
+
+def trace_id(run_id: str, device: Device) -> str:
+    """The identity of one drawn series: a run's device (its legend entry, colour and style in every chart)."""
+    return f"{run_id}|{device.label}" if device.label else run_id
+
+
+def series_name(device: Device) -> str:
+    """The name a device's series has in radt's keys and the radt.gpus tag: gpu_0, gpu_0_mig_3."""
+    if device.gpu is None:
+        return ""
+    return f"gpu_{device.gpu}" + (f"_mig_{device.mig}" if device.mig is not None else "")
+
+
+def gpu_identity(meta: pd.Series, device: Device) -> str:
+    """'NVIDIA A100-SXM4-40GB · GPU-5fd15f35… · 00000000:07:00.0' from the run's radt.gpus tag, '' when unrecorded."""
+    tags = meta.get("tags") if hasattr(meta, "get") else None
+    raw = (tags or {}).get(GPUS_TAG) if isinstance(tags, dict) else None
+    if not raw or device.gpu is None or device.node is not None:
+        return ""
+    try:
+        entries = json.loads(raw)
+    except ValueError:
+        return ""
+    wanted = series_name(device)
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and entry.get("series") == wanted:
+            uuid = str(entry.get("uuid") or "")
+            parts = [entry.get("name"), entry.get("mig_profile"), uuid[:13] + "…" if len(uuid) > 14 else uuid, entry.get("pci_bus_id")]
+            return " · ".join(str(p) for p in parts if p)
+    return ""
 
 
 def run_colors(run_ids: list[str]) -> dict[str, str]:
@@ -68,40 +105,89 @@ def overlay_figure(
     log_y: bool = False,
     panel_height: int = 230,
     x_range: tuple | None = None,
+    gpu_mode: str = "each",
 ) -> go.Figure:
-    """Stacked charts, one per metric, sharing the x axis; one trace per run, or per workload
-    as the mean with a min-max band when `grouped`. `x_range` zooms the shared x axis."""
+    """Stacked charts, one per metric, sharing the x axis.
+
+    One trace per run and device ("run · GPU 1"), or with ``gpu_mode="mean"`` per run the mean
+    across its GPUs with a min-max band; ``grouped``: per workload, the mean of all its runs' series
+    with a min-max band. Several runs: a colour per run, a dash style per GPU of a run; one run: a
+    colour per GPU. `x_range` zooms the shared x axis.
+    """
     rows = max(1, len(panels))
     fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.04 if rows > 1 else 0.0, subplot_titles=[unit_label(p.metric) for p in panels])
     runs = runs.set_index("run_id", drop=False) if "run_id" in runs else runs
     colors = run_colors(list(runs.index))
     workloads = list(dict.fromkeys(runs["workload_id"])) if len(runs) else []
     wl_colors = {w: PALETTE[i % len(PALETTE)] for i, w in enumerate(workloads)}
-    in_legend: set[str] = set()  # a run is in the legend once, from the first chart it appears in
+    gpus_of = _gpus_of(panels)
+    single_run = len({r for p in panels for r in p.series if r in runs.index}) == 1
+    in_legend: set[str] = set()  # a series is in the legend once, from the first chart it appears in
     for row_index, panel in enumerate(panels, start=1):
         if grouped:
-            _add_groups(fig, panel, runs, x_mode, smoothing, row_index, in_legend, wl_colors)
+            members = {}
+            for run_id, devices in panel.series.items():
+                if run_id in runs.index:
+                    wl = runs.loc[run_id, "workload_id"]
+                    members.setdefault(wl, []).extend((run_id, xs, ys) for xs, ys in devices.values())
+            for workload_id, found in members.items():
+                label = runs.loc[runs["workload_id"] == workload_id, "workload_label"].iloc[0]
+                count = len({run_id for run_id, _xs, _ys in found})
+                series = len(found)
+                what = f"mean of {count}" if series == count else f"mean of {count} runs, {series} GPU series"
+                _add_band(
+                    fig,
+                    runs,
+                    found,
+                    x_mode,
+                    smoothing,
+                    row_index,
+                    in_legend,
+                    workload_id,
+                    f"{label} ({what})",
+                    wl_colors[workload_id],
+                    {"workload_id": workload_id},
+                )
         else:
-            for run_id, (ts, ys) in panel.series.items():
-                if run_id not in runs.index or len(ts) == 0:
+            for run_id, devices in panel.series.items():
+                if run_id not in runs.index:
                     continue
                 meta = runs.loc[run_id]
-                fig.add_trace(
-                    go.Scattergl(
-                        x=_compact(x_values(ts, meta["start_time"], x_mode)),
-                        y=_compact(ema(ys, smoothing)),
-                        mode="lines",
-                        name=f"{meta['run_name']}",
-                        legendgroup=run_id,
-                        showlegend=run_id not in in_legend,
-                        line={"color": colors[run_id], "width": 1.5},
-                        hovertemplate=_hover(meta) + "<br>%{y:.3g}<extra></extra>",
-                        meta={"run_id": run_id},
-                    ),
-                    row=row_index,
-                    col=1,
-                )
-                in_legend.add(run_id)
+                if gpu_mode == "mean" and sum(1 for d in devices if d.gpu is not None) > 1:
+                    found = [(run_id, xs, ys) for xs, ys in devices.values()]
+                    name = f"{meta['run_name']} · mean of {len(found)} GPUs"
+                    _add_band(fig, runs, found, x_mode, smoothing, row_index, in_legend, f"{run_id}|mean", name, colors[run_id], {"run_id": run_id})
+                    continue
+                for device, (ts, ys) in devices.items():
+                    if len(ts) == 0:
+                        continue
+                    tid = trace_id(run_id, device)
+                    position = gpus_of[run_id].index(device) if device in gpus_of[run_id] else 0
+                    color = PALETTE[position % len(PALETTE)] if single_run else colors[run_id]
+                    dash = "solid" if single_run else DEVICE_DASHES[position % len(DEVICE_DASHES)]
+                    where = f" · {device.label}" if device.label else ""
+                    identity = gpu_identity(meta, device)
+                    caveat = _mig_caveat(meta) if device.gpu is not None and device.mig is None else ""
+                    fig.add_trace(
+                        go.Scattergl(
+                            x=_compact(x_values(ts, meta["start_time"], x_mode)),
+                            y=_compact(ema(ys, smoothing)),
+                            mode="lines",
+                            name=f"{meta['run_name']}{where}",
+                            legendgroup=tid,
+                            showlegend=tid not in in_legend,
+                            line={"color": color, "width": 1.5, "dash": dash},
+                            hovertemplate=_hover(meta)
+                            + (f"<br>{device.label}" if device.label else "")
+                            + (f" ({identity})" if identity else "")
+                            + caveat
+                            + "<br>%{y:.3g}<extra></extra>",
+                            meta={"run_id": run_id, "device": device.label},
+                        ),
+                        row=row_index,
+                        col=1,
+                    )
+                    in_legend.add(tid)
         axis = {"row": row_index, "col": 1}
         if panel.metric.unit == "ratio" and not log_y:
             fig.update_yaxes(range=[0, 1.02], **axis)
@@ -117,65 +203,83 @@ def overlay_figure(
         template="plotly_white",
         hovermode="closest",
         legend={"orientation": "h", "y": 1.0 + 40 / max(260, panel_height * rows), "x": 0, "yanchor": "bottom"},
-        uirevision=f"{x_mode}-{grouped}",  # keeps the user's zoom across redraws until the axis changes
+        uirevision=f"{x_mode}-{grouped}-{gpu_mode}",  # keeps the user's zoom across redraws until the axis changes
     )
     return fig
 
 
-def _add_groups(fig, panel: Panel, runs: pd.DataFrame, x_mode: str, smoothing: float, row: int, in_legend: set, colors: dict) -> None:
-    """Mean and min-max band of each workload's runs on a shared grid (time since start, or steps).
+def _mig_caveat(meta: pd.Series) -> str:
+    """A MIG run whose slice's own activity could not be read: its GPU series are the whole GPU's, say so in its tooltip."""
+    tags = meta.get("tags") if hasattr(meta, "get") else None
+    reason = tags.get(MIG_ACTIVITY_TAG) if isinstance(tags, dict) else None
+    return f"<br>⚠ the whole GPU, not the run's MIG slice ({reason})" if reason else ""
 
-    Runs of a workload started at different wall-clock times, so "wall" is drawn as time since start.
+
+def _gpus_of(panels: list[Panel]) -> dict[str, list[Device]]:
+    """Per run, every device it has in any chart, sorted: a device's place gives it the same colour or dash in each chart."""
+    found: dict[str, set[Device]] = {}
+    for panel in panels:
+        for run_id, devices in panel.series.items():
+            found.setdefault(run_id, set()).update(d for d in devices if d.gpu is not None)
+    return {run_id: sorted(devices, key=Device.sort_key) for run_id, devices in found.items()}
+
+
+def _add_band(
+    fig, runs: pd.DataFrame, found: list, x_mode: str, smoothing: float, row: int, in_legend: set, group: str, name: str, color: str, meta: dict
+) -> None:
+    """The mean and min-max band of several series (runs of a workload, GPUs of a run) on a shared grid.
+
+    The grid is time since each run's start (or steps): runs started at different wall-clock
+    times, so "wall" is drawn as time since start too.
     """
-    by_workload: dict[str, list[pd.Series]] = {}
     mode = "step" if x_mode == "step" else "relative"
-    for run_id, (xs, ys) in panel.series.items():
-        if run_id not in runs.index or len(xs) == 0:
+    members = []
+    for run_id, xs, ys in found:
+        if len(xs) == 0:
             continue
-        meta = runs.loc[run_id]
-        grid_x = np.asarray(x_values(xs, meta["start_time"], mode), dtype=np.float64)
-        by_workload.setdefault(meta["workload_id"], []).append(pd.Series(ema(ys, smoothing), index=grid_x))
-    for workload_id, members in by_workload.items():
-        low_x = min(s.index.min() for s in members)
-        high_x = max(s.index.max() for s in members)
-        grid = np.linspace(low_x, high_x, GROUP_GRID) if high_x > low_x else np.array([low_x])
-        stacked = np.vstack([np.interp(grid, s.index.to_numpy(), s.to_numpy(), left=np.nan, right=np.nan) for s in members])
-        with np.errstate(all="ignore"):
-            mean, low, high = np.nanmean(stacked, axis=0), np.nanmin(stacked, axis=0), np.nanmax(stacked, axis=0)
-        label = runs.loc[runs["workload_id"] == workload_id, "workload_label"].iloc[0]
-        color = colors[workload_id]
-        fig.add_trace(go.Scatter(x=grid, y=high, mode="lines", line={"width": 0}, legendgroup=workload_id, showlegend=False, hoverinfo="skip"), row=row, col=1)
-        fig.add_trace(
-            go.Scatter(
-                x=grid,
-                y=low,
-                mode="lines",
-                line={"width": 0},
-                fill="tonexty",
-                fillcolor=_alpha(color, 0.18),
-                legendgroup=workload_id,
-                showlegend=False,
-                hoverinfo="skip",
-            ),
-            row=row,
-            col=1,
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=grid,
-                y=mean,
-                mode="lines",
-                name=f"{label} (mean of {len(members)})",
-                legendgroup=workload_id,
-                showlegend=workload_id not in in_legend,
-                line={"color": color, "width": 2},
-                hovertemplate=f"<b>{label}</b><br>mean of {len(members)} runs<br>%{{y:.3g}}<extra></extra>",
-                meta={"workload_id": workload_id},
-            ),
-            row=row,
-            col=1,
-        )
-        in_legend.add(workload_id)
+        grid_x = np.asarray(x_values(xs, runs.loc[run_id, "start_time"], mode), dtype=np.float64)
+        members.append(pd.Series(ema(ys, smoothing), index=grid_x))
+    if not members:
+        return
+    low_x = min(s.index.min() for s in members)
+    high_x = max(s.index.max() for s in members)
+    grid = np.linspace(low_x, high_x, GROUP_GRID) if high_x > low_x else np.array([low_x])
+    stacked = np.vstack([np.interp(grid, s.index.to_numpy(), s.to_numpy(), left=np.nan, right=np.nan) for s in members])
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns (a gap in every series) stay NaN
+        mean, low, high = np.nanmean(stacked, axis=0), np.nanmin(stacked, axis=0), np.nanmax(stacked, axis=0)
+    fig.add_trace(go.Scatter(x=grid, y=high, mode="lines", line={"width": 0}, legendgroup=group, showlegend=False, hoverinfo="skip"), row=row, col=1)
+    fig.add_trace(
+        go.Scatter(
+            x=grid,
+            y=low,
+            mode="lines",
+            line={"width": 0},
+            fill="tonexty",
+            fillcolor=_alpha(color, 0.18),
+            legendgroup=group,
+            showlegend=False,
+            hoverinfo="skip",
+        ),
+        row=row,
+        col=1,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=grid,
+            y=mean,
+            mode="lines",
+            name=name,
+            legendgroup=group,
+            showlegend=group not in in_legend,
+            line={"color": color, "width": 2},
+            hovertemplate=f"<b>{name}</b><br>mean %{{y:.3g}}<extra></extra>",
+            meta=meta,
+        ),
+        row=row,
+        col=1,
+    )
+    in_legend.add(group)
 
 
 def _compact(values):

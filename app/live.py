@@ -85,22 +85,22 @@ def latest_values(engine: sa.Engine, run_ids: Sequence[str]) -> dict[str, dict[s
 
 
 def chart_traces(keys: Sequence[str]) -> list[Trace]:
-    """The live chart's lines for a run that stored these keys: per GPU activity, then CPU."""
-    found: list[tuple[int | None, int, Trace]] = []
+    """The live chart's lines for a run that stored these keys: per GPU (node, MIG slice) activity, then CPU."""
+    found: list[tuple[tuple, int, Trace]] = []
     order = {name: i for i, name in enumerate(CHART_METRICS)}
-    has_gpm = {r.gpu for k in keys if (r := catalogue.resolve(k)) and r.metric.name in ("sm_active", "gr_engine_active")}
+    has_gpm = {r.device for k in keys if (r := catalogue.resolve(k)) and r.metric.name in ("sm_active", "gr_engine_active")}
     for key in keys:
         resolved = catalogue.resolve(key)
-        if resolved is None or resolved.metric.name not in order or not key.startswith(catalogue.PREFIX):
+        if resolved is None or resolved.legacy or resolved.metric.name not in order or not key.startswith(catalogue.PREFIX):
             continue
-        metric, gpu = resolved.metric, resolved.gpu
-        if metric.name == "utilization_percentage" and gpu in has_gpm:
+        metric, device = resolved.metric, resolved.device
+        if metric.name == "utilization_percentage" and device in has_gpm:
             continue  # GRACT says it better where GPM is there
         axis = "y" if metric.unit == "ratio" else "y2"
-        name = f"{metric.label} GPU {gpu}" if metric.per_gpu else metric.label
-        found.append((gpu, order[metric.name], Trace(key, name, axis)))
-    found.sort(key=lambda item: (item[0] is None, item[0] or 0, item[1]))  # per GPU, the host last
-    return [trace for _g, _o, trace in found]
+        name = f"{metric.label} {device.label}" if device.label else metric.label
+        found.append(((device.gpu is None, device.sort_key()), order[metric.name], Trace(key, name, axis)))
+    found.sort(key=lambda item: (item[0], item[1]))  # per GPU, the host last
+    return [trace for _d, _o, trace in found]
 
 
 def new_points(engine: sa.Engine, cursors: Mapping[str, int], keys: Mapping[str, Sequence[str]]) -> dict[str, dict[str, Series]]:
@@ -144,7 +144,7 @@ def idle_gpus(
         per_gpu: dict[int, tuple[int, str, float]] = {}  # gpu -> (rank in ACTIVITY, key, threshold)
         for key in keys:
             resolved = catalogue.resolve(key)
-            if resolved is None or resolved.gpu is None or resolved.metric.name not in ACTIVITY or not key.startswith(catalogue.PREFIX):
+            if resolved is None or resolved.legacy or resolved.gpu is None or resolved.metric.name not in ACTIVITY or not key.startswith(catalogue.PREFIX):
                 continue
             rank = ACTIVITY.index(resolved.metric.name)
             if resolved.gpu not in per_gpu or rank < per_gpu[resolved.gpu][0]:

@@ -17,7 +17,7 @@ What a caller gets:
 - ``resolve_keys`` / ``load_metric``: a catalogue metric (``sm_active`` on GPU 0) mapped onto
   whatever each run stored (``system/gpu_0_sm_active``, radT's ``DCGMI - SN Active``, ...), with
   legacy units scaled to the catalogue's.
-- ``run_summary``: duration, mean and p95 SMACT, peak GPU memory, energy, mean CPU per run.
+- ``run_summary``: the script's duration, mean and p95 SMACT/SMOCC over all GPUs, peak memory per GPU, energy per GPU and summed, mean CPU per run.
 
 Speed: a series is read through MLflow's primary key (key, timestamp, step, run_uuid, value,
 is_nan), which covers the query (PostgreSQL answers with an index-only scan; a time window is a
@@ -28,6 +28,7 @@ SQLite rows come straight off the DBAPI cursor. Downsampling (tsdownsample) foll
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -92,6 +93,7 @@ SUMMARY_COLUMNS = [
     "cpu_mean",
     "process_cpu_mean",
     "own_steps",  # the highest step of the run's own metrics (its loss per epoch...) + 1: the work it did
+    "gpu_energy_j",  # {physical GPU (gpu_identity): joules}: the energy of each GPU the run recorded
 ]
 
 Series = tuple[np.ndarray, np.ndarray]
@@ -419,7 +421,7 @@ def list_metric_keys(engine: sa.Engine, run_ids: list[str]) -> list[str]:
 def present_metrics(engine: sa.Engine, run_ids: list[str], *, keys: Mapping[str, set[str]] | None = None) -> list[tuple[str, int | None]]:
     """The catalogue metrics these runs have, as (metric name, GPU index or None), in catalogue order.
 
-    Legacy radT keys count as GPU 0 for per-GPU metrics.
+    Legacy radT keys count as GPU 0 for per-GPU metrics; MIG slices and nodes count as their GPU.
     """
     keys = keys_by_run(engine, run_ids) if keys is None else keys
     found: set[tuple[str, int | None]] = set()
@@ -428,60 +430,56 @@ def present_metrics(engine: sa.Engine, run_ids: list[str], *, keys: Mapping[str,
             resolved = catalogue.resolve(key)
             if resolved is None:
                 continue
-            gpu = resolved.gpu if resolved.metric.per_gpu else None
-            if resolved.metric.per_gpu and gpu is None:
-                gpu = LEGACY_GPU
-            found.add((resolved.metric.name, gpu))
+            found.add((resolved.metric.name, resolved.device.gpu if resolved.metric.per_gpu else None))
     order = {name: i for i, name in enumerate(catalogue.METRICS)}
     return sorted(found, key=lambda item: (order[item[0]], -1 if item[1] is None else item[1]))
 
 
-def _candidates(run_keys: Iterable[str], metric_name: str, gpu: int | None) -> list[tuple[tuple, str, catalogue.Resolved]]:
-    metric = catalogue.METRICS[metric_name]
+def device_keys(run_keys: Iterable[str], metric_name: str) -> dict[catalogue.Device, tuple[str, catalogue.Resolved]]:
+    """Every series of one catalogue metric a run stored, one key per device (node, GPU, MIG slice), devices sorted.
+
+    Where two keys measure the same device (radt's ``system/gpu_0_sm_active`` and radT's
+    ``DCGMI - SM Active``, which counts as GPU 0), radt's and MLflow's ``system/`` keys win over
+    radT's, then radT's keys in catalogue order.
+    """
     legacy_rank = {k: i for i, k in enumerate(catalogue.LEGACY_KEYS)}
-    out = []
+    best: dict[catalogue.Device, tuple[tuple, str, catalogue.Resolved]] = {}
     for key in run_keys:
         resolved = catalogue.resolve(key)
         if resolved is None or resolved.metric.name != metric_name:
             continue
-        legacy = key in catalogue.LEGACY_KEYS
-        if metric.per_gpu:
-            index = LEGACY_GPU if legacy else resolved.gpu
-            if gpu is not None and index != gpu:
-                continue
-            rank = (index if index is not None else 0, legacy, legacy_rank.get(key, 0), key)
-        else:
-            rank = (0, legacy, legacy_rank.get(key, 0), key)
-        out.append((rank, key, resolved))
-    out.sort(key=lambda item: item[0])
-    return out
+        rank = (resolved.legacy, legacy_rank.get(catalogue.legacy_name(key) or "", 0), key)
+        device = resolved.device
+        if device not in best or rank < best[device][0]:
+            best[device] = (rank, key, resolved)
+    return {device: (best[device][1], best[device][2]) for device in sorted(best, key=catalogue.Device.sort_key)}
 
 
 def resolve_scaled(
     engine: sa.Engine, run_ids: Sequence[str], metric_name: str, gpu: int | None = None, *, keys: Mapping[str, set[str]] | None = None
 ) -> dict[str, tuple[str, float]]:
-    """run_id -> (stored key, scale to the catalogue unit) for a catalogue metric; see resolve_keys."""
+    """run_id -> (stored key, scale to the catalogue unit) for a catalogue metric on one device; see resolve_keys."""
     if metric_name not in catalogue.METRICS:
         raise KeyError(f"unknown catalogue metric {metric_name!r}")
     keys = keys_by_run(engine, run_ids) if keys is None else keys
     out = {}
     for run_id in _unique(run_ids):
-        candidates = _candidates(keys.get(run_id, ()), metric_name, gpu)
-        if candidates:
-            _rank, key, resolved = candidates[0]
-            out[run_id] = (key, resolved.scale)
+        for device, (key, resolved) in device_keys(keys.get(run_id, ()), metric_name).items():
+            if gpu is None or (device.gpu == gpu and device.mig is None and device.node is None):
+                out[run_id] = (key, resolved.scale)
+                break
     return out
 
 
 def resolve_keys(
     engine: sa.Engine, run_ids: list[str], metric_name: str, gpu: int | None = None, *, keys: Mapping[str, set[str]] | None = None
 ) -> dict[str, str]:
-    """run_id -> the key that holds catalogue metric ``metric_name`` (on GPU ``gpu``) for that run.
+    """run_id -> the key that holds catalogue metric ``metric_name`` on GPU ``gpu`` of the run's own host.
 
     ``system/...`` keys (radt's and MLflow's own) come before radT's legacy keys, which carry no
-    GPU index and count as GPU 0. ``gpu=None`` on a per-GPU metric takes the lowest GPU a run has.
-    Runs without the metric are absent. Legacy values need ``resolve_scaled``'s scale (``load_metric``
-    applies it).
+    GPU index and count as GPU 0. ``gpu=None`` takes the run's first device (see ``device_keys``);
+    every device of a run is ``load_devices``'. Runs without the metric are absent. Legacy values
+    need ``resolve_scaled``'s scale (``load_metric`` applies it).
     """
     return {run_id: key for run_id, (key, _scale) in resolve_scaled(engine, run_ids, metric_name, gpu, keys=keys).items()}
 
@@ -601,6 +599,7 @@ def load_series(
     method: str = "minmax",
     windows: Mapping[str, tuple[int | None, int | None]] | None = None,
     x: str = "timestamp",
+    missing: tuple[float, ...] = (),
 ) -> dict[str, Series]:
     """run_id -> (x, values) of one stored key, sorted by x, at most ``budget`` points per run.
 
@@ -609,7 +608,8 @@ def load_series(
     runs their own window instead (for a time-since-start axis: each run's start + offsets).
     A window with ``budget`` points or fewer comes back raw; a longer one is downsampled with
     ``method`` (app.downsample: MinMax by default, minima and maxima kept). NaN points are NaN.
-    Runs without the key, or without points in their window, are absent.
+    Runs without the key, or without points in their window, are absent. Stored values listed in
+    ``missing`` (radT's "no reading" sentinels, catalogue.missing_values) become NaN before downsampling.
     """
     run_ids = _unique(run_ids)
     if not run_ids:
@@ -630,11 +630,57 @@ def load_series(
             xs, values = _window(xs, values, *windows.get(run_id, (start_ms, end_ms)))
         if len(xs) == 0:
             continue
+        if missing:
+            values = np.where(np.isin(values, missing), np.nan, values)
         if len(xs) > budget:
             idx = downsample_indices(xs, values, budget, method)
             xs, values = xs[idx], values[idx]
         out[run_id] = (xs, values)
     return out
+
+
+def load_devices(
+    engine: sa.Engine,
+    run_ids: list[str],
+    metric_name: str,
+    start_ms: int | None = None,
+    end_ms: int | None = None,
+    budget: int = DEFAULT_BUDGET,
+    *,
+    keys: Mapping[str, set[str]] | None = None,
+    gpus: Iterable[int] | None = None,
+    **options,
+) -> dict[str, dict[catalogue.Device, Series]]:
+    """run_id -> {device: (x, values)} for a catalogue metric: every GPU, MIG slice and node the run stored it for.
+
+    Each device's own key (``device_keys``), values in the catalogue's unit: legacy keys are scaled
+    (radT's 0-1 "SMI - GPU Util" becomes percent), radT's "no reading" sentinels become NaN, and
+    radT's energy counter (since driver load) is made relative to the run's first reading, like
+    radt's own. ``gpus`` keeps only those GPU indices (host metrics are kept). ``options`` go to
+    load_series (method, windows, x); ``budget`` is per device.
+    """
+    if metric_name not in catalogue.METRICS:
+        raise KeyError(f"unknown catalogue metric {metric_name!r}")
+    keys = keys_by_run(engine, run_ids) if keys is None else keys
+    wanted = None if gpus is None else set(gpus)
+    by_key: dict[str, list[tuple[str, catalogue.Device, float]]] = defaultdict(list)
+    for run_id in _unique(run_ids):
+        for device, (key, resolved) in device_keys(keys.get(run_id, ()), metric_name).items():
+            if wanted is None or device.gpu is None or device.gpu in wanted:
+                by_key[key].append((run_id, device, resolved.scale))
+    out: dict[str, dict[catalogue.Device, Series]] = {}
+    for key, members in by_key.items():
+        runs = [run_id for run_id, _device, _scale in members]
+        series = load_series(engine, runs, key, start_ms, end_ms, budget, missing=catalogue.missing_values(key), **options)
+        offsets = _first_values(engine, runs, key) if _cumulative_legacy(key) else {}
+        for run_id, device, scale in members:
+            if run_id not in series:
+                continue
+            xs, values = series[run_id]
+            if scale != 1.0 or offsets:
+                values = (values - offsets.get(run_id, 0.0)) * scale
+            out.setdefault(run_id, {})[device] = (xs, values)
+    return {run_id: dict(sorted(out[run_id].items(), key=lambda item: item[0].sort_key())) for run_id in _unique(run_ids) if run_id in out}
 
 
 def load_metric(
@@ -649,37 +695,29 @@ def load_metric(
     keys: Mapping[str, set[str]] | None = None,
     **options,
 ) -> dict[str, Series]:
-    """load_series for a catalogue metric: each run's own key (resolve_keys), values in the catalogue's unit.
-
-    Legacy keys are scaled (radT's 0-1 "SMI - GPU Util" becomes percent), and radT's energy counter
-    (since driver load) is made relative to the run's first reading, like radt's own.
-    ``options`` go to load_series (method, windows, x).
-    """
-    resolved = resolve_scaled(engine, run_ids, metric_name, gpu, keys=keys)
-    by_key: dict[str, list[str]] = defaultdict(list)
-    for run_id, (key, _scale) in resolved.items():
-        by_key[key].append(run_id)
+    """One device's series per run (GPU ``gpu`` of the run's host; None: the run's first device); see load_devices."""
+    devices = load_devices(engine, run_ids, metric_name, start_ms, end_ms, budget, keys=keys, gpus=None if gpu is None else [gpu], **options)
     out: dict[str, Series] = {}
-    for key, runs in by_key.items():
-        series = load_series(engine, runs, key, start_ms, end_ms, budget, **options)
-        scale = resolved[runs[0]][1]
-        offsets = _first_values(engine, runs, key) if _cumulative_legacy(key) else {}
-        for run_id, (xs, values) in series.items():
-            values = (values - offsets.get(run_id, 0.0)) * scale if (scale != 1.0 or offsets) else values
-            out[run_id] = (xs, values)
-    return {run_id: out[run_id] for run_id in _unique(run_ids) if run_id in out}
+    for run_id, found in devices.items():
+        for device, series in found.items():
+            if gpu is None or (device.node is None and device.mig is None):
+                out[run_id] = series
+                break
+    return out
 
 
 def _cumulative_legacy(key: str) -> bool:
     """radT keys whose values are counters since the driver loaded (DCGM's TOTEC)."""
-    return key in catalogue.LEGACY_KEYS and catalogue.LEGACY_KEYS[key][0] == "energy_joules"
+    name = catalogue.legacy_name(key)
+    return name is not None and catalogue.LEGACY_KEYS[name][0] == "energy_joules"
 
 
 def _first_values(engine: sa.Engine, run_ids: Sequence[str], key: str) -> dict[str, float]:
-    """run_id -> the earliest non-NaN value of a key (earliest timestamp, then step)."""
+    """run_id -> the earliest real value of a key (earliest timestamp, then step; NaN and radT's sentinels skipped)."""
+    real = [_not_nan()] + [METRICS.c.value != v for v in catalogue.missing_values(key)]
     first = (
         sa.select(METRICS.c.run_uuid.label("run_uuid"), sa.func.min(METRICS.c.timestamp).label("ts"))
-        .where(METRICS.c.key == key, _not_nan())
+        .where(METRICS.c.key == key, *real)
         .group_by(METRICS.c.run_uuid)
     )
     out: dict[str, float] = {}
@@ -689,7 +727,7 @@ def _first_values(engine: sa.Engine, run_ids: Sequence[str], key: str) -> dict[s
             stmt = (
                 sa.select(METRICS.c.run_uuid, METRICS.c.value)
                 .select_from(METRICS.join(sub, sa.and_(sub.c.run_uuid == METRICS.c.run_uuid, sub.c.ts == METRICS.c.timestamp)))
-                .where(METRICS.c.key == key, _not_nan())
+                .where(METRICS.c.key == key, *real)
                 .order_by(METRICS.c.run_uuid, METRICS.c.step, METRICS.c.value)
             )
             for run_id, value in _rows(conn, stmt):
@@ -698,6 +736,9 @@ def _first_values(engine: sa.Engine, run_ids: Sequence[str], key: str) -> dict[s
 
 
 # --- summary ------------------------------------------------------------------------------------
+
+# The run tags read here (the script's own start and exit, the GPUs' identities, the host) are spelled in app/catalogue.py.
+SCRIPT_START_TAG, SCRIPT_END_TAG, GPUS_TAG, HOST_TAG = catalogue.SCRIPT_START_TAG, catalogue.SCRIPT_END_TAG, catalogue.GPUS_TAG, catalogue.HOST_TAG
 
 
 def _aggregates(conn: sa.Connection, pairs: Mapping[str, Iterable[str]]) -> dict[tuple[str, str], tuple[float, float, int]]:
@@ -736,13 +777,8 @@ def _latest(conn: sa.Connection, pairs: Mapping[str, Iterable[str]]) -> dict[tup
 
 
 def _matching(keys: Iterable[str], metric_name: str) -> list[tuple[str, catalogue.Resolved]]:
-    """Every key meaning this metric, one per GPU: system keys, else the first legacy key."""
-    chosen: dict[int | None, tuple[tuple, str, catalogue.Resolved]] = {}
-    for rank, key, resolved in _candidates(keys, metric_name, None):
-        slot = rank[0]
-        if slot not in chosen:
-            chosen[slot] = (rank, key, resolved)
-    return [(key, resolved) for _rank, key, resolved in chosen.values()]
+    """Every key meaning this metric, one per device (see device_keys)."""
+    return list(device_keys(keys, metric_name).values())
 
 
 def _trapezoid(xs_ms: np.ndarray, values: np.ndarray) -> float:
@@ -754,28 +790,38 @@ def _trapezoid(xs_ms: np.ndarray, values: np.ndarray) -> float:
 
 
 def run_summary(engine: sa.Engine, run_ids: list[str], *, now_ms: int | None = None) -> pd.DataFrame:
-    """Per run: duration_s, smact_mean, smact_p95 (GPU 0 first, values 0-1), gpu_memory_peak_mb (highest of
-    its GPUs), energy_j (energy_joules' last value summed over GPUs, else power integrated over time),
-    cpu_mean (system CPU %), process_cpu_mean (the run's processes, 100 = one core; radT's TOP key). NaN where absent.
+    """Per run, NaN where absent:
+
+    - duration_s: the script's own time (``script_span``: radt's script start/exit tags, else the run's start and end);
+    - smact_mean / smact_p95, smocc_mean / smocc_p95 (0-1): mean and 95th percentile of every point of every GPU
+      the run recorded, pooled (a GPU's MIG slices stand for it where the run recorded them);
+    - gpu_memory_peak_mb: the highest peak of a single GPU (one GPU's, never a sum);
+    - energy_j: the sum over the run's GPUs of each GPU's energy (``gpu_energy_j``);
+    - gpu_energy_j: {physical GPU (``gpu_identity``): joules} per whole GPU: energy_joules' last value, else radT's
+      counter (last minus first), else power integrated over time;
+    - cpu_mean (system CPU %), process_cpu_mean (the run's processes, 100 = one core; radT's TOP key);
+    - own_steps: the highest step of the script's own metrics + 1.
     """
     run_ids = _unique(run_ids)
     if not run_ids:
-        return pd.DataFrame({c: pd.Series(dtype="object" if c == "run_id" else "float64") for c in SUMMARY_COLUMNS})
+        return pd.DataFrame({c: pd.Series(dtype="object" if c in ("run_id", "gpu_energy_j") else "float64") for c in SUMMARY_COLUMNS})
     keys = keys_by_run(engine, run_ids)
-    rows = {r: dict.fromkeys(SUMMARY_COLUMNS, math.nan) | {"run_id": r} for r in run_ids}
+    rows = {r: dict.fromkeys(SUMMARY_COLUMNS, math.nan) | {"run_id": r, "gpu_energy_j": {}} for r in run_ids}
     with engine.connect() as conn:
         runs = _run_rows(conn, run_ids=run_ids)
         _durations(conn, runs, now_ms)
+        tags = _key_values(conn, TAGS, run_ids, keys=[SCRIPT_START_TAG, SCRIPT_END_TAG, GPUS_TAG, HOST_TAG])
         for r in runs:
-            rows[r["run_id"]]["duration_s"] = r["duration_s"]
+            start, end = script_span(r["start_time"], r["duration_s"], tags.get(r["run_id"], {}))
+            rows[r["run_id"]]["duration_s"] = max(0.0, (end - start) / 1000.0) if math.isfinite(start) and math.isfinite(end) else math.nan
 
         memory = {r: _matching(keys.get(r, ()), "memory_usage_megabytes") for r in run_ids}
-        energy = {r: _matching(keys.get(r, ()), "energy_joules") for r in run_ids}
         cpu = {r: _matching(keys.get(r, ()), "cpu_utilization_percentage") for r in run_ids}
         process_cpu = {r: _matching(keys.get(r, ()), "process_cpu_utilization_percentage") for r in run_ids}
+        energy = {r: _whole_gpus(keys.get(r, ()), "energy_joules") for r in run_ids}
         aggregate_pairs = {r: [k for k, _ in memory[r] + cpu[r] + process_cpu[r]] for r in run_ids}
         aggregates = _aggregates(conn, aggregate_pairs)
-        latest = _latest(conn, {r: [k for k, _ in energy[r] if not _cumulative_legacy(k)] for r in run_ids})
+        latest = _latest(conn, {r: [k for k, _ in energy[r].values() if not _cumulative_legacy(k)] for r in run_ids})
 
         for run_id in run_ids:
             row = rows[run_id]
@@ -784,39 +830,102 @@ def run_summary(engine: sa.Engine, run_ids: list[str], *, now_ms: int | None = N
             for column, found in (("cpu_mean", cpu), ("process_cpu_mean", process_cpu)):
                 means = [aggregates[(run_id, k)][0] * res.scale for k, res in found[run_id] if (run_id, k) in aggregates]
                 row[column] = means[0] if means else math.nan
-            totals = [latest[(run_id, k)] * res.scale for k, res in energy[run_id] if not math.isnan(latest.get((run_id, k), math.nan))]
-            if totals:
-                row["energy_j"] = float(sum(totals))
+
+    joules: dict[str, dict[catalogue.Device, float]] = {r: {} for r in run_ids}
+    for run_id in run_ids:
+        for device, (key, res) in energy[run_id].items():
+            value = latest.get((run_id, key), math.nan)
+            if not math.isnan(value):
+                joules[run_id][device] = value * res.scale
+    _legacy_energy(engine, {(r, d): kr for r in run_ids for d, kr in energy[r].items() if d not in joules[r] and _cumulative_legacy(kr[0])}, joules)
+    power = {(r, d): kr for r in run_ids for d, kr in _whole_gpus(keys.get(r, ()), "power_usage_watts").items() if d not in joules[r]}
+    _power_energy(engine, power, joules)
+    for run_id, per_device in joules.items():
+        if per_device:
+            rows[run_id]["energy_j"] = float(sum(per_device.values()))
+            rows[run_id]["gpu_energy_j"] = {gpu_identity(d, tags.get(run_id, {})): j for d, j in per_device.items()}
 
     for name, prefix in (("sm_active", "smact"), ("sm_occupancy", "smocc")):
-        _series_stats(engine, resolve_scaled(engine, run_ids, name, None, keys=keys), rows, prefix)
+        _series_stats(engine, {r: _own_devices(keys.get(r, ()), name) for r in run_ids}, rows, prefix)
     _own_steps(engine, run_ids, rows)
-    legacy_energy = {r: [(k, res) for k, res in energy[r] if _cumulative_legacy(k)] for r in run_ids if math.isnan(rows[r]["energy_j"])}
-    _legacy_energy(engine, legacy_energy, rows)
-    needs_power = [r for r in run_ids if math.isnan(rows[r]["energy_j"])]
-    _power_energy(engine, {r: _matching(keys.get(r, ()), "power_usage_watts") for r in needs_power}, rows)
     frame = pd.DataFrame([rows[r] for r in run_ids], columns=SUMMARY_COLUMNS)
     for column in SUMMARY_COLUMNS[1:]:
-        frame[column] = frame[column].astype("float64")
+        if column != "gpu_energy_j":
+            frame[column] = frame[column].astype("float64")
     return frame
 
 
-def _raw_by_key(engine: sa.Engine, wanted: Mapping[str, str]) -> dict[str, Series]:
-    """run_id -> raw series (sorted) for run_id -> key."""
+def script_span(start_time: float | None, duration_s: float, tags: Mapping[str, str]) -> tuple[float, float]:
+    """[start, end] of the training script itself, epoch ms (NaN where unknown).
+
+    radt's tags ``radt.script_start_ms`` (right after the script was spawned, so after radt's set-up and
+    a CSV workload's start gate) and ``radt.script_end_ms`` (its exit, before radt's own pip freeze and
+    uploads) where the run has them; else the run's start, and its end (``duration_s`` after its start:
+    now for a running run, its last metric for one ended without an end time; list_runs' rule).
+    """
+    run_start = float(start_time) if start_time is not None and start_time == start_time else math.nan
+    run_end = run_start + float(duration_s) * 1000.0 if duration_s is not None else math.nan
+    return _tag_ms(tags.get(SCRIPT_START_TAG), run_start), _tag_ms(tags.get(SCRIPT_END_TAG), run_end)
+
+
+def _tag_ms(value: str | None, default: float) -> float:
+    try:
+        ms = float(value) if value not in (None, "") else math.nan
+    except ValueError:
+        ms = math.nan
+    return ms if math.isfinite(ms) else default
+
+
+def gpu_identity(device: catalogue.Device, tags: Mapping[str, str]) -> str:
+    """The physical GPU a series of a run measured, the same text for every run that used that GPU.
+
+    ``uuid:<UUID>`` where the run's ``radt.gpus`` tag (a JSON list of ``{"series": "gpu_0", "uuid": ...}``)
+    names the series' GPU; else ``host:<host>:gpu:<index>``, the host being the key's node (MLflow's
+    multi-node keys), else the run's ``radt.host`` tag, else empty (radT's and plain MLflow runs: one
+    workload ran on one machine), and the index the NVML one of the key (radT's keys count as GPU 0).
+    """
+    series = f"gpu_{device.gpu}" if device.node is None else f"{device.node}/gpu_{device.gpu}"
+    try:
+        listed = json.loads(tags.get(GPUS_TAG) or "[]")
+    except ValueError:
+        listed = []
+    for entry in listed if isinstance(listed, list) else []:
+        if isinstance(entry, dict) and entry.get("series") == series and entry.get("uuid"):
+            return f"uuid:{entry['uuid']}"
+    return f"host:{device.node or tags.get(HOST_TAG) or ''}:gpu:{device.gpu}"
+
+
+def _whole_gpus(run_keys: Iterable[str], metric_name: str) -> dict[catalogue.Device, tuple[str, catalogue.Resolved]]:
+    """device_keys of whole GPUs only (energy and power are a GPU's, not a MIG slice's)."""
+    return {d: kr for d, kr in device_keys(run_keys, metric_name).items() if d.gpu is not None and d.mig is None}
+
+
+def _own_devices(run_keys: Iterable[str], metric_name: str) -> list[tuple[str, float]]:
+    """(key, scale) of every device of the run: its GPUs, a GPU's MIG slices instead of the whole GPU where it has them."""
+    found = device_keys(run_keys, metric_name)
+    sliced = {(d.node, d.gpu) for d in found if d.mig is not None}
+    return [(key, res.scale) for d, (key, res) in found.items() if d.mig is not None or (d.node, d.gpu) not in sliced]
+
+
+def _raw_by_pair(engine: sa.Engine, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Series]:
+    """(run_id, key) -> raw series (sorted), for each asked pair that has points."""
     by_key: dict[str, list[str]] = defaultdict(list)
-    for run_id, key in wanted.items():
+    for run_id, key in pairs:
         by_key[key].append(run_id)
-    out: dict[str, Series] = {}
+    out: dict[tuple[str, str], Series] = {}
     for key, runs in by_key.items():
         for run_id, series in _fetch_all(engine, runs, key, None, None).items():
-            out[run_id] = _sorted(*series)
+            out[(run_id, key)] = _sorted(*series)
     return out
 
 
-def _series_stats(engine: sa.Engine, found: Mapping[str, tuple[str, float]], rows: dict[str, dict], prefix: str) -> None:
-    series = _raw_by_key(engine, {r: key for r, (key, _scale) in found.items()})
-    for run_id, (_xs, values) in series.items():
-        values = values[~np.isnan(values)] * found[run_id][1]
+def _series_stats(engine: sa.Engine, found: Mapping[str, list[tuple[str, float]]], rows: dict[str, dict], prefix: str) -> None:
+    """Mean and p95 of every point of every listed series of a run, pooled (NaN left out)."""
+    series = _raw_by_pair(engine, [(r, key) for r, keys in found.items() for key, _scale in keys])
+    for run_id, keys in found.items():
+        parts = [series[(run_id, key)][1] * scale for key, scale in keys if (run_id, key) in series]
+        values = np.concatenate(parts) if parts else np.empty(0)
+        values = values[~np.isnan(values)]
         if len(values):
             rows[run_id][f"{prefix}_mean"] = float(np.mean(values))
             rows[run_id][f"{prefix}_p95"] = float(np.percentile(values, 95))
@@ -834,27 +943,26 @@ def _own_steps(engine: sa.Engine, run_ids: list[str], rows: dict[str, dict]) -> 
                     rows[run_id]["own_steps"] = max(float(step) + 1, 0.0 if math.isnan(rows[run_id]["own_steps"]) else rows[run_id]["own_steps"])
 
 
-def _legacy_energy(engine: sa.Engine, found: Mapping[str, list[tuple[str, catalogue.Resolved]]], rows: dict[str, dict]) -> None:
-    wanted = {r: ks[0] for r, ks in found.items() if ks}
-    series = _raw_by_key(engine, {r: key for r, (key, _res) in wanted.items()})
-    for run_id, (_xs, values) in series.items():
-        values = values[~np.isnan(values)]
-        if len(values):
-            rows[run_id]["energy_j"] = float((values[-1] - values[0]) * wanted[run_id][1].scale)
+DeviceKeys = Mapping[tuple[str, catalogue.Device], tuple[str, catalogue.Resolved]]
 
 
-def _power_energy(engine: sa.Engine, found: Mapping[str, list[tuple[str, catalogue.Resolved]]], rows: dict[str, dict]) -> None:
-    """Energy as the integral of power over time, summed over the run's GPUs."""
-    per_gpu: dict[int, dict[str, tuple[str, float]]] = defaultdict(dict)
-    for run_id, keys in found.items():
-        for i, (key, resolved) in enumerate(keys):
-            per_gpu[i][run_id] = (key, resolved.scale)
-    totals: dict[str, float] = {}
-    for wanted in per_gpu.values():
-        series = _raw_by_key(engine, {r: k for r, (k, _s) in wanted.items()})
-        for run_id, (xs, values) in series.items():
-            joules = _trapezoid(xs, values * wanted[run_id][1])
-            if not math.isnan(joules):
-                totals[run_id] = totals.get(run_id, 0.0) + joules
-    for run_id, joules in totals.items():
-        rows[run_id]["energy_j"] = joules
+def _legacy_energy(engine: sa.Engine, found: DeviceKeys, joules: dict[str, dict[catalogue.Device, float]]) -> None:
+    """radT's energy counter (since the driver loaded): last minus first reading of the run."""
+    series = _raw_by_pair(engine, [(r, key) for (r, _d), (key, _res) in found.items()])
+    for (run_id, device), (key, res) in found.items():
+        if (run_id, key) in series:
+            values = series[(run_id, key)][1]
+            values = values[~np.isnan(values)]
+            if len(values):
+                joules[run_id][device] = float((values[-1] - values[0]) * res.scale)
+
+
+def _power_energy(engine: sa.Engine, found: DeviceKeys, joules: dict[str, dict[catalogue.Device, float]]) -> None:
+    """A GPU's energy as the integral of its power over time."""
+    series = _raw_by_pair(engine, [(r, key) for (r, _d), (key, _res) in found.items()])
+    for (run_id, device), (key, res) in found.items():
+        if (run_id, key) in series:
+            xs, values = series[(run_id, key)]
+            value = _trapezoid(xs, values * res.scale)
+            if not math.isnan(value):
+                joules[run_id][device] = value

@@ -16,7 +16,7 @@ import pandas as pd
 from app import data
 from app.catalogue import METRICS
 from app.data import DEFAULT_METRICS, X_MODES, spec_metric
-from app.figures import Panel, overlay_figure
+from app.figures import GPU_MODES, Panel, overlay_figure
 
 VIEW_VERSION = 1
 SCREEN_BUDGET = 2000  # points per series sent to the browser
@@ -43,6 +43,8 @@ class View:
     smoothing: float = 0.0
     log_y: bool = False
     zoom: str | None = None  # "low,high" on the view's axis, as the URL writes it
+    gpus: list[int] | None = None  # only these GPU indices (None: every GPU the runs used)
+    gpu_mode: str = "each"  # "each": a trace per GPU; "mean": per run the mean across its GPUs, with a min-max band
 
     @classmethod
     def from_dict(cls, raw: dict) -> View:
@@ -53,14 +55,20 @@ class View:
             smoothing = min(max(float(raw.get("smooth") or 0), 0.0), 0.99)
         except ValueError:
             smoothing = 0.0
+        gpus = sorted({int(g) for g in _split(raw.get("gpu")) if g.isdigit()}) or None
+        gpu_mode = raw.get("gpuagg") if raw.get("gpuagg") in GPU_MODES else "each"
         return cls(_split(raw.get("exp")), _split(raw.get("runs")), _split(raw.get("metrics")) or list(DEFAULT_METRICS), x, mode, smoothing,
-                   str(raw.get("log")) in ("1", "true", "True"), raw.get("xr") or None)  # fmt: skip
+                   str(raw.get("log")) in ("1", "true", "True"), raw.get("xr") or None, gpus, gpu_mode)  # fmt: skip
 
     def to_dict(self) -> dict:
         out = {"exp": ",".join(self.experiments), "runs": ",".join(self.runs), "metrics": ",".join(self.metrics), "x": self.x, "mode": self.mode}
         out |= {"smooth": f"{self.smoothing:g}", "log": "1" if self.log_y else "0"}
         if self.zoom:
             out["xr"] = self.zoom
+        if self.gpus:
+            out["gpu"] = ",".join(map(str, self.gpus))
+        if self.gpu_mode != "each":
+            out["gpuagg"] = self.gpu_mode
         return out
 
     @property
@@ -121,13 +129,15 @@ def render(view: View, budget: int = SCREEN_BUDGET, runs: pd.DataFrame | None = 
     windows = data.zoom_windows(limits, view.axis, runs) if limits else {}
     panels, missing = [], {}
     for spec in view.metrics:
-        found = data.series(spec, runs, windows, budget=budget, x=view.x)
+        found = data.series(spec, runs, windows, budget=budget, x=view.x, gpus=view.gpus)
         lacking = [name for run_id, name in zip(runs["run_id"], runs["run_name"], strict=False) if run_id not in found]
         if lacking:
             missing[spec] = lacking
         if found:
             panels.append(Panel(spec_metric(spec), found))
-    figure = overlay_figure(panels, runs, x_mode=view.x, grouped=view.mode == "grouped", smoothing=view.smoothing, log_y=view.log_y, x_range=limits)
+    figure = overlay_figure(
+        panels, runs, x_mode=view.x, grouped=view.mode == "grouped", smoothing=view.smoothing, log_y=view.log_y, x_range=limits, gpu_mode=view.gpu_mode
+    )
     return Rendered(figure, runs, panels, missing)
 
 

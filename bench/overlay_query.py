@@ -136,13 +136,13 @@ def main() -> int:
                 return data.series("cat:sm_active", runs, windows)
 
             t_zoom, zoom_result = timed(zoomed, args.rounds)
-            zoom_points = {len(xs) for xs, _v in zoom_result.values()}
+            zoom_points = {len(xs) for devices in zoom_result.values() for xs, _v in devices.values()}
             figure = overlay_figure([Panel(spec_metric("cat:sm_active"), result[0])], runs)
             t_figure, payload = timed(lambda: figure.to_json(), args.rounds)
             CACHE.clear()
             t_list, _ = timed(lambda: (CACHE.clear(), data.runs([experiment])), args.rounds)
-            sent = [len(xs) for xs, _values in result[0].values()]
-            peaks = all(float(np.min(v)) == 0.0 for _x, v in result[0].values())
+            sent = [len(xs) for devices in result[0].values() for xs, _values in devices.values()]
+            peaks = all(float(np.min(v)) == 0.0 for devices in result[0].values() for _x, v in devices.values())
 
             client = MlflowClient(uri)
             t_mlflow, history = timed(lambda: [client.get_metric_history(r, "system/gpu_0_sm_active") for r in run_ids], args.baseline_rounds)

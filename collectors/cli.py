@@ -26,14 +26,11 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see '{self.prog} --help')\n")
 
 
-def parse_devices(spec: str | None) -> list[int] | None:
-    """'0+1' or '0,1' -> [0, 1]; '-' or empty -> None (no GPU pinning)."""
-    if spec is None or spec.strip() in ("", "-"):
-        return None
-    parts = [p.strip() for p in spec.replace(",", "+").split("+")]
-    if not all(p.isdigit() for p in parts):
-        raise ValueError(f"bad -d '{spec}': give GPU indices joined with '+', e.g. -d 0 or -d 0+1")
-    return [int(p) for p in parts]
+def parse_devices(spec: str | None) -> list[int | str] | None:
+    """'0+1' or '0,1' -> [0, 1] (nvidia-smi's indices); GPU-/MIG- UUIDs kept as text; '-' or empty -> None (no GPU pinning)."""
+    from collectors.gpus import device_tokens
+
+    return device_tokens(spec)
 
 
 def run_parser() -> argparse.ArgumentParser:
@@ -48,7 +45,11 @@ def run_parser() -> argparse.ArgumentParser:
     parser.add_argument("-e", "--experiment", help="MLflow experiment name or id (created if new)")
     parser.add_argument("-n", "--name", help="run name")
     parser.add_argument("-w", "--workload", help="workload this run belongs to (a parent run groups them)")
-    parser.add_argument("-d", "--devices", help="GPU indices, e.g. 0 or 0+1; sets CUDA_VISIBLE_DEVICES")
+    parser.add_argument(
+        "-d",
+        "--devices",
+        help="GPUs to use and watch, joined with '+': nvidia-smi's indices (0+1) or UUIDs (GPU-..., MIG-... for a MIG slice); sets CUDA_VISIBLE_DEVICES",
+    )
     parser.add_argument(
         "-l",
         "--listeners",

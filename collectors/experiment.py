@@ -174,6 +174,7 @@ class Machine:
     gpu_count: Callable[[], int | None]
     mig_profiles: Callable[[int], dict[str, MigProfile]]
     has: Callable[[str], bool]
+    gpu_uuids: Callable[[], list[str] | None] = lambda: None  # GPU UUIDs by NVML index (None: NVML unavailable)
 
 
 def real_machine() -> Machine:
@@ -187,17 +188,38 @@ def real_machine() -> Machine:
         found = gpu_count()
         return found if found is not None else smi_gpu_count()
 
-    return Machine(count, mig_profiles, lambda exe: shutil.which(exe) is not None)
+    def uuids() -> list[str] | None:
+        from collectors.gpus import NvmlUnavailable, machine
+
+        try:
+            return [g.uuid for g in machine().gpus]
+        except NvmlUnavailable:
+            return None
+
+    return Machine(count, mig_profiles, lambda exe: shutil.which(exe) is not None, uuids)
 
 
-def parse_devices_cell(text: str) -> list[int] | None:
-    """'0' or '1+2' -> GPU indices; '-' or empty -> None (a run without a GPU)."""
+def parse_devices_cell(text: str) -> list[int | str] | None:
+    """'0' or '1+2' -> GPU indices (nvidia-smi's); GPU UUIDs (or unique prefixes) kept as text, resolved by `plan`; '-' or empty -> None."""
     if text in ("", "-"):
         return None
     parts = [p.strip() for p in text.replace(",", "+").split("+")]
-    if not all(p.isdigit() for p in parts):
-        raise ValueError(f"Devices '{text}' is not a GPU index list; write 0, 1+2, or - for no GPU")
-    return sorted({int(p) for p in parts})
+    if not all(p.isdigit() or (p.startswith("GPU-") and len(p) > 4) for p in parts):
+        raise ValueError(f"Devices '{text}' is not a GPU index list; write 0, 1+2, a GPU UUID (GPU-...), or - for no GPU")
+    return sorted({int(p) for p in parts if p.isdigit()}) + list(dict.fromkeys(p for p in parts if not p.isdigit()))
+
+
+def resolve_uuids(devices: list[int | str], uuids: list[str] | None) -> list[int]:
+    """Devices with their GPU UUIDs as NVML indices (what MPS, MIG set-up and -d take); ValueError names one this machine lacks."""
+    indices = {d for d in devices if isinstance(d, int)}
+    for token in (d for d in devices if isinstance(d, str)):
+        if uuids is None:
+            raise ValueError(f"Devices {token}: NVML is unavailable here, so the UUID cannot be matched to a GPU; write nvidia-smi's index instead")
+        found = [i for i, u in enumerate(uuids) if u.lower().startswith(token.lower())]
+        if len(found) != 1:
+            raise ValueError(f"Devices {token} is {'no GPU' if not found else 'more than one GPU'} of this machine (nvidia-smi -L lists them); fix Devices")
+        indices.add(found[0])
+    return sorted(indices)
 
 
 def collocation_label(collocation: str) -> str:
@@ -227,6 +249,7 @@ def plan(exp: ExperimentFile, machine: Machine, *, rerun: bool = False) -> tuple
         groups.setdefault(key, []).append(row)
     base = exp.path.resolve().parent
     gpus: int | None | str = "unknown"
+    uuids: list[str] | None | str = "unknown"
     profiles: dict[int, dict[str, MigProfile] | str] = {}
     workloads = []
     for (experiment, name), rows in groups.items():
@@ -293,6 +316,14 @@ def plan(exp: ExperimentFile, machine: Machine, *, rerun: bool = False) -> tuple
                     problem(f"listener '{profiler}' needs '{EXECUTABLE[profiler]}' on PATH; install Nsight or drop it from Listeners")
             if collocation == "mps" and not machine.has("nvidia-cuda-mps-control"):
                 problem("Collocation MPS needs 'nvidia-cuda-mps-control' on PATH (it comes with the NVIDIA driver)")
+            if devices and any(isinstance(d, str) for d in devices):
+                if uuids == "unknown":
+                    uuids = machine.gpu_uuids()
+                try:
+                    devices = planned.devices = resolve_uuids(devices, uuids)
+                except ValueError as exc:
+                    problem(str(exc))
+                    continue
             if devices:
                 if gpus == "unknown":
                     gpus = machine.gpu_count()

@@ -26,6 +26,8 @@ def export_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--x", choices=("relative", "wall", "step"), help="x axis: time since start (default), wall clock, step")
     parser.add_argument("--grouped", action="store_true", help="one mean line and min-max band per workload")
+    parser.add_argument("--gpu", action="append", default=[], help="only this GPU index (repeatable; default every GPU the runs used)")
+    parser.add_argument("--gpu-mean", action="store_true", help="per run, the mean across its GPUs with a min-max band instead of a line per GPU")
     parser.add_argument("--format", choices=FORMATS, help="default: the suffix of -o")
     parser.add_argument("--size", choices=tuple(SIZES), default="double-column", help="single-column (3.5 in), double-column (7 in), slide (16:9)")
     parser.add_argument("--font-size", type=float, default=9.0, help="points (default 9)")
@@ -34,7 +36,9 @@ def export_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dpi", type=int, default=300, help="PNG resolution (default 300)")
     parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
     parser.add_argument(
-        "--table", action="store_true", help="CSV of the comparison table (per run, and collocated workloads against the same runs alone) instead of the points"
+        "--table",
+        action="store_true",
+        help="CSV of the comparison table (per run, and runs that ran together against the same runs alone) instead of the points",
     )
     parser.add_argument("-o", "--output", type=Path, required=True, help="file to write")
     return parser
@@ -126,6 +130,13 @@ def _view(opts: argparse.Namespace):
         view.x = opts.x
     if opts.grouped:
         view.mode = "grouped"
+    if opts.gpu:
+        bad = [g for g in opts.gpu if not g.strip().isdigit()]
+        if bad:
+            raise ValueError(f"--gpu {bad[0]} is not a GPU index; give the index the dashboard shows, e.g. --gpu 0")
+        view.gpus = sorted({int(g) for g in opts.gpu})
+    if opts.gpu_mean:
+        view.gpu_mode = "mean"
     return view
 
 

@@ -9,10 +9,12 @@ file's modification time. Where two logs give the same series, the one with time
 
 from __future__ import annotations
 
+import json
 import sys
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
+from app.catalogue import GPUS_TAG
 from app.config import tracking_uri
 from collectors.parsers import detect_format, parse_dcgmi_dmon, parse_nvidia_smi_csv, parse_top_batch
 from collectors.points import Point
@@ -42,6 +44,23 @@ def read_log(path: Path, fmt: str, gpus: int | None = None, process: str | None 
         for index, frame in enumerate(parse_top_batch(_lines(path))):
             samples[index] = (frame.clock, top_metrics(frame, process))  # clock placed on a date later
     return [(n, ts, values) for n, (ts, values) in sorted(samples.items())]
+
+
+def smi_identities(path: Path, gpus: int | None = None) -> list[dict]:
+    """Which physical GPU each index of an nvidia-smi log is (name, UUID, PCI bus id where the log has them), for the radt.gpus tag."""
+    found: dict[int, dict] = {}
+    for row in parse_nvidia_smi_csv(_lines(path), gpu_count=gpus):
+        if row.gpu in found:
+            continue
+        text = row.text
+        found[row.gpu] = {
+            "series": f"gpu_{row.gpu}",
+            "index": row.gpu,
+            "name": text.get("name") or text.get("gpu_name"),
+            "uuid": text.get("uuid") or text.get("gpu_uuid"),
+            "pci_bus_id": text.get("pci.bus_id") or text.get("gpu_bus_id"),
+        }
+    return [found[i] for i in sorted(found)]
 
 
 def _place_clock(samples, day: date):
@@ -168,7 +187,11 @@ def main(argv: list[str]) -> int:
     store.close()
     for path in args.files:
         client.log_artifact(run_id, str(path), artifact_path="imported")
-    set_tags(client, run_id, {"radt.points": str(len(points)), "radt.role": "run"})
+    tags = {"radt.points": str(len(points)), "radt.role": "run"}
+    identities = [entry for path in args.files if formats[path.name] == "nvidia-smi" for entry in smi_identities(path, args.gpus)]
+    if identities:
+        tags[GPUS_TAG] = json.dumps(list({e["series"]: e for e in reversed(identities)}.values())[::-1])
+    set_tags(client, run_id, tags)
     client.set_terminated(run_id, status="FINISHED", end_time=last)
     keys = len({p.key for p in points})
     print(f"radt import: run {run_id}: {len(points)} points, {keys} series from {', '.join(f'{n} ({f})' for n, f in formats.items())}", file=sys.stderr)

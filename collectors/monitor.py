@@ -24,13 +24,13 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 
 from app.config import runs_dir, tracking_uri
+from collectors import gpus
 from collectors.cli import OneLineParser, parse_devices
 from collectors.command import first_line
 from collectors.listeners import DEFAULT, ListenerError, make_source, parse_listeners, parse_profiler
-from collectors.runner import UsageError, check_devices, describe_environment, finish_run, local_run_dir, report
+from collectors.runner import UsageError, describe_environment, finish_run, local_run_dir, report
 from collectors.sampler import Sampler, open_sources
 from collectors.sources.base import SamplingContext
-from collectors.sources.nvml import gpu_count
 from collectors.stores import open_metric_store
 from collectors.sync import mark_killed, orphaned, replay_spool
 from collectors.tracking import StoreError, connect, create_run, resolve_experiment, set_tags
@@ -49,7 +49,9 @@ def monitor_parser() -> argparse.ArgumentParser:
     parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
     parser.add_argument("-e", "--experiment", default="monitor", help="MLflow experiment name or id (created if new; default monitor)")
     parser.add_argument("-l", "--listeners", default=DEFAULT, help=f"sources joined with '+': nvml, dcgm, host; default {DEFAULT}")
-    parser.add_argument("-d", "--devices", help="GPU indices to watch, e.g. 0 or 0+1; default every GPU")
+    parser.add_argument(
+        "-d", "--devices", help="GPUs to watch, joined with '+': nvidia-smi's indices (0+1) or UUIDs (GPU-..., MIG-... for a MIG slice); default every GPU"
+    )
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples (0.1 or more; default 1)")
     parser.add_argument("--flush-timeout", type=float, default=60.0, help="seconds to keep trying an unreachable store when a run ends (default 60)")
     parser.add_argument(
@@ -88,8 +90,10 @@ class Monitor:
         argv: list[str],
         *,
         today=date.today,
+        plan: gpus.Plan | None = None,
     ) -> None:
         self.store = store
+        self.plan = plan  # -d resolved on this machine (watch_plan): its MIG slices, the radt.gpus tag
         self.experiment = experiment
         self.listeners = listeners
         self.devices = devices
@@ -166,14 +170,17 @@ class Monitor:
             listeners=self.listeners,
             settings={"radt.interval": str(self.interval)},
         )
-        set_tags(self.client, run_id, {MONITOR_TAG: "true"})
+        tags = {MONITOR_TAG: "true"}
+        if self.plan is not None and self.plan.watched is not None:
+            tags[gpus.GPUS_TAG] = gpus.gpus_tag(gpus.series_entries(self.plan.watched))
+        set_tags(self.client, run_id, tags)
         run_dir = local_run_dir(self.store, run_id, None, monitor=True)
-        describe_environment(run_dir / "logs")
+        describe_environment(run_dir / "logs", self.plan)
         return Recording(run_id, run_dir, day)
 
     def _open_sources(self) -> list:
         # no training process: the process-tree metrics (CPU, RSS, a run's GPU memory) are skipped
-        ctx = SamplingContext(interval=self.interval, devices=self.devices, pids=lambda: [])
+        ctx = SamplingContext(interval=self.interval, devices=self.devices, slices=self.plan.slices if self.plan else [], pids=lambda: [])
         return open_sources([make_source(name) for name in self.listeners], ctx, report)
 
     def _record(self, recording: Recording, sources: list) -> None:
@@ -232,6 +239,21 @@ class Monitor:
         return self._finish(recording, "FINISHED", stop_reason)
 
 
+def watch_plan(devices: list[int | str] | None) -> gpus.Plan:
+    """-d resolved on this machine by UUID and PCI bus id (every GPU without it); a -d entry it lacks is a UsageError.
+
+    No script sees these GPUs, so no CUDA ordinals; without NVML the nvml listener says why it is skipped."""
+    try:
+        found = gpus.machine()
+    except gpus.NvmlUnavailable as exc:
+        return gpus.plan_without_nvml(devices, None, {}, str(exc))._replace(notes=[])
+    try:
+        watched = gpus.resolve_tokens(devices, found) if devices is not None else [gpus.Watched(g) for g in found.gpus]
+    except gpus.DeviceError as exc:
+        raise UsageError(str(exc)) from exc
+    return gpus.Plan(found, watched, None, None, [])
+
+
 def main(argv: list[str]) -> int:
     opts = monitor_parser().parse_args(argv)
     stop = threading.Event()
@@ -256,9 +278,9 @@ def main(argv: list[str]) -> int:
             if parse_profiler(opts.listeners):
                 raise UsageError(f"profiler listener '{parse_profiler(opts.listeners)}' wraps a training command; radt monitor has none, drop it from -l")
             devices = parse_devices(opts.devices)
-            if devices is not None and gpu_count() is not None:  # without NVML the nvml listener says why it is skipped
-                check_devices(devices)
-            monitor = Monitor(tracking_uri(opts.store), opts.experiment, listeners, devices, opts.interval, opts.flush_timeout, argv)
+            plan = watch_plan(devices)
+            watched = plan.indices if devices is not None else None  # radt.devices says "all" without -d
+            monitor = Monitor(tracking_uri(opts.store), opts.experiment, listeners, watched, opts.interval, opts.flush_timeout, argv, plan=plan)
             monitor.end_stale_runs()
             monitor.begin()
         except (UsageError, ListenerError, StoreError, ValueError) as exc:

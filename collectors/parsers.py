@@ -85,6 +85,19 @@ def dmon_error(line: str) -> str | None:
     return None
 
 
+# --------------------------------------------------------------------------- dcgmi discovery -c
+
+# A GPU instance line of `dcgmi discovery -c`: "| -> I 0/1          | GPU Instance (EntityID: 100)      |"
+# (NVML GPU index / GPU instance id, then the DCGM entity id, as DCGM's FormatMigHierarchy prints them);
+# compute instance lines ("CI 0/1/0", older DCGM's "C ...") do not match.
+_INSTANCE_LINE = re.compile(r"(?<![A-Za-z])I\s+(\d+)\s*/\s*(\d+)\s*\|\s*GPU Instance\s*\(EntityID:\s*(\d+)\s*\)")
+
+
+def parse_mig_hierarchy(text: str) -> dict[tuple[int, int], int]:
+    """{(NVML GPU index, GPU instance id): DCGM GPU-instance entity id} from what `dcgmi discovery -c` prints."""
+    return {(int(gpu), int(gi)): int(entity) for gpu, gi, entity in _INSTANCE_LINE.findall(text)}
+
+
 # --------------------------------------------------------------------------- nvidia-smi csv
 
 

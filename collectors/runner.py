@@ -22,15 +22,16 @@ from pathlib import Path
 import psutil
 
 from app.config import radt_home, runs_dir
+from collectors import gpus
 from collectors.command import UsageError, build_command, first_line
 from collectors.listeners import make_source
 from collectors.proctree import ProcessTree, die_with_parent
 from collectors.profilers import wrap
 from collectors.sampler import Sampler, open_sources
 from collectors.sources.base import SamplingContext
-from collectors.sources.nvml import gpu_count, gpu_inventory
+from collectors.sources.nvml import gpu_inventory
 from collectors.stores import open_metric_store
-from collectors.tracking import ADDED_ENV, connect, create_run, resolve_experiment, set_tags
+from collectors.tracking import ADDED_ENV, SCRIPT_END_TAG, SCRIPT_START_TAG, connect, create_run, resolve_experiment, set_tags
 from collectors.writer import SPOOL_NAME, MetricWriter
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +46,7 @@ class RunOptions:
     experiment: str | None = None
     name: str | None = None
     workload: str | None = None
-    devices: list[int] | None = None
+    devices: list[int | str] | None = None  # -d: NVML indices and GPU-/MIG- UUIDs
     listeners: list[str] = field(default_factory=lambda: ["nvml", "host"])
     interval: float = 1.0
     max_epoch: int | None = None
@@ -64,36 +65,50 @@ def report(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def check_devices(devices: list[int] | None) -> None:
-    """Refuse GPU indices the machine does not have (when NVML can tell)."""
-    if not devices:
-        return
-    count = gpu_count()
-    if count is None:
-        report("radt: cannot check -d here (NVML unavailable); CUDA_VISIBLE_DEVICES is set as given")
-        return
-    bad = [d for d in devices if d >= count]
-    if bad:
-        span = f"0 to {count - 1}" if count else "none"
-        raise UsageError(f"GPU {bad[0]} does not exist on this machine (GPUs: {span}); fix -d")
+def check_devices(devices: list[int | str] | None, cuda_visible: str | None = None, environ: dict[str, str] | None = None) -> gpus.Plan:
+    """Map -d (or CUDA_VISIBLE_DEVICES) to this machine's GPUs by UUID and PCI bus id; refuse what it lacks.
+
+    Notes (a CUDA order radt can only estimate, a CUDA_VISIBLE_DEVICES entry CUDA stops at, no NVML
+    with -d) are said once here; without NVML the plan keeps radt's old behaviour."""
+    environ = os.environ if environ is None else environ
+    try:
+        plan = gpus.plan(devices, cuda_visible, environ, gpus.machine())
+    except gpus.NvmlUnavailable as exc:
+        plan = gpus.plan_without_nvml(devices, cuda_visible, environ, str(exc))
+    except gpus.DeviceError as exc:
+        raise UsageError(str(exc)) from exc
+    for note in plan.notes:
+        report(note)
+    return plan
 
 
 def watched_devices(devices: list[int] | None, visible: str | None) -> list[int] | None:
-    """GPUs the samplers watch: -d, else CUDA_VISIBLE_DEVICES when it lists indices, else all (None)."""
-    if devices is not None:
-        return devices
-    if visible is None:
-        return None
-    parts = [p.strip() for p in visible.split(",") if p.strip()]
-    if parts and all(p.isdigit() for p in parts):
-        return [int(p) for p in parts]
-    if not parts:
-        return []  # CUDA_VISIBLE_DEVICES="" hides every GPU
-    report(f"radt: CUDA_VISIBLE_DEVICES={visible} is not a list of indices; watching every GPU (use -d to narrow)")
-    return None
+    """Without NVML: GPUs the samplers watch: -d, else CUDA_VISIBLE_DEVICES when it lists indices, else all (None)."""
+    indices, note = gpus.fallback_indices(devices, visible)
+    if note:
+        report(note)
+    return indices
 
 
-def child_environment(opts: RunOptions, run_id: str, experiment_id: str, run_dir: Path, deadline: float | None) -> dict[str, str]:
+def gpu_tags(plan: gpus.Plan, sources: list) -> dict[str, str]:
+    """radt.gpus (which physical device each series is) and, for a MIG run whose slice's own activity cannot be read, radt.mig_activity."""
+    if plan.watched is None:
+        return {}
+    tags = {gpus.GPUS_TAG: gpus.gpus_tag(gpus.series_entries(plan.watched))}
+    if plan.slices:  # the tag only when no running source (nvml: GPM per instance, dcgm: dmon's GPU-I lines) reads the slice
+        readers = [s for s in sources if s.name in ("nvml", "dcgm")]
+        reasons = {s.name: s.describe().get("mig_activity") for s in readers}
+        if not readers:
+            tags[gpus.MIG_ACTIVITY_TAG] = "unavailable: neither the nvml nor the dcgm listener is running; no series of the slice's own activity"
+        elif all(reasons.values()):
+            tags[gpus.MIG_ACTIVITY_TAG] = "; ".join(reasons.values()) if len(reasons) == 1 else "; ".join(f"{n}: {r}" for n, r in reasons.items())
+    return tags
+
+
+def child_environment(
+    opts: RunOptions, run_id: str, experiment_id: str, run_dir: Path, deadline: float | None, plan: gpus.Plan | None = None
+) -> dict[str, str]:
+    """The script's environment; its CUDA_VISIBLE_DEVICES / CUDA_DEVICE_ORDER from `plan` (check_devices), so that it sees what radt watches."""
     env = {k: v for k, v in os.environ.items() if k not in ADDED_ENV}
     env.update(
         {
@@ -109,11 +124,12 @@ def child_environment(opts: RunOptions, run_id: str, experiment_id: str, run_dir
         env["RADT_MAX_EPOCH"] = str(opts.max_epoch)
     if deadline is not None:
         env["RADT_DEADLINE"] = f"{deadline:.3f}"
-    if opts.devices is not None:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, opts.devices))
-        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # CUDA numbers GPUs as nvidia-smi and -d do
-    if opts.cuda_visible is not None:
-        env["CUDA_VISIBLE_DEVICES"] = opts.cuda_visible
+    if plan is None:  # no mapping known: -d as given
+        plan = gpus.plan_without_nvml(opts.devices, opts.cuda_visible, env)
+    if plan.visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = plan.visible
+    if plan.order is not None:
+        env.setdefault("CUDA_DEVICE_ORDER", plan.order)  # CUDA numbers GPUs as nvidia-smi and -d do; a user's own order gets UUIDs
     # `import radt` in the script works even when radt runs from a source checkout
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(PROJECT_ROOT)) if p)
     return env
@@ -152,9 +168,15 @@ def local_run_dir(store: str, run_id: str, parent_id: str | None, **extra) -> Pa
     return run_dir
 
 
-def describe_environment(logs: Path) -> None:
-    """The GPU inventory (cheap, at start); pip freeze runs after the training (see _freeze)."""
-    (logs / "gpu-inventory.json").write_text(json.dumps(gpu_inventory(), indent=2))
+def describe_environment(logs: Path, plan: gpus.Plan | None = None) -> None:
+    """The GPU inventory (cheap, at start), with the run's series under "watched"; pip freeze runs after the training (see _freeze)."""
+    if plan is not None and plan.machine is None:
+        inventory = {"available": False, "reason": plan.reason}
+    elif plan is not None:
+        inventory = gpu_inventory(plan.machine, gpus.series_entries(plan.watched or []))
+    else:
+        inventory = gpu_inventory()
+    (logs / "gpu-inventory.json").write_text(json.dumps(inventory, indent=2))
 
 
 def _freeze(logs: Path) -> None:
@@ -305,7 +327,7 @@ class StartGate:
 def run_script(opts: RunOptions) -> int:
     """Run and track one script; returns the script's exit code for radt to pass through."""
     command = build_command(opts.script, opts.script_args)
-    check_devices(opts.devices)
+    gpu_plan = check_devices(opts.devices, opts.cuda_visible)
     gate = StartGate(opts.start_gate, opts.letter) if opts.start_gate else None
     early = {sig: signal.signal(sig, gate.on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} if gate else {}
     client = connect(opts.store)
@@ -334,9 +356,11 @@ def run_script(opts: RunOptions) -> int:
 
     writer = MetricWriter(open_metric_store(opts.store), run_id, run_dir / SPOOL_NAME, report=report).start()
     tree = ProcessTree()
-    ctx = SamplingContext(interval=opts.interval, devices=watched_devices(opts.devices, os.environ.get("CUDA_VISIBLE_DEVICES")), pids=tree.processes)
+    ctx = SamplingContext(interval=opts.interval, devices=gpu_plan.indices, slices=gpu_plan.slices, pids=tree.processes)
     sources = open_sources([make_source(name) for name in opts.listeners], ctx, report)
-    describe_environment(logs)
+    describe_environment(logs, gpu_plan)
+    if gpu_plan.watched is not None:
+        set_tags(client, run_id, gpu_tags(gpu_plan, sources))
     command, profiler_env = wrap(opts.profiler, command, logs, f"{experiment_id}_{opts.workload or 'run'}_{opts.letter}")
     if gate and not gate.wait(run_id):
         report(f"radt: run {opts.letter} did not start: {'interrupted' if gate.signals else 'the workload was called off'}")
@@ -351,7 +375,7 @@ def run_script(opts: RunOptions) -> int:
 
     deadline = time.time() + opts.max_time * 60 if opts.max_time else None
     started_flag = run_dir / "started"
-    child_env = child_environment(opts, run_id, experiment_id, run_dir, deadline)
+    child_env = child_environment(opts, run_id, experiment_id, run_dir, deadline, gpu_plan)
     child_env.update(profiler_env)
     child = subprocess.Popen(
         command,
@@ -362,6 +386,7 @@ def run_script(opts: RunOptions) -> int:
         preexec_fn=die_with_parent,
         env=child_env,
     )
+    script_start_ms = int(time.time() * 1000)
     tree.attach(child.pid)
     tees = [_tee(child.stdout, sys.stdout.buffer, logs / "stdout.log"), _tee(child.stderr, sys.stderr.buffer, logs / "stderr.log")]
     sampler = Sampler(sources, opts.interval, writer.put, report, start_gate=started_flag.exists if opts.manual else None)
@@ -374,6 +399,7 @@ def run_script(opts: RunOptions) -> int:
         supervisor.on_signal(gate.signals[0], None)
     try:
         returncode = supervisor.wait()
+        script_end_ms = int(time.time() * 1000)
         leftovers = [p for p in tree.processes() if p.pid != child.pid]
         _kill_tree(child.pid, leftovers)
         for tee in tees:
@@ -386,7 +412,16 @@ def run_script(opts: RunOptions) -> int:
         _freeze(logs)
         (logs / "radt-sources.json").write_text(json.dumps({s.name: s.describe() for s in sampler.sources}, indent=2))
         finish_run(
-            client, run_dir, run_id, parent_id, status, returncode, stop_reason or ("max_time" if supervisor.time_limited else None), written, writer.written
+            client,
+            run_dir,
+            run_id,
+            parent_id,
+            status,
+            returncode,
+            stop_reason or ("max_time" if supervisor.time_limited else None),
+            written,
+            writer.written,
+            script_ms=(script_start_ms, script_end_ms),
         )
         if gate:
             gate.record(status)
@@ -397,10 +432,23 @@ def run_script(opts: RunOptions) -> int:
 
 
 def finish_run(
-    client, run_dir: Path, run_id: str, parent_id: str | None, status: str, returncode: int, stop_reason: str | None, all_written: bool, points: int
+    client,
+    run_dir: Path,
+    run_id: str,
+    parent_id: str | None,
+    status: str,
+    returncode: int,
+    stop_reason: str | None,
+    all_written: bool,
+    points: int,
+    script_ms: tuple[int, int] | None = None,
 ) -> None:
-    """Attach logs, tag and terminate the run (and its workload parent); on failure leave it to `radt sync`."""
+    """Attach logs, tag and terminate the run (and its workload parent); on failure leave it to `radt sync`.
+
+    ``script_ms``: the script's own start and exit (epoch ms), the duration the comparison table uses."""
     tags = {"radt.exit_code": str(returncode), "radt.points": str(points)}
+    if script_ms:
+        tags[SCRIPT_START_TAG], tags[SCRIPT_END_TAG] = str(script_ms[0]), str(script_ms[1])
     if stop_reason:
         tags["radt.stop_reason"] = stop_reason
     end_time = int(time.time() * 1000)

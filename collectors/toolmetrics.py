@@ -7,19 +7,20 @@ same tool produce the same series.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from app.catalogue import DCGM_TAGS, SMI_COLUMNS, key
 from collectors.parsers import DmonRow, SmiRow, TopFrame
 
 
 class EnergyBaseline:
-    """Makes cumulative energy counters relative to the first reading of each GPU."""
+    """Makes cumulative energy counters relative to the first reading of each device (a GPU index, or (GPU, GPU instance id) for a MIG slice)."""
 
     def __init__(self) -> None:
-        self._first: dict[int, float] = {}
+        self._first: dict[int | tuple[int, int], float] = {}
 
-    def relative(self, gpu: int, joules: float) -> float:
-        return joules - self._first.setdefault(gpu, joules)
+    def relative(self, device: int | tuple[int, int], joules: float) -> float:
+        return joules - self._first.setdefault(device, joules)
 
 
 # Tags that name the same metric as a better field: the profiling PCIe byte rates (1009/1010,
@@ -27,9 +28,20 @@ class EnergyBaseline:
 SUPERSEDED_BY = {"TXTPT": "PCITX", "RXTPT": "PCIRX"}
 
 
-def dmon_metrics(row: DmonRow, energy: EnergyBaseline, gpu: int | None = None) -> dict[str, float]:
-    """Catalogue keys for one `dcgmi dmon` entity line; N/A cells are left out."""
-    index = row.gpu if gpu is None else gpu
+def dmon_metrics(row: DmonRow, energy: EnergyBaseline, gpu: int | None = None, instances: Mapping[int, tuple[int, int]] | None = None) -> dict[str, float]:
+    """Catalogue keys for one `dcgmi dmon` entity line; N/A cells are left out.
+
+    `instances` maps DCGM GPU-instance entity ids (what `dcgmi discovery -c` lists, and dmon prints
+    as "GPU-I <id>") to (NVML GPU index, GPU instance id): those lines become the slice's own keys,
+    `key(name, gpu, mig=gi)`. A "GPU-I" line of an instance not in it has no GPU index and is dropped,
+    as in `radt import` of a dmon log, which has no hierarchy to map it.
+    """
+    kind, _, ident = row.entity.partition(" ")
+    mig: int | None = None
+    if kind == "GPU-I" and ident.isdigit() and int(ident) in (instances or {}):
+        index, mig = instances[int(ident)]
+    else:
+        index = row.gpu if gpu is None else gpu
     if index is None:
         return {}
     out: dict[str, float] = {}
@@ -41,8 +53,8 @@ def dmon_metrics(row: DmonRow, energy: EnergyBaseline, gpu: int | None = None) -
         name, scale = DCGM_TAGS[tag]
         value *= scale
         if name == "energy_joules":
-            value = energy.relative(index, value)
-        out[key(name, index)] = value
+            value = energy.relative(index if mig is None else (index, mig), value)
+        out[key(name, index, mig=mig)] = value
     return out
 
 

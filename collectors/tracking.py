@@ -26,6 +26,8 @@ logging.getLogger("mlflow").setLevel(logging.WARNING)
 
 PARAM_LIMIT = 6000  # MLflow's longest param value
 TAG_LIMIT = 8000
+# the training script's own start (right after it is spawned) and exit, epoch ms; runner.finish_run writes them
+from app.catalogue import SCRIPT_END_TAG, SCRIPT_START_TAG  # noqa: E402, F401 - re-exported for the runner
 
 
 class StoreError(RuntimeError):

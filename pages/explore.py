@@ -13,7 +13,7 @@ import pandas as pd
 from dash import ALL, MATCH, ClientsideFunction, Input, Output, State, callback, clientside_callback, ctx, dash_table, dcc, html
 
 from app import data, queries
-from app.catalogue import METRICS, resolve
+from app.catalogue import METRICS, MIG_ACTIVITY_TAG, display_name, resolve
 from app.data import DEFAULT_METRICS
 from app.figures import empty_figure
 from app.state import STATE, store_error
@@ -48,6 +48,12 @@ def _matches(row: pd.Series, text: str) -> bool:
     return all(word in hay.lower() for word in text.lower().split())
 
 
+def _caveat(tags) -> str:
+    """What a reader must know before comparing this run's GPU series: its MIG slice's own activity was not recorded."""
+    reason = (tags or {}).get(MIG_ACTIVITY_TAG) if isinstance(tags, dict) else None
+    return f" · ⚠ MIG slice activity not recorded ({reason})" if reason else ""
+
+
 def run_tree(runs: pd.DataFrame, selected: set[str], text: str = "") -> list:
     """One collapsible block per workload with a select-all box and its runs' boxes."""
     if runs.empty:
@@ -59,7 +65,7 @@ def run_tree(runs: pd.DataFrame, selected: set[str], text: str = "") -> list:
             continue
         options = [
             {
-                "label": f"{STATUS_ICON.get(r.status, '?')} {(r.letter + ' · ') if r.letter else ''}{r.run_name} · {_duration(r.duration_s)}",
+                "label": f"{STATUS_ICON.get(r.status, '?')} {(r.letter + ' · ') if r.letter else ''}{r.run_name} · {_duration(r.duration_s)}{_caveat(r.tags)}",
                 "value": r.run_id,
             }
             for r in shown.itertuples()
@@ -91,19 +97,32 @@ def run_tree(runs: pd.DataFrame, selected: set[str], text: str = "") -> list:
 
 
 def metric_options(run_ids: list[str]) -> list[dict]:
-    """Catalogue metrics first (common ones preselected), then every other key in the runs."""
-    options = [{"label": f"{METRICS[s[4:]].label} · {METRICS[s[4:]].unit}", "value": s} for s in DEFAULT_METRICS]
+    """Catalogue metrics first (common ones preselected; each chart draws every GPU), then every stored key of
+    the runs: one GPU's, one MIG slice's or one node's series alone (`SMACT (GPU 1)`), and the runs' own metrics."""
+    options = [{"label": f"{METRICS[s[4:]].label} · {METRICS[s[4:]].unit} · every GPU", "value": s} for s in DEFAULT_METRICS]
     if not run_ids or STATE.engine is None:
         return options
     seen = {o["value"] for o in options}
+    single = []
     for key in queries.list_metric_keys(STATE.engine, run_ids):
         resolved = resolve(key)
         spec = f"cat:{resolved.metric.name}" if resolved else f"key:{key}"
         if spec not in seen:
             seen.add(spec)
-            label = f"{resolved.metric.label} · {resolved.metric.unit}" if resolved else key
+            every = " · every GPU" if resolved and resolved.metric.per_gpu else ""
+            label = f"{resolved.metric.label} · {resolved.metric.unit}{every}" if resolved else key
             options.append({"label": label, "value": spec})
-    return options
+        if resolved and resolved.device.label:  # the one series, findable by its key or its device
+            single.append({"label": f"{display_name(key)} · {key}", "value": f"key:{key}"})
+    return options + single
+
+
+def gpu_options(run_ids: list[str]) -> list[dict]:
+    """The GPU indices the runs stored series for (any node, any MIG slice), for the GPU filter."""
+    if not run_ids or STATE.engine is None:
+        return []
+    gpus = sorted({g for _name, g in queries.present_metrics(STATE.engine, run_ids) if g is not None})
+    return [{"label": f"GPU {g}", "value": str(g)} for g in gpus]
 
 
 def layout(
@@ -115,6 +134,8 @@ def layout(
     smooth: str = "0",
     log: str = "0",
     xr: str | None = None,
+    gpu: str | None = None,
+    gpuagg: str | None = None,
     **_ignored,
 ):
     error = store_error()
@@ -132,7 +153,20 @@ def layout(
     selected = set(_split(runs))
     table = _runs(exp_ids)
     zoom = xr if xr and len(_split(xr)) == 2 else None
-    view = View.from_dict({"exp": ",".join(exp_ids), "runs": runs, "metrics": metrics, "x": x, "mode": mode, "smooth": smooth, "log": log, "xr": zoom})
+    view = View.from_dict(
+        {
+            "exp": ",".join(exp_ids),
+            "runs": runs,
+            "metrics": metrics,
+            "x": x,
+            "mode": mode,
+            "smooth": smooth,
+            "log": log,
+            "xr": zoom,
+            "gpu": gpu,
+            "gpuagg": gpuagg,
+        }
+    )
     return html.Div(
         [
             html.Aside(
@@ -197,6 +231,27 @@ def layout(
                         ],
                         className="controls",
                     ),
+                    html.Div(
+                        [
+                            html.Span("GPUs: "),
+                            dcc.RadioItems(
+                                id="gpu-mode",
+                                options=[{"label": "each GPU", "value": "each"}, {"label": "mean per run (min–max band)", "value": "mean"}],
+                                value=view.gpu_mode,
+                                inline=True,
+                            ),
+                            html.Span(" only: "),
+                            dcc.Checklist(
+                                id="gpu-filter",
+                                options=gpu_options(list(selected)),
+                                value=[str(g) for g in view.gpus or []],
+                                inline=True,
+                                className="gpu-filter",
+                            ),
+                            html.Span("(none ticked: every GPU)", className="hint"),
+                        ],
+                        className="controls gpu-controls",
+                    ),
                     dcc.Loading(
                         dcc.Graph(
                             id="charts", figure=empty_figure("Pick runs on the left."), config={"displaylogo": False, "toImageButtonOptions": {"format": "svg"}}
@@ -206,8 +261,13 @@ def layout(
                     export_panel(),
                     html.H3("Summary"),
                     html.P(
-                        "Throughput: the run's own steps (epochs, iterations) per hour. Normalised: against the same command run alone; "
-                        "a collocated workload above 1 did more work per hour than its runs one after another.",
+                        "Steps: the highest step the script logged + 1 (epochs, iterations). Duration: the script's own time, start to exit "
+                        "(not radt's set-up). Steps/h = steps ÷ duration. Together: runs of a workload whose times overlapped (1: it ran alone). "
+                        "Alone steps/h: the mean over the alone runs, finished runs of the same command in the same experiment that ran by "
+                        "themselves; normalised = steps/h ÷ alone steps/h. SMACT and SMOCC: every point of every GPU of the run. "
+                        "A row of runs together: steps/h and normalised are the sums of its runs' (above 1: more work per hour than the "
+                        "same runs one after another), duration from the first start to the last exit, energy per GPU the largest of its "
+                        "runs' (runs on one GPU read the same counter), summed over its GPUs.",
                         className="hint",
                     ),
                     dash_table.DataTable(
@@ -255,9 +315,10 @@ def select_workload(all_value, options):
     return [o["value"] for o in options] if all_value else []
 
 
-@callback(Output("metrics", "options"), Input({"type": "wl-runs", "wl": ALL}, "value"), prevent_initial_call=True)
+@callback(Output("metrics", "options"), Output("gpu-filter", "options"), Input({"type": "wl-runs", "wl": ALL}, "value"), prevent_initial_call=True)
 def refresh_metric_options(values):
-    return metric_options([run_id for group in values or [] for run_id in group or []])
+    run_ids = [run_id for group in values or [] for run_id in group or []]
+    return metric_options(run_ids), gpu_options(run_ids)
 
 
 @callback(
@@ -271,13 +332,16 @@ def refresh_metric_options(values):
     Input("smoothing", "value"),
     Input("log-y", "value"),
     Input("zoom", "data"),
+    Input("gpu-filter", "value"),
+    Input("gpu-mode", "value"),
     State("experiments", "value"),
 )
-def draw(run_groups, metric_specs, x_mode, group_mode, smoothing, log_y, zoom_state, experiment_ids):
+def draw(run_groups, metric_specs, x_mode, group_mode, smoothing, log_y, zoom_state, gpu_filter, gpu_mode, experiment_ids):
     run_ids = list(dict.fromkeys(run_id for group in run_groups or [] for run_id in group or []))
     # a range in minutes means nothing on a wall-clock or step axis: the zoom belongs to its axis
     zoom = (zoom_state or {}).get("range") if (zoom_state or {}).get("axis") == f"{x_mode}-{group_mode}" else None
-    view = View(experiment_ids or [], run_ids, list(metric_specs or []), x_mode, group_mode, float(smoothing or 0), bool(log_y), zoom)
+    gpus = sorted({int(g) for g in gpu_filter or [] if str(g).isdigit()}) or None
+    view = View(experiment_ids or [], run_ids, list(metric_specs or []), x_mode, group_mode, float(smoothing or 0), bool(log_y), zoom, gpus, gpu_mode or "each")
     if not run_ids:
         return empty_figure("Pick runs on the left."), [], view.to_dict()
     if not metric_specs:
@@ -293,20 +357,23 @@ SUMMARY_COLUMNS = [
     ("workload", "workload"),
     ("letter", "letter"),
     ("status", "status"),
-    ("duration (min)", "duration_min"),
-    ("mean SMACT", "smact_mean"),
-    ("p95 SMACT", "smact_p95"),
-    ("mean SMOCC", "smocc_mean"),
-    ("p95 SMOCC", "smocc_p95"),
-    ("peak GPU memory (MB)", "gpu_memory_peak_mb"),
-    ("energy (kJ)", "energy_kj"),
+    ("runs together", "together"),
+    ("steps", "steps"),
+    ("duration (min, script)", "duration_min"),
+    ("steps/h (steps ÷ duration)", "steps_per_h"),
+    ("alone runs", "alone_runs"),
+    ("alone steps/h (mean of alone runs)", "alone_steps_per_h"),
+    ("normalised (steps/h ÷ alone steps/h)", "normalised"),
+    ("mean SMACT (all GPUs)", "smact_mean"),
+    ("p95 SMACT (all GPUs)", "smact_p95"),
+    ("mean SMOCC (all GPUs)", "smocc_mean"),
+    ("p95 SMOCC (all GPUs)", "smocc_p95"),
+    ("peak memory per GPU (MB)", "peak_memory_per_gpu_mb"),
+    ("energy (kJ, all GPUs)", "energy_kj"),
     ("mean CPU %", "cpu_mean"),
-    ("steps/h", "throughput_per_h"),
-    ("alone steps/h", "alone_throughput_per_h"),
-    ("normalised", "normalised_throughput"),
 ]
-DIGITS = {"duration_min": 1, "smact_mean": 3, "smact_p95": 3, "smocc_mean": 3, "smocc_p95": 3, "gpu_memory_peak_mb": 0, "energy_kj": 1, "cpu_mean": 1,
-          "throughput_per_h": 1, "alone_throughput_per_h": 1, "normalised_throughput": 2}  # fmt: skip
+DIGITS = {"together": 0, "steps": 0, "duration_min": 2, "steps_per_h": 2, "alone_runs": 0, "alone_steps_per_h": 2, "normalised": 3, "smact_mean": 3,
+          "smact_p95": 3, "smocc_mean": 3, "smocc_p95": 3, "peak_memory_per_gpu_mb": 0, "energy_kj": 1, "cpu_mean": 1}  # fmt: skip
 
 
 def _summary(view: View, runs: pd.DataFrame) -> list[dict]:
@@ -320,7 +387,7 @@ def _summary(view: View, runs: pd.DataFrame) -> list[dict]:
     for record in table.to_dict("records"):
         for column, digits in DIGITS.items():
             value = record.get(column)
-            record[column] = None if value is None or value != value else round(float(value), digits)
+            record[column] = None if value is None or value != value else (round(float(value), digits) if digits else int(round(float(value))))
         rows.append({k: (None if isinstance(v, float) and v != v else v) for k, v in record.items()})
     return rows
 

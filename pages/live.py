@@ -188,15 +188,15 @@ def render(_tick, window_min, previous):
 
 
 def _value_row(values: dict[str, tuple[float, int]]) -> list:
-    per_gpu: dict[int | None, list] = defaultdict(list)
+    per_gpu: dict[catalogue.Device, list] = defaultdict(list)  # per device: GPU, MIG slice, node; the host's own last
     order = {name: i for i, name in enumerate(live.VALUE_METRICS)}
     found = []
     for key, (value, _ts) in values.items():
         resolved = catalogue.resolve(key)
-        if resolved is None or resolved.metric.name not in order or not key.startswith(catalogue.PREFIX):
+        if resolved is None or resolved.legacy or resolved.metric.name not in order or not key.startswith(catalogue.PREFIX):
             continue
-        found.append((resolved.gpu, order[resolved.metric.name], resolved.metric, value))
-    for gpu, _o, metric, value in sorted(found, key=lambda f: (f[0] is None, f[0] or 0, f[1])):  # per GPU, the host last
+        found.append((resolved.device, order[resolved.metric.name], resolved.metric, value))
+    for gpu, _o, metric, value in sorted(found, key=lambda f: (f[0].gpu is None, f[0].sort_key(), f[1])):  # per GPU, the host last
         text = "–" if value != value else (f"{value:.2f}" if metric.unit == "ratio" else f"{value:,.0f}")
         unit = "" if metric.unit == "ratio" else f" {metric.unit}"
         per_gpu[gpu].append(
@@ -204,9 +204,7 @@ def _value_row(values: dict[str, tuple[float, int]]) -> list:
                 [html.Span(metric.label, className="name"), f" {text}{unit}"], className=f"value {live.level(metric, value)}", **{"data-metric": metric.name}
             )
         )
-    rows = [html.Div([html.Span(f"GPU {gpu}", className="where")] + spans, className="value-row") for gpu, spans in per_gpu.items() if gpu is not None]
-    if per_gpu.get(None):
-        rows.append(html.Div([html.Span("host", className="where")] + per_gpu[None], className="value-row"))
+    rows = [html.Div([html.Span(device.label or "host", className="where")] + spans, className="value-row") for device, spans in per_gpu.items()]
     return rows or [html.Span("no sample yet", className="hint")]
 
 

@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 REPO = Path(__file__).resolve().parent.parent
-FIXTURES = Path(os.environ.get("RADT_FIXTURES", REPO.parent / "shared" / "fixtures" / "real-tool-logs"))
+FIXTURES = Path(os.environ.get("RADT_FIXTURES", REPO / "tests" / "fixtures" / "real-tool-logs"))  # a copy of shared/fixtures (see its README)
 FAKE_BIN = REPO / "tests" / "fakes" / "bin"
 FAKE_NVML_DIR = REPO / "tests" / "fakes" / "nvml_shadow"
 PG_ADMIN = os.environ.get("RADT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -120,8 +120,12 @@ def pg_uri(tmp_path, radt_home, request) -> str:
     _drop_pg_database(name)
 
 
-def radt_env(home: Path, store: str | None = None, fake_gpus: str | None = None, fake_bin: bool = False, extra: dict | None = None) -> dict[str, str]:
-    """The environment a user's shell would give `radt`, with fakes only at the hardware boundary."""
+def radt_env(home: Path, store: str | None = None, fake_gpus: str = "null", fake_bin: bool = False, extra: dict | None = None) -> dict[str, str]:
+    """The environment a user's shell would give `radt`, with fakes only at the hardware boundary.
+
+    `fake_gpus`: the GPUs the fake NVML (tests/fakes/fake_nvml.py) answers for, as JSON; the default
+    "null" is a machine without the NVIDIA driver, so a developer's real GPU never changes what a test sees.
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "RADT_", "PYTEST_"))}
     env["RADT_HOME"] = str(home)
     env["PYTHONPATH"] = str(REPO)
@@ -130,9 +134,9 @@ def radt_env(home: Path, store: str | None = None, fake_gpus: str | None = None,
     env["MLFLOW_DISABLE_TELEMETRY"] = "true"
     if store:
         env["MLFLOW_TRACKING_URI"] = store
-    if fake_gpus is not None:  # a pynvml that answers like a real driver with these GPUs
-        env["PYTHONPATH"] = os.pathsep.join([str(FAKE_NVML_DIR), str(REPO)])
-        env["RADT_FAKE_NVML"] = fake_gpus
+    # a pynvml that answers like a real driver with these GPUs (or like a machine without one)
+    env["PYTHONPATH"] = os.pathsep.join([str(FAKE_NVML_DIR), str(REPO)])
+    env["RADT_FAKE_NVML"] = fake_gpus
     if fake_bin:
         env["PATH"] = os.pathsep.join([str(FAKE_BIN), env.get("PATH", "")])
     env.update(extra or {})

@@ -15,8 +15,10 @@ import psutil
 import pytest
 
 from app.catalogue import DCGM_BASIC_FIELDS
+from collectors.parsers import parse_dcgmi_dmon, parse_mig_hierarchy
 from collectors.sources.base import SamplingContext, SourceUnavailable
 from collectors.sources.dcgm import DcgmSource
+from collectors.toolmetrics import EnergyBaseline, dmon_metrics
 from tests.conftest import FAKE_BIN
 
 LOG = "mnist_dcgmi_dmon_18fields.txt"
@@ -40,21 +42,30 @@ COLUMNS = {
 }
 
 
-def fixture_rows(path: Path, gpu: int) -> list[dict[str, float]]:
-    """GPU `gpu`'s lines of a dmon log as {radt key: value}, N/A cells left out, energy relative to its first reading."""
+def fixture_rows(path: Path, gpu: int, mig: int | None = None, factor: float = 1.0) -> list[dict[str, float]]:
+    """GPU `gpu`'s lines of a dmon log as {radt key: value}, N/A cells left out, energy relative to its first reading.
+
+    With `mig`: the lines the fake prints for that GPU's instance, each number times `factor` with the decimals it had,
+    under the slice's keys, energy relative to the slice's own first reading."""
     rows, tags, first_energy = [], [], None
+    prefix = f"system/gpu_{gpu}_" + (f"mig_{mig}_" if mig is not None else "")
     for line in path.read_text().splitlines():
         parts = line.split()
         if line.startswith("#Entity"):
             tags = parts[1:]
         elif len(parts) >= 2 and parts[0] == "GPU" and parts[1] == str(gpu):
-            cells = dict(zip(tags, parts[2:]))
-            row = {f"system/gpu_{gpu}_{COLUMNS[t][0]}": float(v) * COLUMNS[t][1] for t, v in cells.items() if t in COLUMNS and v != "N/A"}
-            if cells.get("TOTEC", "N/A") != "N/A":
-                first_energy = float(cells["TOTEC"]) if first_energy is None else first_energy
-                row[f"system/gpu_{gpu}_energy_joules"] = (float(cells["TOTEC"]) - first_energy) / 1000.0
+            cells = {t: _times(v, factor) for t, v in zip(tags, parts[2:]) if v != "N/A"}
+            row = {prefix + COLUMNS[t][0]: v * COLUMNS[t][1] for t, v in cells.items() if t in COLUMNS}
+            if "TOTEC" in cells:
+                first_energy = cells["TOTEC"] if first_energy is None else first_energy
+                row[prefix + "energy_joules"] = (cells["TOTEC"] - first_energy) / 1000.0
             rows.append(row)
     return rows
+
+
+def _times(cell: str, factor: float) -> float:
+    decimals = len(cell.split(".")[1]) if "." in cell else 0
+    return round(float(cell) * factor, decimals)
 
 
 def is_ordered_subsequence(seen: list[dict], expected: list[dict]) -> bool:
@@ -76,7 +87,14 @@ def dcgmi(monkeypatch, tmp_path, fixtures_dir):
     """The fake dcgmi first on PATH; returns a reader of the argument lists it was started with."""
     monkeypatch.setenv("PATH", os.pathsep.join([str(FAKE_BIN), os.environ.get("PATH", "")]))
     monkeypatch.setenv("RADT_FIXTURES", str(fixtures_dir))
-    for name in ("RADT_FAKE_DCGMI_LOG", "RADT_FAKE_DCGMI_NO_PROFILING", "RADT_FAKE_DCGMI_NO_HOSTENGINE", "RADT_FAKE_DCGMI_EXIT_AFTER"):
+    for name in (
+        "RADT_FAKE_DCGMI_LOG",
+        "RADT_FAKE_DCGMI_NO_PROFILING",
+        "RADT_FAKE_DCGMI_NO_HOSTENGINE",
+        "RADT_FAKE_DCGMI_EXIT_AFTER",
+        "RADT_FAKE_DCGMI_MIG",
+        "RADT_FAKE_DCGMI_DISCOVERY_ERROR",
+    ):
         monkeypatch.delenv(name, raising=False)
     record = tmp_path / "dcgmi-argv.jsonl"
     monkeypatch.setenv("RADT_FAKE_DCGMI_ARGS", str(record))
@@ -114,7 +132,12 @@ def collect(src: DcgmSource, until, timeout: float = 15.0) -> list[dict[str, flo
 
 
 def gpu_part(values: dict[str, float], gpu: int) -> dict[str, float]:
-    return {k: v for k, v in values.items() if k.startswith(f"system/gpu_{gpu}_")}
+    """The whole GPU's keys (its MIG slices' keys left out)."""
+    return {k: v for k, v in values.items() if k.startswith(f"system/gpu_{gpu}_") and not k.startswith(f"system/gpu_{gpu}_mig_")}
+
+
+def mig_part(values: dict[str, float], gpu: int, gi: int) -> dict[str, float]:
+    return {k: v for k, v in values.items() if k.startswith(f"system/gpu_{gpu}_mig_{gi}_")}
 
 
 def test_values_are_the_recorded_lines(dcgmi, source, fixtures_dir):
@@ -143,7 +166,7 @@ def test_devices_are_passed_with_i(dcgmi, source):
     src = source()
     src.open(SamplingContext(interval=0.1, devices=[0, 2]))
     assert dcgmi()[0][-2:] == ["-i", "0,2"]
-    samples = collect(src, lambda s: len(s) >= 3)
+    samples = collect(src, lambda s: len(s) >= 3 and {k.split("_")[1] for v in s for k in v} >= {"0", "2"})
     gpus = {k.split("_")[1] for values in samples for k in values}
     assert gpus == {"0", "2"}
 
@@ -205,6 +228,143 @@ def test_dmon_that_dies_mid_run_is_reported(dcgmi, source, monkeypatch):
             return
         time.sleep(0.02)
     pytest.fail("sample() kept answering after dcgmi dmon exited")
+
+
+# --- MIG slices: `dcgmi discovery -c` names each slice's GPU-instance entity, dmon prints it as "GPU-I <id>" ---------
+
+# dcgmi/tests/OutputTests.cpp of DCGM 4.6 (FormatMigHierarchy), its first two GPUs
+HIERARCHY = """\
++-------------------+--------------------------------------------------------------------+
+| Instance Hierarchy                                                                     |
++===================+====================================================================+
+| GPU 0             | GPU GPU-f04cff15-f427-9612-3f5e-60a6e0cd2018 (EntityID: 0)         |
+| -> I 0/0          | GPU Instance (EntityID: 0)                                         |
+|    -> CI 0/0/0    | Compute Instance (EntityID: 0)                                     |
+|    -> CI 0/0/1    | Compute Instance (EntityID: 1000)                                  |
+| -> I 0/1          | GPU Instance (EntityID: 100)                                       |
+|    -> CI 0/1/0    | Compute Instance (EntityID: 100)                                   |
+|    -> CI 0/1/1    | Compute Instance (EntityID: 1100)                                  |
++-------------------+--------------------------------------------------------------------+
+| GPU 1             | GPU GPU-1a7b269f-8591-c6a5-a274-6f4f1ad9f6b3 (EntityID: 10)        |
+| -> I 1/0          | GPU Instance (EntityID: 10)                                        |
+|    -> CI 1/0/0    | Compute Instance (EntityID: 10)                                    |
++-------------------+--------------------------------------------------------------------+
+"""
+UUID = "GPU-f04cff15-f427-9612-3f5e-60a6e0cd2018"
+
+
+def mig_env(monkeypatch, *instances: tuple[int, int, float]) -> None:
+    """GPU 0 in MIG mode with these (GPU instance id, DCGM entity id, factor of the fake's values) in DCGM's hierarchy."""
+    gis = [{"gi": gi, "entity": entity, "factor": factor} for gi, entity, factor in instances]
+    monkeypatch.setenv("RADT_FAKE_DCGMI_MIG", json.dumps([{"gpu": 0, "uuid": UUID, "instances": gis}]))
+
+
+def test_mig_hierarchy_is_read_from_dcgms_own_table():
+    assert parse_mig_hierarchy(HIERARCHY) == {(0, 0): 0, (0, 1): 100, (1, 0): 10}
+    # other padding and arrows, and the "-> C" compute instance lines of older DCGM, read the same
+    older = "| GPU 3 | GPU GPU-x (EntityID: 30)\n|  ->I 3/7 |GPU Instance (EntityID:  370)|\n|   -> C 3/7/0 | Compute Instance (EntityID: 370) |\n"
+    assert parse_mig_hierarchy(older) == {(3, 7): 370}
+    assert parse_mig_hierarchy("Error: Cannot get hierarchy information from the hostengine. Return: Host engine connection invalid/disconnected") == {}
+
+
+def test_gpu_instance_lines_become_their_slices_keys_and_others_are_dropped():
+    lines = [
+        "#Entity   SMACT   TOTEC",
+        "GPU 0     0.5     5000",
+        "GPU-I 100 0.25    2000",
+        "GPU-I 200 0.125   1000",
+        "GPU 0     0.5     6000",
+        "GPU-I 100 0.25    2500",
+    ]
+    rows, energy = list(parse_dcgmi_dmon(lines)), EnergyBaseline()
+    metrics = [dmon_metrics(row, energy, instances={100: (0, 1)}) for row in rows]
+    assert metrics[1] == {"system/gpu_0_mig_1_sm_active": 0.25, "system/gpu_0_mig_1_energy_joules": 0.0}
+    assert metrics[2] == {}, "an instance not asked for is dropped"
+    assert metrics[4]["system/gpu_0_mig_1_energy_joules"] == pytest.approx(0.5), "relative to the slice's own first reading"
+    assert metrics[3]["system/gpu_0_energy_joules"] == pytest.approx(1.0)
+    # `radt import` of a dmon log has no hierarchy: its GPU-I lines are dropped
+    assert [dmon_metrics(row, EnergyBaseline()) for row in rows][1:3] == [{}, {}]
+
+
+def test_a_mig_slice_is_its_own_series_from_dmons_gpu_instance_lines(dcgmi, source, monkeypatch, fixtures_dir):
+    mig_env(monkeypatch, (0, 0, 1.0), (1, 100, 0.5))
+    src = source()
+    src.open(SamplingContext(interval=0.1, devices=[0], slices=[(0, 1)]))
+    discovery, dmon = dcgmi()
+    assert discovery == ["discovery", "-c"]
+    assert dmon[:2] == ["dmon", "-e"] and dmon[-2:] == ["-i", "0,i:100"]
+
+    samples = collect(src, lambda s: any(v.get("system/gpu_0_mig_1_sm_active", 0) > 0 for v in s) and len(s) >= 5)
+    seen = [mig_part(v, 0, 1) for v in samples if mig_part(v, 0, 1)]
+    expected = fixture_rows(fixtures_dir / LOG, 0, mig=1, factor=0.5)
+    assert is_ordered_subsequence(seen, expected), (seen[:3], expected[:3])
+    assert any(_same(seen[0], row) for row in expected[:5]), seen[0]
+    whole = [gpu_part(v, 0) for v in samples if gpu_part(v, 0)]
+    assert is_ordered_subsequence(whole, fixture_rows(fixtures_dir / LOG, 0)), "the GPU's own series go on beside the slice's"
+    assert not [k for v in samples for k in v if "_mig_0_" in k or not k.startswith("system/gpu_0_")]
+    assert src.describe()["mig_instances"] == {"0/1": 100} and "mig_activity" not in src.describe()
+
+
+def test_two_slices_are_two_series(dcgmi, source, monkeypatch, fixtures_dir):
+    mig_env(monkeypatch, (1, 100, 0.5), (2, 200, 0.25))
+    src = source()
+    src.open(SamplingContext(interval=0.1, slices=[(0, 1), (0, 2)]))  # no -d: the slices' GPU is named beside them
+    assert dcgmi()[1][-2:] == ["-i", "0,i:100,i:200"]
+
+    def both_active(samples):
+        return any(v.get("system/gpu_0_mig_1_sm_active", 0) > 0 and v.get("system/gpu_0_mig_2_sm_active", 0) > 0 for v in samples)
+
+    samples = collect(src, both_active)
+    for gi, factor in ((1, 0.5), (2, 0.25)):
+        seen = [mig_part(v, 0, gi) for v in samples if mig_part(v, 0, gi)]
+        assert is_ordered_subsequence(seen, fixture_rows(fixtures_dir / LOG, 0, mig=gi, factor=factor)), gi
+    last = next(v for v in reversed(samples) if v.get("system/gpu_0_mig_1_sm_active", 0) > 0 and v.get("system/gpu_0_mig_2_sm_active", 0) > 0)
+    assert last["system/gpu_0_mig_1_sm_active"] > last["system/gpu_0_mig_2_sm_active"]
+
+
+@pytest.mark.parametrize(
+    ("hierarchy", "slices", "entities", "reason"),
+    [
+        ([(1, 100, 0.5)], [(0, 1), (0, 3)], "0,i:100", "DCGM's MIG hierarchy (dcgmi discovery -c) has no GPU 0 instance 3"),
+        ([], [(0, 3)], "0", "DCGM's MIG hierarchy (dcgmi discovery -c) has no GPU 0 instance 3"),
+        (None, [(0, 3)], "0", "dcgmi discovery -c failed (Error: Cannot get hierarchy information from the hostengine. Return: "),
+    ],
+    ids=["absent-from-the-hierarchy", "no-mig-instances", "discovery-fails"],
+)
+def test_a_slice_dcgm_does_not_list_is_reported_once_and_the_gpu_goes_on(dcgmi, source, monkeypatch, fixtures_dir, hierarchy, slices, entities, reason):
+    if hierarchy is None:
+        monkeypatch.setenv("RADT_FAKE_DCGMI_DISCOVERY_ERROR", "1")
+    else:
+        mig_env(monkeypatch, *hierarchy)
+    src = source()
+    src.open(SamplingContext(interval=0.1, devices=[0], slices=slices))
+    assert [argv[0] for argv in dcgmi()] == ["discovery", "dmon"]
+    assert dcgmi()[1][-2:] == ["-i", entities]
+    said = src.describe()["mig_activity"]
+    assert said.startswith("unavailable: " + reason) and said.endswith("; the GPU-level series are the whole GPU's")
+    assert said.count("unavailable") == 1
+
+    # until five samples hold the whole GPU's line (a sample taken between its line and a slice's holds only the slice)
+    samples = collect(src, lambda s: sum(1 for v in s if gpu_part(v, 0)) >= 5)
+    whole = [gpu_part(v, 0) for v in samples if gpu_part(v, 0)]
+    assert len(whole) >= 5 and is_ordered_subsequence(whole, fixture_rows(fixtures_dir / LOG, 0))
+    assert not [k for v in samples for k in v if "_mig_3_" in k]
+    assert bool([k for v in samples for k in v if "_mig_1_" in k]) == (hierarchy == [(1, 100, 0.5)])
+    assert src.describe()["mig_activity"] == said  # one reason, not one per sample
+
+
+def test_profiling_refused_on_a_mig_slice_falls_back_and_says_the_activity_is_missing(dcgmi, source, monkeypatch):
+    monkeypatch.setenv("RADT_FAKE_DCGMI_NO_PROFILING", "1")
+    mig_env(monkeypatch, (1, 100, 0.5))
+    src = source()
+    src.open(SamplingContext(interval=0.1, devices=[0], slices=[(0, 1)]))
+    _, first, second = dcgmi()
+    assert first[-2:] == second[-2:] == ["-i", "0,i:100"]
+    assert src.fields == DCGM_BASIC_FIELDS
+    assert src.describe()["mig_activity"].startswith("unavailable: DCGM refused the profiling fields (Error setting watches.")
+    samples = collect(src, lambda s: any("system/gpu_0_mig_1_power_usage_watts" in v for v in s) and len(s) >= 3)
+    assert any("system/gpu_0_power_usage_watts" in v for v in samples)
+    assert not any("sm_active" in k for v in samples for k in v)
 
 
 def dcgmi_children() -> list[int]:

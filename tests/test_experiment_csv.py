@@ -10,10 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pynvml
 import pytest
 
 from collectors.experiment import ExperimentFile, plan, real_machine
-from tests.conftest import REPO
+from tests.conftest import FAKE_NVML_DIR, REPO
+from tests.fakes.fake_nvml import install_fake
 
 FAKE_TOOLS = REPO / "tests" / "fakes" / "gpu_tools"
 HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
@@ -21,7 +23,10 @@ HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Para
 
 @pytest.fixture
 def fake_tools(tmp_path, monkeypatch) -> Path:
-    """Fake nvidia-smi (4 A100s, GPU 2 in MIG mode), nvidia-cuda-mps-control, nsys and ncu on PATH; the real ones hidden."""
+    """Fake nvidia-smi (4 A100s, GPU 2 in MIG mode), nvidia-cuda-mps-control, nsys and ncu on PATH; the real ones hidden.
+
+    NVML is the fake without a library, whatever this machine has, so the GPUs are nvidia-smi's."""
+    install_fake(pynvml, None, monkeypatch.setattr)
     monkeypatch.setenv("PATH", f"{FAKE_TOOLS}:/usr/bin:/bin")
     monkeypatch.setenv("RADT_FAKE_TOOLS_STATE", str(tmp_path / "tools-state.json"))
     monkeypatch.setenv("RADT_FAKE_TOOLS_LOG", str(tmp_path / "tools.log"))
@@ -167,7 +172,7 @@ def test_cli_prints_every_problem_and_starts_nothing(fake_tools):
     env = {
         "PATH": f"{FAKE_TOOLS}:/usr/bin:/bin",
         "RADT_HOME": str(fake_tools / "home"),
-        "PYTHONPATH": str(REPO),
+        "PYTHONPATH": f"{FAKE_NVML_DIR}:{REPO}",  # pynvml without a driver, whatever this machine has
         "RADT_FAKE_TOOLS_STATE": str(fake_tools / "s.json"),
     }
     result = subprocess.run([sys.executable, "-m", "radt", "experiment.csv"], cwd=fake_tools, env=env, capture_output=True, text=True, timeout=60)
@@ -189,7 +194,7 @@ def test_dry_run_prints_the_plan_and_touches_nothing(fake_tools):
     body = "exp,1,,,0,-,train.py,smi+top,--epochs 1\nexp,2,,,0,MPS,train.py,smi,\nexp,2,,,0,MPS,train.py,smi,\nexp,3,,,2,1g.5gb,train.py,smi+ncu,\nexp,9,FINISHED,r,0,-,train.py,smi,\n"
     (fake_tools / "experiment.csv").write_text(HEADER + body)
     before = (fake_tools / "experiment.csv").read_text()
-    env = {"PATH": f"{FAKE_TOOLS}:/usr/bin:/bin", "RADT_HOME": str(fake_tools / "home"), "PYTHONPATH": str(REPO)}
+    env = {"PATH": f"{FAKE_TOOLS}:/usr/bin:/bin", "RADT_HOME": str(fake_tools / "home"), "PYTHONPATH": f"{FAKE_NVML_DIR}:{REPO}"}
     env |= {"RADT_FAKE_TOOLS_STATE": str(fake_tools / "s.json"), "RADT_FAKE_TOOLS_LOG": str(fake_tools / "tools.log")}
     result = subprocess.run([sys.executable, "-m", "radt", "--dry-run", "experiment.csv"], cwd=fake_tools, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

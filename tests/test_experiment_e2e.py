@@ -19,7 +19,7 @@ import pytest
 from mlflow import MlflowClient
 
 from collectors.experiment import ExperimentFile
-from tests.conftest import REPO, radt_env
+from tests.conftest import FAKE_NVML_DIR, REPO, radt_env
 
 FAKE_TOOLS = REPO / "tests" / "fakes" / "gpu_tools"
 HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
@@ -70,6 +70,7 @@ def experiment(tmp_path, radt_home):
     (tmp_path / "train.py").write_text(TRAIN)
     extra = {"RADT_FAKE_TOOLS_LOG": str(tmp_path / "tools.log"), "RADT_FAKE_TOOLS_STATE": str(tmp_path / "tools-state.json")}
     extra["PATH"] = f"{FAKE_TOOLS}:{os.environ['PATH']}"
+    extra["PYTHONPATH"] = f"{FAKE_NVML_DIR}:{REPO}"  # pynvml without a driver (no RADT_FAKE_NVML), whatever this machine has: the GPUs are nvidia-smi's
     return tmp_path, extra
 
 

@@ -7,7 +7,9 @@ at full detail. Screenshots are kept in test-artifacts/.
 
 from __future__ import annotations
 
+import csv
 import fcntl
+import io
 import json
 import os
 import re
@@ -45,6 +47,21 @@ def _write_long_run(uri: str) -> str:
     return run_id
 
 
+def _import_five_gpus(uri: str) -> str:
+    """`radt import` of the real 5-GPU MNIST logs (DGX Station A100: four A100s and the display GPU)."""
+    import contextlib
+    import io
+
+    from collectors import importer
+    from tests.conftest import FIXTURES
+
+    files = [str(FIXTURES / name) for name in ("mnist_dcgmi_dmon_18fields.txt", "mnist_nvidia_smi.csv", "mnist_top_batch.txt")]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert importer.main([*files, "-e", "imported 5 GPUs", "-n", "mnist (PMDLT)", "--store", uri]) == 0
+    return out.getvalue().split()[-1]
+
+
 @pytest.fixture(scope="session", params=["sqlite", "postgresql"])
 def filled_store(request, tmp_path_factory, sqlite_template):
     """A store holding `radt demo` and one long run, written once per store kind for all xdist
@@ -67,7 +84,8 @@ def filled_store(request, tmp_path_factory, sqlite_template):
                     uri = _pg_url(_new_pg_database(request.getfixturevalue("pg_template"), prefix=SHARED_PG_PREFIX))
                 demo.write_demo(uri, minutes=4, report=lambda _line: None)
                 long_run = _write_long_run(uri)
-            described.write_text(json.dumps({"uri": uri, "home": str(home), "long_run": long_run, "kind": kind}))
+                five_gpus = _import_five_gpus(uri)
+            described.write_text(json.dumps({"uri": uri, "home": str(home), "long_run": long_run, "five_gpus": five_gpus, "kind": kind}))
         info = json.loads(described.read_text())
     info["home"] = Path(info["home"])
     return info
@@ -119,7 +137,7 @@ def test_pick_runs_group_and_reload(page, served, filled_store):
     page.goto(served)
     page.locator("#experiments label", has_text=RESNET).locator("input").check()
     page.locator(".workload summary", has_text="2 same GPU").locator("input").check()
-    traces = _wait_traces(page, {"resnet50 2A", "resnet50 2B"})
+    traces = _wait_traces(page, {"resnet50 2A · GPU 0", "resnet50 2B · GPU 0"})
     assert all(t["n"] > 100 for t in traces), traces
     assert _chart_titles(page)[:4] == ["SMACT", "SMOCC", "GRACT", "DRAMA"]
     page.wait_for_function("document.querySelectorAll('#summary tbody tr').length >= 3")  # header + 2 runs
@@ -128,7 +146,7 @@ def test_pick_runs_group_and_reload(page, served, filled_store):
 
     # one more run from another workload, ticked on its own
     page.locator(".workload", has_text="3 MPS").locator(".wl-runs label", has_text="resnet50 3A").locator("input").check()
-    _wait_traces(page, {"resnet50 2A", "resnet50 2B", "resnet50 3A"})
+    _wait_traces(page, {"resnet50 2A · GPU 0", "resnet50 2B · GPU 0", "resnet50 3A · GPU 0"})
 
     # grouped: one mean per workload (with its band), named with the number of runs
     page.locator("#group-mode label", has_text="grouped").locator("input").check()
@@ -154,11 +172,64 @@ def test_pick_runs_group_and_reload(page, served, filled_store):
     assert page.url == url
 
 
+def test_every_gpu_of_a_run_is_drawn_averaged_filtered_and_exported(page, served, filled_store):
+    """The 5-GPU MNIST run imported from real logs: one SMACT trace per GPU, each with every stored
+    point; the per-run mean with its min-max band; the GPU filter; the CSV with each GPU's points."""
+    run_id = filled_store["five_gpus"]
+    experiment = MlflowClient(filled_store["uri"]).get_run(run_id).info.experiment_id
+    engine = queries.make_read_engine(filled_store["uri"])
+    with engine.connect() as conn:
+        stored = dict(
+            conn.execute(
+                sa.select(queries.METRICS.c.key, sa.func.count())
+                .where(queries.METRICS.c.run_uuid == run_id, queries.METRICS.c.key.like("system/gpu_%_sm_active"))
+                .group_by(queries.METRICS.c.key)
+            ).all()
+        )
+    engine.dispose()
+    assert len(stored) == 5, stored
+
+    page.goto(f"{served}?exp={experiment}&runs={run_id}&metrics=cat:sm_active,cat:power_usage_watts")
+    names = {f"mnist (PMDLT) · GPU {g}" for g in range(5)}
+    traces = _wait_traces(page, names)
+    assert {t["name"]: t["n"] for t in traces} == {f"mnist (PMDLT) · GPU {g}": stored[f"system/gpu_{g}_sm_active"] for g in range(5)}
+    hover = page.evaluate("() => document.querySelector('#charts .js-plotly-plot')._fullData.filter(t => t.name === 'mnist (PMDLT) · GPU 3')[0].hovertemplate")
+    assert "GPU 3" in hover and "DGX Display" in hover, "the tooltip names the physical GPU the series is"
+    screenshot(page, f"explore-five-gpus-{filled_store['kind']}")
+
+    # per run, the mean across its GPUs with a min-max band
+    page.locator("#gpu-mode label", has_text="mean per run").locator("input").check()
+    page.wait_for_function(
+        "() => { const g = document.querySelector('#charts .js-plotly-plot'); if (!g || !g._fullData) return false;"
+        " const y = g._fullData.filter(t => (t.yaxis || 'y') === 'y');"
+        " return y.some(t => t.name === 'mnist (PMDLT) · mean of 5 GPUs') && y.some(t => t.fill === 'tonexty') && !y.some(t => (t.name || '').endsWith('GPU 0')); }"
+    )
+    page.wait_for_function("location.search.includes('gpuagg=mean')")
+
+    # the GPU filter: GPU 2 alone
+    page.locator("#gpu-mode label", has_text="each GPU").locator("input").check()
+    page.locator("#gpu-filter label", has_text="GPU 2").locator("input").check()
+    _wait_traces(page, {"mnist (PMDLT) · GPU 2"})
+    page.wait_for_function("location.search.includes('gpu=2')")
+    page.reload()
+    _wait_traces(page, {"mnist (PMDLT) · GPU 2"})
+
+    # the data behind the chart: every GPU's points, each under its GPU
+    from app.export import data_csv
+    from app.views import View
+    from collectors.export import _open_store
+
+    _open_store(filled_store["uri"])
+    text, _missing = data_csv(View([experiment], [run_id], ["cat:sm_active"]))
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert {g: sum(r["gpu"] == str(g) for r in rows) for g in range(5)} == {g: stored[f"system/gpu_{g}_sm_active"] for g in range(5)}
+
+
 def test_zoom_asks_for_the_window_at_full_detail(page, served, filled_store):
     run_id = filled_store["long_run"]
     experiment = MlflowClient(filled_store["uri"]).get_run(run_id).info.experiment_id
     page.goto(f"{served}?exp={experiment}&runs={run_id}&metrics=cat:sm_active")
-    traces = _wait_traces(page, {"three hours"})
+    traces = _wait_traces(page, {"three hours · GPU 0"})
     assert 1000 < traces[0]["n"] <= 2000, "the whole run is downsampled to the point budget"
     assert max(page.evaluate("() => Array.from(document.querySelector('#charts .js-plotly-plot')._fullData[0].y)")) == pytest.approx(0.99)
 
@@ -248,10 +319,10 @@ def test_several_workers_under_gunicorn_share_a_redis_cache(page, filled_store):
         run_id = filled_store["long_run"]
         experiment = MlflowClient(filled_store["uri"]).get_run(run_id).info.experiment_id
         page.goto(f"http://127.0.0.1:{port}/?exp={experiment}&runs={run_id}&metrics=cat:sm_active")
-        _wait_traces(page, {"three hours"})
+        _wait_traces(page, {"three hours · GPU 0"})
         from app.data import _key
 
-        entry = "radt:" + _key(filled_store["uri"], "series", "cat:sm_active", run_id, None, 2000, "timestamp")
+        entry = "radt:" + _key(filled_store["uri"], "devices", "cat:sm_active", run_id, None, 2000, "timestamp")
         assert redis.Redis.from_url(REDIS).exists(entry), "the series went through the shared Redis cache"
     finally:
         process.terminate()

@@ -62,13 +62,29 @@ def test_csv_holds_exactly_the_selected_runs_points(store, tmp_path, capsys):
         scale = catalogue.resolve(key).scale
         for label in labels:
             run_id = store.runs[label]
-            got = [(int(r["timestamp_ms"]), float(r["value"])) for r in rows if r["run_id"] == run_id]
+            got = [(int(r["timestamp_ms"]), float(r["value"])) for r in rows if r["run_id"] == run_id and r["gpu"] == "0"]
             expected = [(t, v * scale) for t, v in _stored(store, run_id, key)]
             assert len(got) == len(expected) > 0, f"{kind} {label}: every stored point, none downsampled"
             assert [t for t, _ in got] == [t for t, _ in expected]
             assert [v for _, v in got] == pytest.approx([v for _, v in expected], nan_ok=True)
         assert {r["run_id"] for r in rows} == {store.runs[label] for label in labels}, f"{kind}: only the selected runs"
         assert "wrote" in capsys.readouterr().err
+    # run A trained on two GPUs: --metric smact is both GPUs' SMACT, each point under its own GPU
+    assert export_main(["--experiment", "radt-new", "--run", store.runs["A"], "--metric", "smact", "--store", store.uri, "-o", str(tmp_path / "a.csv")]) == 0
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "a.csv").read_text())))
+    for gpu in ("0", "1"):
+        got = [(int(r["timestamp_ms"]), float(r["value"])) for r in rows if r["gpu"] == gpu]
+        expected = _stored(store, store.runs["A"], f"system/gpu_{gpu}_sm_active")
+        assert [t for t, _ in got] == [t for t, _ in expected] and len(got) == 300, f"GPU {gpu}: every stored point"
+        assert [v for _, v in got] == pytest.approx([v for _, v in expected], nan_ok=True)
+    assert {r["node"] for r in rows} == {""} and {r["mig_instance"] for r in rows} == {""}
+    assert (
+        export_main(
+            ["--experiment", "radt-new", "--run", store.runs["A"], "--metric", "smact", "--gpu", "1", "--store", store.uri, "-o", str(tmp_path / "a1.csv")]
+        )
+        == 0
+    )
+    assert {r["gpu"] for r in csv.DictReader(io.StringIO((tmp_path / "a1.csv").read_text()))} == {"1"}, "--gpu keeps only that GPU"
 
 
 def test_png_svg_pdf_of_every_kind_of_run_in_one_figure(store, tmp_path):
@@ -78,7 +94,8 @@ def test_png_svg_pdf_of_every_kind_of_run_in_one_figure(store, tmp_path):
     figure, missing = figure_for(view, ExportStyle(size="double-column", font_size=8, legend="top"))
     assert set(missing) == {"cat:sm_active", "cat:utilization_percentage"}, "each metric is absent from the other kinds' runs"
     names = {t.name for t in figure.data if t.showlegend is not False}
-    assert {"radT old1", "radT old2", "trial"} <= names and len([t for t in figure.data if t.type == "scattergl"]) == 0
+    assert {"radT old1 · GPU 0", "radT old2 · GPU 0", "trial · GPU 0", "run A · GPU 0", "run A · GPU 1"} <= names
+    assert len([t for t in figure.data if t.type == "scattergl"]) == 0
 
     png = image_bytes(figure, "png", 150)
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
@@ -160,12 +177,13 @@ def test_comparison_table_sets_collocated_workloads_against_the_same_runs_alone(
     by_run = {r["run"]: r for r in table if r["kind"] == "run"}
     assert set(by_run) == set(per_hour)
     for name, expected in per_hour.items():
-        assert float(by_run[name]["throughput_per_h"]) == pytest.approx(expected, rel=1e-3), name
-    assert by_run["resnet50 1A"]["normalised_throughput"] == "", "a run alone is the baseline, not compared with itself"
-    assert float(by_run["resnet50 2A"]["normalised_throughput"]) == pytest.approx(per_hour["resnet50 2A"] / alone, rel=1e-3)
+        assert float(by_run[name]["steps_per_h"]) == pytest.approx(expected, rel=1e-3), name
+    assert by_run["resnet50 1A"]["normalised"] == "", "a run alone is the baseline, not compared with itself"
+    assert float(by_run["resnet50 2A"]["normalised"]) == pytest.approx(per_hour["resnet50 2A"] / alone, rel=1e-3)
+    assert by_run["resnet50 2A"]["alone_runs"] == "1" and float(by_run["resnet50 2A"]["alone_steps_per_h"]) == pytest.approx(alone, rel=1e-3)
     workloads = {r["workload"]: r for r in table if r["kind"] == "workload"}
     assert set(workloads) == {"workload 2 same GPU", "workload 3 MPS", "workload 4 MIG 3g.40gb"}
     mps = workloads["workload 3 MPS"]
-    assert float(mps["throughput_per_h"]) == pytest.approx(per_hour["resnet50 3A"] + per_hour["resnet50 3B"], rel=1e-3)
-    assert float(mps["normalised_throughput"]) == pytest.approx((per_hour["resnet50 3A"] + per_hour["resnet50 3B"]) / alone, rel=1e-3)
+    assert float(mps["steps_per_h"]) == pytest.approx(per_hour["resnet50 3A"] + per_hour["resnet50 3B"], rel=1e-3)
+    assert float(mps["normalised"]) == pytest.approx((per_hour["resnet50 3A"] + per_hour["resnet50 3B"]) / alone, rel=1e-3)
     assert float(by_run["resnet50 2A"]["smocc_mean"]) > 0 and float(by_run["resnet50 2A"]["smact_p95"]) >= float(by_run["resnet50 2A"]["smact_mean"])

@@ -23,7 +23,7 @@ def _two_runs(uri: str) -> tuple[str, list[str], list[str]]:
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name(RESNET).experiment_id
     runs = client.search_runs([experiment], filter_string="tags.`radt.role` = 'run'", order_by=["attributes.run_name ASC"])[:2]
-    return experiment, [r.info.run_id for r in runs], [r.info.run_name for r in runs]
+    return experiment, [r.info.run_id for r in runs], [f"{r.info.run_name} · GPU 0" for r in runs]  # the demo's runs used GPU 0
 
 
 def test_saved_view_exports_the_same_figure_and_opens_again(page, served, filled_store, tmp_path):  # noqa: F811 - the fixtures imported above

@@ -14,7 +14,7 @@ import pytest
 
 from collectors.sources.base import SamplingContext, SourceUnavailable
 from collectors.sources.nvml import NvmlSource, gpu_count, gpu_inventory
-from tests.fakes.fake_nvml import A100, H100, FakeNvml, ManualClock
+from tests.fakes.fake_nvml import A100, H100, FakeNvml, ManualClock, mig_gpu
 
 MIB = 1024 * 1024
 
@@ -35,9 +35,9 @@ def gpu(base: dict, **overrides) -> dict:
     return {**base, **overrides}
 
 
-def opened(devices=None, pids=lambda: []) -> NvmlSource:
+def opened(devices=None, pids=lambda: [], slices=()) -> NvmlSource:
     source = NvmlSource()
-    source.open(SamplingContext(interval=1.0, devices=devices, pids=pids))
+    source.open(SamplingContext(interval=1.0, devices=devices, slices=list(slices), pids=pids))
     return source
 
 
@@ -319,3 +319,65 @@ def test_memory_falls_back_to_v1_once_on_a_driver_without_v2(reserving):
     assert fake.count("nvmlDeviceGetMemoryInfo_v2") == 1  # the missing v2 is remembered, not retried every tick
     assert fake.count("nvmlDeviceGetMemoryInfo", 0) == 3
     source.close()
+
+
+def test_each_mig_slice_has_its_own_activity_and_memory_and_the_gpu_keeps_its_basics(nvml):
+    """An H100 in MIG mode: each slice's GPM per instance and memory under its own keys; the GPU's power
+    and clocks under the GPU's keys; no whole-GPU activity presented as the slices'."""
+    spec = mig_gpu(H100, (1, "3g.40gb", 0.8), (5, "1g.10gb", 0.2), load=0.5)
+    spec["mig"][1].update(memory_used=3_000_000_000, memory_total=10_000_000_000)
+    fake = nvml([gpu(H100, load=0.9), spec])
+    source = opened(devices=[1], slices=[(1, 1), (1, 5)])
+    first = source.sample()
+    assert "system/gpu_1_mig_1_sm_active" not in first  # GPM needs two snapshots
+    values = tick(fake, source)
+    assert values["system/gpu_1_mig_1_sm_active"] == pytest.approx(0.8)
+    assert values["system/gpu_1_mig_5_sm_active"] == pytest.approx(0.2)
+    assert values["system/gpu_1_mig_5_dram_active"] == pytest.approx(0.08)
+    assert values["system/gpu_1_mig_5_memory_usage_megabytes"] == pytest.approx(3000.0)
+    assert values["system/gpu_1_mig_5_memory_usage_percentage"] == pytest.approx(30.0)
+    assert values["system/gpu_1_power_usage_watts"] > 0 and "system/gpu_1_temperature_celsius" in values
+    assert not [k for k in values if k.startswith("system/gpu_1_") and k.endswith(("_sm_active", "utilization_percentage")) and "_mig_" not in k]
+    assert not [k for k in values if k.startswith("system/gpu_0_")]
+    fake.set_load(1, 0.4, gi=5)
+    assert tick(fake, source)["system/gpu_1_mig_5_sm_active"] == pytest.approx(0.4)
+    assert "mig_activity" not in source.describe() and source.describe()["mig_gpm"] == {"1/1": True, "1/5": True}
+    source.close()
+    assert fake.samples == {} and fake.refcount == 0
+
+
+@pytest.mark.parametrize(
+    ("spec", "reason"),
+    [
+        (
+            mig_gpu(A100, (2, "1g.5gb", 0.6)),
+            "unavailable: GPM per MIG instance not supported on NVIDIA A100-SXM4-40GB; the GPU-level series are the whole GPU's",
+        ),
+        (
+            mig_gpu(H100, (2, "1g.10gb", 0.6), unsupported=["nvmlGpmMigSampleGet"]),
+            "unavailable: GPM per MIG instance not supported on NVIDIA H100 80GB HBM3 (Not Supported); the GPU-level series are the whole GPU's",
+        ),
+        (mig_gpu(H100, (3, "1g.10gb", 0.6)), "unavailable: GPU 0 (NVIDIA H100 80GB HBM3) has no MIG instance 2; the GPU-level series are the whole GPU's"),
+    ],
+    ids=["a100-no-gpm", "call-unsupported", "no-such-instance"],
+)
+def test_a_slice_whose_activity_cannot_be_read_says_why(nvml, spec, reason):
+    fake = nvml([spec])
+    source = opened(devices=[0], slices=[(0, 2)])
+    for _ in range(3):
+        values = tick(fake, source)
+        assert not [k for k in values if k.endswith("_sm_active")]
+        assert values["system/gpu_0_power_usage_watts"] > 0
+    assert source.describe()["mig_activity"] == reason
+    if "no MIG instance" not in reason:  # the slice exists: its memory is its own
+        assert values["system/gpu_0_mig_2_memory_usage_megabytes"] > 0
+    source.close()
+    assert fake.samples == {} and fake.refcount == 0
+
+
+def test_inventory_has_pci_bus_ids_and_mig_devices(nvml):
+    nvml([gpu(A100, pci_bus_id="00000000:47:00.0"), mig_gpu(H100, (1, "3g.40gb", 0.5), pci_bus_id="00000000:C2:00.0")])
+    inventory = gpu_inventory()
+    assert [(g["index"], g["pci_bus_id"], g["mig_mode"]) for g in inventory["gpus"]] == [(0, "00000000:47:00.0", False), (1, "00000000:C2:00.0", True)]
+    (mig,) = inventory["gpus"][1]["mig_devices"]
+    assert (mig["profile"], mig["gpu_instance"], mig["compute_instance"], mig["uuid"].startswith("MIG-")) == ("3g.40gb", 1, 0, True)

@@ -17,6 +17,7 @@ def test_devices():
     assert parse_devices("1+2") == [1, 2]
     assert parse_devices("0,3") == [0, 3]
     assert parse_devices("-") is None and parse_devices(None) is None
+    assert parse_devices("GPU-8a1c+MIG-77f0,1") == ["GPU-8a1c", "MIG-77f0", 1]
     with pytest.raises(ValueError, match="bad -d '1\\+x'"):
         parse_devices("1+x")
 
@@ -66,6 +67,23 @@ def test_the_script_sees_gpus_numbered_as_nvidia_smi_and_the_csv_override(tmp_pa
     assert mig["CUDA_VISIBLE_DEVICES"] == "MIG-1234", "a CSV run's MIG instance (or MPS numbering) wins over -d"
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
     assert child_environment(RunOptions("train.py", devices=[0]), "r", "0", tmp_path, None)["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST", "the user's choice is kept"
+
+
+def test_the_script_gets_the_watched_gpus_uuids_under_the_users_own_cuda_order(tmp_path, monkeypatch):
+    """DGX Station: -d 3 is NVML's 3 (the display GPU); under FASTEST_FIRST CUDA's 3 is another GPU, so the script gets the UUID."""
+    import pynvml
+
+    from collectors.runner import RunOptions, check_devices, child_environment
+    from tests.fakes.fake_nvml import dgx_station, install_fake
+
+    install_fake(pynvml, dgx_station(), monkeypatch.setattr)
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+    opts = RunOptions("train.py", devices=[3])
+    env = child_environment(opts, "r", "0", tmp_path, None, check_devices(opts.devices))
+    assert (env["CUDA_VISIBLE_DEVICES"], env["CUDA_DEVICE_ORDER"]) == (dgx_station()[3]["uuid"], "FASTEST_FIRST")
+    monkeypatch.delenv("CUDA_DEVICE_ORDER")
+    env = child_environment(opts, "r", "0", tmp_path, None, check_devices(opts.devices))
+    assert (env["CUDA_VISIBLE_DEVICES"], env["CUDA_DEVICE_ORDER"]) == ("3", "PCI_BUS_ID"), "integers where CUDA numbers as nvidia-smi does"
 
 
 def test_profilers_are_listeners_too():

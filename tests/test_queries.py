@@ -5,6 +5,7 @@ like the original radT (params workload/letter/model/params, its legacy keys, st
 from __future__ import annotations
 
 import math
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from mlflow.entities import Metric, Param
 
 from app import catalogue
 from app import queries as q
+from app.catalogue import Device
 from collectors import tracking
 from collectors.points import Point
 from collectors.stores import SqlMetricStore
@@ -359,11 +361,15 @@ def test_run_summary(built, engine):
     s = summary.set_index("run_id")
     smact = built.series[("A", "system/gpu_0_sm_active")][1]
     smact = smact[~np.isnan(smact)]
+    # every point of both of A's GPUs (GPU 1 stored smact / 2), pooled; this was GPU 0's alone, which hid GPU 1
+    gpu1 = built.series[("A", "system/gpu_1_sm_active")][1]
+    both = np.concatenate([smact, gpu1[~np.isnan(gpu1)]])
     a = s.loc[r["A"]]
     assert a.duration_s == pytest.approx(900.0)
-    assert a.smact_mean == pytest.approx(smact.mean()) and a.smact_p95 == pytest.approx(np.percentile(smact, 95)), "GPU 0, NaN left out"
+    assert a.smact_mean == pytest.approx(both.mean()) and a.smact_p95 == pytest.approx(np.percentile(both, 95)), "all GPUs, NaN left out"
     assert a.gpu_memory_peak_mb == pytest.approx(4000.0), "the highest of its GPUs"
     assert a.energy_j == pytest.approx(299 * 250.0), "energy_joules' last value"
+    assert a.gpu_energy_j == {f"host:{socket.gethostname()}:gpu:0": pytest.approx(299 * 250.0)}, "per physical GPU: radt.host and index"
     assert a.cpu_mean == pytest.approx(20.0) and math.isnan(a.process_cpu_mean)
     assert s.loc[r["B"]].smact_mean == pytest.approx(0.25) and math.isnan(s.loc[r["B"]].energy_j)
     d = s.loc[r["D"]]
@@ -430,24 +436,28 @@ def test_cached_series_zoom_windows_and_step_axis(built, engine, monkeypatch, tm
     r = built.runs
     runs = data.runs([built.experiments["radt-new"]])
     assert set(runs["run_id"]) == {r["A"], r["B"], r["C"], r["D"]}
+    gpu0, gpu1 = Device(gpu=0), Device(gpu=1)
     first = data.series("cat:sm_active", runs)
-    assert set(first) == {r["A"], r["B"], r["C"]} and len(first[r["C"]][0]) <= 2000
+    assert set(first) == {r["A"], r["B"], r["C"]} and len(first[r["C"]][gpu0][0]) <= 2000
+    assert list(first[r["A"]]) == [gpu0, gpu1], "every GPU of a 2-GPU run, in order"
+    assert np.allclose(first[r["A"]][gpu1][1], built.series[("A", "system/gpu_1_sm_active")][1], equal_nan=True)
+    assert list(data.series("cat:sm_active", runs, gpus=[1])) == [r["A"]], "the GPU filter keeps GPU 1 only"
 
     # a second chart of the same runs comes from the cache: the database is not asked again
     monkeypatch.setattr(STATE, "engine", q.make_read_engine(f"sqlite:///{tmp_path / 'absent.db'}"))
     again = data.series("cat:sm_active", data.runs([built.experiments["radt-new"]]))
-    assert again.keys() == first.keys() and all(np.array_equal(again[k][0], first[k][0]) for k in first)
+    assert again.keys() == first.keys() and all(np.array_equal(again[k][gpu0][0], first[k][gpu0][0]) for k in first)
     monkeypatch.setattr(STATE, "engine", engine)
 
     # zoomed to minutes 1-2 since each run's start: C's points 60..120, every one of them
     windows = data.zoom_windows((1.0, 2.0), "relative", runs)
     zoomed = data.series("cat:sm_active", runs, windows)
     ts, raw = built.series[("C", "system/gpu_0_sm_active")]
-    assert np.array_equal(zoomed[r["C"]][0], ts[60:121]) and np.array_equal(zoomed[r["C"]][1], raw[60:121])
-    assert np.array_equal(zoomed[r["A"]][0], BASE + np.arange(60, 121) * 1000)
+    assert np.array_equal(zoomed[r["C"]][gpu0][0], ts[60:121]) and np.array_equal(zoomed[r["C"]][gpu0][1], raw[60:121])
+    assert np.array_equal(zoomed[r["A"]][gpu0][0], BASE + np.arange(60, 121) * 1000)
     # the step axis shows MLflow's stored steps, windows in steps
     steps = data.series("cat:sm_active", runs, data.zoom_windows((99.5, 199.0), "step", runs), x="step")
-    assert np.array_equal(steps[r["C"]][0], np.arange(99, 200)) and np.array_equal(steps[r["C"]][1], raw[99:200]), "whole steps around the range"
+    assert np.array_equal(steps[r["C"]][gpu0][0], np.arange(99, 200)) and np.array_equal(steps[r["C"]][gpu0][1], raw[99:200]), "whole steps around the range"
     wall = data.zoom_windows(("2023-11-14 22:13:20", "2023-11-14 22:13:30"), "wall", runs)  # BASE in UTC
     assert wall[r["A"]] == (BASE + 0 - 1, BASE + 10_000 + 1)
     summary = data.summary(runs)

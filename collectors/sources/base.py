@@ -17,6 +17,7 @@ class SamplingContext:
 
     interval: float = 1.0
     devices: list[int] | None = None  # NVML indices to watch; None: every GPU
+    slices: list[tuple[int, int]] = field(default_factory=list)  # MIG slices to watch as their own series: (NVML GPU index, GPU instance id)
     pids: Callable[[], list] = field(default=lambda: [])  # psutil.Process objects of the run's tree
 
 

@@ -2,6 +2,11 @@
 
 Like radT: ask for the full profiling field set first and fall back to the basic fields
 when the GPU or the host engine refuses the profiling module.
+
+A MIG slice the run uses (`SamplingContext.slices`) is its own series, `system/gpu_0_mig_3_...`:
+`dcgmi discovery -c` names the slice's DCGM GPU-instance entity id, dmon is asked for it beside
+the GPUs (`-i 0,i:<id>`) and prints it as "GPU-I <id>". Where the hierarchy lacks the slice,
+`describe()` says why under "mig_activity" and the GPU-level series go on.
 """
 
 from __future__ import annotations
@@ -11,12 +16,14 @@ import subprocess
 import threading
 
 from app.catalogue import DCGM_BASIC_FIELDS, DCGM_PROFILING_FIELDS
-from collectors.parsers import DmonParser, dmon_error
+from collectors.parsers import DmonParser, dmon_error, parse_mig_hierarchy
 from collectors.proctree import die_with_parent
 from collectors.sources.base import MetricSource, SamplingContext, SourceUnavailable
 from collectors.toolmetrics import EnergyBaseline, dmon_metrics
 
 START_TIMEOUT = 10.0  # seconds to wait for the first line of data before trying the next field set
+DISCOVERY_TIMEOUT = 5.0  # seconds for `dcgmi discovery -c`
+WHOLE = "the GPU-level series are the whole GPU's"
 
 
 class DcgmSource(MetricSource):
@@ -31,21 +38,52 @@ class DcgmSource(MetricSource):
         self._lock = threading.Lock()
         self._energy = EnergyBaseline()
         self._reader: threading.Thread | None = None
+        self.slices: dict[tuple[int, int], int] = {}  # (GPU, GPU instance id) -> DCGM GPU-instance entity id
+        self._instances: dict[int, tuple[int, int]] = {}  # the same, the other way round, for dmon_metrics
+        self.mig_activity: str | None = None  # why a slice's own series are not recorded
 
     def open(self, ctx: SamplingContext) -> None:
         exe = shutil.which(self.executable)
         if exe is None:
             raise SourceUnavailable("dcgmi not found on PATH; install DCGM (datacenter-gpu-manager) and start nv-hostengine, or drop 'dcgm' from -l")
         interval_ms = max(100, int(ctx.interval * 1000))
+        self.slices = self._find_slices(exe, ctx.slices) if ctx.slices else {}
+        entities = ctx.devices
+        if self.slices:  # -i replaces dmon's default of every GPU: name the GPUs too
+            gpus = ctx.devices if ctx.devices is not None else list(dict.fromkeys(gpu for gpu, _ in ctx.slices))
+            entities = [*gpus, *(f"i:{entity}" for entity in self.slices.values())]
+        self._instances = {entity: slot for slot, entity in self.slices.items()}
         for fields in (DCGM_PROFILING_FIELDS, DCGM_BASIC_FIELDS):
             command = [exe, "dmon", "-e", ",".join(map(str, fields)), "-d", str(interval_ms)]
-            if ctx.devices is not None:
-                command += ["-i", ",".join(map(str, ctx.devices))]
+            if entities is not None:
+                command += ["-i", ",".join(map(str, entities))]
             if self._start(command):
                 self.fields = fields
+                if self.slices and fields is DCGM_BASIC_FIELDS:
+                    self.mig_activity = f"unavailable: DCGM refused the profiling fields ({self.errors[-1] if self.errors else 'no output'}); {WHOLE}"
                 return
         reasons = "; ".join(dict.fromkeys(self.errors)) or "no output"  # each distinct error once
         raise SourceUnavailable(f"dcgmi dmon gave no data ({reasons}); check that nv-hostengine runs")
+
+    def _find_slices(self, exe: str, slices: list[tuple[int, int]]) -> dict[tuple[int, int], int]:
+        """The DCGM GPU-instance entity id of each slice found in `dcgmi discovery -c`; why the others are missing in mig_activity."""
+        try:
+            done = subprocess.run([exe, "discovery", "-c"], capture_output=True, text=True, timeout=DISCOVERY_TIMEOUT)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            self.mig_activity = f"unavailable: dcgmi discovery -c failed ({exc}); {WHOLE}"
+            return {}
+        hierarchy = parse_mig_hierarchy(done.stdout)
+        if not hierarchy:  # an error ("Error: Cannot get hierarchy information from the hostengine. Return: ..."), or an empty table
+            said = next(filter(None, map(dmon_error, (done.stdout + done.stderr).splitlines())), None)
+            if said or done.returncode != 0:
+                self.mig_activity = f"unavailable: dcgmi discovery -c failed ({said or f'exit code {done.returncode}'}); {WHOLE}"
+                return {}
+        found = {slot: hierarchy[slot] for slot in slices if slot in hierarchy}
+        missing = [slot for slot in slices if slot not in hierarchy]
+        if missing:
+            named = ", ".join(f"GPU {gpu} instance {gi}" for gpu, gi in missing)
+            self.mig_activity = f"unavailable: DCGM's MIG hierarchy (dcgmi discovery -c) has no {named}; {WHOLE}"
+        return found
 
     def _start(self, command: list[str]) -> bool:
         """Start dmon and wait until it prints a data row (True) or an error / exits (False)."""
@@ -72,7 +110,7 @@ class DcgmSource(MetricSource):
             row = parser.feed(line)
             if row is None:
                 continue
-            metrics = dmon_metrics(row, self._energy)
+            metrics = dmon_metrics(row, self._energy, instances=self._instances)
             if not metrics:
                 continue
             with self._lock:
@@ -92,7 +130,12 @@ class DcgmSource(MetricSource):
         return latest
 
     def describe(self) -> dict:
-        return {"dcgm_fields": self.fields, "errors": list(self.errors)}
+        facts: dict = {"dcgm_fields": self.fields, "errors": list(self.errors)}
+        if self.slices:
+            facts["mig_instances"] = {f"{gpu}/{gi}": entity for (gpu, gi), entity in self.slices.items()}
+        if self.mig_activity:
+            facts["mig_activity"] = self.mig_activity
+        return facts
 
     def _stop_process(self) -> None:
         proc, self.proc = self.proc, None

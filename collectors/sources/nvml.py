@@ -2,6 +2,12 @@
 
 GPM (GPU Performance Monitoring) gives the same SM activity/occupancy and engine ratios as
 DCGM's profiling fields, without a daemon: two snapshots, a metric computed between them.
+
+A MIG slice the run uses (`SamplingContext.slices`) is its own series, `system/gpu_0_mig_3_...`:
+its memory through its MIG device handle, its activity through GPM per MIG instance
+(nvmlGpmMigSampleGet). The GPU's basics (power, temperature, clocks) stay under the GPU's own keys:
+they are physically the whole GPU's. Where a slice's own activity cannot be read (no GPM, as on
+A100), `describe()` says why under "mig_activity" instead of passing the GPU's off as the slice's.
 """
 
 from __future__ import annotations
@@ -9,6 +15,7 @@ from __future__ import annotations
 import pynvml
 
 from app.catalogue import GPM_METRICS, key
+from collectors.gpus import Machine, NvmlUnavailable, gpm_supported, machine, mig_handle
 from collectors.sources.base import MetricSource, SamplingContext, SourceUnavailable
 
 MB = 1e6
@@ -20,31 +27,43 @@ _NEVER = tuple(
 )
 
 
-def gpu_inventory() -> dict:
-    """Driver and per-GPU facts (name, UUID, memory) for the run's artifacts; never raises."""
-    try:
-        pynvml.nvmlInit()
-    except Exception as exc:  # no driver, no library
-        return {"available": False, "reason": str(exc)}
-    try:
-        info = {"available": True, "driver": _text(pynvml.nvmlSystemGetDriverVersion()), "gpus": []}
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            info["gpus"].append(
-                {
-                    "index": index,
-                    "name": _text(pynvml.nvmlDeviceGetName(handle)),
-                    "uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
-                    "memory_total_bytes": int(memory.total),
-                    "gpm_supported": _gpm_supported(handle),
-                }
-            )
-        return info
-    except pynvml.NVMLError as exc:
-        return {"available": False, "reason": str(exc)}
-    finally:
-        _shutdown()
+def gpu_inventory(found: Machine | None = None, watched: list[dict] | None = None) -> dict:
+    """Driver, per-GPU facts (name, UUID, PCI bus id, memory, MIG devices) and the run's series ("watched") for its artifacts; never raises."""
+    if found is None:
+        try:
+            found = machine()
+        except NvmlUnavailable as exc:
+            return {"available": False, "reason": str(exc)}
+    gpus = []
+    for gpu in found.gpus:
+        migs = [m for m in found.migs if m.gpu == gpu.index]
+        gpus.append(
+            {
+                "index": gpu.index,
+                "name": gpu.name,
+                "uuid": gpu.uuid,
+                "pci_bus_id": gpu.pci_bus_id,
+                "memory_total_bytes": gpu.memory_total_bytes,
+                "gpm_supported": gpu.gpm_supported,
+                "compute_capability": ".".join(map(str, gpu.compute_capability)) if gpu.compute_capability else None,
+                "mig_mode": gpu.mig_mode,
+                "mig_devices": [
+                    {
+                        "uuid": m.uuid,
+                        "name": m.name,
+                        "profile": m.profile,
+                        "gpu_instance": m.gpu_instance,
+                        "compute_instance": m.compute_instance,
+                        "memory_total_bytes": m.memory_total_bytes,
+                    }
+                    for m in migs
+                ],
+            }
+        )
+    info = {"available": True, "driver": found.driver, "gpus": gpus}
+    if watched is not None:
+        info["watched"] = watched
+    return info
 
 
 def gpu_count() -> int | None:
@@ -79,20 +98,16 @@ def _free_sample(sample) -> None:
         pass
 
 
-def _gpm_supported(handle) -> bool:
-    try:
-        return bool(pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice)
-    except Exception:  # older driver or pynvml without GPM: treat as absent
-        return False
-
-
 class NvmlSource(MetricSource):
     name = "nvml"
 
     def __init__(self) -> None:
         self.handles: dict[int, object] = {}
         self.gpm: dict[int, bool] = {}
-        self._gpm_prev: dict[int, object] = {}
+        self.slices: dict[tuple[int, int], object] = {}  # (GPU, GPU instance id) -> MIG device handle
+        self.mig_gpm: dict[tuple[int, int], bool] = {}
+        self.mig_activity: str | None = None  # why a slice's own activity is not recorded
+        self._gpm_prev: dict[int | tuple[int, int], object] = {}
         self._energy_base: dict[int, float] = {}
         self._unsupported: set[tuple[int, str]] = set()
         self._pids = lambda: []
@@ -107,6 +122,7 @@ class NvmlSource(MetricSource):
             if count == 0:
                 raise SourceUnavailable("NVML sees no GPU on this machine; drop 'nvml' from -l")
             indices = ctx.devices if ctx.devices is not None else list(range(count))
+            indices = list(dict.fromkeys([*indices, *(gpu for gpu, _ in ctx.slices)]))  # a slice's GPU: its power, clocks
             missing = [i for i in indices if i >= count]
             if missing:
                 raise SourceUnavailable(f"GPU {missing[0]} does not exist (this machine has {count}); pick -d from 0 to {count - 1}")
@@ -117,11 +133,46 @@ class NvmlSource(MetricSource):
         except SourceUnavailable:
             _shutdown()
             raise
-        self.gpm = {i: _gpm_supported(h) for i, h in self.handles.items()}
+        self.gpm = {i: gpm_supported(h) for i, h in self.handles.items()}
         self._pids = ctx.pids
+        for gpu, gi in ctx.slices:
+            self._open_slice(gpu, gi)
+
+    def _open_slice(self, gpu: int, gi: int) -> None:
+        """Find the slice's MIG device and try a GPM snapshot of it; say why where its activity cannot be read."""
+        parent = self.handles[gpu]
+        name = _text(self._read(gpu, "name", pynvml.nvmlDeviceGetName, parent) or f"GPU {gpu}")
+        whole = "the GPU-level series are the whole GPU's"
+        handle = mig_handle(parent, gi)
+        if handle is None:
+            self.mig_activity = f"unavailable: GPU {gpu} ({name}) has no MIG instance {gi}; {whole}"
+            return
+        self.slices[(gpu, gi)] = handle
+        self.mig_gpm[(gpu, gi)] = False
+        if not self.gpm.get(gpu):
+            self.mig_activity = f"unavailable: GPM per MIG instance not supported on {name}; {whole}"
+            return
+        try:
+            sample = pynvml.nvmlGpmSampleAlloc()
+        except pynvml.NVMLError as exc:
+            self.mig_activity = f"unavailable: GPM per MIG instance failed on {name} ({exc}); {whole}"
+            return
+        try:
+            pynvml.nvmlGpmMigSampleGet(parent, gi, sample)
+        except pynvml.NVMLError as exc:
+            _free_sample(sample)
+            self.mig_activity = f"unavailable: GPM per MIG instance not supported on {name} ({exc}); {whole}"
+            return
+        _free_sample(sample)  # a probe: sampling starts at the first tick, as on a whole GPU
+        self.mig_gpm[(gpu, gi)] = True
 
     def describe(self) -> dict:
-        return {"gpm": {str(i): ok for i, ok in self.gpm.items()}}
+        facts: dict = {"gpm": {str(i): ok for i, ok in self.gpm.items()}}
+        if self.slices or self.mig_activity:
+            facts["mig_gpm"] = {f"{gpu}/{gi}": ok for (gpu, gi), ok in self.mig_gpm.items()}
+        if self.mig_activity:
+            facts["mig_activity"] = self.mig_activity
+        return facts
 
     def _read(self, gpu: int, what: str, call, *args):
         """One NVML call; a call the device does not support is remembered and not retried."""
@@ -188,29 +239,44 @@ class NvmlSource(MetricSource):
                     used = sum((p.usedGpuMemory or 0) for p in procs if p.pid in pids)
                     out[key("process_memory_megabytes", gpu)] = used / MB
             if self.gpm.get(gpu):
-                out.update(self._sample_gpm(gpu, handle))
+                out.update(self._sample_gpm(gpu, lambda sample, handle=handle: pynvml.nvmlGpmSampleGet(handle, sample), gpu))
             else:  # GPM gives PCIe bytes itself; this call costs 20 ms of driver time per direction
                 for direction, counter in (("tx", pynvml.NVML_PCIE_UTIL_TX_BYTES), ("rx", pynvml.NVML_PCIE_UTIL_RX_BYTES)):
                     kbps = self._read(gpu, f"pcie_{direction}", pynvml.nvmlDeviceGetPcieThroughput, handle, counter)
                     if kbps is not None:
                         out[key(f"pcie_{direction}_bytes_per_second", gpu)] = kbps * 1024.0
+        for (gpu, gi), handle in self.slices.items():
+            out.update(self._sample_slice(gpu, gi, handle))
         return out
 
-    def _sample_gpm(self, gpu: int, handle) -> dict[str, float]:
-        """Take a GPM snapshot and compute every catalogue GPM metric against the previous one."""
+    def _sample_slice(self, gpu: int, gi: int, handle) -> dict[str, float]:
+        """A MIG slice's own memory (its MIG device) and activity (GPM per instance), under its `mig=` keys."""
+        out: dict[str, float] = {}
+        memory = self._memory((gpu, gi), handle)
+        if memory is not None:
+            out[key("memory_usage_megabytes", gpu, mig=gi)] = memory.used / MB
+            if memory.total:
+                out[key("memory_usage_percentage", gpu, mig=gi)] = 100.0 * memory.used / memory.total
+        if self.mig_gpm.get((gpu, gi)):
+            parent = self.handles[gpu]
+            out.update(self._sample_gpm((gpu, gi), lambda sample: pynvml.nvmlGpmMigSampleGet(parent, gi, sample), gpu, gi))
+        return out
+
+    def _sample_gpm(self, slot: int | tuple[int, int], take, gpu: int, mig: int | None = None) -> dict[str, float]:
+        """Take a GPM snapshot (`take(sample)`) and compute every catalogue GPM metric against the previous one."""
         try:
             current = pynvml.nvmlGpmSampleAlloc()
         except pynvml.NVMLError:
-            self._stop_gpm(gpu)
+            self._stop_gpm(slot)
             return {}
         try:
-            pynvml.nvmlGpmSampleGet(handle, current)
+            take(current)
         except pynvml.NVMLError:  # e.g. MIG mode, where only per-instance samples work: fall back to the basics
             _free_sample(current)
-            self._stop_gpm(gpu)
+            self._stop_gpm(slot)
             return {}
-        previous = self._gpm_prev.get(gpu)
-        self._gpm_prev[gpu] = current
+        previous = self._gpm_prev.get(slot)
+        self._gpm_prev[slot] = current
         if previous is None:
             return {}
         request = pynvml.c_nvmlGpmMetricsGet_t()
@@ -226,17 +292,23 @@ class NvmlSource(MetricSource):
             for slot, (name, scale) in enumerate(GPM_METRICS.values()):
                 entry = request.metrics[slot]
                 if entry.nvmlReturn == pynvml.NVML_SUCCESS:
-                    out[key(name, gpu)] = float(entry.value) * scale
+                    out[key(name, gpu, mig=mig)] = float(entry.value) * scale
         except pynvml.NVMLError:
             pass
         finally:
             pynvml.nvmlGpmSampleFree(previous)
         return out
 
-    def _stop_gpm(self, gpu: int) -> None:
-        """GPM failed on this GPU: sample the basics (PCIe included) from now on, and free its snapshot."""
-        self.gpm[gpu] = False
-        previous = self._gpm_prev.pop(gpu, None)
+    def _stop_gpm(self, slot: int | tuple[int, int]) -> None:
+        """GPM failed on this GPU (or MIG slice): sample the basics (PCIe included) from now on, and free its snapshot."""
+        if isinstance(slot, tuple):
+            self.mig_gpm[slot] = False
+            self.mig_activity = (
+                self.mig_activity or f"unavailable: GPM per MIG instance stopped working on GPU {slot[0]}; the GPU-level series are the whole GPU's"
+            )
+        else:
+            self.gpm[slot] = False
+        previous = self._gpm_prev.pop(slot, None)
         if previous is not None:
             _free_sample(previous)
 
@@ -247,3 +319,4 @@ class NvmlSource(MetricSource):
         if self.handles:
             _shutdown()
         self.handles = {}
+        self.slices = {}

@@ -17,7 +17,20 @@ Spec of one GPU (JSON-friendly dict; every key optional except name):
     load (0..1), pstate (fixed P-state; 32 = NVML_PSTATE_UNKNOWN), power_limit_mw, idle_power_mw, energy_start_mj, pcie_kbps (at load 1),
     processes ([{"pid": int, "used": bytes or null}]), unsupported ([pynvml function names
     that raise NOT_SUPPORTED on this GPU]), gpm_unsupported ([GPM metric ids reported
-    NOT_SUPPORTED]).
+    NOT_SUPPORTED]),
+    pci_bus_id ("00000000:07:00.0"; default one bus per index in index order, as NVML numbers GPUs),
+    compute_capability ([major, minor]; default from the name: 9.0 Hopper, 10.0 Blackwell, 8.0 otherwise),
+    cores (CUDA cores, nvmlDeviceGetNumGpuCores), multiprocessors (SMs), max_sm_clock_mhz (defaults
+    from the name: H100 SXM and A100 SXM figures; see _MODELS), mig_capable (default: A100/A30/H100/
+    H200/H800/B200 names; nvmlDeviceGetMigMode raises NOT_SUPPORTED otherwise),
+    mig ([instance specs]: the GPU is in MIG mode with these MIG devices, in this order; [] = MIG mode
+    without instances). One instance: gi (GPU instance id, nvidia-smi's "GI ID"), ci (default 0),
+    profile ("1g.10gb"), uuid (default derived), load (0..1, the instance's own, for its GPM),
+    memory_total, memory_used (bytes), multiprocessors.
+In MIG mode, as on the hardware, the whole GPU's utilization and device-level GPM samples raise
+NOT_SUPPORTED; the MIG devices are reached with nvmlDeviceGetMigDeviceHandleByIndex (NOT_FOUND past
+the last one), their handles answer name ("<GPU name> MIG <profile>"), UUID, memory, attributes and
+instance ids, and nvmlGpmMigSampleGet(parent handle, gi, sample) snapshots one instance's activity.
 Configuration: a list of GPU specs; or {"driver": "550.54.15", "gpus": [...]}; or None / "null"
 (no NVML library: nvmlInit raises NVML_ERROR_LIBRARY_NOT_FOUND); or {"error": "driver_not_loaded"}.
 """
@@ -36,6 +49,35 @@ DEFAULT_DRIVER = "550.54.15"
 H100 = {"name": "NVIDIA H100 80GB HBM3", "gpm": True, "memory_total": 85899345920}
 A100 = {"name": "NVIDIA A100-SXM4-40GB", "gpm": False, "memory_total": 42949672960}
 GPM_NAMES = ("H100", "H200", "H800", "H20", "GH200", "B100", "B200", "GB200")
+DGX_DISPLAY = {"name": "DGX Display", "gpm": False, "memory_total": 4294967296}
+
+
+def dgx_station() -> list[dict]:
+    """A DGX Station A100: four A100-SXM4-40GB and the "DGX Display" GPU, which NVML numbers 3 by its PCI
+    bus id while CUDA, fastest first, numbers the A100s 0-3 (CUDA's 3 is NVML's 4) and the display 4."""
+    buses = ("00000000:01:00.0", "00000000:47:00.0", "00000000:81:00.0", "00000000:C1:00.0", "00000000:C2:00.0")
+    return [
+        {**(DGX_DISPLAY if i == 3 else A100), "pci_bus_id": bus, "uuid": f"GPU-{'d15b1a70' if i == 3 else f'a100{i:04d}'}-5ee6-4c1e-9d1a-0000000000{i:02d}"}
+        for i, bus in enumerate(buses)
+    ]
+
+
+def eight_h100() -> list[dict]:
+    """An HGX H100 host: eight H100s in PCI order, one UUID prefix per GPU."""
+    buses = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
+    return [
+        {**H100, "pci_bus_id": f"00000000:{bus}:00.0", "uuid": f"GPU-{i}{i}{i}{i}8a1c-0d4e-4f0b-8e6a-00000000000{i}", "load": 0.1 * (i + 1)}
+        for i, bus in enumerate(buses)
+    ]
+
+
+def mig_gpu(base: dict, *instances: tuple[int, str, float], **overrides) -> dict:
+    """`base` in MIG mode with MIG devices (GPU instance id, profile, load), UUIDs MIG-<gi>…; e.g. mig_gpu(H100, (1, "3g.40gb", 0.8))."""
+    mig = [
+        {"gi": gi, "profile": profile, "load": load, "uuid": f"MIG-{gi:08d}-{profile[0]}11a-5c3e-9a2b-{0x1000 + gi:012x}"} for gi, profile, load in instances
+    ]
+    return {**base, **overrides, "mig": mig}
+
 
 # GPM activity metrics: percent = 100 * (base + slope * load). Attribute names of the real pynvml.
 GPM_ACTIVITY = {
@@ -61,7 +103,23 @@ GPM_THROUGHPUT = {
     "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC": 0.0,
 }
 _HANDLE_BASE = 0x7E57_0000
+_MIG_HANDLE_STEP = 0x10  # a MIG device's handle: its GPU's handle + 0x10 * (1 + its MIG device index)
 _SAMPLE_BASE = 0x5A3D_0000
+# name fragment -> (compute capability, CUDA cores, SMs, max SM clock MHz); the first match wins
+_MODELS = (
+    ("H100", ((9, 0), 16896, 132, 1980)),
+    ("H200", ((9, 0), 16896, 132, 1980)),
+    ("H800", ((9, 0), 16896, 132, 1980)),
+    ("GH200", ((9, 0), 16896, 132, 1980)),
+    ("B200", ((10, 0), 18944, 148, 1965)),
+    ("A100", ((8, 0), 6912, 108, 1410)),
+    ("A30", ((8, 0), 3584, 56, 1440)),
+    ("RTX 4090", ((8, 9), 16384, 128, 2520)),
+    ("DGX Display", ((7, 5), 896, 14, 1725)),
+)
+_DEFAULT_MODEL = ((8, 0), 8192, 64, 1800)
+MIG_CAPABLE = ("A100", "A30", "H100", "H200", "H800", "GH200", "B200")
+MAX_MIG_DEVICES = 7
 
 
 class ManualClock:
@@ -96,7 +154,16 @@ class _Gpu:
         self.processes = [(int(p["pid"]), p.get("used")) for p in spec.get("processes", [])]
         self.unsupported = set(spec.get("unsupported", []))
         self.gpm_unsupported = {int(m) for m in spec.get("gpm_unsupported", [])}
+        self.pci_bus_id = spec.get("pci_bus_id", f"00000000:{0x07 + 0x08 * index:02X}:00.0")
+        model = next((m for fragment, m in _MODELS if fragment in name), _DEFAULT_MODEL)
+        self.compute_capability = tuple(spec.get("compute_capability", model[0]))
+        self.cores = int(spec.get("cores", model[1]))
+        self.multiprocessors = int(spec.get("multiprocessors", model[2]))
+        self.max_sm_clock_mhz = int(spec.get("max_sm_clock_mhz", model[3]))
+        self.mig_capable = bool(spec.get("mig_capable", any(tag in name for tag in MIG_CAPABLE)))
+        self.mig_mode = "mig" in spec
         self.t = now
+        self.mig = [_MigInstance(index, slot, self, instance, now) for slot, instance in enumerate(spec.get("mig") or [])]
         self.load_seconds = 0.0  # integral of load over time
         self.energy_mj = float(spec.get("energy_start_mj", 1_265_183_027 + 1_000_000 * index))
 
@@ -106,6 +173,8 @@ class _Gpu:
             self.load_seconds += self.load * dt
             self.energy_mj += self.power_mw() * dt  # mW * s = mJ
             self.t = now
+        for instance in self.mig:
+            instance.advance(now)
 
     def power_mw(self) -> float:
         return self.idle_power_mw + (self.power_limit_mw * 0.8 - self.idle_power_mw) * self.load
@@ -114,6 +183,31 @@ class _Gpu:
         if self.memory_used is not None:
             return int(self.memory_used)
         return 512 * 1024 * 1024 + sum(int(used or 0) for _, used in self.processes)
+
+
+class _MigInstance:
+    """One MIG device (a GPU instance with its compute instance) of a GPU in MIG mode, with its own load."""
+
+    def __init__(self, gpu_index: int, slot: int, gpu: _Gpu, spec: dict, now: float) -> None:
+        self.gpu_index = gpu_index
+        self.slot = slot  # its MIG device index (nvmlDeviceGetMigDeviceHandleByIndex)
+        self.gi = int(spec["gi"])
+        self.ci = int(spec.get("ci", 0))
+        self.profile = spec.get("profile", "1g.10gb")
+        self.name = f"{gpu.name} MIG {self.profile}"
+        self.uuid = spec.get("uuid", f"MIG-{uuid.uuid5(uuid.NAMESPACE_URL, f'radt-fake-mig/{gpu_index}/{gpu.name}/{self.gi}/{self.ci}')}")
+        self.load = float(spec.get("load", 0.5))
+        self.memory_total = int(spec.get("memory_total", 10 * 1024**3))
+        self.memory_used = int(spec.get("memory_used", 64 * 1024 * 1024))
+        self.multiprocessors = int(spec.get("multiprocessors", 16))
+        self.t = now
+        self.load_seconds = 0.0
+
+    def advance(self, now: float) -> None:
+        dt = now - self.t
+        if dt > 0:
+            self.load_seconds += self.load * dt
+            self.t = now
 
 
 class FakeNvml:
@@ -157,11 +251,15 @@ class FakeNvml:
         code = getattr(nvml_module, f"NVML_ERROR_{error.upper()}") if error else None
         return cls(config.get("gpus", []), nvml=nvml, clock=clock, driver=config.get("driver", DEFAULT_DRIVER), error=code)
 
-    def set_load(self, index: int, load: float) -> None:
+    def set_load(self, index: int, load: float, gi: int | None = None) -> None:
+        """The load of GPU `index`, or of its MIG instance with GPU instance id `gi`."""
         with self._lock:
             gpu = self.gpus[index]
             gpu.advance(self.clock())
-            gpu.load = float(load)
+            if gi is None:
+                gpu.load = float(load)
+            else:
+                next(i for i in gpu.mig if i.gi == gi).load = float(load)
 
     def set_processes(self, index: int, processes: list[tuple[int, int | None]]) -> None:
         with self._lock:
@@ -198,22 +296,34 @@ class FakeNvml:
         if self.refcount <= 0:
             raise self._error(self.nvml.NVML_ERROR_UNINITIALIZED)
 
-    def _gpu(self, function: str, handle) -> _Gpu:
-        """The GPU behind a handle, advanced to now; NOT_SUPPORTED where its spec says so."""
+    def _device(self, function: str, handle) -> tuple[_Gpu, _MigInstance | None]:
+        """The GPU behind a GPU or MIG device handle (and the MIG device), advanced to now; NOT_SUPPORTED where its spec says so."""
         if not isinstance(handle, self.nvml.c_nvmlDevice_t):
             self._enter(function)
             raise self._error(self.nvml.NVML_ERROR_INVALID_ARGUMENT)
         address = ctypes.cast(handle, ctypes.c_void_p).value or 0
-        index = (address - _HANDLE_BASE) // 0x100
-        if not 0 <= index < len(self.gpus) or address != _HANDLE_BASE + index * 0x100:
+        index, offset = divmod(address - _HANDLE_BASE, 0x100)
+        slot, rest = divmod(offset, _MIG_HANDLE_STEP)
+        gpu = self.gpus[index] if 0 <= index < len(self.gpus) and address >= _HANDLE_BASE else None
+        if gpu is None or rest or (slot and slot > len(gpu.mig)):
             self._enter(function)
             raise self._error(self.nvml.NVML_ERROR_INVALID_ARGUMENT)
         self._enter(function, index)
-        gpu = self.gpus[index]
         if function in gpu.unsupported:
             raise self._error(self.nvml.NVML_ERROR_NOT_SUPPORTED)
         gpu.advance(self.clock())
+        return gpu, gpu.mig[slot - 1] if slot else None
+
+    def _gpu(self, function: str, handle) -> _Gpu:
+        """The GPU behind a GPU handle; a MIG device handle gets NOT_SUPPORTED (the call is about the whole GPU)."""
+        gpu, instance = self._device(function, handle)
+        if instance is not None:
+            raise self._error(self.nvml.NVML_ERROR_NOT_SUPPORTED)
         return gpu
+
+    def _handle(self, index: int, slot: int | None = None):
+        offset = 0 if slot is None else _MIG_HANDLE_STEP * (slot + 1)
+        return ctypes.cast(ctypes.c_void_p(_HANDLE_BASE + index * 0x100 + offset), self.nvml.c_nvmlDevice_t)
 
     # --- library -------------------------------------------------------------------------
 
@@ -253,34 +363,138 @@ class FakeNvml:
             self._enter("nvmlDeviceGetHandleByIndex")
             if not 0 <= int(index) < len(self.gpus):
                 raise self._error(self.nvml.NVML_ERROR_INVALID_ARGUMENT)
-            return ctypes.cast(ctypes.c_void_p(_HANDLE_BASE + int(index) * 0x100), self.nvml.c_nvmlDevice_t)
+            return self._handle(int(index))
 
     # --- device facts and basics ---------------------------------------------------------
 
     def nvmlDeviceGetName(self, handle) -> str:
         with self._lock:
-            return self._gpu("nvmlDeviceGetName", handle).name
+            gpu, instance = self._device("nvmlDeviceGetName", handle)
+            return (instance or gpu).name
 
     def nvmlDeviceGetUUID(self, handle) -> str:
         with self._lock:
-            return self._gpu("nvmlDeviceGetUUID", handle).uuid
+            gpu, instance = self._device("nvmlDeviceGetUUID", handle)
+            return (instance or gpu).uuid
+
+    def nvmlDeviceGetPciInfo_v3(self, handle):
+        with self._lock:
+            gpu = self._gpu("nvmlDeviceGetPciInfo_v3", handle)
+            domain, bus, rest = gpu.pci_bus_id.split(":")
+            info = self.nvml.nvmlPciInfo_t()
+            info.busId = gpu.pci_bus_id.encode()
+            info.busIdLegacy = gpu.pci_bus_id[-16:].encode()
+            info.domain, info.bus, info.device = int(domain, 16), int(bus, 16), int(rest.split(".")[0], 16)
+            info.pciDeviceId = 0x233010DE if gpu.gpm else 0x20B010DE
+            return info
+
+    def nvmlDeviceGetPciInfo(self, handle):
+        return self.nvmlDeviceGetPciInfo_v3(handle)  # as the real pynvml does
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle) -> tuple[int, int]:
+        with self._lock:
+            gpu, _ = self._device("nvmlDeviceGetCudaComputeCapability", handle)
+            return (int(gpu.compute_capability[0]), int(gpu.compute_capability[1]))
+
+    def nvmlDeviceGetNumGpuCores(self, handle) -> int:
+        with self._lock:
+            return self._gpu("nvmlDeviceGetNumGpuCores", handle).cores
+
+    def nvmlDeviceGetMaxClockInfo(self, handle, clock_type: int) -> int:
+        with self._lock:
+            gpu = self._gpu("nvmlDeviceGetMaxClockInfo", handle)
+            if clock_type in (self.nvml.NVML_CLOCK_SM, self.nvml.NVML_CLOCK_GRAPHICS):
+                return gpu.max_sm_clock_mhz
+            if clock_type == self.nvml.NVML_CLOCK_MEM:
+                return 2619
+            raise self._error(self.nvml.NVML_ERROR_INVALID_ARGUMENT)
+
+    def nvmlDeviceGetAttributes_v2(self, handle):
+        """NVML says: this API currently only supports MIG device handles."""
+        with self._lock:
+            gpu, instance = self._device("nvmlDeviceGetAttributes_v2", handle)
+            if instance is None:
+                raise self._error(self.nvml.NVML_ERROR_NOT_SUPPORTED)
+            attrs = self.nvml.c_nvmlDeviceAttributes()
+            attrs.multiprocessorCount = instance.multiprocessors
+            attrs.gpuInstanceSliceCount = attrs.computeInstanceSliceCount = int(instance.profile.split("g")[0])
+            attrs.memorySizeMB = instance.memory_total // (1024 * 1024)
+            return attrs
+
+    def nvmlDeviceGetAttributes(self, handle):
+        return self.nvmlDeviceGetAttributes_v2(handle)  # as the real pynvml does
+
+    # --- MIG ----------------------------------------------------------------------------
+
+    def nvmlDeviceGetMigMode(self, handle) -> list[int]:
+        with self._lock:
+            gpu = self._gpu("nvmlDeviceGetMigMode", handle)
+            if not gpu.mig_capable:
+                raise self._error(self.nvml.NVML_ERROR_NOT_SUPPORTED)
+            mode = self.nvml.NVML_DEVICE_MIG_ENABLE if gpu.mig_mode else self.nvml.NVML_DEVICE_MIG_DISABLE
+            return [mode, mode]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle) -> int:
+        with self._lock:
+            gpu = self._gpu("nvmlDeviceGetMaxMigDeviceCount", handle)
+            return MAX_MIG_DEVICES if gpu.mig_capable else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle, index: int):
+        with self._lock:
+            gpu = self._gpu("nvmlDeviceGetMigDeviceHandleByIndex", handle)
+            if not gpu.mig_mode:
+                raise self._error(self.nvml.NVML_ERROR_NOT_SUPPORTED if not gpu.mig_capable else self.nvml.NVML_ERROR_INVALID_ARGUMENT)
+            if not 0 <= int(index) < MAX_MIG_DEVICES:
+                raise self._error(self.nvml.NVML_ERROR_INVALID_ARGUMENT)
+            if int(index) >= len(gpu.mig):
+                raise self._error(self.nvml.NVML_ERROR_NOT_FOUND)
+            return self._handle(gpu.index, int(index))
+
+    def nvmlDeviceIsMigDeviceHandle(self, handle):
+        with self._lock:
+            _, instance = self._device("nvmlDeviceIsMigDeviceHandle", handle)
+            return ctypes.c_uint(1 if instance is not None else 0)  # the real pynvml returns the c_uint itself
+
+    def _instance(self, function: str, handle) -> _MigInstance:
+        _, instance = self._device(function, handle)
+        if instance is None:
+            raise self._error(self.nvml.NVML_ERROR_NOT_SUPPORTED)
+        return instance
+
+    def nvmlDeviceGetGpuInstanceId(self, handle) -> int:
+        with self._lock:
+            return self._instance("nvmlDeviceGetGpuInstanceId", handle).gi
+
+    def nvmlDeviceGetComputeInstanceId(self, handle) -> int:
+        with self._lock:
+            return self._instance("nvmlDeviceGetComputeInstanceId", handle).ci
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle):
+        with self._lock:
+            instance = self._instance("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", handle)
+            return self._handle(instance.gpu_index)
 
     def nvmlDeviceGetMemoryInfo(self, handle, version=None):
         with self._lock:
-            gpu = self._gpu("nvmlDeviceGetMemoryInfo", handle)
-            used = min(gpu.used_bytes(), gpu.memory_total)
+            gpu, instance = self._device("nvmlDeviceGetMemoryInfo", handle)
+            if instance is not None:
+                total, used = instance.memory_total, min(instance.memory_used, instance.memory_total)
+            else:
+                total, used = gpu.memory_total, min(gpu.used_bytes(), gpu.memory_total)
             if version:
                 info = self.nvml.c_nvmlMemory_v2_t()
                 info.version = version
                 info.reserved = 0
             else:
                 info = self.nvml.c_nvmlMemory_t()
-            info.total, info.used, info.free = gpu.memory_total, used, gpu.memory_total - used
+            info.total, info.used, info.free = total, used, total - used
             return info
 
     def nvmlDeviceGetUtilizationRates(self, handle):
         with self._lock:
             gpu = self._gpu("nvmlDeviceGetUtilizationRates", handle)
+            if gpu.mig_mode:  # nvidia-smi shows N/A: a GPU in MIG mode has no whole-GPU utilization
+                raise self._error(self.nvml.NVML_ERROR_NOT_SUPPORTED)
             util = self.nvml.c_nvmlUtilization_t()
             util.gpu = round(100 * gpu.load)
             util.memory = round(40 * gpu.load)
@@ -376,9 +590,21 @@ class FakeNvml:
         with self._lock:
             gpu = self._gpu("nvmlGpmSampleGet", handle)
             address = self._sample_address(sample)
-            if not gpu.gpm:
+            if not gpu.gpm or gpu.mig_mode:  # in MIG mode only per-instance samples work
                 raise self._error(self.nvml.NVML_ERROR_NOT_SUPPORTED)
             self.samples[address] = (gpu.index, gpu.t, gpu.load_seconds)
+            return sample
+
+    def nvmlGpmMigSampleGet(self, handle, gpu_instance_id: int, sample):
+        with self._lock:
+            gpu = self._gpu("nvmlGpmMigSampleGet", handle)
+            address = self._sample_address(sample)
+            if not gpu.gpm:
+                raise self._error(self.nvml.NVML_ERROR_NOT_SUPPORTED)
+            instance = next((i for i in gpu.mig if i.gi == int(gpu_instance_id)), None)
+            if not gpu.mig_mode or instance is None:
+                raise self._error(self.nvml.NVML_ERROR_INVALID_ARGUMENT)
+            self.samples[address] = ((gpu.index, instance.gi), instance.t, instance.load_seconds)
             return sample
 
     def nvmlGpmSampleFree(self, sample) -> None:
@@ -396,7 +622,7 @@ class FakeNvml:
             second = self.samples.get(self._sample_address(request.sample2))
             if first is None or second is None or first[0] != second[0] or not 0 < request.numMetrics <= nvml.NVML_GPM_METRIC_MAX:
                 raise self._error(nvml.NVML_ERROR_INVALID_ARGUMENT)
-            gpu = self.gpus[first[0]]
+            gpu = self.gpus[first[0][0] if isinstance(first[0], tuple) else first[0]]  # a MIG instance's samples: (gpu, gi)
             elapsed = second[1] - first[1]
             if elapsed < 0:
                 raise self._error(nvml.NVML_ERROR_INVALID_ARGUMENT)
