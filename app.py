@@ -5,15 +5,16 @@ For several users: `gunicorn -w 4 -b 0.0.0.0:8050 'app:server'` with RADT_CACHE=
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from app.config import display_uri
 from app.dashboard import create_app
 from app.state import STATE
+from collectors.cli import OneLineParser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="radt dashboard")
+    parser = OneLineParser(prog="python app.py", description="radt dashboard")  # a mistake in one line, like radt's commands
     parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8050)
@@ -22,10 +23,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         dashboard = create_app(args.store, args.cache)
-    except ValueError as exc:  # a bad --cache / RADT_CACHE
+    except ValueError as exc:  # a bad --cache / RADT_CACHE, or a store radt cannot use (app/config.store_uri)
         print(f"radt dashboard: {exc}", file=sys.stderr)
         return 2
-    where = STATE.store_uri.split("@")[-1]
+    where = display_uri(STATE.store_uri)
     print(f"radt dashboard on http://{args.host}:{args.port}/ (store {where})", file=sys.stderr)
     if STATE.error:
         print(f"radt dashboard: {STATE.error} (the page says so until it can read the store)", file=sys.stderr)

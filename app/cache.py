@@ -14,6 +14,7 @@ CACHE = Cache()
 FINISHED_TIMEOUT = 3600  # a finished run's series never change
 RUNNING_TIMEOUT = 2  # a running run's series grow every sample
 LISTING_TIMEOUT = 5  # experiments and runs lists
+ZOOM_TIMEOUT = 60  # a zoomed window of a run: redraws of the same zoom hit; each new zoom is another entry, gone after a minute
 
 
 def cache_config(spec: str | None = None) -> dict:

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from app import queries
-from app.cache import CACHE, FINISHED_TIMEOUT, LISTING_TIMEOUT, RUNNING_TIMEOUT
+from app.cache import CACHE, FINISHED_TIMEOUT, LISTING_TIMEOUT, RUNNING_TIMEOUT, ZOOM_TIMEOUT
 from app.catalogue import HOST, METRICS, Device, Metric, display_name, missing_values, resolve
 from app.state import STATE
 
@@ -65,9 +65,10 @@ def cached(parts: tuple, timeout: int, compute):
     return value
 
 
-def _per_run(runs: pd.DataFrame, parts, load) -> dict:
+def _per_run(runs: pd.DataFrame, parts, load, longest=lambda _run_id: FINISHED_TIMEOUT) -> dict:
     """run_id -> value through the cache: hits as they are, `load(missing run ids)` for the rest,
-    each cached as long as its run's status allows (a run without a value is cached as absent)."""
+    each cached as long as its run's status allows, and `longest(run_id)` seconds at most
+    (a run without a value is cached as absent)."""
     out: dict = {}
     missing: list[str] = []
     for run_id in runs["run_id"]:
@@ -81,7 +82,8 @@ def _per_run(runs: pd.DataFrame, parts, load) -> dict:
         loaded = load(missing)
         for run_id in missing:
             value = loaded.get(run_id)
-            CACHE.set(_key(STATE.store_uri, *parts(run_id)), ABSENT if value is None else value, timeout=_timeout(status.get(run_id, "")))
+            timeout = min(_timeout(status.get(run_id, "")), longest(run_id))
+            CACHE.set(_key(STATE.store_uri, *parts(run_id)), ABSENT if value is None else value, timeout=timeout)
             if value is not None:
                 out[run_id] = value
     return {r: out[r] for r in runs["run_id"] if r in out}
@@ -130,6 +132,7 @@ def series(
         runs,
         lambda run_id: ("devices", spec, run_id, windows.get(run_id), budget, x),
         lambda missing: _load(spec, missing, {r: windows[r] for r in missing if r in windows}, budget, x),
+        lambda run_id: ZOOM_TIMEOUT if windows.get(run_id) else FINISHED_TIMEOUT,  # every zoom is a new window: kept briefly
     )
     if gpus is None:
         return found

@@ -12,6 +12,7 @@ import atexit
 import csv
 import dataclasses
 import io
+import math
 import os
 import shutil
 import threading
@@ -35,6 +36,9 @@ FORMATS = ("png", "svg", "pdf", "csv")
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 MARKERS = ("circle", "square", "triangle-up", "diamond", "x", "cross", "star", "triangle-down")
 GREYS = ("#000000", "#555555", "#888888")
+DPI_RANGE = (30, 2400)  # PNG resolution, `radt export --dpi` and the dashboard's field alike
+FONT_RANGE = (4.0, 48.0)  # points
+MAX_PIXELS = 50_000_000  # a PNG's width × height: 2400 dpi on a tall figure would take the server gigabytes of memory
 
 
 class ExportError(ValueError):
@@ -49,6 +53,36 @@ class ExportStyle:
     legend: str = "top"
     dpi: int = 300
     charts: list[str] | None = None  # metric specs to keep; None: every chart of the view
+
+
+def check_style(style: ExportStyle, fmt: str | None = None) -> ExportStyle:
+    """The style as a figure can be drawn from it, whatever a form or the command line sent; ExportError says what to change.
+
+    The DPI is checked for PNG (`fmt` None: always, as `radt export --dpi` is); the size in pixels once the figure is known (image_bytes)."""
+    if style.size not in SIZES:
+        raise ExportError(f"size '{str(style.size)[:40]}' is not one of {', '.join(SIZES)}")
+    if style.legend not in LEGENDS:
+        raise ExportError(f"legend '{str(style.legend)[:40]}' is not one of {', '.join(LEGENDS)}")
+    font = _number(style.font_size)
+    if font is None or not FONT_RANGE[0] <= font <= FONT_RANGE[1]:
+        raise ExportError(f"font size {str(style.font_size)[:40]} is out of range; use {FONT_RANGE[0]:g} to {FONT_RANGE[1]:g} points (9 for a paper)")
+    dpi = _number(style.dpi)
+    if fmt in (None, "png") and (dpi is None or not DPI_RANGE[0] <= dpi <= DPI_RANGE[1]):
+        given = "no DPI given" if style.dpi in (None, "") else f"DPI {str(style.dpi)[:40]} is out of range"
+        raise ExportError(f"{given}; use {DPI_RANGE[0]} to {DPI_RANGE[1]} (300 for print)")
+    charts = [c for c in style.charts if isinstance(c, str)] if isinstance(style.charts, list) else None
+    return dataclasses.replace(style, font_size=font, dpi=round(dpi) if dpi is not None else 300, monochrome=bool(style.monochrome), charts=charts)
+
+
+def _number(value) -> float | None:
+    """A finite number from a form field or an option (None, text, NaN: None)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def chromium() -> str:
@@ -165,8 +199,16 @@ def _kaleido_restart() -> None:
 
 def image_bytes(figure: go.Figure, fmt: str, dpi: int) -> bytes:
     """PNG at `dpi` (width in pixels = inches × dpi), or SVG/PDF at the figure's size in inches."""
-    os.environ.setdefault("BROWSER_PATH", chromium())
     scale = dpi / CSS_DPI if fmt == "png" else 1
+    if fmt == "png":
+        width, height = round((figure.layout.width or 700) * scale), round((figure.layout.height or 500) * scale)
+        if width * height > MAX_PIXELS:
+            fits = math.floor(dpi * math.sqrt(MAX_PIXELS / (width * height)))
+            raise ExportError(
+                f"a PNG of {width} × {height} pixels ({width * height / 1e6:.0f} MP) at {dpi} DPI is over the {MAX_PIXELS // 1_000_000} MP limit; "
+                f"use {fits} DPI or less, fewer charts, or SVG/PDF (sharp at any size)"
+            )
+    os.environ.setdefault("BROWSER_PATH", chromium())
     try:
         _kaleido_server()
         with warnings.catch_warnings():

@@ -24,6 +24,20 @@ X_TITLES = {"relative": "time since run start (min)", "wall": "wall clock (UTC)"
 GPU_MODES = ("each", "mean")  # every GPU its own trace, or per run the mean across its GPUs with a min-max band
 
 Series = tuple[np.ndarray, np.ndarray]
+CHART_GAP_PX = 80  # at most this much space between two stacked charts (less than 0.04 of the figure when there are many)
+
+
+def plain(value) -> str:
+    """A name (run, experiment, workload, param, metric key) as Plotly text: shown as typed, never as Plotly's pseudo-HTML.
+
+    Plotly draws <a href>, <b>, <br> and entities in legend entries, titles, annotations and
+    tooltips; escaped, `<a href="http://x">evil</a>` is that text, not a link."""
+    return str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def in_template(text: str) -> str:
+    """Plain text (see plain()) inside a hovertemplate, where `%{...}` would be read as a variable: its % as an entity."""
+    return text.replace("%{", "&#37;{")
 
 
 @dataclass
@@ -86,10 +100,12 @@ def x_values(xs: np.ndarray, start_ms: float, mode: str):
 
 
 def _hover(row: pd.Series) -> str:
+    """The run's lines of a tooltip, its names and params as text (ready for a hovertemplate)."""
     params = row.get("params") or {}
+    params = params if isinstance(params, dict) else {}
     shown = ", ".join(f"{k}={v}" for k, v in list(params.items())[:6] if not str(k).startswith("radt."))
     letter = f" {row['letter']}" if row.get("letter") else ""
-    return f"<b>{row['run_name']}</b><br>{row['workload_label']}{letter}<br>{shown}"
+    return in_template(f"<b>{plain(row['run_name'])}</b><br>{plain(row['workload_label'])}{plain(letter)}<br>{plain(shown)}")
 
 
 def unit_label(metric: Metric) -> str:
@@ -115,7 +131,8 @@ def overlay_figure(
     colour per GPU. `x_range` zooms the shared x axis.
     """
     rows = max(1, len(panels))
-    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.04 if rows > 1 else 0.0, subplot_titles=[unit_label(p.metric) for p in panels])
+    spacing = min(0.04, CHART_GAP_PX / (panel_height * rows)) if rows > 1 else 0.0  # Plotly refuses spacing × (rows - 1) > 1
+    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=spacing, subplot_titles=[plain(unit_label(p.metric)) for p in panels])
     runs = runs.set_index("run_id", drop=False) if "run_id" in runs else runs
     colors = run_colors(list(runs.index))
     workloads = list(dict.fromkeys(runs["workload_id"])) if len(runs) else []
@@ -144,7 +161,7 @@ def overlay_figure(
                     row_index,
                     in_legend,
                     workload_id,
-                    f"{label} ({what})",
+                    plain(f"{label} ({what})"),
                     wl_colors[workload_id],
                     {"workload_id": workload_id},
                 )
@@ -155,7 +172,7 @@ def overlay_figure(
                 meta = runs.loc[run_id]
                 if gpu_mode == "mean" and sum(1 for d in devices if d.gpu is not None) > 1:
                     found = [(run_id, xs, ys) for xs, ys in devices.values()]
-                    name = f"{meta['run_name']} · mean of {len(found)} GPUs"
+                    name = plain(f"{meta['run_name']} · mean of {len(found)} GPUs")
                     _add_band(fig, runs, found, x_mode, smoothing, row_index, in_legend, f"{run_id}|mean", name, colors[run_id], {"run_id": run_id})
                     continue
                 for device, (ts, ys) in devices.items():
@@ -173,14 +190,12 @@ def overlay_figure(
                             x=_compact(x_values(ts, meta["start_time"], x_mode)),
                             y=_compact(ema(ys, smoothing)),
                             mode="lines",
-                            name=f"{meta['run_name']}{where}",
+                            name=plain(f"{meta['run_name']}{where}"),
                             legendgroup=tid,
                             showlegend=tid not in in_legend,
                             line={"color": color, "width": 1.5, "dash": dash},
                             hovertemplate=_hover(meta)
-                            + (f"<br>{device.label}" if device.label else "")
-                            + (f" ({identity})" if identity else "")
-                            + caveat
+                            + in_template((f"<br>{plain(device.label)}" if device.label else "") + (f" ({plain(identity)})" if identity else "") + caveat)
                             + "<br>%{y:.3g}<extra></extra>",
                             meta={"run_id": run_id, "device": device.label},
                         ),
@@ -212,7 +227,7 @@ def _mig_caveat(meta: pd.Series) -> str:
     """A MIG run whose slice's own activity could not be read: its GPU series are the whole GPU's, say so in its tooltip."""
     tags = meta.get("tags") if hasattr(meta, "get") else None
     reason = tags.get(MIG_ACTIVITY_TAG) if isinstance(tags, dict) else None
-    return f"<br>⚠ the whole GPU, not the run's MIG slice ({reason})" if reason else ""
+    return f"<br>⚠ the whole GPU, not the run's MIG slice ({plain(reason)})" if reason else ""
 
 
 def _gpus_of(panels: list[Panel]) -> dict[str, list[Device]]:
@@ -273,7 +288,7 @@ def _add_band(
             legendgroup=group,
             showlegend=group not in in_legend,
             line={"color": color, "width": 2},
-            hovertemplate=f"<b>{name}</b><br>mean %{{y:.3g}}<extra></extra>",
+            hovertemplate=f"<b>{in_template(name)}</b><br>mean %{{y:.3g}}<extra></extra>",
             meta=meta,
         ),
         row=row,
@@ -301,6 +316,6 @@ def _alpha(color: str, alpha: float) -> str:
 
 def empty_figure(message: str) -> go.Figure:
     fig = go.Figure()
-    fig.add_annotation(text=message, showarrow=False, font={"size": 15, "color": "#666"}, xref="paper", yref="paper", x=0.5, y=0.5)
+    fig.add_annotation(text=plain(message), showarrow=False, font={"size": 15, "color": "#666"}, xref="paper", yref="paper", x=0.5, y=0.5)
     fig.update_layout(template="plotly_white", height=260, xaxis={"visible": False}, yaxis={"visible": False})
     return fig

@@ -27,6 +27,7 @@ STATE = DashboardState()
 
 def connect_store(uri: str) -> None:
     """Point the dashboard at `uri`: a read-only engine, or the one-line reason it cannot read it."""
+    from app.config import display_uri
     from app.queries import StoreUnavailable, check_store, make_read_engine
 
     if STATE.engine is not None:
@@ -41,7 +42,7 @@ def connect_store(uri: str) -> None:
     try:
         engine = make_read_engine(uri)
     except Exception as exc:  # a malformed URI, a missing driver: the user's to fix, shown on the page
-        STATE.engine, STATE.error = None, f"cannot open the tracking store {uri.split('@')[-1]}: {str(exc).splitlines()[0][:300]}"
+        STATE.engine, STATE.error = None, f"cannot open the tracking store {display_uri(uri)}: {(str(exc).splitlines() or [type(exc).__name__])[0][:300]}"
         return
     try:
         check_store(engine)

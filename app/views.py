@@ -8,6 +8,8 @@ same traces as the screen, only at a larger point budget.
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,16 +23,126 @@ from app.figures import GPU_MODES, Panel, overlay_figure
 VIEW_VERSION = 1
 SCREEN_BUDGET = 2000  # points per series sent to the browser
 EXPORT_BUDGET = 20000  # points per series in an exported figure: beyond a print's resolution
+MAX_CHARTS = 30  # metrics drawn at once (each is a chart and a query per run); more are named and left out
+MAX_IDS = 1000  # experiments or runs in one view
+RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # MLflow's run ids (32 hex digits), as a link may carry them
+EXPERIMENT_ID = re.compile(r"^[0-9]{1,18}$")
+GPU_INDEX = re.compile(r"^[0-9]{1,4}$")
+KEY_LIMIT = 250  # MLflow's longest metric key
+ZOOM_LIMITS = {"relative": 1e9, "step": 9e15}  # |x| of a zoom: minutes (1,900 years) and steps (exact as float64, inside int64)
+WALL_LIMITS = (pd.Timestamp("1970-01-01"), pd.Timestamp("2200-01-01"))  # a wall-clock zoom: MLflow's epoch ms, in pandas' ns range
 
 
 class ViewError(ValueError):
     """A view that cannot be drawn; the message says what to change."""
 
 
-def _split(value) -> list[str]:
+def _split(value, depth: int = 2) -> list[str]:
+    """A URL value (or a repeated one, a list; the run tree's lists of lists) as its comma-separated parts; other JSON types give nothing."""
     if isinstance(value, list | tuple):
-        return [str(v) for v in value if str(v)]
-    return [v for v in str(value or "").split(",") if v]
+        return [part for v in value for part in _split(v, depth - 1)] if depth > 0 else []
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int):
+        value = str(value)
+    return [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else []
+
+
+def _one(value) -> str | None:
+    """A single-valued parameter: the first of repeated values, as text; None when absent or not text."""
+    if isinstance(value, list | tuple):
+        value = next((v for v in value if isinstance(v, str | int | float) and not isinstance(v, bool)), None)
+    return None if value is None or isinstance(value, bool) or not isinstance(value, str | int | float) else str(value)
+
+
+def _printable(text: str) -> bool:
+    return text.isprintable()  # no NUL, no control character: nothing a store or a page should get
+
+
+def _ids(value, pattern: re.Pattern, what: str, notes: list[str]) -> list[str]:
+    parts = _split(value)
+    kept = list(dict.fromkeys(p for p in parts if pattern.match(p)))
+    if len(kept) < len(set(parts)):
+        notes.append(f"ignored {len(set(parts)) - len(kept)} {what} id(s) that are not ids")
+    if len(kept) > MAX_IDS:
+        notes.append(f"kept the first {MAX_IDS} of {len(kept)} {what}s")
+    return kept[:MAX_IDS]
+
+
+def _metrics(value, notes: list[str]) -> list[str]:
+    """Metric specs (cat:<catalogue name>, key:<stored key>, or a name `radt export --metric` takes), each once, known ones only."""
+    specs, unknown = [], []
+    for part in _split(value):
+        spec = metric_spec(part) if _printable(part) else None
+        kind, _, name = (spec or "").partition(":")
+        if (kind == "cat" and name in METRICS) or (kind == "key" and 0 < len(name) <= KEY_LIMIT):
+            specs.append(spec)
+        else:
+            unknown.append(part)
+    if unknown:
+        shown = ", ".join(repr(u[:40]) for u in unknown[:3]) + (", ..." if len(unknown) > 3 else "")
+        notes.append(f"ignored {len(unknown)} metric(s) that are not metrics: {shown}")
+    specs = list(dict.fromkeys(specs))
+    if len(specs) > MAX_CHARTS:
+        notes.append(f"showing the first {MAX_CHARTS} of {len(specs)} metrics; pick fewer to see the others")
+    return specs[:MAX_CHARTS]
+
+
+def _choice(value, allowed, default: str, what: str, notes: list[str]) -> str:
+    text = _one(value)
+    if text is None or text in allowed:
+        return text or default
+    notes.append(f"{what} '{text[:40]}' is not one of {', '.join(allowed)}; showing {default}")
+    return default
+
+
+def _smoothing(value, notes: list[str]) -> float:
+    text = _one(value)
+    try:
+        number = float(text or 0)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        notes.append(f"smoothing '{str(text)[:40]}' is not a number from 0 to 0.99; showing none")
+        return 0.0
+    return min(max(number, 0.0), 0.99)
+
+
+def _gpus(value, notes: list[str]) -> list[int] | None:
+    parts = _split(value)
+    bad = [g for g in parts if not GPU_INDEX.match(g)]
+    if bad:
+        notes.append(f"ignored {len(bad)} GPU filter entr{'y' if len(bad) == 1 else 'ies'} that {'is' if len(bad) == 1 else 'are'} not a GPU index")
+    return sorted({int(g) for g in parts if GPU_INDEX.match(g)}) or None
+
+
+def _zoom(value, axis: str, notes: list[str]) -> str | None:
+    """The zoom "low,high" as given, if both ends are values of the axis within its bounds; else None, and a note."""
+    text = _one(value)
+    if not text:
+        return None
+    if _x_limits(text, axis) is None:
+        notes.append(f"ignored the zoom '{text[:60]}': not two {'times' if axis == 'wall' else 'numbers'} on the {axis} axis; showing the whole runs")
+        return None
+    return text
+
+
+def _x_limits(text: str, axis: str) -> tuple | None:
+    parts = _split(text)
+    if len(parts) != 2 or not all(_printable(p) for p in parts):
+        return None
+    try:
+        if axis == "wall":
+            stamps = [pd.Timestamp(p) for p in parts]
+            if any(pd.isna(t) for t in stamps):
+                return None
+            stamps = sorted(t.tz_convert(None) if t.tzinfo else t for t in stamps)
+            return tuple(stamps) if WALL_LIMITS[0] <= stamps[0] and stamps[1] <= WALL_LIMITS[1] else None
+        low, high = sorted(float(p) for p in parts)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    bound = ZOOM_LIMITS.get(axis, ZOOM_LIMITS["relative"])
+    return (low, high) if all(math.isfinite(v) and abs(v) <= bound for v in (low, high)) else None
 
 
 @dataclass
@@ -45,20 +157,29 @@ class View:
     zoom: str | None = None  # "low,high" on the view's axis, as the URL writes it
     gpus: list[int] | None = None  # only these GPU indices (None: every GPU the runs used)
     gpu_mode: str = "each"  # "each": a trace per GPU; "mean": per run the mean across its GPUs, with a min-max band
+    notes: list[str] = field(default_factory=list, compare=False)  # what from_dict left out of the link, said on the page
 
     @classmethod
     def from_dict(cls, raw: dict) -> View:
-        """The URL's query dict or a saved view file (the same keys)."""
-        x = raw.get("x") if raw.get("x") in X_MODES else "relative"
-        mode = raw.get("mode") if raw.get("mode") in ("runs", "grouped") else "runs"
-        try:
-            smoothing = min(max(float(raw.get("smooth") or 0), 0.0), 0.99)
-        except ValueError:
-            smoothing = 0.0
-        gpus = sorted({int(g) for g in _split(raw.get("gpu")) if g.isdigit()}) or None
-        gpu_mode = raw.get("gpuagg") if raw.get("gpuagg") in GPU_MODES else "each"
-        return cls(_split(raw.get("exp")), _split(raw.get("runs")), _split(raw.get("metrics")) or list(DEFAULT_METRICS), x, mode, smoothing,
-                   str(raw.get("log")) in ("1", "true", "True"), raw.get("xr") or None, gpus, gpu_mode)  # fmt: skip
+        """The URL's query dict, a saved view file (the same keys) or the page's controls: whatever they hold.
+
+        A link is typed, pasted and edited by hand: repeated parameters, lists, NUL bytes, unknown
+        metrics, junk numbers and zooms out of range are each left out (or clamped) with a note,
+        so the page always draws something and says what it ignored."""
+        raw = raw if isinstance(raw, dict) else {}
+        notes: list[str] = []  # in the order of the link's parameters
+        experiments = _ids(raw.get("exp"), EXPERIMENT_ID, "experiment", notes)
+        runs = _ids(raw.get("runs"), RUN_ID, "run", notes)
+        metrics = _metrics(raw.get("metrics"), notes) if _split(raw.get("metrics")) else list(DEFAULT_METRICS)
+        x = _choice(raw.get("x"), X_MODES, "relative", "x axis", notes)
+        mode = _choice(raw.get("mode"), ("runs", "grouped"), "runs", "grouping", notes)
+        smoothing = _smoothing(raw.get("smooth"), notes)
+        log_y = _one(raw.get("log")) in ("1", "true", "True")
+        gpus = _gpus(raw.get("gpu"), notes)
+        view = cls(experiments, runs, metrics, x, mode, smoothing, log_y, None, gpus, _choice(raw.get("gpuagg"), GPU_MODES, "each", "GPU mode", notes))
+        view.zoom = _zoom(raw.get("xr"), view.axis, notes)
+        view.notes = notes
+        return view
 
     def to_dict(self) -> dict:
         out = {"exp": ",".join(self.experiments), "runs": ",".join(self.runs), "metrics": ",".join(self.metrics), "x": self.x, "mode": self.mode}
@@ -96,17 +217,8 @@ def save_view(view: View) -> str:
 
 
 def x_range(view: View) -> tuple | None:
-    """The zoom as chart x values (minutes or steps as floats, wall clock as timestamps)."""
-    parts = _split(view.zoom)
-    if len(parts) != 2:
-        return None
-    try:
-        if view.axis == "wall":
-            return tuple(sorted((pd.Timestamp(parts[0]), pd.Timestamp(parts[1]))))
-        low, high = sorted((float(parts[0]), float(parts[1])))
-    except ValueError:
-        return None
-    return low, high
+    """The zoom as chart x values (minutes or steps as floats, wall clock as timestamps); None for no zoom or one out of bounds."""
+    return _x_limits(view.zoom, view.axis) if view.zoom else None
 
 
 @dataclass

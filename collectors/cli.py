@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from app.config import tracking_uri
-from collectors.command import UsageError, build_command
+from collectors.command import UsageError, build_command, check_name, check_numbers, check_script
 from collectors.listeners import DEFAULT, ListenerError, parse_listeners, parse_profiler
 from collectors.profilers import check_profiler
 
@@ -64,7 +64,7 @@ def run_parser() -> argparse.ArgumentParser:
     parser.add_argument("--flush-timeout", type=float, default=60.0, help="seconds to keep trying an unreachable store at exit (default 60)")
     parser.add_argument("--dry-run", action="store_true", help="CSV experiments: print the plan (workloads, devices, set-up, commands) and start nothing")
     parser.add_argument("--rerun", action="store_true", help="CSV experiments: run FAILED workloads again (FINISHED ones are always skipped)")
-    parser.add_argument("--letter", default="A", help=argparse.SUPPRESS)
+    parser.add_argument("--letter", help=argparse.SUPPRESS)  # the CSV scheduler's; a -w run without it takes the next free letter
     parser.add_argument("--collocation", default="-", help=argparse.SUPPRESS)
     parser.add_argument("--parent-run", help=argparse.SUPPRESS)  # the CSV scheduler's workload run
     parser.add_argument("--cuda-visible", help=argparse.SUPPRESS)  # a MIG UUID or an MPS daemon's numbering
@@ -82,21 +82,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = run_parser()
     opts = parser.parse_args(argv)
     try:  # the user's mistakes first, before MLflow is even imported (two seconds): one line, exit 2
-        if opts.interval < 0.1:
-            raise ValueError(f"--interval {opts.interval} is too short; use 0.1 seconds or more")
+        check_numbers(opts.interval, opts.max_time, opts.max_epoch, opts.flush_timeout)
+        store = tracking_uri(opts.store)
         if opts.script.lower().endswith(".csv"):
-            return _experiment(opts)
+            return _experiment(opts, store)
         if opts.dry_run or opts.rerun:
             raise UsageError("--dry-run and --rerun are for CSV experiments: radt --dry-run experiment.csv")
+        for kind, label, value in (("experiment", "-e", opts.experiment), ("run", "-n", opts.name), ("workload", "-w", opts.workload)):
+            check_name(kind, value, label)
         devices = parse_devices(opts.devices)
         listeners = parse_listeners(opts.listeners)
         profiler = parse_profiler(opts.listeners)
         if profiler:
             check_profiler(profiler)
+        check_script(opts.script)
         build_command(opts.script, opts.args)
     except (ListenerError, UsageError, ValueError) as exc:
         print(f"radt: {exc}", file=sys.stderr)
         return 2
+    from collectors.reaper import reap
     from collectors.runner import RunOptions, run_script
     from collectors.tracking import StoreError
 
@@ -104,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         run = RunOptions(
             script=opts.script,
             script_args=opts.args,
-            store=tracking_uri(opts.store),
+            store=store,
             experiment=opts.experiment,
             name=opts.name,
             workload=opts.workload,
@@ -114,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             max_epoch=opts.max_epoch,
             max_time=opts.max_time,
             manual=opts.manual,
-            letter=opts.letter,
+            letter=opts.letter or ("" if opts.workload and not opts.parent_run else "A"),  # "": tracking picks the workload's next letter
             collocation=opts.collocation,
             flush_timeout=opts.flush_timeout,
             profiler=profiler,
@@ -122,13 +126,15 @@ def main(argv: list[str] | None = None) -> int:
             cuda_visible=opts.cuda_visible,
             start_gate=Path(opts.start_gate) if opts.start_gate else None,
         )
+        if run.start_gate is None:  # a CSV run's scheduler has done it
+            reap(store=run.store, wait=False)  # trees and runs that killed radt processes left (collectors/reaper.py)
         return run_script(run)
     except (UsageError, ListenerError, StoreError, ValueError) as exc:
         print(f"radt: {exc}", file=sys.stderr)
         return 2
 
 
-def _experiment(opts: argparse.Namespace) -> int:
+def _experiment(opts: argparse.Namespace, store: str) -> int:
     """`radt [--dry-run] [--rerun] experiment.csv`: options for single runs that make no sense here are refused."""
     if opts.args:
         raise UsageError(f"a CSV experiment takes no script arguments ({' '.join(opts.args)}); put them in the Params column")
@@ -144,7 +150,7 @@ def _experiment(opts: argparse.Namespace) -> int:
 
     experiment = ExperimentOptions(
         csv=Path(opts.script),
-        store=tracking_uri(opts.store),
+        store=store,
         dry_run=opts.dry_run,
         rerun=opts.rerun,
         interval=opts.interval,
@@ -182,6 +188,6 @@ def _subcommand(name: str, argv: list[str]) -> int:
         from collectors.sync import main as sync_main
 
         return sync_main(argv)
-    except (StoreError, ValueError, FileNotFoundError) as exc:
+    except (StoreError, UsageError, ValueError, FileNotFoundError) as exc:
         print(f"radt {name}: {exc}", file=sys.stderr)
         return 2

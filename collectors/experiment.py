@@ -18,7 +18,7 @@ from pathlib import Path
 from string import ascii_uppercase
 
 from collectors.collocation import MIG_PROFILE, CollocationError, MigProfile
-from collectors.command import UsageError, build_command
+from collectors.command import UsageError, build_command, check_name
 from collectors.listeners import ListenerError, parse_listeners, parse_profiler
 
 COLUMNS = ("Experiment", "Workload", "Status", "Run", "Devices", "Collocation", "File", "Listeners", "Params")
@@ -55,10 +55,12 @@ class ExperimentFile:
             raise CsvError(f"cannot read '{path}' ({exc}); save it as a UTF-8 CSV") from exc
         newline = "\r\n" if "\r\n" in raw else "\n"
         text = raw.replace("\r\n", "\n")
-        records = list(csv.reader(io.StringIO(text), skipinitialspace=True))  # radT's padded layouts
-        if not records or not any(c.strip() for c in records[0]):
+        if "\x00" in text:  # Popen refuses it once the workload's parent run exists: refuse it here, before anything starts
+            raise CsvError(f"{path.name} row {text.count(chr(10), 0, text.index(chr(0))) + 1}: a NUL byte in a cell; save the file as a UTF-8 CSV without it")
+        records = _records(path, text)
+        if not records or not any(c.strip() for c in records[0][1]):
             raise CsvError(f"'{path}' has no header line; start it with {','.join(COLUMNS)}")
-        header = records[0]
+        header = records[0][1]
         index = {}
         for position, name in enumerate(header):
             canonical = next((c for c in COLUMNS if c.lower() == name.strip().lower()), None)
@@ -69,14 +71,9 @@ class ExperimentFile:
             raise CsvError(
                 f"'{path}' line 1: no column {', '.join(missing)}; the header needs {','.join(COLUMNS)} (Status, Run, Devices, Collocation, Listeners, Params may be left out)"
             )
-        rows = []
-        line = 1
-        reader_lines = _line_numbers(text)
-        for number, cells in zip(reader_lines[1:], records[1:]):
-            line = number
-            if not any(c.strip() for c in cells):
-                continue  # a blank line
-            rows.append(Row(line, list(cells)))
+        rows = [Row(line, list(cells)) for line, cells in records[1:] if any(c.strip() for c in cells)]  # blank lines skipped
+        if not rows:
+            raise CsvError(f"'{path}' has a header but no rows; add one row per run, e.g. exp1,1,,,0,-,train.py,smi+top,--epochs 3")
         return cls(path, header, rows, newline, index)
 
     def get(self, row: Row, column: str) -> str:
@@ -109,18 +106,46 @@ class ExperimentFile:
         os.replace(tmp, self.path)
 
 
-def _line_numbers(text: str) -> list[int]:
-    """The line each CSV record starts on (a quoted cell may span lines)."""
-    numbers, line = [], 1
+def _records(path: Path, text: str) -> list[tuple[int, list[str]]]:
+    """(line, cells) of each CSV record, padding before a value skipped as radT's pandas did.
+
+    A row is one line: a quote that is never closed would swallow the rows after it (and the
+    statuses written back would drop them), so it is refused, as is a line break inside quotes
+    and a cell over the csv module's limit (an unclosed quote in a long file)."""
+    lines = text.split("\n")
     reader = csv.reader(io.StringIO(text), skipinitialspace=True)
+    records, first = [], 1
     while True:
-        numbers.append(line)
         try:
-            next(reader)
+            cells = next(reader)
         except StopIteration:
-            break
-        line = reader.line_num + 1
-    return numbers
+            return records
+        except csv.Error as exc:
+            if "field larger than field limit" in str(exc):
+                raise CsvError(
+                    f"{path.name} row {first}: a cell runs past {csv.field_size_limit()} characters, the most a CSV cell may hold; "
+                    'close the quote (") opened on this row, or shorten the cell'
+                ) from exc
+            raise CsvError(f"{path.name} row {first}: {exc}; fix the row") from exc
+        last = reader.line_num
+        if _unclosed("\n".join(lines[first - 1 : last])):
+            swallowed = f", so rows {first + 1} to {last} are read as part of it" if last > first else ""
+            raise CsvError(f'{path.name} row {first}: a quote (") opened on this row is not closed{swallowed}; close the quote')
+        if last > first:
+            raise CsvError(
+                f"{path.name} row {first}: a quoted cell runs over lines {first} to {last}; a row is one line: remove the line break inside the quotes"
+            )
+        records.append((first, cells))
+        first = last + 1
+
+
+def _unclosed(record: str) -> bool:
+    """The record's text ends inside a quoted cell (the lenient reader took the rest of the file into it)."""
+    try:
+        list(csv.reader(io.StringIO(record + "\n"), skipinitialspace=True, strict=True))
+    except csv.Error as exc:
+        return "unexpected end of data" in str(exc)
+    return False
 
 
 @dataclass
@@ -269,6 +294,11 @@ def plan(exp: ExperimentFile, machine: Machine, *, rerun: bool = False) -> tuple
                 problem("Experiment is empty; give an MLflow experiment id or name")
             if not name:
                 problem("Workload is empty; give the workload's number or name (rows with the same one run together)")
+            for kind, column, value in (("experiment", "Experiment", experiment), ("workload", "Workload", name)):
+                try:
+                    check_name(kind, value, column)
+                except UsageError as exc:
+                    problem(str(exc))
             try:
                 devices = parse_devices_cell(exp.get(row, "Devices"))
             except ValueError as exc:
@@ -294,7 +324,7 @@ def plan(exp: ExperimentFile, machine: Machine, *, rerun: bool = False) -> tuple
             file = exp.get(row, "File")
             if not file:
                 problem("File is empty; give the training script, e.g. train.py")
-            planned = PlannedRun(row, _letter(number), devices, collocation, file, params, listeners, sources, profiler)
+            planned = PlannedRun(row, run_letter(number), devices, collocation, file, params, listeners, sources, profiler)
             workload.runs.append(planned)
             if collocation != "-" and devices is None:
                 problem(f"Collocation {collocation_label(collocation)} needs a GPU; set Devices, e.g. 0")
@@ -305,10 +335,16 @@ def plan(exp: ExperimentFile, machine: Machine, *, rerun: bool = False) -> tuple
             # what the machine must offer, checked only for workloads that will run
             resolved = _resolve_file(file, base)
             try:
-                build_command(resolved, params)
-                planned.file = resolved
-            except UsageError:
-                problem(f"File '{file}' not found (looked in {base} and {Path.cwd()}); fix the path or create the script")
+                if Path(resolved).is_dir():
+                    problem(f"File '{file}' is a folder; give the training script in it, e.g. {Path(file) / 'train.py'}")
+                else:
+                    build_command(resolved, params)
+                    planned.file = resolved
+            except UsageError as exc:
+                if Path(resolved).exists():  # there, but it cannot run (no x bit, a bad #! line): build_command says why and the fix
+                    problem(f"File '{file}': {str(exc).removeprefix('radt: ')}")
+                else:
+                    problem(f"File '{file}' not found (looked in {base} and {Path.cwd()}); fix the path or create the script")
             if profiler:
                 from collectors.profilers import EXECUTABLE
 
@@ -360,7 +396,7 @@ def plan(exp: ExperimentFile, machine: Machine, *, rerun: bool = False) -> tuple
     return workloads, problems
 
 
-def _letter(number: int) -> str:
+def run_letter(number: int) -> str:
     """A, B, ..., Z, AA, AB, ... for the runs of a workload."""
     letters = ""
     number += 1

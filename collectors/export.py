@@ -11,8 +11,9 @@ from app.config import tracking_uri
 
 def export_parser() -> argparse.ArgumentParser:
     from app.export import FORMATS, LEGENDS, SIZES
+    from collectors.cli import OneLineParser  # mistakes in one line, like the rest of radt
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="radt export",
         description="Export a comparison figure or the data behind it: from a view saved in the dashboard (--view), or from runs picked by "
         "--experiment/--workload/--run and --metric.",
@@ -47,7 +48,7 @@ def export_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     opts = export_parser().parse_args(argv)
     fmt = opts.format or opts.output.suffix.lstrip(".").lower()
-    from app.export import FORMATS, ExportError, ExportStyle
+    from app.export import FORMATS, ExportError, ExportStyle, check_style
 
     if fmt not in FORMATS:
         print(f"radt export: cannot tell the format of '{opts.output}'; give --format {'/'.join(FORMATS)} or an output ending in one", file=sys.stderr)
@@ -57,13 +58,10 @@ def main(argv: list[str]) -> int:
             "radt export: say what to export: --view view.json (saved in the dashboard) or --experiment NAME [--workload W] [--metric smact]", file=sys.stderr
         )
         return 2
-    if opts.dpi < 30 or opts.dpi > 2400:
-        print(f"radt export: --dpi {opts.dpi} is out of range; use 30 to 2400 (300 for print)", file=sys.stderr)
-        return 2
     try:
+        style = check_style(ExportStyle(opts.size, opts.font_size, opts.mono, opts.legend, opts.dpi))
         _open_store(tracking_uri(opts.store))
         view = _view(opts)
-        style = ExportStyle(opts.size, opts.font_size, opts.mono, opts.legend, opts.dpi)
         if opts.table:
             if fmt != "csv":
                 raise ExportError("--table writes CSV; give an output ending in .csv")
@@ -110,6 +108,8 @@ def _view(opts: argparse.Namespace):
 
     if opts.view:
         view = load_view(opts.view)
+        for note in view.notes:  # a view file edited by hand: what of it cannot be drawn
+            print(f"radt export: {opts.view}: {note}", file=sys.stderr)
     else:
         experiments = [_experiment_id(name) for name in opts.experiment]
         table = data.runs(experiments)

@@ -10,13 +10,15 @@ file's modification time. Where two logs give the same series, the one with time
 from __future__ import annotations
 
 import json
+import math
+import re
 import sys
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
 from app.catalogue import GPUS_TAG
 from app.config import tracking_uri
-from collectors.parsers import detect_format, parse_dcgmi_dmon, parse_nvidia_smi_csv, parse_top_batch
+from collectors.parsers import _smi_timestamp, detect_format, parse_dcgmi_dmon, parse_nvidia_smi_csv, parse_top_batch
 from collectors.points import Point
 from collectors.stores import open_metric_store
 from collectors.toolmetrics import EnergyBaseline, dmon_metrics, smi_metrics, top_metrics
@@ -27,6 +29,47 @@ CHUNK = 50_000
 
 def _lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8", errors="replace").splitlines()
+
+
+TOP_CLOCK = re.compile(r"^top - (\S+)")
+
+
+def check_timestamps(path: Path, fmt: str) -> None:
+    """Every timestamp of a log reads as a moment (nvidia-smi's timestamp column, top's clock); else ValueError naming the file and line.
+
+    A timestamp that cannot be read would put its sample at a made-up time, so nothing is imported."""
+    lines = _lines(path)
+    if fmt == "nvidia-smi":
+        header: list[str] | None = None
+        for number, line in enumerate(lines, start=1):
+            cells = [c.strip() for c in line.split(",")]
+            if not line.strip():
+                continue
+            if header is None:
+                header = [c.split("[")[0].strip() for c in cells]
+                if "timestamp" not in header:
+                    return
+                column = header.index("timestamp")
+                continue
+            if len(cells) != len(header) or cells[column] == "timestamp":
+                continue  # not a sample line (the parser skips it too), or the header repeated
+            stamp = _smi_timestamp(cells[column])
+            if stamp is None or stamp < 0:
+                raise ValueError(
+                    f"{path}:{number}: timestamp '{cells[column][:40]}' is not a time as nvidia-smi writes it (2023/02/21 15:16:55.262); "
+                    "fix or delete the line; nothing imported"
+                )
+    elif fmt == "top":
+        for number, line in enumerate(lines, start=1):
+            clock = TOP_CLOCK.match(line)
+            if clock is None:
+                continue
+            parts = clock.group(1).split(":")
+            ok = len(parts) == 3 and all(p.isdigit() for p in parts) and int(parts[0]) < 24 and int(parts[1]) < 60 and int(parts[2]) < 60
+            if not ok:
+                raise ValueError(
+                    f"{path}:{number}: top's clock '{clock.group(1)[:40]}' is not a time of day (15:16:05); fix or delete the line; nothing imported"
+                )
 
 
 def read_log(path: Path, fmt: str, gpus: int | None = None, process: str | None = "python") -> list[tuple[int, float | None, dict[str, float]]]:
@@ -118,6 +161,7 @@ def build_points(
         if fmt is None:
             raise ValueError(f"'{path}' is not a dcgmi dmon, nvidia-smi --format=csv or top -b log; nothing imported")
         formats[path.name] = fmt
+        check_timestamps(path, fmt)
         logs.append((path, fmt, read_log(path, fmt, gpus, process)))
     stamped = [ts for _, fmt, samples in logs if fmt == "nvidia-smi" for _, ts, _ in samples[:1] if ts is not None]
     anchor = start if start is not None else (min(stamped) if stamped else None)
@@ -150,8 +194,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--gpus", type=int, help="GPUs per sample in an nvidia-smi log without an index column")
     parser.add_argument("--process", default="python", help="top: the command whose lines are the run's (default python)")
     args = parser.parse_args(argv)
+    if not math.isfinite(args.interval):
+        parser.error(f"--interval {args.interval} is not a finite number of seconds; give e.g. --interval 1")
     if not args.interval > 0:
         parser.error(f"--interval {args.interval} must be more than 0 seconds")
+    if args.gpus is not None and args.gpus < 1:
+        parser.error(f"--gpus {args.gpus} must be 1 or more: the GPUs of each sample in the nvidia-smi log")
     try:
         start = datetime.fromisoformat(args.start).timestamp() if args.start else None
     except ValueError:

@@ -34,7 +34,7 @@ from collectors.sources.base import SamplingContext
 from collectors.stores import open_metric_store
 from collectors.sync import mark_killed, orphaned, replay_spool
 from collectors.tracking import StoreError, connect, create_run, resolve_experiment, set_tags
-from collectors.writer import SPOOL_NAME, MetricWriter
+from collectors.writer import SPOOL_NAME, MetricWriter, claim_run_dir, owner_pid, release_run_dir
 
 MONITOR_TAG = "radt.monitor"
 RETRY_NEW_DAY = 60.0  # seconds between tries to start the next day's run while the store is away
@@ -120,6 +120,8 @@ class Monitor:
     def _radt_alive(self, run) -> int | None:
         """The pid of the radt that records `run` on this host, or None when that radt is gone."""
         meta_file = runs_dir() / run.info.run_id / "meta.json"
+        if meta_file.exists():  # its radt holds the folder's lock while it lives (this one now holds it, for _end_stale)
+            return (owner_pid(meta_file.parent) or -1) if claim_run_dir(meta_file.parent) is None else None
         try:
             meta = json.loads(meta_file.read_text())
         except (OSError, ValueError):  # recorded with another RADT_HOME: the run's own tags say which process
@@ -145,9 +147,14 @@ class Monitor:
         run_id = run.info.run_id
         run_dir = runs_dir() / run_id
         if (run_dir / "meta.json").exists():  # ours: send what it spooled, attach its logs, as `radt sync` does
-            replay_spool(self.store, run_dir, run_id)
-            mark_killed(self.client, run_dir, run_id, None)
-            (run_dir / "done").touch()
+            if claim_run_dir(run_dir) is None:
+                return  # alive after all (or a `radt sync` on it right now): its owner ends it
+            try:
+                replay_spool(self.store, run_dir, run_id)
+                mark_killed(self.client, run_dir, run_id, None)
+                (run_dir / "done").touch()
+            finally:
+                release_run_dir(run_dir)
         else:
             set_tags(self.client, run_id, {"radt.stop_reason": "radt_killed"})
             self.client.set_terminated(run_id, status="KILLED", end_time=int(time.time() * 1000))
@@ -193,11 +200,13 @@ class Monitor:
     def _finish(self, recording: Recording, status: str, stop_reason: str) -> bool:
         """Stop sampling into `recording`, flush its writer (bounded) and end the run; False if something waits for `radt sync`."""
         recording.sampler.stop()
+        exit_by = time.monotonic() + self.flush_timeout
         written = recording.writer.close(self.flush_timeout)
         recording.writer.store.close()
         logs = recording.run_dir / "logs"
         (logs / "radt-sources.json").write_text(json.dumps({s.name: s.describe() for s in recording.sampler.sources}, indent=2))
-        finish_run(self.client, recording.run_dir, recording.run_id, None, status, 0, stop_reason, written, recording.writer.written)
+        finish_run(self.client, recording.run_dir, recording.run_id, None, status, 0, stop_reason, written, recording.writer.written, deadline=exit_by)
+        release_run_dir(recording.run_dir)  # ended, or waiting for `radt sync`, which may take it over now
         return (recording.run_dir / "done").exists()
 
     def begin(self) -> None:

@@ -16,23 +16,27 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
-from app.config import radt_home, runs_dir
+from app.config import display_uri, radt_home, runs_dir
 from collectors import gpus
-from collectors.command import UsageError, build_command, first_line
+from collectors.command import UsageError, build_command, exec_failure, first_line
 from collectors.listeners import make_source
-from collectors.proctree import ProcessTree, die_with_parent
+from collectors.proctree import ProcessTree, become_subreaper, check_cgroup, child_setup, make_cgroup, restore_interrupts
 from collectors.profilers import wrap
 from collectors.sampler import Sampler, open_sources
+from collectors.settings import FINISH_TIMEOUT, POINTS_LOST_EXIT
 from collectors.sources.base import SamplingContext
 from collectors.sources.nvml import gpu_inventory
 from collectors.stores import open_metric_store
 from collectors.tracking import ADDED_ENV, SCRIPT_END_TAG, SCRIPT_START_TAG, connect, create_run, resolve_experiment, set_tags
-from collectors.writer import SPOOL_NAME, MetricWriter
+from collectors.watchdog import Guard, kill_recorded, read_record, remove_cgroup
+from collectors.writer import SPOOL_NAME, MetricWriter, StoreTimeout, call_with_deadline, claim_run_dir, owner_pid
+from radt import CONTEXT_FILE, STARTED_FILE, STOP_REASON_FILE
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 STOP_GRACE = 30.0  # seconds between SIGINT and SIGTERM, and SIGTERM and SIGKILL, at --max-time
@@ -160,9 +164,14 @@ def _tee(source, sink, log_path: Path) -> threading.Thread:
 
 def local_run_dir(store: str, run_id: str, parent_id: str | None, **extra) -> Path:
     """The run's folder under RADT_HOME/runs: logs/, and meta.json, which `radt sync` reads to finish
-    the run if this radt dies (which store, which process on which host)."""
+    the run if this radt dies (which store, which process on which host).
+
+    This process owns the folder (its lock, see writer.claim_run_dir) before meta.json exists, so
+    `radt sync` never takes a live run for a dead one."""
     run_dir = runs_dir() / run_id
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    if claim_run_dir(run_dir) is None:
+        raise UsageError(f"the run folder {run_dir} belongs to another radt process (pid {owner_pid(run_dir)}); stop it first")
     meta = {"store": store, "run_id": run_id, "parent_id": parent_id, "pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), **extra}
     (run_dir / "meta.json").write_text(json.dumps(meta))
     return run_dir
@@ -234,15 +243,32 @@ def _kill_tree(pid: int, leftovers: list[psutil.Process]) -> None:
 
 
 class Supervisor:
-    """Forwards Ctrl-C/SIGTERM to the child's group, and enforces --max-time."""
+    """Forwards Ctrl-C/SIGTERM to the child's group, and enforces --max-time.
 
-    def __init__(self, child: subprocess.Popen, deadline: float | None) -> None:
+    A script inside `with radt.run()` (it wrote CONTEXT_FILE) stops itself at its next log_metric past
+    the deadline and may save its checkpoint; it gets SIGINT only if it has not said so (STOP_REASON_FILE)
+    STOP_GRACE s after the deadline. Twice a second `refresh` (the process tree's record) runs too."""
+
+    def __init__(self, child: subprocess.Popen, deadline: float | None, run_dir: Path | None = None, refresh=None) -> None:
         self.child = child
         self.deadline = deadline
+        self.run_dir = run_dir
+        self.refresh = refresh or (lambda: None)
         self.interrupted: int | None = None
-        self.time_limited = False
+        self.time_limited = False  # radt had to interrupt the script at --max-time
+        self._deadline_seen = False
+        self._self_stop_by: float | None = None
         self._escalate_at: float | None = None
         self._escalation = [signal.SIGTERM, signal.SIGKILL]
+
+    def _flag(self, name: str) -> bool:
+        return self.run_dir is not None and (self.run_dir / name).exists()
+
+    def _limit(self, now: float) -> None:
+        self.time_limited = True
+        report("radt: --max-time reached, stopping the script")
+        self._send(signal.SIGINT)
+        self._escalate_at = now + STOP_GRACE
 
     def _send(self, sig: int) -> None:
         try:
@@ -271,12 +297,19 @@ class Supervisor:
         exited = threading.Event()
         threading.Thread(target=lambda: (self.child.wait(), exited.set()), name="radt-wait", daemon=True).start()
         while not exited.wait(0.5):
+            self.refresh()
             now = time.monotonic()
-            if self.deadline is not None and not self.time_limited and time.time() >= self.deadline:
-                self.time_limited = True
-                report("radt: --max-time reached, stopping the script")
-                self._send(signal.SIGINT)
-                self._escalate_at = now + STOP_GRACE
+            if self.deadline is not None and not self._deadline_seen and time.time() >= self.deadline:
+                self._deadline_seen = True
+                if self._flag(CONTEXT_FILE):
+                    self._self_stop_by = now + STOP_GRACE
+                else:
+                    self._limit(now)
+            if self._self_stop_by is not None and now >= self._self_stop_by:
+                self._self_stop_by = None
+                if not self._flag(STOP_REASON_FILE):  # not at a log_metric in time; one that is saving its checkpoint is left to finish
+                    report(f"radt: --max-time passed {STOP_GRACE:.0f} s ago and the script has not called log_metric since")
+                    self._limit(now)
             if self._escalate_at is not None and now >= self._escalate_at and self._escalation:
                 self._send(self._escalation.pop(0))
                 self._escalate_at = now + STOP_GRACE
@@ -284,7 +317,8 @@ class Supervisor:
 
 
 def final_status(returncode: int, supervisor: Supervisor, stop_reason: str | None) -> str:
-    if supervisor.time_limited or stop_reason:
+    """radt's --max-time interrupt, or the script's own stop at a limit (radt.run()) that exited 0: FINISHED."""
+    if supervisor.time_limited or (stop_reason and returncode == 0):
         return "FINISHED"
     if supervisor.interrupted is not None:
         return "KILLED"
@@ -327,6 +361,8 @@ class StartGate:
 def run_script(opts: RunOptions) -> int:
     """Run and track one script; returns the script's exit code for radt to pass through."""
     command = build_command(opts.script, opts.script_args)
+    restore_interrupts()
+    become_subreaper()
     gpu_plan = check_devices(opts.devices, opts.cuda_visible)
     gate = StartGate(opts.start_gate, opts.letter) if opts.start_gate else None
     early = {sig: signal.signal(sig, gate.on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} if gate else {}
@@ -352,10 +388,10 @@ def run_script(opts: RunOptions) -> int:
         parent_id = None  # the scheduler ends the workload's parent run, not its children
     run_dir = local_run_dir(opts.store, run_id, parent_id)
     logs = run_dir / "logs"
-    report(f"radt: run {run_id} in experiment {experiment_id} ({opts.store.split('://')[0]} store)")
+    report(f"radt: run {run_id} in experiment {experiment_id} (store {display_uri(opts.store)})")
 
     writer = MetricWriter(open_metric_store(opts.store), run_id, run_dir / SPOOL_NAME, report=report).start()
-    tree = ProcessTree()
+    tree = ProcessTree(record=run_dir)  # tree.json, for the watchdog and the reaper
     ctx = SamplingContext(interval=opts.interval, devices=gpu_plan.indices, slices=gpu_plan.slices, pids=tree.processes)
     sources = open_sources([make_source(name) for name in opts.listeners], ctx, report)
     describe_environment(logs, gpu_plan)
@@ -366,33 +402,58 @@ def run_script(opts: RunOptions) -> int:
         report(f"radt: run {opts.letter} did not start: {'interrupted' if gate.signals else 'the workload was called off'}")
         for source in sources:
             source.close()
-        writer.close(opts.flush_timeout)
-        finish_run(client, run_dir, run_id, parent_id, "KILLED", -signal.SIGINT, "not_started", True, 0)
+        exit_by = time.monotonic() + opts.flush_timeout
+        written = writer.close(opts.flush_timeout)
+        finish_run(client, run_dir, run_id, parent_id, "KILLED", -signal.SIGINT, "not_started", written, writer.written, deadline=exit_by)
         gate.record("KILLED")
         for sig, handler in early.items():
             signal.signal(sig, handler)
         return 130
 
     deadline = time.time() + opts.max_time * 60 if opts.max_time else None
-    started_flag = run_dir / "started"
+    started_flag = run_dir / STARTED_FILE
     child_env = child_environment(opts, run_id, experiment_id, run_dir, deadline, gpu_plan)
     child_env.update(profiler_env)
-    child = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL if not sys.stdin or not sys.stdin.isatty() else None,
-        start_new_session=True,
-        preexec_fn=die_with_parent,
-        env=child_env,
-    )
+    cgroup = make_cgroup(f"radt-{run_id[:12]}-{os.getpid()}")
+    guard = Guard.start(run_dir)  # kills the tree if this process dies without doing it
+    try:
+        child = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL if not sys.stdin or not sys.stdin.isatty() else None,
+            start_new_session=True,
+            preexec_fn=child_setup(cgroup),  # SIGKILL when radt dies, default SIGINT/SIGTERM, into the cgroup
+            env=child_env,
+        )
+    except OSError as exc:  # the file changed since build_command checked it, or the kernel refuses it
+        guard.release()
+        remove_cgroup(cgroup)
+        line = exec_failure(command[0], exc)
+        report(f"radt: {line}")
+        try:
+            with open(logs / "stderr.log", "a") as log:  # attached to the run: the reason is in the store too
+                log.write(line + "\n")
+        except OSError:
+            pass
+        for source in sources:
+            source.close()
+        code = 127 if isinstance(exc, FileNotFoundError) else 126
+        exit_by = time.monotonic() + opts.flush_timeout
+        written = writer.close(opts.flush_timeout)
+        finish_run(client, run_dir, run_id, parent_id, "FAILED", code, None, written, writer.written, deadline=exit_by)
+        if gate:
+            gate.record("FAILED")
+        for sig, handler in early.items():
+            signal.signal(sig, handler)
+        return code
     script_start_ms = int(time.time() * 1000)
-    tree.attach(child.pid)
+    tree.attach(child.pid, check_cgroup(cgroup, child.pid), helpers={guard.proc.pid} if guard.proc else None)
     tees = [_tee(child.stdout, sys.stdout.buffer, logs / "stdout.log"), _tee(child.stderr, sys.stderr.buffer, logs / "stderr.log")]
     sampler = Sampler(sources, opts.interval, writer.put, report, start_gate=started_flag.exists if opts.manual else None)
     sampler.start()
 
-    supervisor = Supervisor(child, deadline)
+    supervisor = Supervisor(child, deadline, run_dir, tree.processes)
     previous = {sig: signal.signal(sig, supervisor.on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     previous.update(early)
     if gate and gate.signals:  # a signal between the gate opening and now
@@ -400,35 +461,70 @@ def run_script(opts: RunOptions) -> int:
     try:
         returncode = supervisor.wait()
         script_end_ms = int(time.time() * 1000)
-        leftovers = [p for p in tree.processes() if p.pid != child.pid]
+        exit_by = time.monotonic() + opts.flush_timeout  # everything radt still does, the writer's flush and the last writes included
+        leftovers = [p for p in tree.processes(fresh=True) if p.pid != child.pid]
         _kill_tree(child.pid, leftovers)
+        kill_recorded(read_record(run_dir) or {"cgroup": tree.cgroup}, timeout=2.0)  # what escaped the group meanwhile; the cgroup goes
+        guard.release()
         for tee in tees:
             tee.join(5)
         sampler.stop()
-        stop_file = run_dir / "stop_reason"
+        stop_file = run_dir / STOP_REASON_FILE
         stop_reason = stop_file.read_text().strip() if stop_file.exists() else None
         status = final_status(returncode, supervisor, stop_reason)
-        written = writer.close(opts.flush_timeout)
-        _freeze(logs)
-        (logs / "radt-sources.json").write_text(json.dumps({s.name: s.describe() for s in sampler.sources}, indent=2))
-        finish_run(
-            client,
-            run_dir,
-            run_id,
-            parent_id,
-            status,
-            returncode,
-            stop_reason or ("max_time" if supervisor.time_limited else None),
-            written,
-            writer.written,
-            script_ms=(script_start_ms, script_end_ms),
-        )
+        with flush_signals() as cancel:
+            try:
+                _freeze(logs)  # the writer keeps sending meanwhile
+                (logs / "radt-sources.json").write_text(json.dumps({s.name: s.describe() for s in sampler.sources}, indent=2))
+            except OSError as exc:  # a full disk must not cost the run its status
+                report(f"radt: cannot write the run's logs in {logs} ({exc.strerror or exc})")
+            written = writer.close(max(0.0, exit_by - time.monotonic()), cancel)
+            finish_run(
+                client,
+                run_dir,
+                run_id,
+                parent_id,
+                status,
+                returncode,
+                stop_reason or ("max_time" if supervisor.time_limited else None),
+                written,
+                writer.written,
+                script_ms=(script_start_ms, script_end_ms),
+                deadline=exit_by,
+                cancel=cancel,
+            )
         if gate:
             gate.record(status)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return 0 if supervisor.time_limited else exit_code(returncode)
+    code = 0 if supervisor.time_limited else exit_code(returncode)
+    if writer.lost and code == 0:
+        report(f"radt: exit status {POINTS_LOST_EXIT}: the script succeeded, but {writer.lost:,} points of its run were lost (see above)")
+        return POINTS_LOST_EXIT
+    return code
+
+
+@contextmanager
+def flush_signals():
+    """Ctrl-C, SIGTERM or SIGHUP while radt flushes at exit: stop waiting on the store; what is not sent stays for `radt sync`.
+
+    Yields the event they set (the writer's close() and finish_run() watch it); said once afterwards."""
+    cancel = threading.Event()
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame) -> None:
+        received.append(signum)
+        cancel.set()
+
+    saved = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield cancel
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        if received:
+            report(f"radt: {signal.Signals(received[0]).name} received during the final flush; what was not sent waits for 'radt sync'")
 
 
 def finish_run(
@@ -442,10 +538,14 @@ def finish_run(
     all_written: bool,
     points: int,
     script_ms: tuple[int, int] | None = None,
+    deadline: float | None = None,
+    cancel: threading.Event | None = None,
 ) -> None:
     """Attach logs, tag and terminate the run (and its workload parent); on failure leave it to `radt sync`.
 
-    ``script_ms``: the script's own start and exit (epoch ms), the duration the comparison table uses."""
+    ``script_ms``: the script's own start and exit (epoch ms), the duration the comparison table uses.
+    ``deadline`` (monotonic; at least a second from now) bounds the store calls, FINISH_TIMEOUT without
+    it; ``cancel`` (Ctrl-C at exit) stops them: what is not sent waits in pending.json for `radt sync`."""
     tags = {"radt.exit_code": str(returncode), "radt.points": str(points)}
     if script_ms:
         tags[SCRIPT_START_TAG], tags[SCRIPT_END_TAG] = str(script_ms[0]), str(script_ms[1])
@@ -454,17 +554,37 @@ def finish_run(
     end_time = int(time.time() * 1000)
     pending = {"status": status, "end_time": end_time, "tags": tags, "parent_id": parent_id}
     if not all_written:
-        (run_dir / "pending.json").write_text(json.dumps(pending))
+        save_pending(run_dir, pending)
         report(f"radt: store still unreachable; samples and the final status wait in {run_dir}. Run 'radt sync' when it is back.")
         return
+    timeout = max(1.0, deadline - time.monotonic()) if deadline is not None else FINISH_TIMEOUT.get()
     try:
-        complete_run(client, run_dir, run_id, pending)
+        call_with_deadline(lambda: complete_run(client, run_dir, run_id, pending), timeout, cancel.is_set if cancel else lambda: False)
     except Exception as exc:
-        (run_dir / "pending.json").write_text(json.dumps(pending))
-        report(f"radt: could not finish run {run_id} ({first_line(exc)}); run 'radt sync' when the store is back")
+        save_pending(run_dir, pending)
+        reason = first_line(exc)
+        if cancel and cancel.is_set():
+            reason = "interrupted"
+        elif isinstance(exc, StoreTimeout):
+            reason = f"the store did not answer within {timeout:.0f} s"
+        report(f"radt: could not finish run {run_id} ({reason}); run 'radt sync' when the store is back")
         return
-    (run_dir / "done").touch()
+    try:
+        (run_dir / "done").touch()
+    except OSError:
+        pass  # `radt sync` finds the run ended and says nothing more
     report(f"radt: run {run_id} {status}, {points} points written")
+
+
+def save_pending(run_dir: Path, pending: dict) -> None:
+    """The final status that waits for `radt sync` (written whole or not at all)."""
+    path = run_dir / "pending.json"
+    tmp = path.with_suffix(".tmp")
+    try:
+        tmp.write_text(json.dumps(pending))
+        os.replace(tmp, path)
+    except OSError as exc:
+        report(f"radt: cannot save the final status in {run_dir} ({exc.strerror or exc}); 'radt sync' will end the run KILLED")
 
 
 def complete_run(client, run_dir: Path, run_id: str, pending: dict) -> None:
@@ -475,11 +595,14 @@ def complete_run(client, run_dir: Path, run_id: str, pending: dict) -> None:
     set_tags(client, run_id, pending["tags"])
     client.set_terminated(run_id, status=pending["status"], end_time=pending["end_time"])
     parent_id = pending.get("parent_id")
-    if parent_id:
-        run = client.get_run(parent_id)
-        siblings = client.search_runs(
-            [run.info.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}' and attributes.status = 'RUNNING'", max_results=1
-        )
-        if not siblings:
-            client.set_terminated(parent_id, status=pending["status"], end_time=pending["end_time"])
+    if parent_id:  # a -w workload: RUNNING while a run of it runs, then the worst of its runs (FAILED > KILLED > FINISHED)
+        experiment = [client.get_run(parent_id).info.experiment_id]
+
+        def any_child(status: str) -> bool:
+            found = client.search_runs(experiment, filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}' and attributes.status = '{status}'", max_results=1)
+            return bool(found)
+
+        if not any_child("RUNNING"):
+            worst = next((status for status in ("FAILED", "KILLED") if any_child(status)), "FINISHED")
+            client.set_terminated(parent_id, status=worst, end_time=pending["end_time"])
     (run_dir / "pending.json").unlink(missing_ok=True)

@@ -24,7 +24,8 @@ from pathlib import Path
 from collectors.collocation import CollocationError, MpsDaemon, Setup
 from collectors.command import first_line
 from collectors.experiment import ExperimentFile, Machine, PlannedRun, Workload, collocation_label, plan
-from collectors.proctree import die_with_parent
+from collectors.proctree import child_setup, restore_interrupts
+from collectors.reaper import GATE_PREFIX, add_radts, reap, record_workload, update_workload
 
 COLOURS = (31, 32, 34, 35, 36, 33)  # radT's: red, green, blue, magenta, cyan, yellow
 READY_TIMEOUT = 600.0  # seconds for every run of a workload to create its run and open its samplers
@@ -100,7 +101,9 @@ class WorkloadRunner:
         self.experiment_id = experiment_id
         self.interrupted = 0  # signals received
         self.children: list[Child] = []
-        self.gate = Path(tempfile.mkdtemp(prefix="radt-gate-"))
+        self.gate = Path(tempfile.mkdtemp(prefix=GATE_PREFIX))
+        self.record: Path | None = None  # RADT_HOME/workloads/<parent>.json: what the reaper finishes if this process is killed
+        self._parent_ended = False
         self.log_path = self.gate / "workload.log"
         self._log_lock = threading.Lock()
         self._colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
@@ -202,12 +205,14 @@ class WorkloadRunner:
                 stdin=subprocess.DEVNULL,
                 env=env,
                 start_new_session=True,  # Ctrl-C reaches radt here once; it is forwarded to each run
-                preexec_fn=die_with_parent,
+                preexec_fn=child_setup(),  # SIGKILL when this scheduler dies; default SIGINT/SIGTERM whatever it inherited
             )
             child = Child(run, process, colour)
             prefix = self._prefix(run, colour)
             child.pumps = [self._pump(process.stdout, sys.stdout.buffer, prefix), self._pump(process.stderr, sys.stderr.buffer, prefix)]
             self.children.append(child)
+        if self.record:
+            add_radts(self.record, [c.process.pid for c in self.children])
 
     def wait_ready(self) -> bool:
         """True when every run is ready to start; False when one failed to set up or we were interrupted."""
@@ -243,6 +248,7 @@ class WorkloadRunner:
             reason = first_line(exc)
             raise StoreError(f"cannot create the run of workload {self.workload.label} in {redact(self.opts.store)} ({reason}); nothing of it started, "
                              "run the same command when the store answers again") from exc  # fmt: skip
+        self.record = record_workload(self.parent_id, self.opts.store, self.gate, self.exp.path, [r.row.line for r in self.workload.runs])
         started = False
         try:
             with Setup(report) as setup:
@@ -285,6 +291,8 @@ class WorkloadRunner:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             shutil.rmtree(self.gate, ignore_errors=True)
+            if self._parent_ended:
+                self.record.unlink(missing_ok=True)
 
     def stop_children(self) -> None:
         """Call the workload off and stop every run: SIGINT, then SIGTERM, then SIGKILL."""
@@ -322,8 +330,11 @@ class WorkloadRunner:
             for key, value in tags:
                 self.client.set_tag(self.parent_id, key, value)
             self.client.set_terminated(self.parent_id, status=overall)
-        except Exception as exc:  # the runs' own data is safe in their spools; only the parent's end is lost
-            report(f"radt: could not end workload run {self.parent_id} ({first_line(exc)}); the CSV holds the statuses")
+            self._parent_ended = True
+        except Exception as exc:  # the runs' own data is safe in their spools; the parent's end waits in its record
+            if self.record:
+                update_workload(self.record, status=overall)
+            report(f"radt: could not end workload run {self.parent_id} ({first_line(exc)}); the CSV holds the statuses, 'radt sync' ends it")
         return overall
 
 
@@ -351,6 +362,8 @@ def run_experiment(opts: ExperimentOptions, machine: Machine | None = None) -> i
     from collectors.collocation import undo_leftovers
     from collectors.tracking import StoreError, connect, redact, resolve_experiment
 
+    restore_interrupts()
+    reap(report, store=opts.store, wait=False)  # trees, runs, workloads and gates that killed radt processes left
     undo_leftovers(report)
     client = connect(opts.store)
     failed = 0

@@ -3,17 +3,25 @@
 The SQL path writes the same rows MLflow's `log_batch` would, `latest_metrics` included, with
 MLflow's own table definitions, in one multi-row statement per batch: about ten times the
 points per second of `log_batch`. Both paths are idempotent, so a replayed spool is harmless.
+
+Every call has a deadline (settings.STORE_TIMEOUT): PostgreSQL's statement_timeout, connect_timeout
+and TCP keepalives, SQLite's busy timeout, the MLflow client's HTTP timeout. The writer also waits
+for a call from another thread (writer.call_with_deadline) and `reset()`s the store after one that
+overran, since a partitioned network can leave a socket waiting with no timeout firing.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import re
 from collections.abc import Sequence
 from typing import Protocol
 
 import sqlalchemy as sa
 
 from app.config import is_database_uri
+from collectors import settings
 from collectors.points import Point
 
 MAX_FLOAT = 1.7976931348623157e308
@@ -24,6 +32,13 @@ class MetricStore(Protocol):
     def write(self, run_id: str, points: Sequence[Point]) -> None: ...
 
     def close(self) -> None: ...
+
+    def reset(self) -> None:
+        """Drop connections that may be stuck (a call overran its deadline); the next write opens fresh ones."""
+
+
+class StoreUnavailable(ConnectionError):
+    """The store refused or failed a write; the message is one line for the user."""
 
 
 def sanitize(value: float) -> tuple[float, bool]:
@@ -36,11 +51,15 @@ def sanitize(value: float) -> tuple[float, bool]:
 
 
 def make_engine(uri: str) -> sa.Engine:
-    """An engine that survives a database restart (pre-ping) and waits on SQLite locks."""
+    """An engine that survives a database restart (pre-ping) and never waits past settings.STORE_TIMEOUT.
+
+    SQLite waits that long on a lock; PostgreSQL ends a statement after it (statement_timeout), gives
+    up connecting after it, and TCP keepalives/tcp_user_timeout end a connection whose peer vanished."""
+    timeout = settings.STORE_TIMEOUT.get()
     if uri.startswith("postgres://"):
         uri = "postgresql://" + uri[len("postgres://") :]
     if uri.startswith("sqlite"):
-        engine = sa.create_engine(uri, connect_args={"timeout": 30})
+        engine = sa.create_engine(uri, connect_args={"timeout": timeout})
 
         @sa.event.listens_for(engine, "connect")
         def _wal(dbapi_connection, _record):  # readers (the dashboard) never block the writer
@@ -50,7 +69,29 @@ def make_engine(uri: str) -> sa.Engine:
                 pass
 
         return engine
-    return sa.create_engine(uri, pool_pre_ping=True, pool_size=2, max_overflow=2, connect_args={"connect_timeout": 5})
+    if not uri.startswith("postgresql"):  # MySQL, SQL Server: the driver's own connect timeout; the writer's deadline does the rest
+        return sa.create_engine(uri, pool_pre_ping=True, pool_size=2, max_overflow=2, connect_args={"connect_timeout": math.ceil(timeout)})
+    engine = sa.create_engine(uri, pool_pre_ping=True, pool_size=2, max_overflow=2, connect_args=pg_deadlines(timeout))
+
+    @sa.event.listens_for(engine, "connect")
+    def _statement_timeout(dbapi_connection, _record):  # a SET, not libpq's `options`, which PgBouncer refuses
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute(f"SET statement_timeout = {max(1, int(timeout * 1000))}")
+        dbapi_connection.commit()
+
+    return engine
+
+
+def pg_deadlines(timeout: float) -> dict:
+    """libpq settings so that connecting, and a connection whose peer vanished, never wait much past `timeout` seconds."""
+    return {
+        "connect_timeout": max(2, math.ceil(timeout)),  # libpq's minimum is 2 s
+        "keepalives": 1,
+        "keepalives_idle": max(1, math.ceil(timeout)),
+        "keepalives_interval": 1,
+        "keepalives_count": 3,
+        "tcp_user_timeout": max(1, int(timeout * 1000)),  # sent data not acknowledged within this: the connection is dead
+    }
 
 
 class SqlMetricStore:
@@ -59,6 +100,7 @@ class SqlMetricStore:
     def __init__(self, uri: str) -> None:
         from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric
 
+        self.uri = uri
         self.engine = make_engine(uri)
         self.metrics = SqlMetric.__table__
         self.latest = SqlLatestMetric.__table__
@@ -125,6 +167,32 @@ class SqlMetricStore:
     def close(self) -> None:
         self.engine.dispose()
 
+    def reset(self) -> None:
+        # a connection stuck in a call stays with the thread that waits on it; new calls get a new pool
+        self.engine = make_engine(self.uri)
+
+
+def quiet_http_logs() -> None:
+    """radt's process only: urllib3's retry warnings and MLflow's request logs would print a stack per
+    failed call; the writer says the server is unreachable in one line instead."""
+    for name in ("urllib3", "mlflow.utils.rest_utils", "mlflow.utils.request_utils"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+_CAUSE = re.compile(
+    r"\[Errno -?\d+\] [^'\")\]]+|Connection (?:refused|aborted|reset by peer|broken)|Read timed out|RemoteDisconnected|Remote end closed connection"
+)
+
+
+def short_http_error(uri: str, exc: Exception) -> str:
+    """'mlflow server http://h:p unreachable ([Errno 111] Connection refused)' instead of a page of urllib3."""
+    text = str(exc)
+    found = _CAUSE.search(text)
+    if found:
+        return f"mlflow server {uri} unreachable ({found.group(0).strip()})"
+    first = text.strip().splitlines()[0][:200] if text.strip() else type(exc).__name__
+    return f"mlflow server {uri}: {first}"
+
 
 class MlflowMetricStore:
     """MLflow's client `log_batch`, for `http(s)://` stores and databases the bulk path lacks."""
@@ -132,17 +200,33 @@ class MlflowMetricStore:
     def __init__(self, uri: str) -> None:
         from mlflow import MlflowClient
 
+        from collectors.tracking import _limit_http_retries
+
+        _limit_http_retries()  # RADT_STORE_TIMEOUT and RADT_HTTP_RETRIES for radt's own client (as connect() does)
+        quiet_http_logs()
+        self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
 
     def write(self, run_id: str, points: Sequence[Point]) -> None:
         from mlflow.entities import Metric
+        from mlflow.exceptions import MlflowException
 
         metrics = [Metric(p.key, p.value, p.timestamp, p.step) for p in points]
         for start in range(0, len(metrics), LOG_BATCH_LIMIT):
-            self.client.log_batch(run_id, metrics=metrics[start : start + LOG_BATCH_LIMIT], synchronous=True)
+            try:
+                self.client.log_batch(run_id, metrics=metrics[start : start + LOG_BATCH_LIMIT], synchronous=True)
+            except (MlflowException, OSError) as exc:
+                if not self.uri.startswith(("http://", "https://")):
+                    raise
+                raise StoreUnavailable(short_http_error(self.uri, exc)) from exc
 
     def close(self) -> None:
         pass
+
+    def reset(self) -> None:
+        from mlflow import MlflowClient
+
+        self.client = MlflowClient(tracking_uri=self.uri)
 
 
 def open_metric_store(uri: str) -> MetricStore:

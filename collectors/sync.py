@@ -1,9 +1,13 @@
-"""`radt sync`: send what a run kept locally while its store was away (samples, final status, logs)."""
+"""`radt sync`: send what a run kept locally while its store was away (samples, final status, logs).
+
+A run folder whose radt is alive is left to it: that radt holds the folder's lock (writer.claim_run_dir)
+and replays its own spool. sync takes the lock of a folder whose owner is gone, so no two processes
+ever append to, replay or trim one spool, and no live run is ended by mistake. Every store call has a
+deadline (settings.FINISH_TIMEOUT: sync is not in a hurry, a store just back may be).
+"""
 
 from __future__ import annotations
 
-import argparse
-import functools
 import json
 import socket
 import sys
@@ -13,10 +17,14 @@ import psutil
 
 from app.config import runs_dir
 from collectors.command import first_line
-from collectors.runner import complete_run
+from collectors.reaper import reap
+from collectors.runner import complete_run, save_pending
+from collectors.settings import FINISH_TIMEOUT
 from collectors.stores import open_metric_store
-from collectors.tracking import connect
-from collectors.writer import SPOOL_NAME, Spool
+from collectors.tracking import connect, set_tags
+from collectors.writer import SPOOL_NAME, Spool, call_with_deadline, claim_run_dir, owner_pid, release_run_dir
+
+POINTS_TAG = "radt.points"
 
 
 def orphaned(meta: dict) -> bool:
@@ -30,52 +38,112 @@ def orphaned(meta: dict) -> bool:
         return True
 
 
-def replay_spool(store_uri: str, run_dir, run_id: str) -> int:
-    """Write what the run spooled while its store was away, in order; the number of points sent."""
+def replay_spool(store_uri: str, run_dir, run_id: str, spool: Spool | None = None) -> int:
+    """Write what the run spooled while its store was away, in order; the number of points sent.
+
+    Each batch has FINISH_TIMEOUT s (a store just back has a queue to work through, and nothing waits on sync);
+    on a failure the unsent rest stays, and `spool.sent` says what went."""
+    spool = spool or Spool(run_dir / SPOOL_NAME)
+    if not spool:
+        return 0
     store = open_metric_store(store_uri)
+    timeout = FINISH_TIMEOUT.get()
     try:
-        return Spool(run_dir / SPOOL_NAME).replay(functools.partial(store.write, run_id))
+        return spool.replay(lambda batch: call_with_deadline(lambda: store.write(run_id, batch), timeout))
     finally:
         store.close()
 
 
+def killed(parent_id: str | None) -> dict:
+    """The final status of a run whose radt process died: KILLED, tagged radt_killed."""
+    return {"status": "KILLED", "end_time": int(time.time() * 1000), "tags": {"radt.stop_reason": "radt_killed"}, "parent_id": parent_id}
+
+
+def finish(client, run_dir, run_id: str, pending: dict) -> None:
+    """complete_run within FINISH_TIMEOUT s; pending.json goes once it is done."""
+    call_with_deadline(lambda: complete_run(client, run_dir, run_id, pending), FINISH_TIMEOUT.get())
+    (run_dir / "pending.json").unlink(missing_ok=True)
+
+
 def mark_killed(client, run_dir, run_id: str, parent_id: str | None) -> None:
     """End a run whose radt process died: KILLED, tagged radt_killed, with the logs it left attached."""
-    killed = {"status": "KILLED", "end_time": int(time.time() * 1000), "tags": {"radt.stop_reason": "radt_killed"}, "parent_id": parent_id}
-    complete_run(client, run_dir, run_id, killed)
+    finish(client, run_dir, run_id, killed(parent_id))
+
+
+def add_points(client, run_id: str, sent: int) -> None:
+    """radt.points counts what sync sent too."""
+    run = call_with_deadline(lambda: client.get_run(run_id), FINISH_TIMEOUT.get())
+    before = run.data.tags.get(POINTS_TAG, "0")
+    total = (int(before) if before.isdigit() else 0) + sent
+    call_with_deadline(lambda: set_tags(client, run_id, {POINTS_TAG: str(total)}), FINISH_TIMEOUT.get())
+
+
+def sync_run(run_dir, meta: dict) -> tuple[int, bool]:
+    """Send what a run whose radt is gone left behind (the caller holds its lock): its spool, then its
+    final status (pending.json; KILLED for a RUNNING run of this host that never got one).
+    Returns (points sent, whether it was marked KILLED here); raises while the store fails."""
+    run_id = meta["run_id"]
+    client = connect(meta["store"])
+    pending_file = run_dir / "pending.json"
+    pending = json.loads(pending_file.read_text()) if pending_file.exists() else None
+    marked = False
+    if pending is None and not (run_dir / "done").exists() and meta.get("host", socket.gethostname()) == socket.gethostname():
+        status = call_with_deadline(lambda: client.get_run(run_id).info.status, FINISH_TIMEOUT.get())
+        if status == "RUNNING":  # its radt died before ending it
+            pending, marked = killed(meta.get("parent_id")), True
+            save_pending(run_dir, pending)  # from here on, what is sent is counted there, also across failed tries
+    spool = Spool(run_dir / SPOOL_NAME)
+    try:
+        replay_spool(meta["store"], run_dir, run_id, spool)
+    finally:
+        if spool.sent and pending is not None:
+            tags = pending.setdefault("tags", {})
+            before = tags.get(POINTS_TAG, "0")
+            tags[POINTS_TAG] = str((int(before) if before.isdigit() else 0) + spool.sent)
+            save_pending(run_dir, pending)
+    if pending is not None:
+        finish(client, run_dir, run_id, pending)
+    elif spool.sent:
+        add_points(client, run_id, spool.sent)
+    (run_dir / "done").touch()
+    return spool.sent, marked
 
 
 def pending_runs():
-    """Run folders that still hold a spool or an unfinished final status, or whose radt died."""
+    """Run folders that still hold a spool or an unfinished final status, or whose run never ended here."""
+    host = socket.gethostname()
     for run_dir in sorted(runs_dir().iterdir()):
         if not (run_dir / "meta.json").exists():
             continue
-        waiting = (run_dir / SPOOL_NAME).exists() or (run_dir / "pending.json").exists()
-        if waiting or (not (run_dir / "done").exists() and orphaned(json.loads((run_dir / "meta.json").read_text()))):
+        if (run_dir / SPOOL_NAME).exists() or (run_dir / "pending.json").exists():
             yield run_dir
+        elif not (run_dir / "done").exists() and json.loads((run_dir / "meta.json").read_text()).get("host", host) == host:
+            yield run_dir  # a run of another host (a shared RADT_HOME) is that host's to end
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="radt sync", description="Write samples and statuses kept locally while the store was unreachable.")
+    from collectors.cli import OneLineParser  # mistakes in one line, like the rest of radt
+
+    parser = OneLineParser(prog="radt sync", description="Write samples and statuses kept locally while the store was unreachable.")
     parser.parse_args(argv)
+    reap()  # first the trees and runs of dead radt processes (collectors/reaper.py): killed, ended KILLED
     left = 0
     for run_dir in pending_runs():
         meta = json.loads((run_dir / "meta.json").read_text())
         run_id = meta["run_id"]
+        if claim_run_dir(run_dir) is None:  # its radt is alive and sends it itself
+            print(f"radt sync: run {run_id} is being recorded by radt (pid {owner_pid(run_dir) or '?'}); left to it", file=sys.stderr)
+            continue
         try:
-            client = connect(meta["store"])
-            sent = replay_spool(meta["store"], run_dir, run_id)
-            pending = run_dir / "pending.json"
-            if pending.exists():
-                complete_run(client, run_dir, run_id, json.loads(pending.read_text()))
-            elif client.get_run(run_id).info.status == "RUNNING" and orphaned(meta):
-                mark_killed(client, run_dir, run_id, meta.get("parent_id"))
+            sent, marked = sync_run(run_dir, meta)
+            if marked:
                 print(f"radt sync: run {run_id} lost its radt process; marked KILLED with its logs", file=sys.stderr)
-            (run_dir / "done").touch()
             print(f"radt sync: run {run_id}: {sent} points written", file=sys.stderr)
-        except Exception as exc:  # StoreError, or the store failing mid-replay
+        except Exception as exc:  # StoreError, the store failing mid-replay, a call past its deadline
             left += 1
             print(f"radt sync: run {run_id} still waits ({first_line(exc)})", file=sys.stderr)
+        finally:
+            release_run_dir(run_dir)
     if left:
         print(f"radt sync: {left} run(s) still wait; run 'radt sync' again once their store answers", file=sys.stderr)
         return 1

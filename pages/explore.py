@@ -24,10 +24,6 @@ dash.register_page(__name__, path="/", name="Explore", title="radt · explore", 
 STATUS_ICON = {"FINISHED": "✓", "FAILED": "✗", "KILLED": "■", "RUNNING": "▶", "SCHEDULED": "…"}
 
 
-def _split(value: str | None) -> list[str]:
-    return [v for v in (value or "").split(",") if v]
-
-
 def _duration(seconds: float) -> str:
     if seconds != seconds:  # NaN: still running without an end
         return "–"
@@ -149,24 +145,14 @@ def layout(
             className="store-error",
         )
     experiments = queries.list_experiments(STATE.engine)
-    exp_ids = [e for e in _split(exp) if e in {x["experiment_id"] for x in experiments}]
-    selected = set(_split(runs))
-    table = _runs(exp_ids)
-    zoom = xr if xr and len(_split(xr)) == 2 else None
+    # the link is typed, pasted, edited: View.from_dict keeps what it can use and says what it ignored
     view = View.from_dict(
-        {
-            "exp": ",".join(exp_ids),
-            "runs": runs,
-            "metrics": metrics,
-            "x": x,
-            "mode": mode,
-            "smooth": smooth,
-            "log": log,
-            "xr": zoom,
-            "gpu": gpu,
-            "gpuagg": gpuagg,
-        }
+        {"exp": exp, "runs": runs, "metrics": metrics, "x": x, "mode": mode, "smooth": smooth, "log": log, "xr": xr, "gpu": gpu, "gpuagg": gpuagg}
     )
+    exp_ids = [e for e in view.experiments if e in {str(x["experiment_id"]) for x in experiments}]
+    table = _runs(exp_ids)
+    selected = set(view.runs) & set(table["run_id"])  # only runs of the ticked experiments reach a query
+    view.experiments = exp_ids
     return html.Div(
         [
             html.Aside(
@@ -252,6 +238,7 @@ def layout(
                         ],
                         className="controls gpu-controls",
                     ),
+                    html.P(_notes(view.notes), id="view-note", className="hint view-note"),
                     dcc.Loading(
                         dcc.Graph(
                             id="charts", figure=empty_figure("Pick runs on the left."), config={"displaylogo": False, "toImageButtonOptions": {"format": "svg"}}
@@ -301,8 +288,8 @@ def layout(
     prevent_initial_call=True,
 )
 def refresh_tree(experiment_ids, text, current):
-    selected = {run_id for values in current or [] for run_id in values or []}
-    return run_tree(_runs(experiment_ids or []), selected, text or "")
+    selected = set(View.from_dict({"runs": current if isinstance(current, list) else []}).runs)
+    return run_tree(_runs(View.from_dict({"exp": experiment_ids}).experiments), selected, text if isinstance(text, str) else "")
 
 
 @callback(
@@ -312,19 +299,25 @@ def refresh_tree(experiment_ids, text, current):
     prevent_initial_call=True,
 )
 def select_workload(all_value, options):
-    return [o["value"] for o in options] if all_value else []
+    return [o["value"] for o in options if isinstance(o, dict) and "value" in o] if all_value and isinstance(options, list) else []
 
 
 @callback(Output("metrics", "options"), Output("gpu-filter", "options"), Input({"type": "wl-runs", "wl": ALL}, "value"), prevent_initial_call=True)
 def refresh_metric_options(values):
-    run_ids = [run_id for group in values or [] for run_id in group or []]
+    run_ids = View.from_dict({"runs": values if isinstance(values, list) else []}).runs
     return metric_options(run_ids), gpu_options(run_ids)
+
+
+def _notes(notes: list[str]) -> str:
+    """What the view left out of the link or the controls, in one line on the page ('' when nothing)."""
+    return ("Ignored in this view: " + "; ".join(notes) + ".") if notes else ""
 
 
 @callback(
     Output("charts", "figure"),
     Output("summary", "data"),
     Output("view", "data"),
+    Output("view-note", "children"),
     Input({"type": "wl-runs", "wl": ALL}, "value"),
     Input("metrics", "value"),
     Input("x-mode", "value"),
@@ -337,19 +330,25 @@ def refresh_metric_options(values):
     State("experiments", "value"),
 )
 def draw(run_groups, metric_specs, x_mode, group_mode, smoothing, log_y, zoom_state, gpu_filter, gpu_mode, experiment_ids):
-    run_ids = list(dict.fromkeys(run_id for group in run_groups or [] for run_id in group or []))
+    # the controls' values arrive as the browser sent them: View.from_dict reads them like a link
+    run_ids = [run_id for group in (run_groups if isinstance(run_groups, list) else []) if isinstance(group, list) for run_id in group]
+    zoom_state = zoom_state if isinstance(zoom_state, dict) else {}
     # a range in minutes means nothing on a wall-clock or step axis: the zoom belongs to its axis
-    zoom = (zoom_state or {}).get("range") if (zoom_state or {}).get("axis") == f"{x_mode}-{group_mode}" else None
-    gpus = sorted({int(g) for g in gpu_filter or [] if str(g).isdigit()}) or None
-    view = View(experiment_ids or [], run_ids, list(metric_specs or []), x_mode, group_mode, float(smoothing or 0), bool(log_y), zoom, gpus, gpu_mode or "each")
-    if not run_ids:
-        return empty_figure("Pick runs on the left."), [], view.to_dict()
-    if not metric_specs:
-        return empty_figure("Pick at least one metric."), [], view.to_dict()
+    zoom = zoom_state.get("range") if zoom_state.get("axis") == f"{x_mode}-{group_mode}" else None
+    picked = [m for m in metric_specs if isinstance(m, str)] if isinstance(metric_specs, list) else []
+    raw = {"exp": experiment_ids, "runs": run_ids, "metrics": picked, "x": x_mode, "mode": group_mode, "smooth": smoothing, "xr": zoom}
+    view = View.from_dict(raw | {"log": "1" if log_y else "0", "gpu": gpu_filter, "gpuagg": gpu_mode})
+    if not picked:
+        view.metrics = []  # the picker emptied (a link without metrics means the default ones)
+    note = _notes(view.notes)
+    if not view.runs:
+        return empty_figure("Pick runs on the left."), [], view.to_dict(), note
+    if not view.metrics:
+        return empty_figure("Pick at least one metric."), [], view.to_dict(), note
     rendered = render(view)
     if not rendered.panels:
-        return empty_figure("None of the chosen metrics exists in these runs."), _summary(view, rendered.runs), view.to_dict()
-    return rendered.figure, _summary(view, rendered.runs), view.to_dict()
+        return empty_figure("None of the chosen metrics exists in these runs."), _summary(view, rendered.runs), view.to_dict(), note
+    return rendered.figure, _summary(view, rendered.runs), view.to_dict(), note
 
 
 SUMMARY_COLUMNS = [
@@ -436,8 +435,9 @@ def export_panel() -> html.Details:
             html.Div(
                 [
                     html.Label(["size", dcc.Dropdown(id="export-size", options=list(SIZES), value="double-column", clearable=False)]),
-                    html.Label(["font (pt)", dcc.Input(id="export-font", type="number", value=9, min=5, max=24, step=0.5)]),
-                    html.Label(["DPI (PNG)", dcc.Input(id="export-dpi", type="number", value=300, min=30, max=2400, step=10)]),
+                    # no min/max: the browser would send an out-of-range number as nothing; the server bounds them and says so
+                    html.Label(["font (pt)", dcc.Input(id="export-font", type="number", value=9)]),
+                    html.Label(["DPI (PNG)", dcc.Input(id="export-dpi", type="number", value=300)]),
                     html.Label(["legend", dcc.Dropdown(id="export-legend", options=list(LEGENDS), value="top", clearable=False)]),
                     dcc.RadioItems(
                         id="export-colour",
@@ -473,7 +473,7 @@ def export_charts(metric_specs):
     """Every chart on screen is exported unless unticked here."""
     from app.data import spec_metric
 
-    specs = list(metric_specs or [])
+    specs = View.from_dict({"metrics": metric_specs}).metrics if metric_specs else []
     return [{"label": spec_metric(spec).label, "value": spec} for spec in specs], specs
 
 
@@ -493,23 +493,26 @@ def export_charts(metric_specs):
 )
 def export(_clicks, _save, view_data, size, font, dpi, legend, colour, charts):
     """The chosen file as a download, with a line saying what was left out or what went wrong."""
-    from app.export import ExportError, ExportStyle, comparison_table, data_csv, figure_for, image_bytes
+    from app.export import FORMATS, ExportError, ExportStyle, check_style, comparison_table, data_csv, figure_for, image_bytes
 
-    view = View.from_dict(view_data or {})
+    view = View.from_dict(view_data)
     if ctx.triggered_id == "save-view":
         return {"content": save_view(view), "filename": "radt-view.json", "type": "application/json"}, "view saved"
-    fmt = ctx.triggered_id["fmt"]
+    fmt = ctx.triggered_id.get("fmt") if isinstance(ctx.triggered_id, dict) else None
+    charts = [c for c in charts if c in view.metrics] if isinstance(charts, list) else []  # the view's own (checked) metrics only
     try:
         if fmt == "table":
             csv_text = comparison_table(view).to_csv(index=False, float_format="%.6g")
             return {"content": csv_text, "filename": "radt-table.csv", "type": "text/csv"}, "comparison table exported"
+        if fmt not in FORMATS:
+            return dash.no_update, f"cannot export '{str(fmt)[:20]}'; choose PNG, SVG, PDF or CSV"
         if not charts:
             return dash.no_update, "tick at least one chart to export"
         if fmt == "csv":
             text, missing = data_csv(view, charts)
             download = {"content": text, "filename": "radt-data.csv", "type": "text/csv"}
-        else:
-            style = ExportStyle(size, float(font or 9), colour == "mono", legend, int(dpi or 300), charts)
+        else:  # bounded here, not by the form: a request can carry any DPI (a PNG's pixels are capped in image_bytes)
+            style = check_style(ExportStyle(size, 9 if font is None else font, colour == "mono", legend, dpi, charts), fmt)
             figure, missing = figure_for(view, style)
             download = dcc.send_bytes(image_bytes(figure, fmt, style.dpi), f"radt-figure.{fmt}")
     except (ExportError, ValueError) as exc:
@@ -530,7 +533,7 @@ def open_view(contents: str | None):
     import json
 
     try:
-        raw = json.loads(base64.b64decode((contents or ",").split(",", 1)[1]))
+        raw = json.loads(base64.b64decode((contents if isinstance(contents, str) and "," in contents else ",").split(",", 1)[1]))
         if not isinstance(raw, dict) or "runs" not in raw:
             raise ViewError("not a radt view (no 'runs')")
     except (ValueError, ViewError) as exc:

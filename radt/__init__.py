@@ -1,8 +1,11 @@
 """radt inside a training script: `with radt.run() as run: run.log_metric(...)`.
 
 Under `radt train.py` the calls log to the run radt created and enforce --max-epoch and
---max-time (the training ends cleanly, exit code 0). Run as plain `python train.py`, every
-call is a no-op, so the same script works both ways.
+--max-time: the first log_metric past a limit ends the `with` block (it raises StopTraining,
+which the block swallows), so the code after the block runs, the checkpoint save included, and
+the run ends FINISHED with the tag radt.stop_reason. A loop can also ask `run.should_stop(epoch)`
+and break by itself. Run as plain `python train.py`, every call is a no-op, so the same script
+works both ways.
 """
 
 from __future__ import annotations
@@ -13,8 +16,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run", "RadtRun", "under_radt"]
+__all__ = ["run", "RadtRun", "StopTraining", "under_radt"]
 __version__ = "0.1.0"
+
+# files in the run folder (RADT_RUN_DIR) through which the script tells radt what it does
+STARTED_FILE = "started"  # --manual: sampling starts when the script enters `with radt.run()`
+CONTEXT_FILE = "context"  # the script uses `with radt.run()`: at --max-time it stops itself at its next log_metric
+STOP_REASON_FILE = "stop_reason"  # the script reached a limit (max_epoch, max_time) and is ending
+
+
+class StopTraining(BaseException):
+    """--max-epoch or --max-time reached at a log_metric inside `with radt.run()`: the block ends here and
+    swallows it, so the code after the block runs. A BaseException, like KeyboardInterrupt, so that an
+    `except Exception` in the training loop does not catch it."""
 
 
 def under_radt() -> bool:
@@ -37,26 +51,35 @@ class RadtRun:
         self.nvtx_range = os.environ.get("RADT_NVTX_RANGE") if self.active else None
         self._mlflow = None
         self._nvtx_pop = None
+        self._blocks = 0  # `with` blocks open on this object: where a stop can end the training without ending the process
+        self._stop_reason: str | None = None
 
     def __enter__(self) -> RadtRun:
+        self._blocks += 1
+        return self._open()
+
+    def _open(self) -> RadtRun:
         if not self.active:
             return self
+        if self._mlflow is None:
+            (self.run_dir / CONTEXT_FILE).touch()  # before MLflow's import: radt waits for this script at --max-time
         import mlflow
 
         self._mlflow = mlflow
         if mlflow.active_run() is None:
             mlflow.start_run(run_id=self.run_id)
         if self.manual:  # radt's sampler waits for this file
-            (self.run_dir / "started").touch()
+            (self.run_dir / STARTED_FILE).touch()
         if self.nvtx_range and self._nvtx_pop is None:
             self._nvtx_pop = _push_nvtx(self.nvtx_range)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        if self._nvtx_pop is not None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: Any) -> bool:
+        self._blocks = max(0, self._blocks - 1)
+        if self._nvtx_pop is not None and not self._blocks:
             self._nvtx_pop()
             self._nvtx_pop = None
-        return None  # radt sets the final status from the exit code
+        return exc_type is not None and issubclass(exc_type, StopTraining)  # the training ends; the code after the block runs
 
     # --- logging (no-ops outside radt) -------------------------------------------------
 
@@ -89,24 +112,45 @@ class RadtRun:
     # --- limits --------------------------------------------------------------------------
 
     def should_stop(self, epoch: int | None = None) -> bool:
-        """True once --max-epoch (epoch >= it) or --max-time has been reached."""
+        """True once --max-epoch (epoch >= it) or --max-time has been reached: save a checkpoint and break.
+
+        The run records why (tag radt.stop_reason) and ends FINISHED when the script then exits 0."""
+        reason = self._limit(epoch)
+        if reason is not None:
+            self._stopping(reason)
+        return reason is not None
+
+    def _limit(self, epoch: int | None) -> str | None:
+        if self._stop_reason is not None:
+            return self._stop_reason
         if epoch is not None and self.max_epoch is not None and epoch >= self.max_epoch:
-            return True
-        return self.deadline is not None and time.time() >= self.deadline
+            return "max_epoch"
+        if self.deadline is not None and time.time() >= self.deadline:
+            return "max_time"
+        return None
+
+    def _stopping(self, reason: str) -> None:
+        if self._stop_reason is None and self.run_dir is not None:
+            self._stop_reason = reason
+            (self.run_dir / STOP_REASON_FILE).write_text(reason)
+            print(f"radt: {reason.replace('_', '-')} reached, ending the training", file=sys.stderr, flush=True)
 
     def _check(self, step: int | None) -> None:
-        if not self.should_stop(step):
+        if self._stop_reason is not None:
+            return  # the script was told already (should_stop, or the block ended): what it logs after is its own business
+        reason = self._limit(step)
+        if reason is None:
             return
-        reason = "max_epoch" if step is not None and self.max_epoch is not None and step >= self.max_epoch else "max_time"
-        (self.run_dir / "stop_reason").write_text(reason)
-        print(f"radt: {reason.replace('_', '-')} reached, ending the training", file=sys.stderr, flush=True)
-        sys.exit(0)
+        self._stopping(reason)
+        if self._blocks:
+            raise StopTraining(reason)
+        sys.exit(0)  # no `with` block to end: the script ends here, as a plain loop would at its last epoch
 
     def _client(self) -> bool:
         if not self.active:
             return False
         if self._mlflow is None:
-            self.__enter__()
+            self._open()
         return True
 
 

@@ -99,13 +99,49 @@ def test_header_in_any_case_with_extra_columns_and_no_status_columns(fake_tools)
         ("1,1,,,0,-,train.py,smi,--name 'unclosed", "Params cannot be split into arguments"),
         ("1,1,,,0,-,train.py,smi+nsys+ncu,", "listeners ncu and nsys both wrap the command; keep one profiler per run"),
         (",1,,,0,-,train.py,smi,", "Experiment is empty"),
+        ("x" * 257 + ",1,,,0,-,train.py,smi,", "Experiment is 257 characters long; MLflow keeps at most 256 for an experiment name: shorten it"),
+        ("1," + "w" * 242 + ",,,0,-,train.py,smi,", "Workload is 242 characters long; MLflow keeps at most 241 for a workload"),
+        ("1,1,,,0,-,models,smi,", "File 'models' is a folder; give the training script in it, e.g. models/train.py"),
     ],
 )
 def test_each_bad_row_is_one_line_with_its_row_and_fix(fake_tools, row, needle):
+    (fake_tools / "models").mkdir()
     _exp, _workloads, problems = _plan(fake_tools, "1,0,,,0,-,train.py,smi,\n" + row + "\n")
     assert len(problems) == 1, problems
     assert problems[0].startswith("experiment.csv row 3: "), problems[0]
     assert needle in problems[0]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            '1,1,,,0,-,train.py,smi,"--name x\n1,2,,,0,-,train.py,smi,\n1,3,,,0,-,train.py,smi,\n',
+            'experiment.csv row 2: a quote (") opened on this row is not closed, so rows 3 to 4 are read as part of it; close the quote',
+        ),
+        ('1,1,,,0,-,train.py,smi,\n1,2,,,0,-,train.py,smi,"--x', 'experiment.csv row 3: a quote (") opened on this row is not closed; close the quote'),
+        (
+            '1,1,,,0,-,train.py,smi,"--a 1\n--b 2"\n',
+            "experiment.csv row 2: a quoted cell runs over lines 2 to 3; a row is one line: remove the line break inside the quotes",
+        ),
+        ("\n\n", "'{folder}/experiment.csv' has a header but no rows; add one row per run, e.g. exp1,1,,,0,-,train.py,smi+top,--epochs 3"),
+        ("1,1,,,0,-,train.py,smi,--tag a\0b\n", "experiment.csv row 2: a NUL byte in a cell; save the file as a UTF-8 CSV without it"),
+        (
+            '1,1,,,0,-,train.py,smi,"' + "y" * 200_000 + "\n",
+            'experiment.csv row 2: a cell runs past 131072 characters, the most a CSV cell may hold; close the quote (") opened on this row, or shorten the cell',
+        ),
+    ],
+    ids=["unclosed-quote", "unclosed-quote-last-row", "line-break-in-quotes", "header-only", "nul", "over-the-csv-limit"],
+)
+def test_a_csv_that_would_lose_or_mangle_rows_is_refused_whole(tmp_path, body, message):
+    """Today an unclosed quote swallowed the rows after it, and the statuses written back rewrote the file without them."""
+    from collectors.experiment import CsvError
+
+    path = tmp_path / "experiment.csv"
+    path.write_text(HEADER + body)
+    with pytest.raises(CsvError) as refused:
+        ExperimentFile.load(path)
+    assert str(refused.value) == message.replace("{folder}", str(tmp_path))
 
 
 def test_mps_and_mig_on_one_gpu_and_too_many_instances_are_refused(fake_tools):

@@ -7,12 +7,12 @@ the same log, so the order of set-up, training and tear-down is read from one ti
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,7 @@ from mlflow import MlflowClient
 
 from collectors.experiment import ExperimentFile
 from tests.conftest import FAKE_NVML_DIR, REPO, radt_env
+from tests.polling import wait_for
 
 FAKE_TOOLS = REPO / "tests" / "fakes" / "gpu_tools"
 HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
@@ -103,6 +104,7 @@ def test_collocated_runs_start_together_and_land_on_their_own_runs(experiment, p
     assert [r.data.tags["radt.letter"] for r in runs] == ["A", "B"] and all(r.info.status == "FINISHED" for r in runs)
     assert client.get_experiment(parent.info.experiment_id).name == "pair"
     assert "radt/workload.log" in [a.path for a in client.list_artifacts(parent_id, "radt")]
+    assert not list(radt_home.glob("workloads/*.json")), "an ended workload leaves no record for the reaper"
 
     rss = {r.data.tags["radt.letter"]: client.get_metric_history(r.info.run_id, "system/process_memory_rss_megabytes") for r in runs}
     peak = {letter: max(p.value for p in history) for letter, history in rss.items()}
@@ -173,14 +175,7 @@ def _rows_with(csv_path: Path, status: str) -> list[tuple[int, str]]:
     return [(i, exp.get(r, "Run")) for i, r in enumerate(exp.rows) if exp.get(r, "Status") == status]
 
 
-def _wait_for(condition, timeout: float = 120.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+_wait_for = functools.partial(wait_for, timeout=120.0)  # tests/polling.py, with the longer wait a workload needs
 
 
 def test_ctrl_c_in_the_second_workload_then_resume_runs_only_the_unfinished_work(experiment, tmp_path, radt_home):

@@ -67,7 +67,10 @@ def filled_store(request, tmp_path_factory, sqlite_template):
     """A store holding `radt demo` and one long run, written once per store kind for all xdist
     workers (they only read it); conftest.py drops the PostgreSQL one when the whole run ends."""
     kind = request.param
-    shared = tmp_path_factory.getbasetemp().parent  # the same folder for every worker of this run
+    base = tmp_path_factory.getbasetemp()
+    # the same folder for every xdist worker of this run (their basetemps share a parent); without xdist this run's own
+    # basetemp: the parent then is /tmp/pytest-of-<user>, kept across runs, whose store a finished run has dropped
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     with open(shared / f"browser-{kind}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         described = shared / f"browser-{kind}.json"

@@ -51,6 +51,29 @@ def test_build_command(tmp_path, monkeypatch):
     assert build_command("true", [])[0] == "true"
 
 
+def test_numbers_are_finite_and_in_range():
+    from collectors.command import UsageError, check_numbers
+
+    check_numbers(0.1, 0.5, 0, 0)  # the smallest values that make sense
+    check_numbers(1.0, None, None, 60.0)
+    for args, message in [
+        ((float("nan"), None, None, None), "--interval nan is not a finite number"),
+        ((0.05, None, None, None), "--interval 0.05 is too short"),
+        ((1.0, 0.0, None, None), "--max-time 0 is not a positive number of minutes"),
+        ((1.0, float("-inf"), None, None), "--max-time -inf is not a positive number"),
+        ((1.0, None, -1, None), "--max-epoch -1 is negative"),
+        ((1.0, None, None, float("nan")), "--flush-timeout nan is not 0 or more seconds"),
+    ]:
+        with pytest.raises(UsageError, match=message):
+            check_numbers(*args)
+
+
+def test_run_letters_like_radt():
+    from collectors.experiment import run_letter
+
+    assert [run_letter(n) for n in (0, 1, 25, 26, 27, 701, 702)] == ["A", "B", "Z", "AA", "AB", "ZZ", "AAA"]
+
+
 def test_exit_code_of_a_signalled_child():
     assert exit_code(3) == 3
     assert exit_code(-2) == 130

@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import psutil
@@ -22,6 +21,7 @@ import sqlalchemy as sa
 from mlflow import MlflowClient
 
 from tests.conftest import radt_command, radt_env, run_radt
+from tests.polling import wait_for
 from tests.tcpproxy import TcpProxy
 
 TRAIN = textwrap.dedent(
@@ -138,14 +138,7 @@ LOOP_FOREVER = """
 """
 
 
-def _wait(condition, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+_wait = wait_for  # tests/polling.py
 
 
 def _system_points(uri: str, key: str = "system/cpu_utilization_percentage") -> int:

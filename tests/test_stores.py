@@ -1,15 +1,22 @@
-"""The bulk SQL path must read back through MLflow exactly as if MLflow's own log_batch wrote it."""
+"""The bulk SQL path must read back through MLflow exactly as if MLflow's own log_batch wrote it, and no store call waits forever."""
 
 from __future__ import annotations
 
 import math
+import os
+import sqlite3
+import threading
+import time
 
+import psycopg2
 import pytest
+import sqlalchemy as sa
 from mlflow import MlflowClient
 from mlflow.entities import Metric
 
 from collectors.points import Point
-from collectors.stores import MlflowMetricStore, SqlMetricStore, open_metric_store, sanitize
+from collectors.stores import MlflowMetricStore, SqlMetricStore, StoreUnavailable, open_metric_store, sanitize
+from collectors.tracking import PROCESS_ONLY_ENV
 
 
 def _points() -> list[Point]:
@@ -97,3 +104,53 @@ def test_sanitize_matches_mlflow():
 
 def test_http_uri_uses_mlflow_client():
     assert isinstance(open_metric_store("http://127.0.0.1:1"), MlflowMetricStore)
+
+
+def _error_of(call) -> BaseException | None:
+    try:
+        call()
+    except BaseException as exc:
+        return exc
+    return None
+
+
+def test_a_write_blocked_by_a_lock_fails_within_the_store_timeout(store_uri, monkeypatch):
+    """A store that holds the table (a long transaction, a migration) answers the writer within RADT_STORE_TIMEOUT, not never."""
+    monkeypatch.setenv("RADT_STORE_TIMEOUT", "1")
+    client = MlflowClient(store_uri)
+    run_id = client.create_run(client.create_experiment("locked")).info.run_id
+    store = SqlMetricStore(store_uri)
+    if store_uri.startswith("sqlite"):
+        blocker = sqlite3.connect(store_uri[len("sqlite:///") :], isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")  # another writer holds SQLite's write lock
+    else:
+        blocker = psycopg2.connect(store_uri)
+        blocker.cursor().execute("LOCK TABLE metrics IN ACCESS EXCLUSIVE MODE")  # held until rollback
+    try:
+        started = time.monotonic()
+        outcome: list[BaseException | None] = []
+        writer = threading.Thread(target=lambda: outcome.append(_error_of(lambda: store.write(run_id, [Point("k", 1.0, 1000, 0)]))), daemon=True)
+        writer.start()
+        writer.join(10)
+        assert outcome, "the write still hangs after 10 s"
+        assert isinstance(outcome[0], sa.exc.OperationalError), outcome
+        assert time.monotonic() - started < 3, "statement_timeout / busy timeout end the wait"
+    finally:
+        blocker.rollback() if not store_uri.startswith("sqlite") else blocker.execute("ROLLBACK")
+        blocker.close()
+    store.write(run_id, [Point("k", 1.0, 1000, 0)])  # the same store carries on once the lock is gone
+    assert [m.value for m in client.get_metric_history(run_id, "k")] == [1.0]
+    store.close()
+
+
+def test_mlflow_server_errors_are_one_line(monkeypatch):
+    for name, value in PROCESS_ONLY_ENV.items():  # what radt sets in its own process, undone after the test
+        monkeypatch.setenv(name, os.environ.get(name, value))
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES")
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_TIMEOUT")
+    store = MlflowMetricStore("http://127.0.0.1:1")  # nobody listens on port 1
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable) as caught:
+        store.write("0" * 32, [Point("k", 1.0, 1000, 0)])
+    assert str(caught.value).startswith("mlflow server http://127.0.0.1:1 unreachable ([Errno 111] Connection refused")
+    assert time.monotonic() - started < 2, "radt's client does not retry for minutes (MLflow's default)"

@@ -1,0 +1,350 @@
+"""Every bad input is one line and a non-zero exit, and nothing is half-written.
+
+A user types `radt ...` with a typo, a number out of range, a store radt cannot use, a CSV an
+editor broke, a log with a mangled clock. Each row of the table below is one such command: radt
+must answer with exactly one line on stderr (no traceback, no argparse usage block), exit non-zero,
+and leave the store (no run, no experiment) and every file (the CSV's bytes, no new file) as they were.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, radt_env, run_radt
+
+HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
+ROW = "exp,1,,,-,-,ok.py,top,\n"
+LONG = "x" * 300
+PLANNED = "radt: 1 problem(s) in experiment.csv; nothing was started"  # a row the plan refuses: its line, then the count
+# (id, radt's arguments, the experiment CSV's bytes (or a broken log's name) or None, the exact line on stderr, exit status);
+# {tmp} is the test's folder, {fixtures} the real tool logs
+CASES = [
+    ("interval-nan", ["--interval", "nan", "ok.py"], None, "radt: --interval nan is not a finite number; use 0.1 seconds or more", 2),
+    ("interval-inf", ["--interval", "inf", "ok.py"], None, "radt: --interval inf is not a finite number; use 0.1 seconds or more", 2),
+    ("interval-zero", ["--interval", "0", "ok.py"], None, "radt: --interval 0 is too short; use 0.1 seconds or more", 2),
+    ("interval-negative", ["--interval=-2", "ok.py"], None, "radt: --interval -2 is too short; use 0.1 seconds or more", 2),
+    (
+        "max-time-negative",
+        ["--max-time=-1", "ok.py"],
+        None,
+        "radt: --max-time -1 is not a positive number of minutes; give e.g. --max-time 90, or leave it out for no limit",
+        2,
+    ),
+    (
+        "max-time-nan",
+        ["--max-time", "nan", "ok.py"],
+        None,
+        "radt: --max-time nan is not a positive number of minutes; give e.g. --max-time 90, or leave it out for no limit",
+        2,
+    ),
+    (
+        "max-time-inf",
+        ["--max-time", "inf", "ok.py"],
+        None,
+        "radt: --max-time inf is not a positive number of minutes; give e.g. --max-time 90, or leave it out for no limit",
+        2,
+    ),
+    ("max-epoch-negative", ["--max-epoch=-3", "ok.py"], None, "radt: --max-epoch -3 is negative; give the last epoch to train (0 or more), or leave it out", 2),
+    ("flush-timeout-negative", ["--flush-timeout=-5", "ok.py"], None, "radt: --flush-timeout -5 is not 0 or more seconds; give e.g. --flush-timeout 60", 2),
+    ("flush-timeout-inf", ["--flush-timeout", "inf", "ok.py"], None, "radt: --flush-timeout inf is not 0 or more seconds; give e.g. --flush-timeout 60", 2),
+    (
+        "csv-max-time-nan",
+        ["--max-time", "nan", "experiment.csv"],
+        HEADER + ROW,
+        "radt: --max-time nan is not a positive number of minutes; give e.g. --max-time 90, or leave it out for no limit",
+        2,
+    ),
+    (
+        "store-unknown-scheme",
+        ["--store", "mongodb://db:27017/runs", "ok.py"],
+        None,
+        "radt: --store mongodb://db:27017/runs: radt cannot use a 'mongodb' store; give a database URI (sqlite:///path/mlflow.db, "
+        "postgresql://user@host/db, mysql://...), an MLflow server (http://host:5000) or the path of a SQLite file",
+        2,
+    ),
+    (
+        "store-file-uri",
+        ["--store", "file:///{tmp}/mlruns", "ok.py"],
+        None,
+        "radt: --store file:///{tmp}/mlruns: MLflow's file store is not supported by radt; use a SQLite file (--store sqlite:///path/mlflow.db "
+        "or a path ending in .db) or a database, and `mlflow migrate-filestore` to move runs you have there",
+        2,
+    ),
+    (
+        "store-folder",
+        ["--store", "{tmp}/adir", "ok.py"],
+        None,
+        "radt: --store {tmp}/adir is a folder (MLflow's file store?); radt needs a database: give a SQLite file such as {tmp}/adir/mlflow.db",
+        2,
+    ),
+    (
+        "store-path-in-missing-folder",
+        ["--store", "{tmp}/nodir/runs.db", "ok.py"],
+        None,
+        "radt: --store {tmp}/nodir/runs.db: the folder {tmp}/nodir does not exist; create it (mkdir -p {tmp}/nodir) or give a SQLite file in an existing folder",
+        2,
+    ),
+    (
+        "store-sqlite-uri-in-missing-folder",
+        ["--store", "sqlite:///{tmp}/nodir/runs.db", "experiment.csv"],
+        HEADER + ROW,
+        "radt: --store sqlite:///{tmp}/nodir/runs.db: the folder {tmp}/nodir does not exist; create it (mkdir -p {tmp}/nodir) "
+        "or give a SQLite file in an existing folder",
+        2,
+    ),
+    (
+        "store-not-sqlite",
+        ["--store", "{tmp}/ok.py", "ok.py"],
+        None,
+        "radt: the tracking store sqlite:///{tmp}/ok.py is not a SQLite database; give a new file name or the store's own file",
+        2,
+    ),
+    (
+        "experiment-name-too-long",
+        ["-e", LONG, "ok.py"],
+        None,
+        "radt: -e is 300 characters long; MLflow keeps at most 256 for an experiment name: shorten it",
+        2,
+    ),
+    ("run-name-too-long", ["-n", LONG, "ok.py"], None, "radt: -n is 300 characters long; MLflow keeps at most 250 for a run name: shorten it", 2),
+    (
+        "workload-too-long",
+        ["-w", LONG[:242], "ok.py"],
+        None,
+        "radt: -w is 242 characters long; MLflow keeps at most 241 for a workload (its parent run is named 'workload <workload>'): shorten it",
+        2,
+    ),
+    ("script-is-a-folder", ["adir"], None, "radt: script 'adir' is a folder; give the training script in it, e.g. adir/train.py", 2),
+    (
+        "csv-unclosed-quote",
+        ["experiment.csv"],
+        HEADER + 'exp,1,,,-,-,ok.py,top,"--name x\nexp,2,,,-,-,ok.py,top,\nexp,3,,,-,-,ok.py,top,\n',
+        'radt: experiment.csv row 2: a quote (") opened on this row is not closed, so rows 3 to 4 are read as part of it; close the quote',
+        2,
+    ),
+    (
+        "csv-unclosed-quote-last-row",
+        ["experiment.csv"],
+        HEADER + ROW + 'exp,2,,,-,-,ok.py,top,"--name x\n',
+        'radt: experiment.csv row 3: a quote (") opened on this row is not closed; close the quote',
+        2,
+    ),
+    (
+        "csv-line-break-in-quotes",
+        ["experiment.csv"],
+        HEADER + 'exp,1,,,-,-,ok.py,top,"--a 1\n--b 2"\n' + ROW,
+        "radt: experiment.csv row 2: a quoted cell runs over lines 2 to 3; a row is one line: remove the line break inside the quotes",
+        2,
+    ),
+    (
+        "csv-header-only",
+        ["experiment.csv"],
+        HEADER,
+        "radt: 'experiment.csv' has a header but no rows; add one row per run, e.g. exp1,1,,,0,-,train.py,smi+top,--epochs 3",
+        2,
+    ),
+    (
+        "csv-cell-over-the-csv-limit",
+        ["experiment.csv"],
+        HEADER + 'exp,1,,,-,-,ok.py,top,"' + "y" * 140_000 + "\n" + ROW,
+        "radt: experiment.csv row 2: a cell runs past 131072 characters, the most a CSV cell may hold; "
+        'close the quote (") opened on this row, or shorten the cell',
+        2,
+    ),
+    (
+        "csv-nul-byte",
+        ["experiment.csv"],
+        HEADER + ROW + "exp,2,,,-,-,ok.py,top,--tag a\0b\n",
+        "radt: experiment.csv row 3: a NUL byte in a cell; save the file as a UTF-8 CSV without it",
+        2,
+    ),
+    (
+        "csv-file-is-a-folder",
+        ["experiment.csv"],
+        HEADER + "exp,1,,,-,-,adir,top,\n",
+        ["radt: experiment.csv row 2: File 'adir' is a folder; give the training script in it, e.g. adir/train.py", PLANNED],
+        2,
+    ),
+    (
+        "csv-experiment-name-too-long",
+        ["experiment.csv"],
+        HEADER + f"{LONG},1,,,-,-,ok.py,top,\n",
+        ["radt: experiment.csv row 2: Experiment is 300 characters long; MLflow keeps at most 256 for an experiment name: shorten it", PLANNED],
+        2,
+    ),
+    (
+        "import-gpus-zero",
+        ["import", "--gpus", "0", "{fixtures}/mnist_nvidia_smi.csv"],
+        None,
+        "radt import: --gpus 0 must be 1 or more: the GPUs of each sample in the nvidia-smi log (see 'radt import --help')",
+        2,
+    ),
+    (
+        "import-gpus-negative",
+        ["import", "--gpus=-2", "{fixtures}/mnist_nvidia_smi.csv"],
+        None,
+        "radt import: --gpus -2 must be 1 or more: the GPUs of each sample in the nvidia-smi log (see 'radt import --help')",
+        2,
+    ),
+    (
+        "import-interval-inf",
+        ["import", "--interval", "inf", "{fixtures}/mnist_dcgmi_dmon_18fields.txt"],
+        None,
+        "radt import: --interval inf is not a finite number of seconds; give e.g. --interval 1 (see 'radt import --help')",
+        2,
+    ),
+    (
+        "import-bad-smi-timestamp",
+        ["import", "{fixtures}/mnist_dcgmi_dmon_18fields.txt", "smi.csv"],
+        "smi.csv",
+        "radt import: smi.csv:3: timestamp '2023/02/31 15:16:55.265' is not a time as nvidia-smi writes it (2023/02/21 15:16:55.262); "
+        "fix or delete the line; nothing imported",
+        2,
+    ),
+    (
+        "import-bad-top-clock",
+        ["import", "top.txt"],
+        "top.txt",
+        "radt import: top.txt:12: top's clock '25:16:08' is not a time of day (15:16:05); fix or delete the line; nothing imported",
+        2,
+    ),
+    (
+        "export-unknown-option",
+        ["export", "-o", "out.png", "--experiment", "x", "--bogus"],
+        None,
+        "radt export: unrecognized arguments: --bogus (see 'radt export --help')",
+        2,
+    ),
+    (
+        "export-dpi-too-high",
+        ["export", "-o", "out.png", "--experiment", "x", "--dpi", "3000"],
+        None,
+        "radt export: DPI 3000 is out of range; use 30 to 2400 (300 for print)",
+        2,
+    ),
+    (
+        "export-font-nan",
+        ["export", "-o", "out.png", "--experiment", "x", "--font-size", "nan"],
+        None,
+        "radt export: font size nan is out of range; use 4 to 48 points (9 for a paper)",
+        2,
+    ),
+    ("sync-unknown-option", ["sync", "--all"], None, "radt sync: unrecognized arguments: --all (see 'radt sync --help')", 2),
+]
+
+
+def _broken_log(tmp_path: Path, name: str) -> None:
+    """A real log with one timestamp an editor or a disk broke."""
+    if name == "smi.csv":
+        lines = (FIXTURES / "mnist_nvidia_smi.csv").read_text().splitlines(keepends=True)
+        lines[2] = lines[2].replace("2023/02/21 15:16:55.265", "2023/02/31 15:16:55.265")
+    else:
+        lines = (FIXTURES / "mnist_top_batch.txt").read_text().splitlines(keepends=True)
+        assert lines[11].startswith("top - 15:16:08")
+        lines[11] = lines[11].replace("top - 15:16:08", "top - 25:16:08")
+    (tmp_path / name).write_text("".join(lines))
+
+
+def _files(folder: Path, home: Path) -> dict[str, bytes | None]:
+    """Every file and folder under `folder` but radt's own home, with a file's bytes: what a refused command must leave as it was."""
+    found = (p for p in sorted(folder.rglob("*")) if p != home and home not in p.parents)
+    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else None) for p in found}
+
+
+def _count(store: Path, table: str) -> int:
+    with sqlite3.connect(store) as conn:
+        return conn.execute(f"select count(*) from {table}").fetchone()[0]  # noqa: S608 - a fixed table name
+
+
+@pytest.mark.parametrize(("args", "csv_text", "line", "status"), [case[1:] for case in CASES], ids=[case[0] for case in CASES])
+def test_bad_input_is_one_line_and_leaves_everything_as_it_was(args, csv_text, line, status, tmp_path, radt_home, sqlite_template):
+    (tmp_path / "ok.py").write_text("print('ok')\n")
+    (tmp_path / "adir").mkdir()
+    store = tmp_path / "store.db"
+    shutil.copy(sqlite_template, store)
+    if csv_text in ("smi.csv", "top.txt"):
+        _broken_log(tmp_path, csv_text)
+    elif csv_text is not None:
+        (tmp_path / "experiment.csv").write_bytes(csv_text.encode())
+    args = [a.replace("{tmp}", str(tmp_path)).replace("{fixtures}", str(FIXTURES)) for a in args]
+    before = _files(tmp_path, radt_home)
+    runs, experiments = _count(store, "runs"), _count(store, "experiments")
+
+    result = run_radt(args, env=radt_env(radt_home, f"sqlite:///{store}"), cwd=tmp_path, timeout=120)
+
+    lines = [x for x in result.stderr.splitlines() if x.strip()]
+    expected = line if isinstance(line, list) else [line]
+    assert lines == [x.replace("{tmp}", str(tmp_path)) for x in expected], result.stderr
+    assert result.returncode == status and "Traceback" not in result.stderr
+    assert (_count(store, "runs"), _count(store, "experiments")) == (runs, experiments), "nothing is written to the store"
+    assert _files(tmp_path, radt_home) == before, "no file is created or changed (the CSV keeps its bytes)"
+    assert not list(radt_home.glob("runs/*")), "no run folder: nothing waits for `radt sync`"
+
+
+def test_mlflow_tracking_uri_is_checked_like_store(tmp_path, radt_home):
+    (tmp_path / "ok.py").write_text("print('ok')\n")
+    result = run_radt(["ok.py"], env=radt_env(radt_home, f"file://{tmp_path}/mlruns"), cwd=tmp_path, timeout=60)
+    assert result.returncode == 2 and result.stderr.splitlines() == [
+        f"radt: MLFLOW_TRACKING_URI file://{tmp_path}/mlruns: MLflow's file store is not supported by radt; use a SQLite file "
+        "(--store sqlite:///path/mlflow.db or a path ending in .db) or a database, and `mlflow migrate-filestore` to move runs you have there"
+    ]
+    assert not (tmp_path / "mlruns").exists()
+
+
+def test_name_limits_are_mlflows_own():
+    """The limits radt checks -e, -n and -w against are read from MLflow's source: its validation and its tables."""
+    from mlflow.store.tracking.dbmodels.models import SqlExperiment, SqlRun
+    from mlflow.utils.validation import MAX_EXPERIMENT_NAME_LENGTH
+
+    from collectors.command import EXPERIMENT_NAME_LIMIT, RUN_NAME_LIMIT
+
+    assert min(MAX_EXPERIMENT_NAME_LENGTH, SqlExperiment.__table__.c.name.type.length) == EXPERIMENT_NAME_LIMIT
+    assert SqlRun.__table__.c.name.type.length == RUN_NAME_LIMIT
+
+
+def test_store_uri_forms(tmp_path, monkeypatch):
+    """One reading of a store for every command and the dashboard: postgres:// as SQLAlchemy users write it, a path as a SQLite file."""
+    from app.config import StoreUriError, display_uri, store_uri, tracking_uri
+
+    monkeypatch.chdir(tmp_path)
+    assert store_uri("postgres://u:pw@db:5432/mlflow") == "postgresql://u:pw@db:5432/mlflow"
+    assert store_uri("postgres+psycopg://u@db/mlflow") == "postgresql+psycopg://u@db/mlflow"
+    assert store_uri("runs.db") == f"sqlite:///{tmp_path / 'runs.db'}"
+    assert store_uri("~/x.db").startswith("sqlite:////") and "~" not in store_uri("~/x.db")
+    assert store_uri("sqlite:///relative.db") == "sqlite:///relative.db" and store_uri("http://mlflow:5000") == "http://mlflow:5000"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "postgres://u@db/m")
+    assert tracking_uri() == "postgresql://u@db/m" and tracking_uri("x.db") == f"sqlite:///{tmp_path / 'x.db'}"
+    with pytest.raises(StoreUriError, match="a URI needs 'sqlite://'"):
+        store_uri("sqlite:x.db")
+    assert display_uri("postgresql://u:secret@db/m?password=other") == "postgresql://u:***@db/m?password=***"
+
+
+def test_postgres_scheme_and_a_plain_path_work_everywhere(pg_uri, radt_home, tmp_path):
+    """`postgres://` (SQLAlchemy's spelling) reaches the writer, MLflow's client and the dashboard as PostgreSQL; the start line names the store, password masked."""
+    from mlflow import MlflowClient
+
+    (tmp_path / "ok.py").write_text("print('ok')\n")
+    written = "postgres://postgres:secret@" + pg_uri.split("://postgres@", 1)[1]
+    result = run_radt(["--store", written, "-l", "host", "ok.py"], env=radt_env(radt_home), cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr
+    first = result.stderr.splitlines()[0]
+    shown = "postgresql://postgres:***@" + pg_uri.split("://postgres@", 1)[1]
+    assert first.startswith("radt: run ") and first.endswith(f" in experiment 0 (store {shown})"), first
+    assert "secret" not in result.stderr
+    runs = MlflowClient(pg_uri).search_runs(["0"])
+    assert [r.info.status for r in runs] == ["FINISHED"] and runs[0].data.metrics, "points written through the writer"
+
+    result = run_radt(["--store", "plain.db", "-l", "host", "ok.py"], env=radt_env(radt_home), cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[0].endswith(f"(store sqlite:///{tmp_path / 'plain.db'})")
+
+    from app.config import tracking_uri
+    from app.state import STATE, connect_store
+
+    connect_store(tracking_uri(written))
+    assert STATE.error is None and STATE.store_uri.startswith("postgresql://")
+    STATE.engine.dispose()
