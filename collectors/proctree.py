@@ -36,13 +36,9 @@ def descendants(root: int) -> list[int]:
                 except psutil.Error:
                     return []
             continue
-        found.append(pid)
-        for task in tasks:
-            try:
-                with open(f"/proc/{pid}/task/{task}/children") as f:
-                    stack.extend(int(child) for child in f.read().split())
-            except (OSError, ValueError):
-                continue
+        if tasks:
+            found.append(pid)
+            stack.extend(children(pid))
     return found
 
 
