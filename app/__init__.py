@@ -1,13 +1,13 @@
-"""radt's dashboard core (configuration, metric catalogue, read-side queries, figures).
+"""radt's dashboard core (read engine, runs, series and summaries, cache, figures, export).
 
 Importing `app` stays light (the collectors use the catalogue); the Dash server is built on
-first access of `app.server`, which is what `gunicorn 'app:server'` asks for.
+first access of `app.server`, which is what `gunicorn 'radt.app:server'` asks for.
 """
 
 
 def __getattr__(name: str):
     if name == "server":
-        from app.dashboard import create_app
+        from radt.app.dashboard import create_app
 
         return create_app().server
     raise AttributeError(name)

@@ -1,14 +1,14 @@
 """flask-caching for the read side: finished runs cached long, running runs for a poll interval.
 
-`RADT_CACHE` picks the backend: unset or `simple` (one process), `redis://host:6379/0` for
-several gunicorn workers sharing one cache.
+`RADT_CACHE` (settings.CACHE) picks the backend: unset or `simple` (one process), `redis://host:6379/0`
+for several gunicorn workers sharing one cache.
 """
 
 from __future__ import annotations
 
-import os
-
 from flask_caching import Cache
+
+from radt import settings
 
 CACHE = Cache()
 FINISHED_TIMEOUT = 3600  # a finished run's series never change
@@ -18,7 +18,8 @@ ZOOM_TIMEOUT = 60  # a zoomed window of a run: redraws of the same zoom hit; eac
 
 
 def cache_config(spec: str | None = None) -> dict:
-    spec = spec if spec is not None else os.environ.get("RADT_CACHE", "simple")
+    """flask-caching's configuration for `spec` (--cache), else RADT_CACHE; ValueError names what it cannot use."""
+    spec = spec if spec is not None else settings.CACHE.get()
     if spec.startswith(("redis://", "rediss://")):
         return {"CACHE_TYPE": "RedisCache", "CACHE_REDIS_URL": spec, "CACHE_KEY_PREFIX": "radt:", "CACHE_DEFAULT_TIMEOUT": LISTING_TIMEOUT}
     if spec in ("", "simple"):

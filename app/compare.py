@@ -4,7 +4,7 @@ Every figure can be recomputed from the columns shown:
 
 - steps: the run's own progress, the highest step of a metric the script logged + 1 (epochs, iterations);
 - duration_min: the script's own time (radt's script start/exit tags, else the run's start and end;
-  ``queries.script_span``), not radt's set-up, start gate or pip freeze;
+  ``runmodel.script_span``), not radt's set-up, start gate or pip freeze;
 - steps_per_h = steps / duration;
 - together: how many runs ran together (1: alone). A workload's runs (a radt parent run: CSV workloads
   and ``-w``; radT's ``workload`` param) ran together where their script times overlap: the runs are
@@ -21,7 +21,7 @@ A together group's row ("workload"): steps_per_h and normalised are the sums of 
 only where every run has an alone baseline; above 1 the runs together did more work per hour than the
 same runs one after another); duration from the first script start to the last exit; peak memory per
 GPU the highest of its runs'; energy per physical GPU the largest of the runs that recorded that GPU
-(collocated runs read the same GPU's counter), summed over distinct GPUs (``queries.gpu_identity``:
+(collocated runs read the same GPU's counter), summed over distinct GPUs (``summaries.gpu_identity``:
 UUID, else host and index), and only where every run has an energy figure. Steps, alone steps/h and the
 activity and CPU means are left empty there: no sum or mean of them would be the group's.
 """
@@ -33,12 +33,11 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from app.queries import script_span
+from radt.runmodel import UNGROUPED, script_span, together
 
 RUN_COLUMNS = ["kind", "experiment_id", "workload", "run", "letter", "status", "together", "steps", "duration_min", "steps_per_h", "alone_runs",
                "alone_steps_per_h", "normalised", "smact_mean", "smact_p95", "smocc_mean", "smocc_p95", "peak_memory_per_gpu_mb", "energy_kj",
                "cpu_mean"]  # fmt: skip
-UNGROUPED = "ungrouped:"  # list_runs' workload id prefix of plain MLflow runs
 
 
 def _command(params: dict) -> tuple:
@@ -61,17 +60,8 @@ def together_groups(library: pd.DataFrame) -> dict[str, str]:
         spans = [(*_span(row), row.run_id) for row in members.itertuples()]
         if str(workload_id).startswith(UNGROUPED):
             group.update({run_id: run_id for _s, _e, run_id in spans})
-            continue
-        spans.sort(key=lambda s: (math.inf if math.isnan(s[0]) else s[0], s[2]))
-        first, reach = None, -math.inf
-        for start, end, run_id in spans:
-            if math.isnan(start):
-                group[run_id] = run_id
-                continue
-            if first is None or not start < reach:  # touching ends are one after another, not together
-                first, reach = run_id, -math.inf
-            group[run_id] = first
-            reach = max(reach, start if math.isnan(end) else end)
+        else:
+            group.update(together(spans))
     return group
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import dash
 
-from app.cache import CACHE, cache_config
-from app.config import tracking_uri
-from app.state import STATE, connect_store
+from radt.app.cache import CACHE, cache_config
+from radt.app.state import STATE, connect_store
+from radt.settings import tracking_uri
 
 ROOT = Path(__file__).resolve().parent.parent
 

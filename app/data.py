@@ -15,10 +15,13 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from app import queries
-from app.cache import CACHE, FINISHED_TIMEOUT, LISTING_TIMEOUT, RUNNING_TIMEOUT, ZOOM_TIMEOUT
-from app.catalogue import HOST, METRICS, Device, Metric, display_name, missing_values, resolve
-from app.state import STATE
+from radt.app.cache import CACHE, FINISHED_TIMEOUT, LISTING_TIMEOUT, RUNNING_TIMEOUT, ZOOM_TIMEOUT
+from radt.app.runs import RUN_COLUMNS, list_runs
+from radt.app.series import load_devices, load_series
+from radt.app.state import STATE
+from radt.app.store import LIVE_STATUSES
+from radt.app.summaries import SUMMARY_COLUMNS, run_summary
+from radt.catalogue import HOST, METRICS, Device, Metric, display_name, missing_values, resolve
 
 DEFAULT_METRICS = [
     "cat:sm_active",
@@ -52,7 +55,7 @@ def _key(*parts) -> str:
 
 
 def _timeout(status: str) -> int:
-    return RUNNING_TIMEOUT if status in queries.LIVE_STATUSES else FINISHED_TIMEOUT
+    return RUNNING_TIMEOUT if status in LIVE_STATUSES else FINISHED_TIMEOUT
 
 
 def cached(parts: tuple, timeout: int, compute):
@@ -90,11 +93,11 @@ def _per_run(runs: pd.DataFrame, parts, load, longest=lambda _run_id: FINISHED_T
 
 
 def runs(experiment_ids: list[str]) -> pd.DataFrame:
-    """queries.list_runs through the cache (a few seconds: statuses and new runs show up quickly)."""
+    """runs.list_runs through the cache (a few seconds: statuses and new runs show up quickly)."""
     ids = sorted(set(experiment_ids or []))
     if not ids:
-        return pd.DataFrame(columns=queries.RUN_COLUMNS)
-    return cached(("runs", *ids), LISTING_TIMEOUT, lambda: queries.list_runs(STATE.engine, ids))
+        return pd.DataFrame(columns=RUN_COLUMNS)
+    return cached(("runs", *ids), LISTING_TIMEOUT, lambda: list_runs(STATE.engine, ids))
 
 
 Series = tuple[np.ndarray, np.ndarray]
@@ -104,10 +107,10 @@ def _load(spec: str, run_ids: list[str], windows: Mapping[str, Window], budget: 
     kind, _, name = spec.partition(":")
     options = {"windows": windows, "x": "step" if x == "step" else "timestamp"}
     if kind == "cat":
-        return queries.load_devices(STATE.engine, run_ids, name, budget=budget, **options)
+        return load_devices(STATE.engine, run_ids, name, budget=budget, **options)
     resolved = resolve(name)  # a stored key typed in the picker: one series, on the device its key names
     device = resolved.device if resolved else HOST
-    found = queries.load_series(STATE.engine, run_ids, name, budget=budget, missing=missing_values(name), **options)
+    found = load_series(STATE.engine, run_ids, name, budget=budget, missing=missing_values(name), **options)
     return {run_id: {device: values} for run_id, values in found.items()}
 
 
@@ -119,7 +122,7 @@ def series(
     x: str = "relative",
     gpus: list[int] | None = None,
 ) -> dict[str, dict[Device, Series]]:
-    """Series of `spec` for the runs (rows of queries.list_runs), through the cache: run_id -> {device: (x, values)}.
+    """Series of `spec` for the runs (rows of runs.list_runs), through the cache: run_id -> {device: (x, values)}.
 
     A catalogue metric has one series per GPU, MIG slice and node the run stored it for (host
     metrics one, on ``catalogue.HOST``); ``gpus`` keeps only those GPU indices. `windows` gives a run
@@ -142,15 +145,15 @@ def series(
 
 
 def summary(runs: pd.DataFrame) -> pd.DataFrame:
-    """queries.run_summary per run through the cache (finished runs long, running ones briefly)."""
+    """summaries.run_summary per run through the cache (finished runs long, running ones briefly)."""
     if runs.empty:
-        return queries.run_summary(STATE.engine, [])
+        return run_summary(STATE.engine, [])
     rows = _per_run(
         runs,
         lambda run_id: ("summary", run_id),
-        lambda missing: {row["run_id"]: row for row in queries.run_summary(STATE.engine, missing).to_dict("records")},
+        lambda missing: {row["run_id"]: row for row in run_summary(STATE.engine, missing).to_dict("records")},
     )
-    return pd.DataFrame(list(rows.values()), columns=queries.SUMMARY_COLUMNS)
+    return pd.DataFrame(list(rows.values()), columns=SUMMARY_COLUMNS)
 
 
 def zoom_windows(x_range: tuple | None, x_mode: str, runs: pd.DataFrame) -> dict[str, Window]:

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import pandas as pd
 import plotly.graph_objects as go
 
-from app import data
-from app.views import EXPORT_BUDGET, View, render, view_runs, x_range
+from radt.app import data
+from radt.app.views import EXPORT_BUDGET, View, render, view_runs, x_range
 
 CSS_DPI = 96  # Plotly's pixel is a CSS pixel: 96 per inch
 SIZES = {  # width in inches, height of one chart row in inches (slide: the whole 16:9 page)
@@ -265,7 +265,7 @@ def comparison_table(view: View, runs: pd.DataFrame | None = None) -> pd.DataFra
     """The view's comparison table (app/compare.py): its runs (`runs` when the caller has them listed already),
     and the groups of runs that ran together against the same runs alone. Groups and alone runs are found
     among every run of the runs' experiments, so ticking some runs of a workload gives the same figures."""
-    from app.compare import comparison, related_runs
+    from radt.app.compare import comparison, related_runs
 
     runs = chosen_runs(view) if runs is None else runs
     library = data.runs(sorted({*view.experiments, *runs["experiment_id"]}))

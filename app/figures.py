@@ -15,7 +15,8 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from app.catalogue import GPUS_TAG, MIG_ACTIVITY_TAG, Device, Metric
+from radt.catalogue import Device, Metric
+from radt.runmodel import GPUS_TAG, MIG_ACTIVITY_TAG
 
 PALETTE = qualitative.D3 + qualitative.Set2
 DEVICE_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")  # a run's GPUs, when colour tells runs apart

@@ -16,8 +16,10 @@ import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
-from app import catalogue
-from app.queries import EXPERIMENTS, LATEST, METRICS, Series, _chunks, _rows, _run_rows, describe_runs
+from radt import catalogue
+from radt.app.runs import describe_runs, run_rows
+from radt.app.store import EXPERIMENTS, LATEST, METRICS, Series, chunks, plain_rows
+from radt.runmodel import HOST_TAG, INTERVAL_TAG
 
 LINGER_MS = 120_000  # an ended run stays on the Live tab this long, with its final status
 STALE_INTERVALS = 3  # no sample for this many sampling intervals: the run is marked stale
@@ -56,11 +58,11 @@ def live_runs(engine: sa.Engine, now_ms: int | None = None, linger_ms: int = LIN
     plus ``host``, ``interval_s`` and ``experiment_name``."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     with engine.connect() as conn:
-        frame = describe_runs(conn, _run_rows(conn, live_since_ms=now_ms - linger_ms), now_ms)
-        names = dict(_rows(conn, sa.select(EXPERIMENTS.c.experiment_id, EXPERIMENTS.c.name)))
+        frame = describe_runs(conn, run_rows(conn, live_since_ms=now_ms - linger_ms), now_ms)
+        names = dict(plain_rows(conn, sa.select(EXPERIMENTS.c.experiment_id, EXPERIMENTS.c.name)))
     if frame.empty:
         return frame.assign(host=pd.Series(dtype="object"), interval_s=pd.Series(dtype="float64"), experiment_name=pd.Series(dtype="object"))
-    frame["host"] = [t.get("radt.host") or "unknown host" for t in frame["tags"]]
+    frame["host"] = [t.get(HOST_TAG) or "unknown host" for t in frame["tags"]]
     frame["interval_s"] = [_interval(p) for p in frame["params"]]
     frame["experiment_name"] = [names.get(int(e), str(e)) if str(e).isdigit() else str(e) for e in frame["experiment_id"]]
     return frame.sort_values(["host", "experiment_name", "workload_label", "letter", "run_name"], kind="stable").reset_index(drop=True)
@@ -68,7 +70,7 @@ def live_runs(engine: sa.Engine, now_ms: int | None = None, linger_ms: int = LIN
 
 def _interval(params: Mapping[str, str]) -> float:
     try:
-        return max(0.1, float(params.get("radt.interval") or params.get("interval") or 1.0))
+        return max(0.1, float(params.get(INTERVAL_TAG) or params.get("interval") or 1.0))
     except ValueError:
         return 1.0
 
@@ -77,9 +79,9 @@ def latest_values(engine: sa.Engine, run_ids: Sequence[str]) -> dict[str, dict[s
     """run_id -> key -> (newest value, its timestamp ms), from latest_metrics (NaN where it is a NaN)."""
     out: dict[str, dict[str, tuple[float, int]]] = defaultdict(dict)
     with engine.connect() as conn:
-        for chunk in _chunks(list(run_ids)):
+        for chunk in chunks(list(run_ids)):
             stmt = sa.select(LATEST.c.run_uuid, LATEST.c.key, LATEST.c.value, LATEST.c.is_nan, LATEST.c.timestamp).where(LATEST.c.run_uuid.in_(chunk))
-            for run_id, key, value, is_nan, ts in _rows(conn, stmt):
+            for run_id, key, value, is_nan, ts in plain_rows(conn, stmt):
                 out[run_id][key] = (float("nan") if is_nan else float(value), int(ts))
     return dict(out)
 
@@ -118,14 +120,14 @@ def new_points(engine: sa.Engine, cursors: Mapping[str, int], keys: Mapping[str,
     with engine.connect() as conn:
         for key, run_ids in by_key.items():
             since = min(int(cursors[r]) for r in run_ids)
-            for chunk in _chunks(run_ids):
+            for chunk in chunks(run_ids):
                 stmt = (
                     sa.select(METRICS.c.run_uuid, METRICS.c.timestamp, METRICS.c.value, METRICS.c.is_nan)
                     .where(METRICS.c.key == key, METRICS.c.timestamp > since, METRICS.c.run_uuid.in_(chunk))
                     .order_by(METRICS.c.timestamp, METRICS.c.step)
                 )
                 rows: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
-                for run_id, ts, value, is_nan in _rows(conn, stmt):
+                for run_id, ts, value, is_nan in plain_rows(conn, stmt):
                     if ts > cursors[run_id]:
                         xs, ys = rows[run_id]
                         xs.append(int(ts))
@@ -161,7 +163,7 @@ def idle_gpus(
                 .where(METRICS.c.key == key, METRICS.c.timestamp > since, METRICS.c.run_uuid.in_(run_ids), METRICS.c.is_nan == sa.false())
                 .group_by(METRICS.c.run_uuid)
             )
-            found = {run_id: (peak, count) for run_id, peak, count in _rows(conn, stmt)}
+            found = {run_id: (peak, count) for run_id, peak, count in plain_rows(conn, stmt)}
             for run_id, gpu, threshold in entries:
                 start = starts.get(run_id)
                 if run_id not in found or start is None or start != start or start > since:

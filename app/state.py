@@ -27,8 +27,8 @@ STATE = DashboardState()
 
 def connect_store(uri: str) -> None:
     """Point the dashboard at `uri`: a read-only engine, or the one-line reason it cannot read it."""
-    from app.config import display_uri
-    from app.queries import StoreUnavailable, check_store, make_read_engine
+    from radt.app.store import StoreUnavailable, check_store, make_read_engine
+    from radt.settings import display_uri
 
     if STATE.engine is not None:
         STATE.engine.dispose()  # a retry, or another store: the old pool's connections go

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from app import data
-from app.catalogue import METRICS
-from app.data import DEFAULT_METRICS, X_MODES, spec_metric
-from app.figures import GPU_MODES, Panel, overlay_figure
+from radt.app import data
+from radt.app.data import DEFAULT_METRICS, X_MODES, spec_metric
+from radt.app.figures import GPU_MODES, Panel, overlay_figure
+from radt.catalogue import METRICS
 
 VIEW_VERSION = 1
 SCREEN_BUDGET = 2000  # points per series sent to the browser
@@ -224,7 +224,7 @@ def x_range(view: View) -> tuple | None:
 @dataclass
 class Rendered:
     figure: object  # plotly Figure
-    runs: pd.DataFrame  # the view's runs, rows of queries.list_runs
+    runs: pd.DataFrame  # the view's runs, rows of runs.list_runs
     panels: list[Panel]
     missing: dict[str, list[str]]  # metric spec -> names of the chosen runs that lack it
 

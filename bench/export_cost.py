@@ -21,10 +21,10 @@ import plotly.graph_objects as go
 import sqlalchemy as sa
 from mlflow import MlflowClient
 
-from collectors import tracking
-from collectors.points import Point
-from collectors.stores import SqlMetricStore
-from tests.runs import radt_run
+from radt.collectors import tracking
+from radt.collectors.stores import SqlMetricStore
+from radt.points import Point
+from tests.support.runs import radt_run
 
 START = 1_760_000_000_000
 
@@ -66,9 +66,9 @@ def main() -> None:
     experiment, run_ids = fill(uri, opts.runs, opts.hours)
     print(f"{opts.runs} runs × {opts.hours:g} h at 1 Hz ({opts.runs * int(opts.hours * 3600):,} points), {uri.split(':')[0]}")
 
-    from app.export import ExportStyle, data_csv, figure_for, image_bytes
-    from app.views import View
-    from collectors.export import _open_store
+    from radt.app.export import ExportStyle, data_csv, figure_for, image_bytes
+    from radt.app.exportcli import _open_store
+    from radt.app.views import View
 
     _open_store(uri)
     view = View([experiment], run_ids, ["cat:sm_active"])

@@ -42,8 +42,8 @@ import mlflow  # noqa: E402
 import sqlalchemy as sa  # noqa: E402
 from mlflow.entities import Metric  # noqa: E402
 
-from collectors.points import Point  # noqa: E402
-from collectors.stores import SqlMetricStore  # noqa: E402
+from radt.collectors.stores import SqlMetricStore  # noqa: E402
+from radt.points import Point  # noqa: E402
 
 KEYS = [f"system/bench_metric_{i:02d}" for i in range(20)]
 T0 = 1_763_000_000_000  # ms; a fixed start so every run's timestamps are alike

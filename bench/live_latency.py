@@ -31,13 +31,13 @@ sys.path.insert(0, str(ROOT))
 from mlflow import MlflowClient  # noqa: E402
 from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # noqa: E402
 
-from app import live  # noqa: E402
-from app.queries import make_read_engine  # noqa: E402
-from collectors import tracking  # noqa: E402
-from collectors.points import Point  # noqa: E402
-from collectors.stores import SqlMetricStore  # noqa: E402
-from tests.browser import chromium, dashboard  # noqa: E402
-from tests.runs import radt_run  # noqa: E402
+from radt.app import live  # noqa: E402
+from radt.app.store import make_read_engine  # noqa: E402
+from radt.collectors import tracking  # noqa: E402
+from radt.collectors.stores import SqlMetricStore  # noqa: E402
+from radt.points import Point  # noqa: E402
+from tests.support.browser import chromium, dashboard  # noqa: E402
+from tests.support.runs import radt_run  # noqa: E402
 
 TRAIN = textwrap.dedent(
     """

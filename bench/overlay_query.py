@@ -30,15 +30,15 @@ from flask import Flask  # noqa: E402
 from mlflow import MlflowClient  # noqa: E402
 from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # noqa: E402
 
-from app import data  # noqa: E402
-from app.cache import CACHE, cache_config  # noqa: E402
-from app.data import spec_metric  # noqa: E402
-from app.figures import Panel, overlay_figure  # noqa: E402
-from app.state import STATE, connect_store  # noqa: E402
-from collectors import tracking  # noqa: E402
-from collectors.points import Point  # noqa: E402
-from collectors.stores import SqlMetricStore  # noqa: E402
-from tests.runs import radt_run  # noqa: E402
+from radt.app import data  # noqa: E402
+from radt.app.cache import CACHE, cache_config  # noqa: E402
+from radt.app.data import spec_metric  # noqa: E402
+from radt.app.figures import Panel, overlay_figure  # noqa: E402
+from radt.app.state import STATE, connect_store  # noqa: E402
+from radt.collectors import tracking  # noqa: E402
+from radt.collectors.stores import SqlMetricStore  # noqa: E402
+from radt.points import Point  # noqa: E402
+from tests.support.runs import radt_run  # noqa: E402
 
 METRICS = {"sm_active": 0.45, "sm_occupancy": 0.2, "gr_engine_active": 0.55, "dram_active": 0.25}
 START = 1_760_000_000_000

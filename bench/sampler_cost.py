@@ -95,18 +95,18 @@ def _scratch_sqlite(tmp: Path):
 
 
 def worker_radt(args, with_writer: bool) -> dict:
-    from collectors.listeners import make_source
-    from collectors.proctree import ProcessTree
-    from collectors.sampler import Sampler, open_sources
-    from collectors.sources.base import SamplingContext
+    from radt.collectors.listeners import make_source
+    from radt.collectors.proctree import ProcessTree
+    from radt.collectors.sampler import Sampler, open_sources
+    from radt.collectors.sources.base import SamplingContext
 
     notes: list[str] = []
     tmp = Path(tempfile.mkdtemp(prefix="radt-bench-"))
     writer = None
     counted = [0]
     if with_writer:
-        from collectors.stores import SqlMetricStore
-        from collectors.writer import MetricWriter
+        from radt.collectors.stores import SqlMetricStore
+        from radt.collectors.writer import MetricWriter
 
         uri, run_id = _scratch_sqlite(tmp)
         writer = MetricWriter(SqlMetricStore(uri), run_id, tmp / "spool.jsonl", report=notes.append).start()
@@ -283,9 +283,9 @@ def run_worker(args) -> dict:
 
 def breakdown(pid: int, rounds: int) -> list[tuple[str, float]]:
     """CPU ms per call of each piece of radt's tick, in a tight loop (the tree refreshed every call)."""
-    from collectors.proctree import ProcessTree
-    from collectors.sources.base import SamplingContext
-    from collectors.sources.host import HostSource
+    from radt.collectors.proctree import ProcessTree
+    from radt.collectors.sources.base import SamplingContext
+    from radt.collectors.sources.host import HostSource
 
     tree = ProcessTree(pid)
     host = HostSource()

@@ -175,7 +175,7 @@ def stop_mps(daemon: MpsDaemon) -> None:
 
 def _journal() -> Path:
     """What radt has set up and not yet undone, so a radt killed with SIGKILL is cleaned up after next time."""
-    from app.config import radt_home
+    from radt.settings import radt_home
 
     return radt_home() / "collocation-journal.json"
 

@@ -8,8 +8,11 @@ import os
 import sys
 from pathlib import Path
 
+from radt.errors import UserError
+from radt.runmodel import WORKLOAD_PREFIX
 
-class UsageError(Exception):
+
+class UsageError(UserError):
     """A mistake in how radt was called; the message names the problem and the fix."""
 
 
@@ -104,7 +107,6 @@ def exec_failure(program: str, exc: OSError) -> str:
 # tests/test_bad_input.py reads them from MLflow, so an MLflow upgrade that changes them fails there.
 EXPERIMENT_NAME_LIMIT = 256
 RUN_NAME_LIMIT = 250
-WORKLOAD_PREFIX = "workload "  # a -w workload's parent run is named "workload <name>"
 
 
 NAME_LIMITS = {  # what a name becomes in MLflow, and the most characters it may have there

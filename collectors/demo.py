@@ -50,15 +50,14 @@ from datetime import datetime
 
 import numpy as np
 
-from app.catalogue import MIB, key
-from app.config import default_store_uri, is_database_uri, tracking_uri
-from collectors.points import Point
-from collectors.stores import open_metric_store
-from collectors.tracking import connect, create_run, redact, resolve_experiment, set_tags
+from radt.catalogue import MIB, key
+from radt.collectors.stores import open_metric_store
+from radt.collectors.tracking import connect, create_run, redact, resolve_experiment, set_tags
+from radt.points import Point
+from radt.runmodel import DEMO_TAG, EXIT_CODE_TAG, HOST_TAG, INTERVAL_TAG, NOTE_TAG, PID_TAG, POINTS_TAG, ROLE_TAG, USER_TAG, WORKLOAD_ROLE, WORKLOAD_TAG
+from radt.settings import default_store_uri, is_database_uri, tracking_uri
 
-DEMO_TAG = "radt.demo"
 COMPLETE_TAG = "radt.demo.complete"
-NOTE_TAG = "mlflow.note.content"  # the description MLflow's UI shows
 HOST = "demo-h100-01"
 GPU = 0
 GPU_TOTAL_MB = 81_559 * MIB  # H100 80GB HBM3 as NVML reports it
@@ -70,7 +69,7 @@ INTERVAL_S = 1
 DEFAULT_MINUTES = 15.0
 GAP_S = 75  # between workloads, as an experiment CSV runs them one after another
 END_BEFORE_NOW_S = 120
-SETTINGS = {"radt.interval": "1.0", "max_epoch": "None", "max_time": "None", "manual": "False"}
+SETTINGS = {INTERVAL_TAG: "1.0", "max_epoch": "None", "max_time": "None", "manual": "False"}
 
 # phases of a run's timeline
 STARTUP, WARMUP, TRAIN, STALL, EVAL, CHECKPOINT, TEARDOWN = range(7)
@@ -479,7 +478,7 @@ def write_demo(
 
     store = open_metric_store(uri)
     # one bulk statement per run; on PostgreSQL (and a server) in the background, several runs at
-    # once, while MLflow's client writes the next runs' tags and params. SQLite takes one writer at a
+    # once, while the tracking client writes the next runs' tags and params. SQLite takes one writer at a
     # time (and its first connection switches the file to WAL, which a concurrent writer would refuse).
     pool = None if uri.startswith("sqlite") else ThreadPoolExecutor(max_workers=3, thread_name_prefix="radt-demo")
     try:
@@ -525,7 +524,7 @@ def _write_workload(
     start_ms: int,
     seed: int,
 ) -> tuple[int, list[Future]]:
-    """The workload's parent run, then each run: tags and params through MLflow, points in bulk (in `pool` if any)."""
+    """The workload's parent run, then each run: tags and params through the tracking client (tracking.connect), points in bulk (in `pool` if any)."""
     first_sample_ms = start_ms + 3000  # radt creates the run, then its sampler starts
     status = "FAILED" if any(run.failed for run in runs) else "FINISHED"
     # the parent is created the way tracking.find_or_create_workload creates it, but dated to the demo
@@ -533,7 +532,7 @@ def _write_workload(
         experiment_id,
         start_time=start_ms,
         run_name=f"workload {workload.name}",
-        tags={"radt.workload": workload.name, "radt.role": "workload", "mlflow.user": getpass.getuser(), DEMO_TAG: "true", NOTE_TAG: workload.note},
+        tags={WORKLOAD_TAG: workload.name, ROLE_TAG: WORKLOAD_ROLE, USER_TAG: getpass.getuser(), DEMO_TAG: "true", NOTE_TAG: workload.note},
     )
     total, end_ms, futures = 0, start_ms, []
     for data in runs:
@@ -564,8 +563,8 @@ def _write_workload(
         total += len(points)
         run_end = stamps[-1] + 1500
         end_ms = max(end_ms, run_end)
-        tags = {DEMO_TAG: "true", "radt.host": HOST, "radt.pid": str(20_000 + zlib.crc32(run_id.encode()) % 40_000), "radt.points": str(len(points))}
-        tags["radt.exit_code"] = "1" if data.failed else "0"
+        tags = {DEMO_TAG: "true", HOST_TAG: HOST, PID_TAG: str(20_000 + zlib.crc32(run_id.encode()) % 40_000), POINTS_TAG: str(len(points))}
+        tags[EXIT_CODE_TAG] = "1" if data.failed else "0"
         set_tags(client, run_id, tags)
         if data.failed:
             client.log_text(run_id, OOM_LOG, "radt/stderr.log")
@@ -575,7 +574,7 @@ def _write_workload(
 
 
 def main(argv: list[str]) -> int:
-    from collectors.cli import OneLineParser
+    from radt.cli import OneLineParser
 
     parser = OneLineParser(prog="radt demo", description="Write a demo experiment set (clearly named 'demo: ...') into the tracking store.")
     parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")

@@ -15,11 +15,11 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from string import ascii_uppercase
 
-from collectors.collocation import MIG_PROFILE, CollocationError, MigProfile
-from collectors.command import UsageError, build_command, check_name
-from collectors.listeners import ListenerError, parse_listeners, parse_profiler
+from radt.collectors.collocation import MIG_PROFILE, CollocationError, MigProfile
+from radt.collectors.command import UsageError, build_command, check_name
+from radt.collectors.listeners import ListenerError, parse_listeners, parse_profiler
+from radt.runmodel import run_letter
 
 COLUMNS = ("Experiment", "Workload", "Status", "Run", "Devices", "Collocation", "File", "Listeners", "Params")
 REQUIRED = ("Experiment", "Workload", "File")
@@ -205,16 +205,16 @@ class Machine:
 def real_machine() -> Machine:
     import shutil
 
-    from collectors.collocation import mig_profiles, smi_gpu_count
+    from radt.collectors.collocation import mig_profiles, smi_gpu_count
 
     def count() -> int | None:
-        from collectors.sources.nvml import gpu_count
+        from radt.collectors.sources.nvml import gpu_count
 
         found = gpu_count()
         return found if found is not None else smi_gpu_count()
 
     def uuids() -> list[str] | None:
-        from collectors.gpus import NvmlUnavailable, machine
+        from radt.collectors.gpus import NvmlUnavailable, machine
 
         try:
             return [g.uuid for g in machine().gpus]
@@ -346,7 +346,7 @@ def plan(exp: ExperimentFile, machine: Machine, *, rerun: bool = False) -> tuple
                 else:
                     problem(f"File '{file}' not found (looked in {base} and {Path.cwd()}); fix the path or create the script")
             if profiler:
-                from collectors.profilers import EXECUTABLE
+                from radt.collectors.profilers import EXECUTABLE
 
                 if not machine.has(EXECUTABLE[profiler]):
                     problem(f"listener '{profiler}' needs '{EXECUTABLE[profiler]}' on PATH; install Nsight or drop it from Listeners")
@@ -394,16 +394,6 @@ def plan(exp: ExperimentFile, machine: Machine, *, rerun: bool = False) -> tuple
                 )
         workloads.append(workload)
     return workloads, problems
-
-
-def run_letter(number: int) -> str:
-    """A, B, ..., Z, AA, AB, ... for the runs of a workload."""
-    letters = ""
-    number += 1
-    while number:
-        number, rest = divmod(number - 1, 26)
-        letters = ascii_uppercase[rest] + letters
-    return letters
 
 
 def _resolve_file(file: str, base: Path) -> str:

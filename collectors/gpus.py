@@ -23,8 +23,6 @@ from typing import NamedTuple
 
 import pynvml
 
-from app.catalogue import GPUS_TAG, MIG_ACTIVITY_TAG  # noqa: F401 - the run's tags about its devices, used as gpus.GPUS_TAG
-
 TAG_CHARS = 8000  # MLflow's limit on a tag value
 PCI_BUS_ID = "PCI_BUS_ID"
 _INDEX = re.compile(r"^\d+")  # CUDA reads an index like strtoul: "1gpu" is 1 (PyTorch's emulation agrees)

@@ -16,13 +16,13 @@ import sys
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
-from app.catalogue import GPUS_TAG
-from app.config import tracking_uri
-from collectors.parsers import _smi_timestamp, detect_format, parse_dcgmi_dmon, parse_nvidia_smi_csv, parse_top_batch
-from collectors.points import Point
-from collectors.stores import open_metric_store
-from collectors.toolmetrics import EnergyBaseline, dmon_metrics, smi_metrics, top_metrics
-from collectors.tracking import connect, create_run, resolve_experiment, set_tags
+from radt.collectors.parsers import _smi_timestamp, detect_format, parse_dcgmi_dmon, parse_nvidia_smi_csv, parse_top_batch
+from radt.collectors.stores import open_metric_store
+from radt.collectors.toolmetrics import EnergyBaseline, dmon_metrics, smi_metrics, top_metrics
+from radt.collectors.tracking import connect, create_run, resolve_experiment, set_tags
+from radt.points import Point
+from radt.runmodel import GPUS_TAG, IMPORTED_TAG, POINTS_TAG, ROLE_TAG, RUN_ROLE
+from radt.settings import tracking_uri
 
 CHUNK = 50_000
 
@@ -182,7 +182,7 @@ def build_points(
 
 
 def main(argv: list[str]) -> int:
-    from collectors.cli import OneLineParser  # mistakes in one line, like the rest of radt
+    from radt.cli import OneLineParser  # mistakes in one line, like the rest of radt
 
     parser = OneLineParser(prog="radt import", description="Import raw dcgmi dmon / nvidia-smi CSV / top -b logs as one run.")
     parser.add_argument("files", nargs="+", type=Path)
@@ -226,7 +226,7 @@ def main(argv: list[str]) -> int:
         devices="imported",
         collocation="-",
         listeners=sorted(set(formats.values())),
-        settings={"radt.imported": ",".join(f"{name}:{fmt}" for name, fmt in formats.items())},
+        settings={IMPORTED_TAG: ",".join(f"{name}:{fmt}" for name, fmt in formats.items())},
         start_time=first,
     )
     store = open_metric_store(uri)
@@ -235,7 +235,7 @@ def main(argv: list[str]) -> int:
     store.close()
     for path in args.files:
         client.log_artifact(run_id, str(path), artifact_path="imported")
-    tags = {"radt.points": str(len(points)), "radt.role": "run"}
+    tags = {POINTS_TAG: str(len(points)), ROLE_TAG: RUN_ROLE}
     identities = [entry for path in args.files if formats[path.name] == "nvidia-smi" for entry in smi_identities(path, args.gpus)]
     if identities:
         tags[GPUS_TAG] = json.dumps(list({e["series"]: e for e in reversed(identities)}.values())[::-1])

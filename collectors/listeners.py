@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collectors.sources.base import MetricSource
+from radt.collectors.sources.base import MetricSource
 
 # radT listener -> radt source. `smi` read nvidia-smi, `top`/`ps`/`iostat` read the host.
 ALIASES = {
@@ -62,15 +62,15 @@ def parse_profiler(spec: str | None) -> str | None:
 def make_source(name: str) -> MetricSource:
     """A fresh source object for a resolved listener name."""
     if name == "nvml":
-        from collectors.sources.nvml import NvmlSource
+        from radt.collectors.sources.nvml import NvmlSource
 
         return NvmlSource()
     if name == "dcgm":
-        from collectors.sources.dcgm import DcgmSource
+        from radt.collectors.sources.dcgm import DcgmSource
 
         return DcgmSource()
     if name == "host":
-        from collectors.sources.host import HostSource
+        from radt.collectors.sources.host import HostSource
 
         return HostSource()
     raise ListenerError(f"unknown listener '{name}'")

@@ -23,20 +23,22 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
-from app.config import runs_dir, tracking_uri
-from collectors import gpus
-from collectors.cli import OneLineParser, parse_devices
-from collectors.command import first_line
-from collectors.listeners import DEFAULT, ListenerError, make_source, parse_listeners, parse_profiler
-from collectors.runner import UsageError, describe_environment, finish_run, local_run_dir, report
-from collectors.sampler import Sampler, open_sources
-from collectors.sources.base import SamplingContext
-from collectors.stores import open_metric_store
-from collectors.sync import mark_killed, orphaned, replay_spool
-from collectors.tracking import StoreError, connect, create_run, resolve_experiment, set_tags
-from collectors.writer import SPOOL_NAME, MetricWriter, claim_run_dir, owner_pid, release_run_dir
+from radt.cli import OneLineParser
+from radt.collectors import gpus
+from radt.collectors.cli import parse_devices
+from radt.collectors.command import UsageError, first_line
+from radt.collectors.finish import describe_environment, finish_run, local_run_dir, mark_killed, report
+from radt.collectors.listeners import DEFAULT, ListenerError, make_source, parse_listeners, parse_profiler
+from radt.collectors.sampler import Sampler, open_sources
+from radt.collectors.sources.base import SamplingContext
+from radt.collectors.stores import open_metric_store
+from radt.collectors.sync import orphaned, replay_spool
+from radt.collectors.tracking import StoreError, connect, create_run, find_runs, resolve_experiment, set_tags
+from radt.collectors.writer import MetricWriter
+from radt.rundir import DONE_FILE, LOGS_DIR, META_FILE, SPOOL_FILE, claim_run_dir, owner_pid, release_run_dir
+from radt.runmodel import GPUS_TAG, HOST_TAG, INTERVAL_TAG, MONITOR_TAG, PID_TAG, STOP_REASON_TAG
+from radt.settings import runs_dir, tracking_uri
 
-MONITOR_TAG = "radt.monitor"
 RETRY_NEW_DAY = 60.0  # seconds between tries to start the next day's run while the store is away
 
 
@@ -111,11 +113,7 @@ class Monitor:
     # -- runs -------------------------------------------------------------------------------
 
     def _monitor_runs(self, status: str = "RUNNING") -> list:
-        host = self.host.replace("\\", "\\\\").replace("'", "\\'")
-        return self.client.search_runs(
-            [self.experiment_id],
-            filter_string=f"tags.`{MONITOR_TAG}` = 'true' and tags.`radt.host` = '{host}' and attributes.status = '{status}'",
-        )
+        return find_runs(self.client, [self.experiment_id], {MONITOR_TAG: "true", HOST_TAG: self.host}, status=status)
 
     def _radt_alive(self, run) -> int | None:
         """The pid of the radt that records `run` on this host, or None when that radt is gone."""
@@ -125,7 +123,7 @@ class Monitor:
         try:
             meta = json.loads(meta_file.read_text())
         except (OSError, ValueError):  # recorded with another RADT_HOME: the run's own tags say which process
-            pid = run.data.tags.get("radt.pid", "")
+            pid = run.data.tags.get(PID_TAG, "")
             if not pid.isdigit():
                 return None
             meta = {"host": self.host, "pid": int(pid), "started": run.info.start_time / 1000}
@@ -146,17 +144,17 @@ class Monitor:
     def _end_stale(self, run) -> None:
         run_id = run.info.run_id
         run_dir = runs_dir() / run_id
-        if (run_dir / "meta.json").exists():  # ours: send what it spooled, attach its logs, as `radt sync` does
+        if (run_dir / META_FILE).exists():  # ours: send what it spooled, attach its logs, as `radt sync` does
             if claim_run_dir(run_dir) is None:
                 return  # alive after all (or a `radt sync` on it right now): its owner ends it
             try:
                 replay_spool(self.store, run_dir, run_id)
                 mark_killed(self.client, run_dir, run_id, None)
-                (run_dir / "done").touch()
+                (run_dir / DONE_FILE).touch()
             finally:
                 release_run_dir(run_dir)
         else:
-            set_tags(self.client, run_id, {"radt.stop_reason": "radt_killed"})
+            set_tags(self.client, run_id, {STOP_REASON_TAG: "radt_killed"})
             self.client.set_terminated(run_id, status="KILLED", end_time=int(time.time() * 1000))
         report(f"radt monitor: run {run_id} ({run.info.run_name}) lost its radt; marked KILLED")
 
@@ -175,14 +173,14 @@ class Monitor:
             devices=devices,
             collocation="-",
             listeners=self.listeners,
-            settings={"radt.interval": str(self.interval)},
+            settings={INTERVAL_TAG: str(self.interval)},
         )
         tags = {MONITOR_TAG: "true"}
         if self.plan is not None and self.plan.watched is not None:
-            tags[gpus.GPUS_TAG] = gpus.gpus_tag(gpus.series_entries(self.plan.watched))
+            tags[GPUS_TAG] = gpus.gpus_tag(gpus.series_entries(self.plan.watched))
         set_tags(self.client, run_id, tags)
         run_dir = local_run_dir(self.store, run_id, None, monitor=True)
-        describe_environment(run_dir / "logs", self.plan)
+        describe_environment(run_dir / LOGS_DIR, self.plan)
         return Recording(run_id, run_dir, day)
 
     def _open_sources(self) -> list:
@@ -191,7 +189,7 @@ class Monitor:
         return open_sources([make_source(name) for name in self.listeners], ctx, report)
 
     def _record(self, recording: Recording, sources: list) -> None:
-        recording.writer = MetricWriter(open_metric_store(self.store), recording.run_id, recording.run_dir / SPOOL_NAME, report=report).start()
+        recording.writer = MetricWriter(open_metric_store(self.store), recording.run_id, recording.run_dir / SPOOL_FILE, report=report).start()
         recording.sampler = Sampler(sources, self.interval, recording.writer.put, report)
         recording.sampler.start()
         self.current = recording
@@ -203,11 +201,11 @@ class Monitor:
         exit_by = time.monotonic() + self.flush_timeout
         written = recording.writer.close(self.flush_timeout)
         recording.writer.store.close()
-        logs = recording.run_dir / "logs"
+        logs = recording.run_dir / LOGS_DIR
         (logs / "radt-sources.json").write_text(json.dumps({s.name: s.describe() for s in recording.sampler.sources}, indent=2))
         finish_run(self.client, recording.run_dir, recording.run_id, None, status, 0, stop_reason, written, recording.writer.written, deadline=exit_by)
         release_run_dir(recording.run_dir)  # ended, or waiting for `radt sync`, which may take it over now
-        return (recording.run_dir / "done").exists()
+        return (recording.run_dir / DONE_FILE).exists()
 
     def begin(self) -> None:
         """Open the sources (refused if none works here) and start the first run."""

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import psutil
 
-from collectors.watchdog import TREE_FILE, cgroup_members, children, proc_stat, start_ticks
+from radt.collectors.watchdog import cgroup_members, children, proc_stat, start_ticks
+from radt.rundir import TREE_FILE
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from collectors.command import UsageError
+from radt.collectors.command import UsageError
 
 NVTX_RANGE = "profile"
 EXECUTABLE = {"nsys": "nsys", "nsys-raw": "nsys", "ncu": "ncu", "ncu-raw": "ncu"}

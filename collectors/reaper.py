@@ -26,9 +26,11 @@ from pathlib import Path
 
 import psutil
 
-from app.config import radt_home, runs_dir
-from collectors.command import first_line
-from collectors.watchdog import is_same, kill_recorded, read_record, start_ticks
+from radt.collectors.command import first_line
+from radt.collectors.watchdog import is_same, kill_recorded, read_record, start_ticks
+from radt.rundir import DONE_FILE, LOCK_FILE, META_FILE, PENDING_FILE
+from radt.runmodel import STOP_REASON_TAG
+from radt.settings import radt_home, runs_dir
 
 WORKLOADS = "workloads"  # RADT_HOME/workloads/<parent run id>.json while `radt experiment.csv` runs a workload
 GATE_PREFIX = "radt-gate-"  # the scheduler's start-gate folders; the reaper removes no other folder
@@ -86,9 +88,8 @@ def _run_owner_alive(run_dir: Path, meta: dict) -> bool:
             return True
     except (KeyError, TypeError, ValueError, psutil.Error):
         pass
-    from collectors.writer import LOCK_NAME
 
-    lock = run_dir / LOCK_NAME
+    lock = run_dir / LOCK_FILE
     if lock.exists():
         fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
         try:
@@ -103,10 +104,10 @@ def _run_owner_alive(run_dir: Path, meta: dict) -> bool:
 def _dead_runs(host: str) -> list[tuple[Path, dict]]:
     found = []
     for run_dir in sorted(runs_dir().iterdir()):
-        if (run_dir / "done").exists():
+        if (run_dir / DONE_FILE).exists():
             continue
         try:
-            meta = json.loads((run_dir / "meta.json").read_text())
+            meta = json.loads((run_dir / META_FILE).read_text())
         except (OSError, ValueError):
             continue  # no meta.json yet (a radt starting now), or half written
         if meta.get("host") == host and not _run_owner_alive(run_dir, meta):
@@ -138,7 +139,7 @@ class _Stores:
 
     def get(self, uri: str):
         if uri not in self.clients:
-            from collectors.tracking import connect
+            from radt.collectors.tracking import connect
 
             try:
                 self.clients[uri] = connect(uri)
@@ -153,16 +154,16 @@ class _Stores:
 def _end_run(stores: _Stores, run_dir: Path, meta: dict) -> str:
     """End a dead radt's run KILLED in its store; what was done, for the message."""
     run_id = meta["run_id"]
-    if (run_dir / "pending.json").exists():
+    if (run_dir / PENDING_FILE).exists():
         return "its final status waits for 'radt sync'"
     client = stores.get(meta["store"])
     if client.get_run(run_id).info.status != "RUNNING":
-        (run_dir / "done").touch()
+        (run_dir / DONE_FILE).touch()
         return "the run had ended"
-    from collectors.sync import mark_killed
+    from radt.collectors.finish import mark_killed
 
     mark_killed(client, run_dir, run_id, meta.get("parent_id"))
-    (run_dir / "done").touch()  # a spool left behind is still sent by `radt sync`
+    (run_dir / DONE_FILE).touch()  # a spool left behind is still sent by `radt sync`
     return "run ended KILLED"
 
 
@@ -175,7 +176,7 @@ def _end_workload(stores: _Stores, path: Path, record: dict) -> None:
         if log.is_file():
             client.log_artifact(parent_id, str(log), artifact_path="radt")
         if not record.get("status"):
-            client.set_tag(parent_id, "radt.stop_reason", "radt_killed")
+            client.set_tag(parent_id, STOP_REASON_TAG, "radt_killed")
         client.set_terminated(parent_id, status=record.get("status") or "KILLED")
 
 
@@ -184,7 +185,7 @@ def _mark_rows(record: dict) -> None:
     csv = Path(record.get("csv", ""))
     if not csv.is_file():
         return
-    from collectors.experiment import ExperimentFile
+    from radt.collectors.experiment import ExperimentFile
 
     exp = ExperimentFile.load(csv)
     rows = [r for r in exp.rows if r.line in set(record.get("lines", [])) and exp.get(r, "Status") == "RUNNING"]
@@ -259,6 +260,6 @@ def _reap(report: Callable[[str], None], store: str | None) -> None:
             report(f"radt: workload run {record['parent_id']} lost its radt (pid {record.get('pid')}); ended {record.get('status') or 'KILLED'}")
         except Exception as exc:
             report(f"radt: workload run {record['parent_id']} lost its radt; 'radt sync' ends it KILLED once its store answers ({first_line(exc)})")
-    from collectors.collocation import undo_leftovers
+    from radt.collectors.collocation import undo_leftovers
 
     undo_leftovers(report)  # MPS daemons and MIG instances of dead experiments (reads a journal only if there is one)

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,23 +20,23 @@ from pathlib import Path
 
 import psutil
 
-from app.config import display_uri, radt_home, runs_dir
-from collectors import gpus
-from collectors.command import UsageError, build_command, exec_failure, first_line
-from collectors.listeners import make_source
-from collectors.proctree import ProcessTree, become_subreaper, check_cgroup, child_setup, make_cgroup, restore_interrupts
-from collectors.profilers import wrap
-from collectors.sampler import Sampler, open_sources
-from collectors.settings import FINISH_TIMEOUT, POINTS_LOST_EXIT
-from collectors.sources.base import SamplingContext
-from collectors.sources.nvml import gpu_inventory
-from collectors.stores import open_metric_store
-from collectors.tracking import ADDED_ENV, SCRIPT_END_TAG, SCRIPT_START_TAG, connect, create_run, resolve_experiment, set_tags
-from collectors.watchdog import Guard, kill_recorded, read_record, remove_cgroup
-from collectors.writer import SPOOL_NAME, MetricWriter, StoreTimeout, call_with_deadline, claim_run_dir, owner_pid
-from radt import CONTEXT_FILE, STARTED_FILE, STOP_REASON_FILE
+import radt
+from radt.collectors import gpus
+from radt.collectors.command import UsageError, build_command, exec_failure
+from radt.collectors.finish import describe_environment, finish_run, freeze, local_run_dir, report
+from radt.collectors.listeners import make_source
+from radt.collectors.proctree import ProcessTree, become_subreaper, check_cgroup, child_setup, make_cgroup, restore_interrupts
+from radt.collectors.profilers import wrap
+from radt.collectors.sampler import Sampler, open_sources
+from radt.collectors.sources.base import SamplingContext
+from radt.collectors.stores import open_metric_store
+from radt.collectors.tracking import ADDED_ENV, connect, create_run, resolve_experiment, set_tags
+from radt.collectors.watchdog import Guard, kill_recorded, read_record, remove_cgroup
+from radt.collectors.writer import MetricWriter
+from radt.rundir import CONTEXT_FILE, LOGS_DIR, SPOOL_FILE, STARTED_FILE, STOP_REASON_FILE
+from radt.runmodel import GPUS_TAG, INTERVAL_TAG, MIG_ACTIVITY_TAG
+from radt.settings import POINTS_LOST_EXIT, display_uri, radt_home
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 STOP_GRACE = 30.0  # seconds between SIGINT and SIGTERM, and SIGTERM and SIGKILL, at --max-time
 
 
@@ -63,10 +61,6 @@ class RunOptions:
     parent_run: str | None = None  # a workload parent that the CSV scheduler creates and ends
     cuda_visible: str | None = None  # CUDA_VISIBLE_DEVICES when it is not -d (a MIG UUID, an MPS daemon's numbering)
     start_gate: Path | None = None  # CSV workloads: wait here so that collocated runs start together
-
-
-def report(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def check_devices(devices: list[int | str] | None, cuda_visible: str | None = None, environ: dict[str, str] | None = None) -> gpus.Plan:
@@ -98,14 +92,14 @@ def gpu_tags(plan: gpus.Plan, sources: list) -> dict[str, str]:
     """radt.gpus (which physical device each series is) and, for a MIG run whose slice's own activity cannot be read, radt.mig_activity."""
     if plan.watched is None:
         return {}
-    tags = {gpus.GPUS_TAG: gpus.gpus_tag(gpus.series_entries(plan.watched))}
+    tags = {GPUS_TAG: gpus.gpus_tag(gpus.series_entries(plan.watched))}
     if plan.slices:  # the tag only when no running source (nvml: GPM per instance, dcgm: dmon's GPU-I lines) reads the slice
         readers = [s for s in sources if s.name in ("nvml", "dcgm")]
         reasons = {s.name: s.describe().get("mig_activity") for s in readers}
         if not readers:
-            tags[gpus.MIG_ACTIVITY_TAG] = "unavailable: neither the nvml nor the dcgm listener is running; no series of the slice's own activity"
+            tags[MIG_ACTIVITY_TAG] = "unavailable: neither the nvml nor the dcgm listener is running; no series of the slice's own activity"
         elif all(reasons.values()):
-            tags[gpus.MIG_ACTIVITY_TAG] = "; ".join(reasons.values()) if len(reasons) == 1 else "; ".join(f"{n}: {r}" for n, r in reasons.items())
+            tags[MIG_ACTIVITY_TAG] = "; ".join(reasons.values()) if len(reasons) == 1 else "; ".join(f"{n}: {r}" for n, r in reasons.items())
     return tags
 
 
@@ -134,9 +128,23 @@ def child_environment(
         env["CUDA_VISIBLE_DEVICES"] = plan.visible
     if plan.order is not None:
         env.setdefault("CUDA_DEVICE_ORDER", plan.order)  # CUDA numbers GPUs as nvidia-smi and -d do; a user's own order gets UUIDs
-    # `import radt` in the script works even when radt runs from a source checkout
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(PROJECT_ROOT)) if p)
+    # `import radt` works in the script whatever interpreter runs it, and nothing else of radt's is on its path
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(radt_import_path())) if p)
     return env
+
+
+def radt_import_path() -> Path:
+    """A folder holding only a link to the `radt` package, for the script's PYTHONPATH: `import radt` works
+    from any interpreter (torchrun, a conda python) and radt's app/, pages/ and tests/ shadow nothing of the user's."""
+    folder = radt_home() / "pythonpath"
+    folder.mkdir(parents=True, exist_ok=True)
+    link, target = folder / "radt", Path(radt.__file__).resolve().parent
+    if not (link.is_symlink() and Path(os.readlink(link)) == target):
+        spare = folder / f".radt.{os.getpid()}"
+        spare.unlink(missing_ok=True)
+        spare.symlink_to(target, target_is_directory=True)
+        os.replace(spare, link)  # atomic: a run starting beside this one sees the old link or the new, never none
+    return folder
 
 
 def _tee(source, sink, log_path: Path) -> threading.Thread:
@@ -160,66 +168,6 @@ def _tee(source, sink, log_path: Path) -> threading.Thread:
     thread = threading.Thread(target=pump, name="radt-tee", daemon=True)
     thread.start()
     return thread
-
-
-def local_run_dir(store: str, run_id: str, parent_id: str | None, **extra) -> Path:
-    """The run's folder under RADT_HOME/runs: logs/, and meta.json, which `radt sync` reads to finish
-    the run if this radt dies (which store, which process on which host).
-
-    This process owns the folder (its lock, see writer.claim_run_dir) before meta.json exists, so
-    `radt sync` never takes a live run for a dead one."""
-    run_dir = runs_dir() / run_id
-    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    if claim_run_dir(run_dir) is None:
-        raise UsageError(f"the run folder {run_dir} belongs to another radt process (pid {owner_pid(run_dir)}); stop it first")
-    meta = {"store": store, "run_id": run_id, "parent_id": parent_id, "pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), **extra}
-    (run_dir / "meta.json").write_text(json.dumps(meta))
-    return run_dir
-
-
-def describe_environment(logs: Path, plan: gpus.Plan | None = None) -> None:
-    """The GPU inventory (cheap, at start), with the run's series under "watched"; pip freeze runs after the training (see _freeze)."""
-    if plan is not None and plan.machine is None:
-        inventory = {"available": False, "reason": plan.reason}
-    elif plan is not None:
-        inventory = gpu_inventory(plan.machine, gpus.series_entries(plan.watched or []))
-    else:
-        inventory = gpu_inventory()
-    (logs / "gpu-inventory.json").write_text(json.dumps(inventory, indent=2))
-
-
-def _freeze(logs: Path) -> None:
-    """pip freeze of the script's interpreter, taken after the training so it never slows an epoch.
-
-    Kept per interpreter until a package is installed or removed (its site-packages folder
-    changes), so a CSV experiment of a hundred runs does not spend a second per run on it."""
-    cached = _freeze_cache()
-    if cached.exists():
-        shutil.copyfile(cached, logs / "pip-freeze.txt")
-        return
-    try:
-        frozen = subprocess.run([sys.executable, "-m", "pip", "freeze"], capture_output=True, text=True, timeout=120)
-        (logs / "pip-freeze.txt").write_text(frozen.stdout or frozen.stderr)
-        if frozen.returncode == 0:
-            tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(frozen.stdout)
-            tmp.replace(cached)
-    except (OSError, subprocess.SubprocessError) as exc:
-        (logs / "pip-freeze.txt").write_text(f"pip freeze failed: {exc}\n")
-
-
-def _freeze_cache() -> Path:
-    """Where this interpreter's last pip freeze is kept; the name changes with any install or removal."""
-    import hashlib
-
-    stamp = [sys.executable]
-    for entry in sys.path:
-        path = Path(entry)
-        if path.name in ("site-packages", "dist-packages") and path.is_dir():
-            stamp.append(f"{path}:{path.stat().st_mtime_ns}")
-    folder = radt_home() / "cache"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"pip-freeze-{hashlib.sha1('|'.join(stamp).encode()).hexdigest()[:16]}.txt"
 
 
 def _kill_tree(pid: int, leftovers: list[psutil.Process]) -> None:
@@ -368,7 +316,7 @@ def run_script(opts: RunOptions) -> int:
     early = {sig: signal.signal(sig, gate.on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} if gate else {}
     client = connect(opts.store)
     experiment_id = resolve_experiment(client, opts.store, opts.experiment)
-    settings = {"radt.interval": str(opts.interval), "max_epoch": str(opts.max_epoch), "max_time": str(opts.max_time), "manual": str(opts.manual)}
+    settings = {INTERVAL_TAG: str(opts.interval), "max_epoch": str(opts.max_epoch), "max_time": str(opts.max_time), "manual": str(opts.manual)}
     run_id, parent_id = create_run(
         client,
         experiment_id,
@@ -387,10 +335,10 @@ def run_script(opts: RunOptions) -> int:
     if opts.parent_run:
         parent_id = None  # the scheduler ends the workload's parent run, not its children
     run_dir = local_run_dir(opts.store, run_id, parent_id)
-    logs = run_dir / "logs"
+    logs = run_dir / LOGS_DIR
     report(f"radt: run {run_id} in experiment {experiment_id} (store {display_uri(opts.store)})")
 
-    writer = MetricWriter(open_metric_store(opts.store), run_id, run_dir / SPOOL_NAME, report=report).start()
+    writer = MetricWriter(open_metric_store(opts.store), run_id, run_dir / SPOOL_FILE, report=report).start()
     tree = ProcessTree(record=run_dir)  # tree.json, for the watchdog and the reaper
     ctx = SamplingContext(interval=opts.interval, devices=gpu_plan.indices, slices=gpu_plan.slices, pids=tree.processes)
     sources = open_sources([make_source(name) for name in opts.listeners], ctx, report)
@@ -398,8 +346,13 @@ def run_script(opts: RunOptions) -> int:
     if gpu_plan.watched is not None:
         set_tags(client, run_id, gpu_tags(gpu_plan, sources))
     command, profiler_env = wrap(opts.profiler, command, logs, f"{experiment_id}_{opts.workload or 'run'}_{opts.letter}")
+    # before a CSV workload's gate: once it opens, only the script's own start is left
+    cgroup = make_cgroup(f"radt-{run_id[:12]}-{os.getpid()}")
+    guard = Guard.start(run_dir)  # kills the tree if this process dies without doing it
     if gate and not gate.wait(run_id):
         report(f"radt: run {opts.letter} did not start: {'interrupted' if gate.signals else 'the workload was called off'}")
+        guard.release()
+        remove_cgroup(cgroup)
         for source in sources:
             source.close()
         exit_by = time.monotonic() + opts.flush_timeout
@@ -414,8 +367,6 @@ def run_script(opts: RunOptions) -> int:
     started_flag = run_dir / STARTED_FILE
     child_env = child_environment(opts, run_id, experiment_id, run_dir, deadline, gpu_plan)
     child_env.update(profiler_env)
-    cgroup = make_cgroup(f"radt-{run_id[:12]}-{os.getpid()}")
-    guard = Guard.start(run_dir)  # kills the tree if this process dies without doing it
     try:
         child = subprocess.Popen(
             command,
@@ -474,7 +425,7 @@ def run_script(opts: RunOptions) -> int:
         status = final_status(returncode, supervisor, stop_reason)
         with flush_signals() as cancel:
             try:
-                _freeze(logs)  # the writer keeps sending meanwhile
+                freeze(logs)  # the writer keeps sending meanwhile
                 (logs / "radt-sources.json").write_text(json.dumps({s.name: s.describe() for s in sampler.sources}, indent=2))
             except OSError as exc:  # a full disk must not cost the run its status
                 report(f"radt: cannot write the run's logs in {logs} ({exc.strerror or exc})")
@@ -525,84 +476,3 @@ def flush_signals():
             signal.signal(sig, handler)
         if received:
             report(f"radt: {signal.Signals(received[0]).name} received during the final flush; what was not sent waits for 'radt sync'")
-
-
-def finish_run(
-    client,
-    run_dir: Path,
-    run_id: str,
-    parent_id: str | None,
-    status: str,
-    returncode: int,
-    stop_reason: str | None,
-    all_written: bool,
-    points: int,
-    script_ms: tuple[int, int] | None = None,
-    deadline: float | None = None,
-    cancel: threading.Event | None = None,
-) -> None:
-    """Attach logs, tag and terminate the run (and its workload parent); on failure leave it to `radt sync`.
-
-    ``script_ms``: the script's own start and exit (epoch ms), the duration the comparison table uses.
-    ``deadline`` (monotonic; at least a second from now) bounds the store calls, FINISH_TIMEOUT without
-    it; ``cancel`` (Ctrl-C at exit) stops them: what is not sent waits in pending.json for `radt sync`."""
-    tags = {"radt.exit_code": str(returncode), "radt.points": str(points)}
-    if script_ms:
-        tags[SCRIPT_START_TAG], tags[SCRIPT_END_TAG] = str(script_ms[0]), str(script_ms[1])
-    if stop_reason:
-        tags["radt.stop_reason"] = stop_reason
-    end_time = int(time.time() * 1000)
-    pending = {"status": status, "end_time": end_time, "tags": tags, "parent_id": parent_id}
-    if not all_written:
-        save_pending(run_dir, pending)
-        report(f"radt: store still unreachable; samples and the final status wait in {run_dir}. Run 'radt sync' when it is back.")
-        return
-    timeout = max(1.0, deadline - time.monotonic()) if deadline is not None else FINISH_TIMEOUT.get()
-    try:
-        call_with_deadline(lambda: complete_run(client, run_dir, run_id, pending), timeout, cancel.is_set if cancel else lambda: False)
-    except Exception as exc:
-        save_pending(run_dir, pending)
-        reason = first_line(exc)
-        if cancel and cancel.is_set():
-            reason = "interrupted"
-        elif isinstance(exc, StoreTimeout):
-            reason = f"the store did not answer within {timeout:.0f} s"
-        report(f"radt: could not finish run {run_id} ({reason}); run 'radt sync' when the store is back")
-        return
-    try:
-        (run_dir / "done").touch()
-    except OSError:
-        pass  # `radt sync` finds the run ended and says nothing more
-    report(f"radt: run {run_id} {status}, {points} points written")
-
-
-def save_pending(run_dir: Path, pending: dict) -> None:
-    """The final status that waits for `radt sync` (written whole or not at all)."""
-    path = run_dir / "pending.json"
-    tmp = path.with_suffix(".tmp")
-    try:
-        tmp.write_text(json.dumps(pending))
-        os.replace(tmp, path)
-    except OSError as exc:
-        report(f"radt: cannot save the final status in {run_dir} ({exc.strerror or exc}); 'radt sync' will end the run KILLED")
-
-
-def complete_run(client, run_dir: Path, run_id: str, pending: dict) -> None:
-    """The last writes of a run: logs as artifacts, tags, status; the parent when its children are done."""
-    logs = run_dir / "logs"
-    if logs.is_dir() and any(logs.iterdir()):
-        client.log_artifacts(run_id, str(logs), artifact_path="radt")
-    set_tags(client, run_id, pending["tags"])
-    client.set_terminated(run_id, status=pending["status"], end_time=pending["end_time"])
-    parent_id = pending.get("parent_id")
-    if parent_id:  # a -w workload: RUNNING while a run of it runs, then the worst of its runs (FAILED > KILLED > FINISHED)
-        experiment = [client.get_run(parent_id).info.experiment_id]
-
-        def any_child(status: str) -> bool:
-            found = client.search_runs(experiment, filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}' and attributes.status = '{status}'", max_results=1)
-            return bool(found)
-
-        if not any_child("RUNNING"):
-            worst = next((status for status in ("FAILED", "KILLED") if any_child(status)), "FINISHED")
-            client.set_terminated(parent_id, status=worst, end_time=pending["end_time"])
-    (run_dir / "pending.json").unlink(missing_ok=True)

@@ -11,8 +11,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from collectors.points import Point
-from collectors.sources.base import MetricSource, SamplingContext, SourceUnavailable
+from radt.collectors.sources.base import MetricSource, SamplingContext, SourceUnavailable
+from radt.points import Point
 
 log = logging.getLogger("radt")
 

@@ -21,11 +21,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collectors.collocation import CollocationError, MpsDaemon, Setup
-from collectors.command import first_line
-from collectors.experiment import ExperimentFile, Machine, PlannedRun, Workload, collocation_label, plan
-from collectors.proctree import child_setup, restore_interrupts
-from collectors.reaper import GATE_PREFIX, add_radts, reap, record_workload, update_workload
+from radt.collectors.collocation import CollocationError, MpsDaemon, Setup
+from radt.collectors.command import first_line
+from radt.collectors.experiment import ExperimentFile, Machine, PlannedRun, Workload, collocation_label, plan
+from radt.collectors.proctree import child_setup, restore_interrupts
+from radt.collectors.reaper import GATE_PREFIX, add_radts, reap, record_workload, update_workload
+from radt.runmodel import COLLOCATION_TAG, EXPERIMENT_FILE_TAG, RUNS_TAG, STOP_REASON_TAG
 
 COLOURS = (31, 32, 34, 35, 36, 33)  # radT's: red, green, blue, magenta, cyan, yellow
 READY_TIMEOUT = 600.0  # seconds for every run of a workload to create its run and open its samplers
@@ -172,10 +173,10 @@ class WorkloadRunner:
         return [*args, run.file, *run.params]
 
     def start_parent(self) -> None:
-        from collectors.tracking import create_workload
+        from radt.collectors.tracking import create_workload
 
         kinds = sorted({collocation_label(r.collocation) for r in self.workload.runs})
-        tags = {"radt.collocation": "+".join(kinds), "radt.experiment_file": str(self.exp.path.resolve()), "radt.runs": str(len(self.workload.runs))}
+        tags = {COLLOCATION_TAG: "+".join(kinds), EXPERIMENT_FILE_TAG: str(self.exp.path.resolve()), RUNS_TAG: str(len(self.workload.runs))}
         self.parent_id = create_workload(self.client, self.experiment_id, self.workload.name, tags)
 
     def set_up(self, setup: Setup) -> dict[str, tuple[str | None, dict[str, str]]]:
@@ -243,7 +244,7 @@ class WorkloadRunner:
         except Exception as exc:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            from collectors.tracking import StoreError, redact
+            from radt.collectors.tracking import StoreError, redact
 
             reason = first_line(exc)
             raise StoreError(f"cannot create the run of workload {self.workload.label} in {redact(self.opts.store)} ({reason}); nothing of it started, "
@@ -326,7 +327,7 @@ class WorkloadRunner:
         try:
             if self.log_path.exists():
                 self.client.log_artifact(self.parent_id, str(self.log_path), artifact_path="radt")
-            tags = [("radt.stop_reason", reason)] if reason else []
+            tags = [(STOP_REASON_TAG, reason)] if reason else []
             for key, value in tags:
                 self.client.set_tag(self.parent_id, key, value)
             self.client.set_terminated(self.parent_id, status=overall)
@@ -340,7 +341,7 @@ class WorkloadRunner:
 
 def run_experiment(opts: ExperimentOptions, machine: Machine | None = None) -> int:
     """0 when every workload FINISHED (or was already), 1 when one FAILED, 130 on Ctrl-C, 2 for a bad file."""
-    from collectors.experiment import CsvError, real_machine
+    from radt.collectors.experiment import CsvError, real_machine
 
     try:
         exp = ExperimentFile.load(opts.csv)
@@ -359,8 +360,8 @@ def run_experiment(opts: ExperimentOptions, machine: Machine | None = None) -> i
     if not os.access(opts.csv, os.W_OK) or not os.access(opts.csv.resolve().parent, os.W_OK):
         report(f"radt: cannot write {opts.csv} (or a file next to it), where the statuses go; make it writable or copy it to a folder of yours")
         return 2
-    from collectors.collocation import undo_leftovers
-    from collectors.tracking import StoreError, connect, redact, resolve_experiment
+    from radt.collectors.collocation import undo_leftovers
+    from radt.collectors.tracking import StoreError, connect, redact, resolve_experiment
 
     restore_interrupts()
     reap(report, store=opts.store, wait=False)  # trees, runs, workloads and gates that killed radt processes left

@@ -1,7 +1,7 @@
 """Where metric points go: MLflow's own tables directly (database URIs) or MLflow's client (servers).
 
 The SQL path writes the same rows MLflow's `log_batch` would, `latest_metrics` included, with
-MLflow's own table definitions, in one multi-row statement per batch: about ten times the
+radt's copies of MLflow's table definitions (radt/mlflowdb.py, no MLflow import), in one multi-row statement per batch: about ten times the
 points per second of `log_batch`. Both paths are idempotent, so a replayed spool is harmless.
 
 Every call has a deadline (settings.STORE_TIMEOUT): PostgreSQL's statement_timeout, connect_timeout
@@ -20,9 +20,10 @@ from typing import Protocol
 
 import sqlalchemy as sa
 
-from app.config import is_database_uri
-from collectors import settings
-from collectors.points import Point
+from radt import mlflowdb
+from radt.collectors.sqltracking import make_engine, pg_deadlines  # noqa: F401 - their home before sqltracking.py; importers keep working
+from radt.points import Point
+from radt.settings import is_database_uri
 
 MAX_FLOAT = 1.7976931348623157e308
 LOG_BATCH_LIMIT = 1000  # MLflow's limit of metrics per log_batch call
@@ -50,60 +51,14 @@ def sanitize(value: float) -> tuple[float, bool]:
     return value, False
 
 
-def make_engine(uri: str) -> sa.Engine:
-    """An engine that survives a database restart (pre-ping) and never waits past settings.STORE_TIMEOUT.
-
-    SQLite waits that long on a lock; PostgreSQL ends a statement after it (statement_timeout), gives
-    up connecting after it, and TCP keepalives/tcp_user_timeout end a connection whose peer vanished."""
-    timeout = settings.STORE_TIMEOUT.get()
-    if uri.startswith("postgres://"):
-        uri = "postgresql://" + uri[len("postgres://") :]
-    if uri.startswith("sqlite"):
-        engine = sa.create_engine(uri, connect_args={"timeout": timeout})
-
-        @sa.event.listens_for(engine, "connect")
-        def _wal(dbapi_connection, _record):  # readers (the dashboard) never block the writer
-            try:  # a no-op once the file is in WAL mode; radt switches it before the script starts
-                dbapi_connection.execute("PRAGMA journal_mode=WAL")
-            except Exception:  # locked by a writer right now: the mode is switched on a later connect
-                pass
-
-        return engine
-    if not uri.startswith("postgresql"):  # MySQL, SQL Server: the driver's own connect timeout; the writer's deadline does the rest
-        return sa.create_engine(uri, pool_pre_ping=True, pool_size=2, max_overflow=2, connect_args={"connect_timeout": math.ceil(timeout)})
-    engine = sa.create_engine(uri, pool_pre_ping=True, pool_size=2, max_overflow=2, connect_args=pg_deadlines(timeout))
-
-    @sa.event.listens_for(engine, "connect")
-    def _statement_timeout(dbapi_connection, _record):  # a SET, not libpq's `options`, which PgBouncer refuses
-        with dbapi_connection.cursor() as cursor:
-            cursor.execute(f"SET statement_timeout = {max(1, int(timeout * 1000))}")
-        dbapi_connection.commit()
-
-    return engine
-
-
-def pg_deadlines(timeout: float) -> dict:
-    """libpq settings so that connecting, and a connection whose peer vanished, never wait much past `timeout` seconds."""
-    return {
-        "connect_timeout": max(2, math.ceil(timeout)),  # libpq's minimum is 2 s
-        "keepalives": 1,
-        "keepalives_idle": max(1, math.ceil(timeout)),
-        "keepalives_interval": 1,
-        "keepalives_count": 3,
-        "tcp_user_timeout": max(1, int(timeout * 1000)),  # sent data not acknowledged within this: the connection is dead
-    }
-
-
 class SqlMetricStore:
     """Bulk insert into MLflow's `metrics` and conditional upsert of `latest_metrics`."""
 
     def __init__(self, uri: str) -> None:
-        from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric
-
         self.uri = uri
         self.engine = make_engine(uri)
-        self.metrics = SqlMetric.__table__
-        self.latest = SqlLatestMetric.__table__
+        self.metrics = mlflowdb.metrics
+        self.latest = mlflowdb.latest_metrics
         dialect = self.engine.dialect.name
         if dialect == "postgresql":
             from sqlalchemy.dialects.postgresql import insert
@@ -200,7 +155,7 @@ class MlflowMetricStore:
     def __init__(self, uri: str) -> None:
         from mlflow import MlflowClient
 
-        from collectors.tracking import _limit_http_retries
+        from radt.collectors.tracking import _limit_http_retries
 
         _limit_http_retries()  # RADT_STORE_TIMEOUT and RADT_HTTP_RETRIES for radt's own client (as connect() does)
         quiet_http_logs()

@@ -11,20 +11,18 @@ from __future__ import annotations
 import json
 import socket
 import sys
-import time
 
 import psutil
 
-from app.config import runs_dir
-from collectors.command import first_line
-from collectors.reaper import reap
-from collectors.runner import complete_run, save_pending
-from collectors.settings import FINISH_TIMEOUT
-from collectors.stores import open_metric_store
-from collectors.tracking import connect, set_tags
-from collectors.writer import SPOOL_NAME, Spool, call_with_deadline, claim_run_dir, owner_pid, release_run_dir
-
-POINTS_TAG = "radt.points"
+from radt.collectors.command import first_line
+from radt.collectors.finish import finish, killed, save_pending
+from radt.collectors.reaper import reap
+from radt.collectors.stores import open_metric_store
+from radt.collectors.tracking import connect, set_tags
+from radt.collectors.writer import Spool, call_with_deadline
+from radt.rundir import DONE_FILE, META_FILE, PENDING_FILE, SPOOL_FILE, claim_run_dir, owner_pid, release_run_dir
+from radt.runmodel import POINTS_TAG
+from radt.settings import FINISH_TIMEOUT, runs_dir
 
 
 def orphaned(meta: dict) -> bool:
@@ -43,7 +41,7 @@ def replay_spool(store_uri: str, run_dir, run_id: str, spool: Spool | None = Non
 
     Each batch has FINISH_TIMEOUT s (a store just back has a queue to work through, and nothing waits on sync);
     on a failure the unsent rest stays, and `spool.sent` says what went."""
-    spool = spool or Spool(run_dir / SPOOL_NAME)
+    spool = spool or Spool(run_dir / SPOOL_FILE)
     if not spool:
         return 0
     store = open_metric_store(store_uri)
@@ -52,22 +50,6 @@ def replay_spool(store_uri: str, run_dir, run_id: str, spool: Spool | None = Non
         return spool.replay(lambda batch: call_with_deadline(lambda: store.write(run_id, batch), timeout))
     finally:
         store.close()
-
-
-def killed(parent_id: str | None) -> dict:
-    """The final status of a run whose radt process died: KILLED, tagged radt_killed."""
-    return {"status": "KILLED", "end_time": int(time.time() * 1000), "tags": {"radt.stop_reason": "radt_killed"}, "parent_id": parent_id}
-
-
-def finish(client, run_dir, run_id: str, pending: dict) -> None:
-    """complete_run within FINISH_TIMEOUT s; pending.json goes once it is done."""
-    call_with_deadline(lambda: complete_run(client, run_dir, run_id, pending), FINISH_TIMEOUT.get())
-    (run_dir / "pending.json").unlink(missing_ok=True)
-
-
-def mark_killed(client, run_dir, run_id: str, parent_id: str | None) -> None:
-    """End a run whose radt process died: KILLED, tagged radt_killed, with the logs it left attached."""
-    finish(client, run_dir, run_id, killed(parent_id))
 
 
 def add_points(client, run_id: str, sent: int) -> None:
@@ -84,15 +66,15 @@ def sync_run(run_dir, meta: dict) -> tuple[int, bool]:
     Returns (points sent, whether it was marked KILLED here); raises while the store fails."""
     run_id = meta["run_id"]
     client = connect(meta["store"])
-    pending_file = run_dir / "pending.json"
+    pending_file = run_dir / PENDING_FILE
     pending = json.loads(pending_file.read_text()) if pending_file.exists() else None
     marked = False
-    if pending is None and not (run_dir / "done").exists() and meta.get("host", socket.gethostname()) == socket.gethostname():
+    if pending is None and not (run_dir / DONE_FILE).exists() and meta.get("host", socket.gethostname()) == socket.gethostname():
         status = call_with_deadline(lambda: client.get_run(run_id).info.status, FINISH_TIMEOUT.get())
         if status == "RUNNING":  # its radt died before ending it
             pending, marked = killed(meta.get("parent_id")), True
             save_pending(run_dir, pending)  # from here on, what is sent is counted there, also across failed tries
-    spool = Spool(run_dir / SPOOL_NAME)
+    spool = Spool(run_dir / SPOOL_FILE)
     try:
         replay_spool(meta["store"], run_dir, run_id, spool)
     finally:
@@ -105,7 +87,7 @@ def sync_run(run_dir, meta: dict) -> tuple[int, bool]:
         finish(client, run_dir, run_id, pending)
     elif spool.sent:
         add_points(client, run_id, spool.sent)
-    (run_dir / "done").touch()
+    (run_dir / DONE_FILE).touch()
     return spool.sent, marked
 
 
@@ -113,23 +95,23 @@ def pending_runs():
     """Run folders that still hold a spool or an unfinished final status, or whose run never ended here."""
     host = socket.gethostname()
     for run_dir in sorted(runs_dir().iterdir()):
-        if not (run_dir / "meta.json").exists():
+        if not (run_dir / META_FILE).exists():
             continue
-        if (run_dir / SPOOL_NAME).exists() or (run_dir / "pending.json").exists():
+        if (run_dir / SPOOL_FILE).exists() or (run_dir / PENDING_FILE).exists():
             yield run_dir
-        elif not (run_dir / "done").exists() and json.loads((run_dir / "meta.json").read_text()).get("host", host) == host:
+        elif not (run_dir / DONE_FILE).exists() and json.loads((run_dir / META_FILE).read_text()).get("host", host) == host:
             yield run_dir  # a run of another host (a shared RADT_HOME) is that host's to end
 
 
 def main(argv: list[str]) -> int:
-    from collectors.cli import OneLineParser  # mistakes in one line, like the rest of radt
+    from radt.cli import OneLineParser  # mistakes in one line, like the rest of radt
 
     parser = OneLineParser(prog="radt sync", description="Write samples and statuses kept locally while the store was unreachable.")
     parser.parse_args(argv)
     reap()  # first the trees and runs of dead radt processes (collectors/reaper.py): killed, ended KILLED
     left = 0
     for run_dir in pending_runs():
-        meta = json.loads((run_dir / "meta.json").read_text())
+        meta = json.loads((run_dir / META_FILE).read_text())
         run_id = meta["run_id"]
         if claim_run_dir(run_dir) is None:  # its radt is alive and sends it itself
             print(f"radt sync: run {run_id} is being recorded by radt (pid {owner_pid(run_dir) or '?'}); left to it", file=sys.stderr)

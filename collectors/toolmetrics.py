@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from app.catalogue import DCGM_TAGS, SMI_COLUMNS, key
-from collectors.parsers import DmonRow, SmiRow, TopFrame
+from radt.catalogue import DCGM_TAGS, SMI_COLUMNS, key
+from radt.collectors.parsers import DmonRow, SmiRow, TopFrame
 
 
 class EnergyBaseline:

@@ -1,41 +1,56 @@
 """The run model on MLflow: experiments, workload parent runs, runs with radt's tags and params.
 
-Low-volume calls (create, tag, terminate, artifacts) go through MLflow's own client, so the
-runs look right in MLflow's UI; only metric points take radt's bulk path.
+Low-volume calls (create, tag, terminate, artifacts) take the client connect() returns: for a SQLite or
+PostgreSQL store, radt's own SQL path on MLflow's tables (sqltracking.py: the same rows MLflow's client
+writes, without importing MLflow); for an `mlflow server`, MLflow's client. Metric points take radt's
+bulk path (stores.py) either way. Every function here takes either client (tests pass MlflowClient).
 """
 
 from __future__ import annotations
 
 import getpass
 import hashlib
-import itertools
 import logging
 import math
 import os
 import re
 import shlex
 import socket
+from collections.abc import Iterable
 from pathlib import Path
 
-from mlflow import MlflowClient
-from mlflow.entities import Param, RunTag
-from mlflow.exceptions import MlflowException
-
-from app.config import artifact_root, display_uri, is_database_uri
-from collectors import settings
-from collectors.command import WORKLOAD_PREFIX, first_line
-from collectors.experiment import run_letter
-
-# MLflow configures its logger at import; radt's users need its warnings, not its schema INFO lines
-logging.getLogger("mlflow").setLevel(logging.WARNING)
+from radt import settings
+from radt.collectors.command import first_line
+from radt.collectors.sqltracking import KeyValue, SchemaMismatch, SqlTracking, TrackingError, make_engine, open_sql_tracking
+from radt.errors import UserError
+from radt.mlflowdb import schema_revisions
+from radt.runmodel import (
+    COLLOCATION_TAG,
+    COMMAND_TAG,
+    DEVICES_TAG,
+    HOST_TAG,
+    LETTER_TAG,
+    LISTENERS_TAG,
+    PARENT_TAG,
+    PID_TAG,
+    ROLE_TAG,
+    RUN_ROLE,
+    SOURCE_NAME_TAG,
+    SOURCE_TYPE_TAG,
+    USER_TAG,
+    WORKLOAD_ROLE,
+    WORKLOAD_TAG,
+    first_free_letter,
+    workload_run_name,
+)
+from radt.settings import artifact_root, display_uri, is_database_uri
 
 PARAM_LIMIT = 6000  # MLflow's longest param value
 TAG_LIMIT = 8000
 # the training script's own start (right after it is spawned) and exit, epoch ms; runner.finish_run writes them
-from app.catalogue import SCRIPT_END_TAG, SCRIPT_START_TAG  # noqa: E402, F401 - re-exported for the runner
 
 
-class StoreError(RuntimeError):
+class StoreError(UserError, RuntimeError):
     """The tracking store cannot be used; the message says which store and what to do."""
 
 
@@ -66,35 +81,65 @@ def _unreachable(uri: str, exc: Exception) -> StoreError:
     return StoreError(f"cannot reach the tracking store {redact(uri)} ({first_line(exc, 300)}); start it or point MLFLOW_TRACKING_URI at a running one")
 
 
-def connect(uri: str) -> MlflowClient:
-    """A client whose store answers, or StoreError with a one-line reason (no minutes of retries)."""
+def connect(uri: str):
+    """A client whose store answers, or StoreError with a one-line reason (no minutes of retries).
+
+    SqlTracking for a SQLite or PostgreSQL store at the schema radt writes (a new store gets MLflow's
+    schema from MLflow first, importing it once); MlflowClient for servers and any other database."""
     _limit_http_retries()
+    if is_database_uri(uri):
+        client = _sql_client(uri)
+        if client is not None:
+            return client
+    return _mlflow_client(uri)
+
+
+def _sql_client(uri: str) -> SqlTracking | None:
+    """radt's SQL client, or None where MLflow's client must write (a schema radt's tables do not describe)."""
     if uri.startswith("sqlite:///"):
-        path = Path(uri[len("sqlite:///") :]).expanduser()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if not path.exists():
-            _init_sqlite(uri)
-        from collectors.stores import make_engine
-
-        engine = make_engine(uri)  # switches the file to WAL now, while nothing else writes to it
+        Path(uri[len("sqlite:///") :]).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = make_engine(uri)  # switches a SQLite file to WAL now, while nothing else writes to it
+    try:
         try:
-            with engine.connect():
-                pass
-        except Exception as exc:
-            raise _unreachable(uri, exc) from exc
-        finally:
-            engine.dispose()
-    elif is_database_uri(uri):  # MLflow retries a dead database for a minute; ask once first
-        from collectors.stores import make_engine
+            return open_sql_tracking(uri, engine)
+        except SchemaMismatch as exc:
+            revision = exc.revision
+        if revision is None:  # no MLflow tables yet: MLflow creates them, once per store
+            _init_store(uri)
+            try:
+                return open_sql_tracking(uri, engine)
+            except SchemaMismatch as exc:
+                revision = exc.revision
+        head, known = schema_revisions()
+        if revision not in known:
+            raise StoreError(
+                f"the tracking store {redact(uri)} has MLflow schema {revision}, newer than the installed MLflow knows; "
+                "upgrade MLflow in radt's environment (pip install -U mlflow)"
+            )
+        if revision != head:
+            raise StoreError(
+                f"the tracking store {redact(uri)} has an older MLflow schema ({revision}, this MLflow writes {head}); "
+                f"back it up, then run: mlflow db upgrade '{redact(uri)}'"
+            )
+    except StoreError:
+        engine.dispose()
+        raise
+    except Exception as exc:
+        engine.dispose()
+        raise _unreachable(uri, exc) from exc
+    engine.dispose()  # the installed MLflow's schema, which radt's tables do not describe: MLflow's client writes it
+    return None
 
-        engine = make_engine(uri)
-        try:
-            with engine.connect():
-                pass
-        except Exception as exc:
-            raise _unreachable(uri, exc) from exc
-        finally:
-            engine.dispose()
+
+def _quiet_mlflow() -> None:
+    """MLflow sets its logger to INFO when imported; radt's users need its warnings, not its schema INFO lines."""
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+
+
+def _mlflow_client(uri: str):
+    from mlflow import MlflowClient
+
+    _quiet_mlflow()
     try:
         client = MlflowClient(tracking_uri=uri)  # MLflow opens a database store here: a file that is no database fails now
         client.search_experiments(max_results=1)
@@ -103,11 +148,30 @@ def connect(uri: str) -> MlflowClient:
     return client
 
 
-def _init_sqlite(uri: str) -> None:
-    """Create a new SQLite store with its artifacts under RADT_HOME rather than the current folder."""
+def _init_store(uri: str) -> None:
+    """MLflow's schema in a new database store, with its artifacts under RADT_HOME rather than the current folder."""
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-    SqlAlchemyStore(uri, artifact_root().as_uri())
+    _quiet_mlflow()
+    SqlAlchemyStore(uri, artifact_root().as_uri()).engine.dispose()
+
+
+def _entities(client) -> tuple[type, type]:
+    """The Param and RunTag classes `client.log_batch` takes: radt's plain pairs for SqlTracking, MLflow's for its client."""
+    if isinstance(client, SqlTracking):
+        return KeyValue, KeyValue
+    from mlflow.entities import Param, RunTag
+
+    return Param, RunTag
+
+
+def _lookup_errors(client) -> tuple[type[Exception], ...]:
+    """What `client` raises for a missing experiment or a name already taken."""
+    if isinstance(client, SqlTracking):
+        return (TrackingError,)
+    from mlflow.exceptions import MlflowException
+
+    return (MlflowException,)
 
 
 def redact(uri: str) -> str:
@@ -115,14 +179,14 @@ def redact(uri: str) -> str:
     return display_uri(uri)
 
 
-def resolve_experiment(client: MlflowClient, uri: str, name_or_id: str | None) -> str:
+def resolve_experiment(client, uri: str, name_or_id: str | None) -> str:
     """An experiment id for a name or id; a new name is created (artifacts under RADT_HOME for databases)."""
     if not name_or_id:
         return "0"
     if name_or_id.isdigit():
         try:
             return client.get_experiment(name_or_id).experiment_id
-        except MlflowException:
+        except _lookup_errors(client):
             pass  # a numeric *name*
     found = client.get_experiment_by_name(name_or_id)
     if found is not None:
@@ -137,7 +201,7 @@ def resolve_experiment(client: MlflowClient, uri: str, name_or_id: str | None) -
         location = (artifact_root() / safe).as_uri()
     try:
         return client.create_experiment(name_or_id, artifact_location=location)
-    except MlflowException:  # created meanwhile by a collocated run
+    except _lookup_errors(client):  # created meanwhile by a collocated run
         return client.get_experiment_by_name(name_or_id).experiment_id
 
 
@@ -173,28 +237,25 @@ def _is_number(token: str) -> bool:
         return False
 
 
-def create_workload(client: MlflowClient, experiment_id: str, workload: str, tags: dict[str, str]) -> str:
+def create_workload(client, experiment_id: str, workload: str, tags: dict[str, str]) -> str:
     """A new workload parent run (one per execution of a CSV workload, so a rerun gets its own)."""
-    all_tags = {"radt.workload": workload, "radt.role": "workload", "mlflow.user": getpass.getuser(), **tags}
-    return client.create_run(experiment_id, run_name=f"{WORKLOAD_PREFIX}{workload}", tags=all_tags).info.run_id
+    all_tags = {WORKLOAD_TAG: workload, ROLE_TAG: WORKLOAD_ROLE, USER_TAG: getpass.getuser(), **tags}
+    return client.create_run(experiment_id, run_name=workload_run_name(workload), tags=all_tags).info.run_id
 
 
-def find_or_create_workload(client: MlflowClient, experiment_id: str, workload: str) -> str:
+def find_or_create_workload(client, experiment_id: str, workload: str) -> str:
     """The parent run of a workload (tag radt.workload), created RUNNING if none exists yet; RUNNING again if it had ended.
 
     Runs started together may each create one: the first (start time, then id) is the workload's,
     and a run that created another deletes its own at once."""
 
     def parents() -> list:
-        found = client.search_runs(
-            [experiment_id], filter_string=f"tags.`radt.workload` = '{_quote(workload)}' and tags.`radt.role` = 'workload'", max_results=100
-        )
-        return sorted(found, key=_order)
+        return sorted(find_runs(client, [experiment_id], {WORKLOAD_TAG: workload, ROLE_TAG: WORKLOAD_ROLE}, max_results=100), key=_order)
 
     found = parents()
     if not found:
-        tags = {"radt.workload": workload, "radt.role": "workload", "mlflow.user": getpass.getuser()}
-        mine = client.create_run(experiment_id, run_name=f"{WORKLOAD_PREFIX}{workload}", tags=tags).info.run_id
+        tags = {WORKLOAD_TAG: workload, ROLE_TAG: WORKLOAD_ROLE, USER_TAG: getpass.getuser()}
+        mine = client.create_run(experiment_id, run_name=workload_run_name(workload), tags=tags).info.run_id
         winner = next(iter(parents()), None)
         if winner is not None and winner.info.run_id != mine:
             client.delete_run(mine)
@@ -210,12 +271,32 @@ def _order(run) -> tuple[int, str]:
     return (run.info.start_time or 0, run.info.run_id)
 
 
-def _quote(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("'", "\\'")
+def search_literal(value: str) -> str | None:
+    """`value` as a string literal of MLflow's search filter, which takes the text between the quotes as it is
+    (no escapes); None where no literal says it (both quote kinds, or a backslash, which can end a literal early)."""
+    if "\\" in value:
+        return None
+    if "'" not in value:
+        return f"'{value}'"
+    return f'"{value}"' if '"' not in value else None
+
+
+def find_runs(client, experiment_ids: Iterable[str], tags: dict[str, str], status: str | None = None, max_results: int = 1000) -> list:
+    """Active runs of the experiments with these tag values (and status): SQL on MLflow's tables, or MLflow's search filter.
+
+    A value no filter literal can say is left out of MLflow's filter and checked here instead."""
+    if isinstance(client, SqlTracking):
+        return client.find_runs(experiment_ids, tags=tags, status=status, max_results=max_results)
+    conditions = [(f"tags.`{key}`", search_literal(value)) for key, value in tags.items()]
+    if status:
+        conditions.append(("attributes.status", search_literal(status)))
+    text = " and ".join(f"{name} = {literal}" for name, literal in conditions if literal is not None)
+    found = client.search_runs(list(experiment_ids), filter_string=text, max_results=max_results)
+    return [r for r in found if all(r.data.tags.get(k) == v for k, v in tags.items()) and status in (None, r.info.status)]
 
 
 def create_run(
-    client: MlflowClient,
+    client,
     experiment_id: str,
     *,
     command: list[str],
@@ -239,24 +320,24 @@ def create_run(
         parent_id = find_or_create_workload(client, experiment_id, workload)
     letter = letter or ("" if parent_id else "A")
     tags = {
-        "mlflow.user": getpass.getuser(),
-        "mlflow.source.name": script,
-        "mlflow.source.type": "LOCAL",
-        "radt.role": "run",
-        "radt.letter": letter,
-        "radt.devices": devices,
-        "radt.collocation": collocation,
-        "radt.listeners": "+".join(listeners),
-        "radt.command": shlex.join(command)[:TAG_LIMIT],
-        "radt.host": socket.gethostname(),
-        "radt.pid": str(os.getpid()),
+        USER_TAG: getpass.getuser(),
+        SOURCE_NAME_TAG: script,
+        SOURCE_TYPE_TAG: "LOCAL",
+        ROLE_TAG: RUN_ROLE,
+        LETTER_TAG: letter,
+        DEVICES_TAG: devices,
+        COLLOCATION_TAG: collocation,
+        LISTENERS_TAG: "+".join(listeners),
+        COMMAND_TAG: shlex.join(command)[:TAG_LIMIT],
+        HOST_TAG: socket.gethostname(),
+        PID_TAG: str(os.getpid()),
     }
     if workload:
-        tags["radt.workload"] = workload
+        tags[WORKLOAD_TAG] = workload
     if parent_id:
-        tags["mlflow.parentRunId"] = parent_id
+        tags[PARENT_TAG] = parent_id
     if not letter:
-        del tags["radt.letter"]  # claimed below, once the run exists and its siblings can see it
+        del tags[LETTER_TAG]  # claimed below, once the run exists and its siblings can see it
     run = client.create_run(experiment_id, start_time=start_time, run_name=run_name or None, tags=tags)
     run_id = run.info.run_id
     if not letter:
@@ -264,13 +345,14 @@ def create_run(
     params = script_params(script_args)
     params["command"] = shlex.join(command)
     params.update(settings)
-    batch = [Param(k[:250], str(v)[:PARAM_LIMIT]) for k, v in params.items()]
+    param = _entities(client)[0]
+    batch = [param(k[:250], str(v)[:PARAM_LIMIT]) for k, v in params.items()]
     for start in range(0, len(batch), 100):
         client.log_batch(run_id, params=batch[start : start + 100])
     return run_id, parent_id
 
 
-def claim_letter(client: MlflowClient, experiment_id: str, parent_id: str, run_id: str) -> str:
+def claim_letter(client, experiment_id: str, parent_id: str, run_id: str) -> str:
     """The first letter (A, B, ..., Z, AA, ...) that no run of the workload started before this one has, tagged on `run_id`.
 
     An earlier run without a letter yet (started in the same second) is counted with the letter it
@@ -278,23 +360,20 @@ def claim_letter(client: MlflowClient, experiment_id: str, parent_id: str, run_i
     The pick is checked once more after tagging: a run that was not yet visible is seen then."""
     letter = ""
     for _attempt in range(3):
-        siblings = client.search_runs([experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{_quote(parent_id)}'", max_results=1000)
+        siblings = find_runs(client, [experiment_id], {PARENT_TAG: parent_id}, max_results=1000)
         held: list[str] = []
         for run in sorted(siblings, key=_order):
             if run.info.run_id == run_id:
                 break
-            held.append(run.data.tags.get("radt.letter") or _first_free(held))
-        wanted = _first_free(held)
+            held.append(run.data.tags.get(LETTER_TAG) or first_free_letter(held))
+        wanted = first_free_letter(held)
         if wanted == letter:
             break
         letter = wanted
-        set_tags(client, run_id, {"radt.letter": letter})
+        set_tags(client, run_id, {LETTER_TAG: letter})
     return letter
 
 
-def _first_free(held: list[str]) -> str:
-    return next(letter for letter in map(run_letter, itertools.count()) if letter not in held)
-
-
-def set_tags(client: MlflowClient, run_id: str, tags: dict[str, str]) -> None:
-    client.log_batch(run_id, tags=[RunTag(k, str(v)[:TAG_LIMIT]) for k, v in tags.items()])
+def set_tags(client, run_id: str, tags: dict[str, str]) -> None:
+    tag = _entities(client)[1]
+    client.log_batch(run_id, tags=[tag(k, str(v)[:TAG_LIMIT]) for k, v in tags.items()])

@@ -23,7 +23,10 @@ import sys
 import time
 from pathlib import Path
 
-TREE_FILE = "tree.json"  # in the run folder: {"radt": [pid, start], "session": radt's, "cgroup": path, "processes": [[pid, start], ...]}
+# This file runs as `python -I -S watchdog.py` (no site-packages): it imports nothing of radt's, so the
+# run folder's names are spelled here too; tests/test_layout.py checks they equal radt/rundir.py's.
+TREE_FILE = "tree.json"
+LOGS_DIR = "logs"
 DONE = b"done"
 KILL_FOR = 5.0  # seconds to keep killing what appears (children forked while their parents die)
 
@@ -228,7 +231,7 @@ def watch(run_dir: Path) -> int:
     killed = kill_recorded(record, just_died=True)
     if killed:
         try:
-            with open(run_dir / "logs" / "watchdog.log", "a") as log:
+            with open(run_dir / LOGS_DIR / "watchdog.log", "a") as log:
                 log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} radt (pid {record.get('radt', ['?'])[0]}) ended without stopping the training; "
                           f"the watchdog killed {len(killed)} process(es) of its tree: {' '.join(map(str, killed))}\n")  # fmt: skip
         except OSError:

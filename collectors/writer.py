@@ -21,7 +21,6 @@ gets the lock, i.e. when the owner is gone.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -31,74 +30,15 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from collectors import settings
-from collectors.command import first_line
-from collectors.points import Point
-from collectors.stores import MetricStore
+from radt import settings
+from radt.collectors.command import first_line
+from radt.collectors.stores import MetricStore
+from radt.points import Point
 
 log = logging.getLogger("radt")
 
-SPOOL_NAME = "spool.jsonl"
-LOCK_NAME = "owner.lock"
 CHUNK = 2000  # points per store call: under a second even through a busy `mlflow server` (3k points/s), well inside the deadline
 MAX_ABANDONED = 4  # store calls left hanging past their deadline; while this many hang, no new one starts
-
-
-# -- one owner per run folder ---------------------------------------------------------------
-
-
-class RunFolderLock:
-    """An exclusive flock on `<run folder>/owner.lock`, held until release() or the end of the process."""
-
-    def __init__(self, run_dir: Path, fd: int) -> None:
-        self.run_dir = run_dir
-        self.fd = fd
-
-    def release(self) -> None:
-        if self.fd >= 0:
-            _HELD.pop(self.run_dir, None)
-            os.close(self.fd)  # closing the only descriptor drops the flock
-            self.fd = -1
-
-
-_HELD: dict[Path, RunFolderLock] = {}  # the locks this process holds, kept open for its lifetime
-
-
-def claim_run_dir(run_dir: Path) -> RunFolderLock | None:
-    """Become the owner of `run_dir`: the lock, with this pid written in it; None while another live process owns it."""
-    run_dir = Path(run_dir)
-    if run_dir in _HELD:
-        return _HELD[run_dir]
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-    except OSError:  # a full disk: the lock holds all the same, only the pid is not shown
-        pass
-    lock = _HELD[run_dir] = RunFolderLock(run_dir, fd)
-    return lock
-
-
-def release_run_dir(run_dir: Path) -> None:
-    """Give up ownership of `run_dir` (a finished monitor run); nothing if this process does not own it."""
-    lock = _HELD.get(Path(run_dir))
-    if lock is not None:
-        lock.release()
-
-
-def owner_pid(run_dir: Path) -> int | None:
-    """The pid written in the folder's lock by its owner (for messages), or None."""
-    try:
-        text = (Path(run_dir) / LOCK_NAME).read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
 
 
 # -- store calls with a deadline ------------------------------------------------------------

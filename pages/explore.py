@@ -6,18 +6,19 @@ URL's query string, so a reload or a shared link shows the same charts.
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
-
 import dash
 import pandas as pd
-from dash import ALL, MATCH, ClientsideFunction, Input, Output, State, callback, clientside_callback, ctx, dash_table, dcc, html
+from dash import ALL, MATCH, ClientsideFunction, Input, Output, State, callback, clientside_callback, dash_table, dcc, html
 
-from app import data, queries
-from app.catalogue import METRICS, MIG_ACTIVITY_TAG, display_name, resolve
-from app.data import DEFAULT_METRICS
-from app.figures import empty_figure
-from app.state import STATE, store_error
-from app.views import View, ViewError, render, save_view
+from radt.app import data
+from radt.app.data import DEFAULT_METRICS
+from radt.app.figures import empty_figure
+from radt.app.runs import list_experiments, list_metric_keys, present_metrics
+from radt.app.state import STATE, store_error
+from radt.app.views import View, render
+from radt.catalogue import METRICS, display_name, resolve
+from radt.pages import export_panel, ids
+from radt.runmodel import MIG_ACTIVITY_TAG
 
 dash.register_page(__name__, path="/", name="Explore", title="radt · explore", order=0)
 
@@ -74,7 +75,7 @@ def run_tree(runs: pd.DataFrame, selected: set[str], text: str = "") -> list:
                     html.Summary(
                         [
                             dcc.Checklist(
-                                id={"type": "wl-all", "wl": workload_id},
+                                id=ids.workload_all(workload_id),
                                 options=[{"label": f"{group['workload_label'].iloc[0]} ({len(group)})", "value": "all"}],
                                 value=all_on,
                                 className="wl-all",
@@ -82,7 +83,7 @@ def run_tree(runs: pd.DataFrame, selected: set[str], text: str = "") -> list:
                             )
                         ]
                     ),
-                    dcc.Checklist(id={"type": "wl-runs", "wl": workload_id}, options=options, value=values, className="wl-runs"),
+                    dcc.Checklist(id=ids.workload_runs(workload_id), options=options, value=values, className="wl-runs"),
                 ],
                 open=bool(values) or len(runs) <= 40,
                 className="workload",
@@ -100,7 +101,7 @@ def metric_options(run_ids: list[str]) -> list[dict]:
         return options
     seen = {o["value"] for o in options}
     single = []
-    for key in queries.list_metric_keys(STATE.engine, run_ids):
+    for key in list_metric_keys(STATE.engine, run_ids):
         resolved = resolve(key)
         spec = f"cat:{resolved.metric.name}" if resolved else f"key:{key}"
         if spec not in seen:
@@ -117,7 +118,7 @@ def gpu_options(run_ids: list[str]) -> list[dict]:
     """The GPU indices the runs stored series for (any node, any MIG slice), for the GPU filter."""
     if not run_ids or STATE.engine is None:
         return []
-    gpus = sorted({g for _name, g in queries.present_metrics(STATE.engine, run_ids) if g is not None})
+    gpus = sorted({g for _name, g in present_metrics(STATE.engine, run_ids) if g is not None})
     return [{"label": f"GPU {g}", "value": str(g)} for g in gpus]
 
 
@@ -139,12 +140,12 @@ def layout(
         return html.Div(
             [
                 html.H2("The tracking store cannot be read"),
-                html.P(error, id="store-error-reason"),
+                html.P(error, id=ids.STORE_ERROR_REASON),
                 html.P("Start the database (or fix the URI: python app.py --store URI), then reload this page."),
             ],
             className="store-error",
         )
-    experiments = queries.list_experiments(STATE.engine)
+    experiments = list_experiments(STATE.engine)
     # the link is typed, pasted, edited: View.from_dict keeps what it can use and says what it ignored
     view = View.from_dict(
         {"exp": exp, "runs": runs, "metrics": metrics, "x": x, "mode": mode, "smooth": smooth, "log": log, "xr": xr, "gpu": gpu, "gpuagg": gpuagg}
@@ -159,14 +160,14 @@ def layout(
                 [
                     html.H3("Experiments"),
                     dcc.Checklist(
-                        id="experiments",
+                        id=ids.EXPERIMENTS,
                         options=[{"label": f"{e['name']} ({e['runs']})", "value": e["experiment_id"]} for e in experiments],
                         value=exp_ids,
                         className="experiments",
                     ),
-                    dcc.Input(id="run-filter", type="search", placeholder="filter runs: name, letter, param=value", debounce=True, className="filter"),
+                    dcc.Input(id=ids.RUN_FILTER, type="search", placeholder="filter runs: name, letter, param=value", debounce=True, className="filter"),
                     html.H3("Workloads and runs"),
-                    html.Div(run_tree(table, selected), id="run-tree"),
+                    html.Div(run_tree(table, selected), id=ids.RUN_TREE),
                 ],
                 className="sidebar",
             ),
@@ -175,7 +176,7 @@ def layout(
                     html.Div(
                         [
                             dcc.Dropdown(
-                                id="metrics",
+                                id=ids.METRICS,
                                 options=metric_options(list(selected)),
                                 value=view.metrics,
                                 multi=True,
@@ -183,7 +184,7 @@ def layout(
                                 className="metric-picker",
                             ),
                             dcc.RadioItems(
-                                id="x-mode",
+                                id=ids.X_MODE,
                                 options=[
                                     {"label": "since start", "value": "relative"},
                                     {"label": "wall clock", "value": "wall"},
@@ -193,7 +194,7 @@ def layout(
                                 inline=True,
                             ),
                             dcc.RadioItems(
-                                id="group-mode",
+                                id=ids.GROUP_MODE,
                                 options=[{"label": "runs", "value": "runs"}, {"label": "grouped per workload", "value": "grouped"}],
                                 value=view.mode,
                                 inline=True,
@@ -202,7 +203,7 @@ def layout(
                                 [
                                     "smoothing",
                                     dcc.Slider(
-                                        id="smoothing",
+                                        id=ids.SMOOTHING,
                                         min=0,
                                         max=0.99,
                                         step=0.01,
@@ -213,7 +214,7 @@ def layout(
                                 ],
                                 className="smoothing",
                             ),
-                            dcc.Checklist(id="log-y", options=[{"label": "log scale", "value": "log"}], value=["log"] if view.log_y else [], inline=True),
+                            dcc.Checklist(id=ids.LOG_Y, options=[{"label": "log scale", "value": "log"}], value=["log"] if view.log_y else [], inline=True),
                         ],
                         className="controls",
                     ),
@@ -221,14 +222,14 @@ def layout(
                         [
                             html.Span("GPUs: "),
                             dcc.RadioItems(
-                                id="gpu-mode",
+                                id=ids.GPU_MODE,
                                 options=[{"label": "each GPU", "value": "each"}, {"label": "mean per run (min–max band)", "value": "mean"}],
                                 value=view.gpu_mode,
                                 inline=True,
                             ),
                             html.Span(" only: "),
                             dcc.Checklist(
-                                id="gpu-filter",
+                                id=ids.GPU_FILTER,
                                 options=gpu_options(list(selected)),
                                 value=[str(g) for g in view.gpus or []],
                                 inline=True,
@@ -238,14 +239,16 @@ def layout(
                         ],
                         className="controls gpu-controls",
                     ),
-                    html.P(_notes(view.notes), id="view-note", className="hint view-note"),
+                    html.P(_notes(view.notes), id=ids.VIEW_NOTE, className="hint view-note"),
                     dcc.Loading(
                         dcc.Graph(
-                            id="charts", figure=empty_figure("Pick runs on the left."), config={"displaylogo": False, "toImageButtonOptions": {"format": "svg"}}
+                            id=ids.CHARTS,
+                            figure=empty_figure("Pick runs on the left."),
+                            config={"displaylogo": False, "toImageButtonOptions": {"format": "svg"}},
                         ),
                         delay_show=300,
                     ),
-                    export_panel(),
+                    *export_panel.layout(),
                     html.H3("Summary"),
                     html.P(
                         "Steps: the highest step the script logged + 1 (epochs, iterations). Duration: the script's own time, start to exit "
@@ -258,7 +261,7 @@ def layout(
                         className="hint",
                     ),
                     dash_table.DataTable(
-                        id="summary",
+                        id=ids.SUMMARY,
                         columns=[{"name": n, "id": i} for n, i in SUMMARY_COLUMNS],
                         data=[],
                         sort_action="native",
@@ -266,12 +269,9 @@ def layout(
                         style_cell={"fontFamily": "inherit", "fontSize": 13, "padding": "4px 8px"},
                         style_data_conditional=[{"if": {"filter_query": '{kind} = "workload"'}, "fontWeight": "600", "backgroundColor": "#f4f0fa"}],
                     ),
-                    dcc.Store(id="view", data=view.to_dict()),
-                    dcc.Download(id="export-download"),
-                    dcc.Store(id="open-view-query"),
-                    html.Div(id="open-view-sink", hidden=True),
-                    dcc.Store(id="zoom", data={"axis": f"{view.x}-{view.mode}", "range": view.zoom}),
-                    html.Div(id="url-sink", hidden=True),
+                    dcc.Store(id=ids.VIEW, data=view.to_dict()),
+                    dcc.Store(id=ids.ZOOM, data={"axis": f"{view.x}-{view.mode}", "range": view.zoom}),
+                    html.Div(id=ids.URL_SINK, hidden=True),
                 ],
                 className="content",
             ),
@@ -281,10 +281,10 @@ def layout(
 
 
 @callback(
-    Output("run-tree", "children"),
-    Input("experiments", "value"),
-    Input("run-filter", "value"),
-    State({"type": "wl-runs", "wl": ALL}, "value"),
+    Output(ids.RUN_TREE, "children"),
+    Input(ids.EXPERIMENTS, "value"),
+    Input(ids.RUN_FILTER, "value"),
+    State(ids.workload_runs(ALL), "value"),
     prevent_initial_call=True,
 )
 def refresh_tree(experiment_ids, text, current):
@@ -293,16 +293,16 @@ def refresh_tree(experiment_ids, text, current):
 
 
 @callback(
-    Output({"type": "wl-runs", "wl": MATCH}, "value"),
-    Input({"type": "wl-all", "wl": MATCH}, "value"),
-    State({"type": "wl-runs", "wl": MATCH}, "options"),
+    Output(ids.workload_runs(MATCH), "value"),
+    Input(ids.workload_all(MATCH), "value"),
+    State(ids.workload_runs(MATCH), "options"),
     prevent_initial_call=True,
 )
 def select_workload(all_value, options):
     return [o["value"] for o in options if isinstance(o, dict) and "value" in o] if all_value and isinstance(options, list) else []
 
 
-@callback(Output("metrics", "options"), Output("gpu-filter", "options"), Input({"type": "wl-runs", "wl": ALL}, "value"), prevent_initial_call=True)
+@callback(Output(ids.METRICS, "options"), Output(ids.GPU_FILTER, "options"), Input(ids.workload_runs(ALL), "value"), prevent_initial_call=True)
 def refresh_metric_options(values):
     run_ids = View.from_dict({"runs": values if isinstance(values, list) else []}).runs
     return metric_options(run_ids), gpu_options(run_ids)
@@ -314,20 +314,20 @@ def _notes(notes: list[str]) -> str:
 
 
 @callback(
-    Output("charts", "figure"),
-    Output("summary", "data"),
-    Output("view", "data"),
-    Output("view-note", "children"),
-    Input({"type": "wl-runs", "wl": ALL}, "value"),
-    Input("metrics", "value"),
-    Input("x-mode", "value"),
-    Input("group-mode", "value"),
-    Input("smoothing", "value"),
-    Input("log-y", "value"),
-    Input("zoom", "data"),
-    Input("gpu-filter", "value"),
-    Input("gpu-mode", "value"),
-    State("experiments", "value"),
+    Output(ids.CHARTS, "figure"),
+    Output(ids.SUMMARY, "data"),
+    Output(ids.VIEW, "data"),
+    Output(ids.VIEW_NOTE, "children"),
+    Input(ids.workload_runs(ALL), "value"),
+    Input(ids.METRICS, "value"),
+    Input(ids.X_MODE, "value"),
+    Input(ids.GROUP_MODE, "value"),
+    Input(ids.SMOOTHING, "value"),
+    Input(ids.LOG_Y, "value"),
+    Input(ids.ZOOM, "data"),
+    Input(ids.GPU_FILTER, "value"),
+    Input(ids.GPU_MODE, "value"),
+    State(ids.EXPERIMENTS, "value"),
 )
 def draw(run_groups, metric_specs, x_mode, group_mode, smoothing, log_y, zoom_state, gpu_filter, gpu_mode, experiment_ids):
     # the controls' values arrive as the browser sent them: View.from_dict reads them like a link
@@ -377,7 +377,7 @@ DIGITS = {"together": 0, "steps": 0, "duration_min": 2, "steps_per_h": 2, "alone
 
 def _summary(view: View, runs: pd.DataFrame) -> list[dict]:
     """The comparison table (app/compare.py, the same as `radt export --table`) of the drawn runs, rounded for the screen."""
-    from app.export import comparison_table
+    from radt.app.export import comparison_table
 
     if runs.empty:
         return []
@@ -393,11 +393,11 @@ def _summary(view: View, runs: pd.DataFrame) -> list[dict]:
 
 clientside_callback(
     ClientsideFunction(namespace="radt", function_name="zoom"),
-    Output("zoom", "data"),
-    Input("charts", "relayoutData"),
-    State("zoom", "data"),
-    State("x-mode", "value"),
-    State("group-mode", "value"),
+    Output(ids.ZOOM, "data"),
+    Input(ids.CHARTS, "relayoutData"),
+    State(ids.ZOOM, "data"),
+    State(ids.X_MODE, "value"),
+    State(ids.GROUP_MODE, "value"),
     prevent_initial_call=True,
 )
 
@@ -412,138 +412,8 @@ clientside_callback(
         return "";
     }
     """,
-    Output("url-sink", "children"),
-    Input("view", "data"),
+    Output(ids.URL_SINK, "children"),
+    Input(ids.VIEW, "data"),
 )
 
-
-def view_query(view: dict) -> str:
-    """The query string of a view, as the page writes it into the URL."""
-    return urlencode(view)
-
-
-# --- export: paper figures, their data, and saved views (app/export.py, app/views.py) -------------
-
-
-def export_panel() -> html.Details:
-    """Size, font, colour or monochrome, legend, DPI; PNG/SVG/PDF/CSV downloads; save and open a view."""
-    from app.export import LEGENDS, SIZES
-
-    return html.Details(
-        [
-            html.Summary("Export"),
-            html.Div(
-                [
-                    html.Label(["size", dcc.Dropdown(id="export-size", options=list(SIZES), value="double-column", clearable=False)]),
-                    # no min/max: the browser would send an out-of-range number as nothing; the server bounds them and says so
-                    html.Label(["font (pt)", dcc.Input(id="export-font", type="number", value=9)]),
-                    html.Label(["DPI (PNG)", dcc.Input(id="export-dpi", type="number", value=300)]),
-                    html.Label(["legend", dcc.Dropdown(id="export-legend", options=list(LEGENDS), value="top", clearable=False)]),
-                    dcc.RadioItems(
-                        id="export-colour",
-                        options=[{"label": "colour", "value": "colour"}, {"label": "monochrome", "value": "mono"}],
-                        value="colour",
-                        inline=True,
-                    ),
-                ],
-                className="export-options",
-            ),
-            html.Div([html.Span("charts: "), dcc.Checklist(id="export-charts", options=[], value=[], inline=True)], className="export-charts"),
-            html.Div(
-                [html.Button(fmt.upper(), id={"type": "export", "fmt": fmt}, n_clicks=0, className="export-button") for fmt in ("png", "svg", "pdf", "csv")]
-                + [html.Button("table CSV", id={"type": "export", "fmt": "table"}, n_clicks=0, className="export-button")]
-                + [
-                    html.Button("save view", id="save-view", n_clicks=0, className="export-button"),
-                    dcc.Upload(html.Button("open view", className="export-button"), id="open-view"),
-                ],
-                className="export-buttons",
-            ),
-            html.Div(id="export-status", className="export-status"),
-        ],
-        className="export",
-    )
-
-
-@callback(
-    Output("export-charts", "options"),
-    Output("export-charts", "value"),
-    Input("metrics", "value"),
-)
-def export_charts(metric_specs):
-    """Every chart on screen is exported unless unticked here."""
-    from app.data import spec_metric
-
-    specs = View.from_dict({"metrics": metric_specs}).metrics if metric_specs else []
-    return [{"label": spec_metric(spec).label, "value": spec} for spec in specs], specs
-
-
-@callback(
-    Output("export-download", "data"),
-    Output("export-status", "children"),
-    Input({"type": "export", "fmt": ALL}, "n_clicks"),
-    Input("save-view", "n_clicks"),
-    State("view", "data"),
-    State("export-size", "value"),
-    State("export-font", "value"),
-    State("export-dpi", "value"),
-    State("export-legend", "value"),
-    State("export-colour", "value"),
-    State("export-charts", "value"),
-    prevent_initial_call=True,
-)
-def export(_clicks, _save, view_data, size, font, dpi, legend, colour, charts):
-    """The chosen file as a download, with a line saying what was left out or what went wrong."""
-    from app.export import FORMATS, ExportError, ExportStyle, check_style, comparison_table, data_csv, figure_for, image_bytes
-
-    view = View.from_dict(view_data)
-    if ctx.triggered_id == "save-view":
-        return {"content": save_view(view), "filename": "radt-view.json", "type": "application/json"}, "view saved"
-    fmt = ctx.triggered_id.get("fmt") if isinstance(ctx.triggered_id, dict) else None
-    charts = [c for c in charts if c in view.metrics] if isinstance(charts, list) else []  # the view's own (checked) metrics only
-    try:
-        if fmt == "table":
-            csv_text = comparison_table(view).to_csv(index=False, float_format="%.6g")
-            return {"content": csv_text, "filename": "radt-table.csv", "type": "text/csv"}, "comparison table exported"
-        if fmt not in FORMATS:
-            return dash.no_update, f"cannot export '{str(fmt)[:20]}'; choose PNG, SVG, PDF or CSV"
-        if not charts:
-            return dash.no_update, "tick at least one chart to export"
-        if fmt == "csv":
-            text, missing = data_csv(view, charts)
-            download = {"content": text, "filename": "radt-data.csv", "type": "text/csv"}
-        else:  # bounded here, not by the form: a request can carry any DPI (a PNG's pixels are capped in image_bytes)
-            style = check_style(ExportStyle(size, 9 if font is None else font, colour == "mono", legend, dpi, charts), fmt)
-            figure, missing = figure_for(view, style)
-            download = dcc.send_bytes(image_bytes(figure, fmt, style.dpi), f"radt-figure.{fmt}")
-    except (ExportError, ValueError) as exc:
-        return dash.no_update, str(exc)
-    left_out = "; ".join(f"{spec.partition(':')[2]} absent from {', '.join(names)}" for spec, names in missing.items())
-    return download, f"{fmt.upper()} exported" + (f" ({left_out}: those runs are left out of that chart)" if left_out else "")
-
-
-@callback(
-    Output("open-view-query", "data"),
-    Output("export-status", "children", allow_duplicate=True),
-    Input("open-view", "contents"),
-    prevent_initial_call=True,
-)
-def open_view(contents: str | None):
-    """A saved view file opens as this page's URL (the URL is the view)."""
-    import base64
-    import json
-
-    try:
-        raw = json.loads(base64.b64decode((contents if isinstance(contents, str) and "," in contents else ",").split(",", 1)[1]))
-        if not isinstance(raw, dict) or "runs" not in raw:
-            raise ViewError("not a radt view (no 'runs')")
-    except (ValueError, ViewError) as exc:
-        return dash.no_update, f"cannot open that file: {exc}; choose a view saved with 'save view'"
-    return view_query(View.from_dict(raw).to_dict()), "opening the view"
-
-
-clientside_callback(  # the URL is the view: open the saved one by loading its URL
-    "function(query) { if (query) { window.location.assign(window.location.pathname + '?' + query); } return ''; }",
-    Output("open-view-sink", "children"),
-    Input("open-view-query", "data"),
-    prevent_initial_call=True,
-)
+export_panel.register()  # Dash runs this file once per dashboard it builds: the panel's callbacks once each

@@ -19,10 +19,14 @@ import plotly.graph_objects as go
 from dash import ALL, Input, Output, State, callback, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from app import catalogue, live, queries
-from app.cache import RUNNING_TIMEOUT
-from app.data import cached
-from app.state import STATE, store_error
+from radt import catalogue
+from radt.app import live
+from radt.app.cache import RUNNING_TIMEOUT
+from radt.app.data import cached
+from radt.app.series import load_series
+from radt.app.state import STATE, store_error
+from radt.app.store import LIVE_STATUSES
+from radt.pages import ids
 
 dash.register_page(__name__, path="/live", name="Live", title="radt · live", order=1)
 
@@ -35,21 +39,21 @@ TRACE_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"
 def layout(**_query):
     error = store_error()
     if error:
-        return html.Div([html.H2("The tracking store cannot be read"), html.P(error, id="store-error-reason")], className="store-error")
+        return html.Div([html.H2("The tracking store cannot be read"), html.P(error, id=ids.STORE_ERROR_REASON)], className="store-error")
     return html.Div(
         [
             html.Div(
                 [
                     html.Span("window", className="label"),
-                    dcc.RadioItems(id="live-window", options=[{"label": v, "value": k} for k, v in WINDOWS.items()], value=5, inline=True),
-                    html.Button("Pause", id="live-pause", n_clicks=0, className="button"),
-                    html.Span(id="live-clock", className="clock"),
+                    dcc.RadioItems(id=ids.LIVE_WINDOW, options=[{"label": v, "value": k} for k, v in WINDOWS.items()], value=5, inline=True),
+                    html.Button("Pause", id=ids.LIVE_PAUSE, n_clicks=0, className="button"),
+                    html.Span(id=ids.LIVE_CLOCK, className="clock"),
                 ],
                 className="controls live-controls",
             ),
-            dcc.Interval(id="live-tick", interval=POLL_MS, n_intervals=0),
-            dcc.Store(id="live-signature"),
-            html.Div(html.P("Looking for running runs…", className="hint"), id="live-runs"),
+            dcc.Interval(id=ids.LIVE_TICK, interval=POLL_MS, n_intervals=0),
+            dcc.Store(id=ids.LIVE_SIGNATURE),
+            html.Div(html.P("Looking for running runs…", className="hint"), id=ids.LIVE_RUNS),
         ],
         className="live",
     )
@@ -118,7 +122,7 @@ def _card(run: pd.Series, traces: list[live.Trace], window_min: int, now_ms: int
     start = now_ms - window_min * 60_000
     series = {}
     for trace in traces:
-        found = queries.load_series(STATE.engine, [run.run_id], trace.key, start_ms=start, budget=2000)
+        found = load_series(STATE.engine, [run.run_id], trace.key, start_ms=start, budget=2000)
         if run.run_id in found:
             series[trace.key] = found[run.run_id]
     cursor = max([int(xs[-1]) for xs, _ys in series.values() if len(xs)] or [start])
@@ -129,16 +133,16 @@ def _card(run: pd.Series, traces: list[live.Trace], window_min: int, now_ms: int
     return html.Section(
         [
             html.Header(title),
-            html.Div(id={"type": "live-values", "run": run.run_id}, className="values"),
-            html.Div(id={"type": "live-flags", "run": run.run_id}, className="flags"),
+            html.Div(id=ids.card(ids.LIVE_VALUES, run.run_id), className="values"),
+            html.Div(id=ids.card(ids.LIVE_FLAGS, run.run_id), className="flags"),
             dcc.Graph(
-                id={"type": "live-chart", "run": run.run_id},
+                id=ids.card(ids.LIVE_CHART, run.run_id),
                 figure=_figure(traces, series),
                 config={"displayModeBar": False},
                 className="live-chart",
             ),
             dcc.Store(
-                id={"type": "live-cursor", "run": run.run_id},
+                id=ids.card(ids.LIVE_CURSOR, run.run_id),
                 data={"ts": cursor, "keys": [t.key for t in traces], "status": run.status, "interval": float(run.interval_s)},
             ),
         ],
@@ -163,11 +167,11 @@ def _cards(runs: pd.DataFrame, traces: dict[str, list[live.Trace]], window_min: 
 
 
 @callback(
-    Output("live-runs", "children"),
-    Output("live-signature", "data"),
-    Input("live-tick", "n_intervals"),
-    Input("live-window", "value"),
-    State("live-signature", "data"),
+    Output(ids.LIVE_RUNS, "children"),
+    Output(ids.LIVE_SIGNATURE, "data"),
+    Input(ids.LIVE_TICK, "n_intervals"),
+    Input(ids.LIVE_WINDOW, "value"),
+    State(ids.LIVE_SIGNATURE, "data"),
 )
 def render(_tick, window_min, previous):
     """Rebuild the cards when a run appears, ends or leaves, starts storing a new metric, or the window
@@ -211,7 +215,7 @@ def _value_row(values: dict[str, tuple[float, int]]) -> list:
 def _flags(cursor: dict, values: dict, idle: list[int], now_ms: int) -> list:
     flags = []
     newest = max((ts for _v, ts in values.values()), default=None)
-    if cursor.get("status") in queries.LIVE_STATUSES:
+    if cursor.get("status") in LIVE_STATUSES:
         limit = live.STALE_INTERVALS * float(cursor.get("interval") or 1.0) * 1000
         if newest is None or now_ms - newest > max(limit, 3000):
             age = "no sample yet" if newest is None else f"no sample for {math.ceil((now_ms - newest) / 1000)} s"
@@ -222,25 +226,25 @@ def _flags(cursor: dict, values: dict, idle: list[int], now_ms: int) -> list:
 
 
 @callback(
-    Output({"type": "live-chart", "run": ALL}, "extendData"),
-    Output({"type": "live-cursor", "run": ALL}, "data"),
-    Output({"type": "live-values", "run": ALL}, "children"),
-    Output({"type": "live-flags", "run": ALL}, "children"),
-    Output("live-clock", "children"),
-    Input("live-tick", "n_intervals"),
-    State({"type": "live-cursor", "run": ALL}, "data"),
-    State({"type": "live-cursor", "run": ALL}, "id"),
-    State("live-window", "value"),
+    Output(ids.card(ids.LIVE_CHART, ALL), "extendData"),
+    Output(ids.card(ids.LIVE_CURSOR, ALL), "data"),
+    Output(ids.card(ids.LIVE_VALUES, ALL), "children"),
+    Output(ids.card(ids.LIVE_FLAGS, ALL), "children"),
+    Output(ids.LIVE_CLOCK, "children"),
+    Input(ids.LIVE_TICK, "n_intervals"),
+    State(ids.card(ids.LIVE_CURSOR, ALL), "data"),
+    State(ids.card(ids.LIVE_CURSOR, ALL), "id"),
+    State(ids.LIVE_WINDOW, "value"),
 )
-def tick(_tick, cursors, ids, window_min):
+def tick(_tick, cursors, cursor_ids, window_min):
     """Append the points newer than each chart's cursor; refresh the numbers and the flags."""
     now_ms = int(time.time() * 1000)
     clock = f"updated {time.strftime('%H:%M:%S', time.gmtime(now_ms / 1000))} UTC"
-    if not ids or store_error():
+    if not cursor_ids or store_error():
         return [], [], [], [], clock
-    run_ids = [i["run"] for i in ids]
+    run_ids = [i[ids.RUN_KEY] for i in cursor_ids]
     latest = _latest(run_ids, now_ms)
-    idle = _idle({r: c["keys"] for r, c in zip(run_ids, cursors, strict=False) if c and c.get("status") in queries.LIVE_STATUSES}, now_ms)
+    idle = _idle({r: c["keys"] for r, c in zip(run_ids, cursors, strict=False) if c and c.get("status") in LIVE_STATUSES}, now_ms)
     extend, new_cursors, values, flags = [], [], [], []
     for run_id, cursor in zip(run_ids, cursors, strict=False):
         cursor = cursor or {"ts": now_ms, "keys": []}
@@ -262,7 +266,7 @@ def tick(_tick, cursors, ids, window_min):
     return extend, new_cursors, values, flags, clock
 
 
-@callback(Output("live-tick", "disabled"), Output("live-pause", "children"), Input("live-pause", "n_clicks"))
+@callback(Output(ids.LIVE_TICK, "disabled"), Output(ids.LIVE_PAUSE, "children"), Input(ids.LIVE_PAUSE, "n_clicks"))
 def pause(clicks):
     paused = bool(clicks and clicks % 2)
     return paused, ("Resume" if paused else "Pause")

@@ -20,9 +20,7 @@ __all__ = ["run", "RadtRun", "StopTraining", "under_radt"]
 __version__ = "0.1.0"
 
 # files in the run folder (RADT_RUN_DIR) through which the script tells radt what it does
-STARTED_FILE = "started"  # --manual: sampling starts when the script enters `with radt.run()`
-CONTEXT_FILE = "context"  # the script uses `with radt.run()`: at --max-time it stops itself at its next log_metric
-STOP_REASON_FILE = "stop_reason"  # the script reached a limit (max_epoch, max_time) and is ending
+from radt.rundir import CONTEXT_FILE, STARTED_FILE, STOP_REASON_FILE  # noqa: E402
 
 
 class StopTraining(BaseException):

@@ -2,7 +2,7 @@
 
 import sys
 
-from collectors.cli import main
+from radt.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

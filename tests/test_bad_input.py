@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, radt_env, run_radt
+from tests.support.paths import FIXTURES
+from tests.support.radtproc import radt_env, run_radt
 
 HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
 ROW = "exp,1,,,-,-,ok.py,top,\n"
@@ -300,7 +301,7 @@ def test_name_limits_are_mlflows_own():
     from mlflow.store.tracking.dbmodels.models import SqlExperiment, SqlRun
     from mlflow.utils.validation import MAX_EXPERIMENT_NAME_LENGTH
 
-    from collectors.command import EXPERIMENT_NAME_LIMIT, RUN_NAME_LIMIT
+    from radt.collectors.command import EXPERIMENT_NAME_LIMIT, RUN_NAME_LIMIT
 
     assert min(MAX_EXPERIMENT_NAME_LENGTH, SqlExperiment.__table__.c.name.type.length) == EXPERIMENT_NAME_LIMIT
     assert SqlRun.__table__.c.name.type.length == RUN_NAME_LIMIT
@@ -308,7 +309,7 @@ def test_name_limits_are_mlflows_own():
 
 def test_store_uri_forms(tmp_path, monkeypatch):
     """One reading of a store for every command and the dashboard: postgres:// as SQLAlchemy users write it, a path as a SQLite file."""
-    from app.config import StoreUriError, display_uri, store_uri, tracking_uri
+    from radt.settings import StoreUriError, display_uri, store_uri, tracking_uri
 
     monkeypatch.chdir(tmp_path)
     assert store_uri("postgres://u:pw@db:5432/mlflow") == "postgresql://u:pw@db:5432/mlflow"
@@ -342,8 +343,8 @@ def test_postgres_scheme_and_a_plain_path_work_everywhere(pg_uri, radt_home, tmp
     assert result.returncode == 0, result.stderr
     assert result.stderr.splitlines()[0].endswith(f"(store sqlite:///{tmp_path / 'plain.db'})")
 
-    from app.config import tracking_uri
-    from app.state import STATE, connect_store
+    from radt.app.state import STATE, connect_store
+    from radt.settings import tracking_uri
 
     connect_store(tracking_uri(written))
     assert STATE.error is None and STATE.store_uri.startswith("postgresql://")

@@ -1,7 +1,7 @@
 """Every stored key means one metric on one device: radt's, MLflow's (per node too), MIG slices, radT's legacy keys.
 
 The store tests write keys the way each writer did and read them back through the dashboard's
-read side (app/queries.load_devices), on SQLite and the real PostgreSQL.
+read side (app/series.load_devices), on SQLite and the real PostgreSQL.
 """
 
 from __future__ import annotations
@@ -12,11 +12,14 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 
-from app import catalogue, queries
-from app.catalogue import Device
-from collectors import tracking
-from collectors.points import Point
-from collectors.stores import open_metric_store
+from radt import catalogue
+from radt.app.runs import present_metrics
+from radt.app.series import load_devices
+from radt.app.store import make_read_engine
+from radt.catalogue import Device
+from radt.collectors import tracking
+from radt.collectors.stores import open_metric_store
+from radt.points import Point
 
 BASE = 1_700_000_000_000
 
@@ -82,10 +85,10 @@ def test_radT_sentinels_are_missing_values_not_data(store_uri):
     _write(store_uri, run_id, "SMI - GPU Util", [0.5, -1.0, 0.7])
     _write(store_uri, run_id, "DCGMI - Power Usage", [250.0, 0.0, 260.0])
     _write(store_uri, run_id, "DCGMI - Total Energy Consumption", [0.0, 1_000_000.0, 1_500_000.0])  # mJ since driver load; the first reading N/A
-    engine = queries.make_read_engine(store_uri)
-    util = queries.load_devices(engine, [run_id], "utilization_percentage")[run_id][Device(None, 0, None)][1]
-    power = queries.load_devices(engine, [run_id], "power_usage_watts")[run_id][Device(None, 0, None)][1]
-    energy = queries.load_devices(engine, [run_id], "energy_joules")[run_id][Device(None, 0, None)][1]
+    engine = make_read_engine(store_uri)
+    util = load_devices(engine, [run_id], "utilization_percentage")[run_id][Device(None, 0, None)][1]
+    power = load_devices(engine, [run_id], "power_usage_watts")[run_id][Device(None, 0, None)][1]
+    energy = load_devices(engine, [run_id], "energy_joules")[run_id][Device(None, 0, None)][1]
     engine.dispose()
     assert util[0] == 50.0 and math.isnan(util[1]) and util[2] == pytest.approx(70.0)
     assert power[0] == 250.0 and math.isnan(power[1]) and power[2] == 260.0
@@ -100,11 +103,11 @@ def test_every_node_gpu_and_slice_of_a_run_is_its_own_series(store_uri):
             _write(store_uri, run_id, f"system/{node}/gpu_{gpu}_utilization_percentage", [offset + gpu] * 5)
     _write(store_uri, run_id, "system/gpu_0_mig_1_sm_active", [0.1] * 5)
     _write(store_uri, run_id, "system/gpu_0_mig_2_sm_active", [0.6] * 5)
-    engine = queries.make_read_engine(store_uri)
-    util = queries.load_devices(engine, [run_id], "utilization_percentage")[run_id]
-    smact = queries.load_devices(engine, [run_id], "sm_active")[run_id]
-    only_gpu1 = queries.load_devices(engine, [run_id], "utilization_percentage", gpus=[1])[run_id]
-    present = queries.present_metrics(engine, [run_id])
+    engine = make_read_engine(store_uri)
+    util = load_devices(engine, [run_id], "utilization_percentage")[run_id]
+    smact = load_devices(engine, [run_id], "sm_active")[run_id]
+    only_gpu1 = load_devices(engine, [run_id], "utilization_percentage", gpus=[1])[run_id]
+    present = present_metrics(engine, [run_id])
     engine.dispose()
     assert [d.label for d in util] == ["node_0 · GPU 0", "node_0 · GPU 1", "node_1 · GPU 0", "node_1 · GPU 1"]
     assert [float(v[1][0]) for v in util.values()] == [10.0, 11.0, 20.0, 21.0]
@@ -118,7 +121,7 @@ def test_radt_s_own_key_wins_over_radT_s_for_the_same_gpu(store_uri):
     _write(store_uri, run_id, "system/gpu_0_sm_active", [0.4] * 3)
     _write(store_uri, run_id, "DCGMI - SN Active", [0.9] * 3)
     _write(store_uri, run_id, "system/gpu_1_sm_active", [0.2] * 3)
-    engine = queries.make_read_engine(store_uri)
-    found = queries.load_devices(engine, [run_id], "sm_active")[run_id]
+    engine = make_read_engine(store_uri)
+    found = load_devices(engine, [run_id], "sm_active")[run_id]
     engine.dispose()
     assert {d.gpu: float(np.nanmean(v[1])) for d, v in found.items()} == {0: pytest.approx(0.4), 1: pytest.approx(0.2)}

@@ -21,15 +21,16 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 
-from app import queries as q
-from app.export import comparison_table
-from app.views import View
-from collectors.export import _open_store
-from collectors.points import Point
-from collectors.stores import open_metric_store
-from collectors.tracking import SCRIPT_END_TAG, SCRIPT_START_TAG
-from tests.conftest import radt_env, run_radt
-from tests.runs import radt_run
+from radt.app.export import comparison_table
+from radt.app.exportcli import _open_store
+from radt.app.store import make_read_engine
+from radt.app.summaries import run_summary
+from radt.app.views import View
+from radt.collectors.stores import open_metric_store
+from radt.points import Point
+from radt.runmodel import SCRIPT_END_TAG, SCRIPT_START_TAG
+from tests.support.radtproc import radt_env, run_radt
+from tests.support.runs import radt_run
 
 BASE = 1_700_000_000_000
 MIN = 60_000
@@ -140,8 +141,8 @@ def test_duration_is_the_scripts_own_time(built, store_uri):
     )
     assert runs["solo2"]["duration_min"] == pytest.approx(30.0), "the script's 30 minutes, not the run's 70"
     assert runs["solo2"]["steps_per_h"] == pytest.approx(20.0)
-    engine = q.make_read_engine(store_uri)
-    assert q.run_summary(engine, [r["solo2"]])["duration_s"].iloc[0] == pytest.approx(1800.0)
+    engine = make_read_engine(store_uri)
+    assert run_summary(engine, [r["solo2"]])["duration_s"].iloc[0] == pytest.approx(1800.0)
     engine.dispose()
 
 
@@ -207,6 +208,6 @@ def test_a_real_radt_run_records_the_scripts_start_and_exit(store_uri, radt_home
     start, end = int(run.data.tags[SCRIPT_START_TAG]), int(run.data.tags[SCRIPT_END_TAG])
     assert before <= run.info.start_time <= start <= end <= run.info.end_time
     assert end - start >= 500, "the script slept half a second"
-    engine = q.make_read_engine(store_uri)
-    assert q.run_summary(engine, [run.info.run_id])["duration_s"].iloc[0] == pytest.approx((end - start) / 1000), "the table's duration is the script's"
+    engine = make_read_engine(store_uri)
+    assert run_summary(engine, [run.info.run_id])["duration_s"].iloc[0] == pytest.approx((end - start) / 1000), "the table's duration is the script's"
     engine.dispose()

@@ -20,18 +20,19 @@ import urllib.request
 import pytest
 from mlflow import MlflowClient
 
-from collectors import tracking
-from collectors.points import Point
-from collectors.stores import SqlMetricStore
-from tests.browser import TRACES_JS, dashboard, screenshot
-from tests.conftest import _drop_pg_database, _new_pg_database, _pg_url, radt_env
-from tests.runs import radt_run
+from radt.collectors import tracking
+from radt.collectors.stores import SqlMetricStore
+from radt.points import Point
+from tests.support.browser import TRACES_JS, dashboard, new_page, screenshot
+from tests.support.paths import REDIS
+from tests.support.postgres import pg_url
+from tests.support.radtproc import radt_env
+from tests.support.runs import radt_run
 
 START = 1_760_000_000_000
 EVIL = '<a href="http://x">evil</a>'
 WORKLOAD = "<b>w</b> & %{y}"
 EXTRA_KEYS = 40  # the evil run's own metrics: enough for 27 charts and for the cap of 30
-REDIS = os.environ.get("RADT_TEST_REDIS", "redis://127.0.0.1:6379/0")
 DRAW_OUTPUTS = [("charts", "figure"), ("summary", "data"), ("view", "data"), ("view-note", "children")]
 
 
@@ -57,13 +58,14 @@ def _fill(uri: str) -> dict:
 def junk(request, tmp_path_factory, sqlite_template):
     """A store holding the junk experiment, and `python app.py` serving it; SQLite and the real PostgreSQL."""
     home = tmp_path_factory.mktemp(f"junk-{request.param}")
-    database = None
+    database, pool = None, None
     if request.param == "sqlite":
         shutil.copy(sqlite_template, home / "store.db")
         uri = f"sqlite:///{home / 'store.db'}"
     else:
-        database = _new_pg_database(request.getfixturevalue("pg_template"))
-        uri = _pg_url(database)
+        pool = request.getfixturevalue("pg_pool")
+        database = pool.take()
+        uri = pg_url(database)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RADT_HOME", str(home))
         ids = _fill(uri)
@@ -72,7 +74,7 @@ def junk(request, tmp_path_factory, sqlite_template):
             yield {"base": base, "uri": uri, "kind": request.param, **ids}
     finally:
         if database:
-            _drop_pg_database(database)
+            pool.give_back(database)
 
 
 def _post(base: str, outputs: list[tuple[str, str]], inputs: list, state: list, changed: str) -> tuple[int, dict | None]:
@@ -177,13 +179,10 @@ def _open(page, url: str, names: list[str]) -> list[dict]:
 def page(browser, junk):
     if junk["kind"] != "sqlite":
         pytest.skip("what the browser shows does not depend on the store; SQLite only")
-    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
-    page = context.new_page()
-    page.set_default_timeout(30_000)
     failed: list[str] = []
-    page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 500 else None)
-    yield page
-    context.close()
+    with new_page(browser, accept_downloads=True) as page:
+        page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 500 else None)
+        yield page
     assert not failed, failed
 
 
@@ -220,7 +219,7 @@ def test_a_png_is_capped_in_pixels_before_it_is_drawn():
     """2400 DPI on a tall figure would take the server gigabytes: refused before kaleido starts, with the DPI that fits."""
     import plotly.graph_objects as go
 
-    from app.export import ExportError, ExportStyle, check_style, image_bytes
+    from radt.app.export import ExportError, ExportStyle, check_style, image_bytes
 
     figure = go.Figure(layout={"width": 672, "height": 1747})  # 7 in wide, 8 charts of 2.2 in
     with pytest.raises(ExportError, match=r"^a PNG of 16800 × 43675 pixels \(734 MP\) at 2400 DPI is over the 50 MP limit; use 626 DPI or less"):
@@ -250,9 +249,9 @@ def test_zoomed_windows_are_cached_for_a_minute_not_an_hour(junk):
         pytest.skip(f"Redis unreachable ({exc})")
     from flask import Flask
 
-    from app import data
-    from app.cache import CACHE, FINISHED_TIMEOUT, ZOOM_TIMEOUT, cache_config
-    from app.state import STATE, connect_store
+    from radt.app import data
+    from radt.app.cache import CACHE, FINISHED_TIMEOUT, ZOOM_TIMEOUT, cache_config
+    from radt.app.state import STATE, connect_store
 
     CACHE.init_app(Flask("radt-zoom-cache"), config=cache_config(REDIS))
     connect_store(junk["uri"])

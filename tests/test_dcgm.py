@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from app.catalogue import DCGM_BASIC_FIELDS
-from collectors.parsers import parse_dcgmi_dmon, parse_mig_hierarchy
-from collectors.sources.base import SamplingContext, SourceUnavailable
-from collectors.sources.dcgm import DcgmSource
-from collectors.toolmetrics import EnergyBaseline, dmon_metrics
-from tests.conftest import FAKE_BIN
+from radt.catalogue import DCGM_BASIC_FIELDS
+from radt.collectors.parsers import parse_dcgmi_dmon, parse_mig_hierarchy
+from radt.collectors.sources.base import SamplingContext, SourceUnavailable
+from radt.collectors.sources.dcgm import DcgmSource
+from radt.collectors.toolmetrics import EnergyBaseline, dmon_metrics
+from tests.support.paths import FAKE_BIN
+from tests.support.polling import wait_for
 
 LOG = "mnist_dcgmi_dmon_18fields.txt"
 # dmon column -> (radt metric, scale to radt's unit), written out here rather than taken from the catalogue
@@ -120,15 +120,16 @@ def source():
 
 def collect(src: DcgmSource, until, timeout: float = 15.0) -> list[dict[str, float]]:
     """Sample every 20 ms until until(samples) holds; every non-empty sample, in order."""
-    samples, deadline = [], time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    samples = []
+
+    def sampled() -> bool:
         values = src.sample()
         if values:
             samples.append(values)
-            if until(samples):
-                return samples
-        time.sleep(0.02)
-    pytest.fail(f"condition not met within {timeout} s; got {len(samples)} samples: {samples[-1:] if samples else 'none'}")
+        return bool(values) and until(samples)
+
+    wait_for(sampled, timeout, what=lambda: f"the samples to meet the condition; got {len(samples)}: {samples[-1:] if samples else 'none'}", interval=0.02)
+    return samples
 
 
 def gpu_part(values: dict[str, float], gpu: int) -> dict[str, float]:
@@ -219,15 +220,16 @@ def test_dmon_that_dies_mid_run_is_reported(dcgmi, source, monkeypatch):
     monkeypatch.setenv("RADT_FAKE_DCGMI_EXIT_AFTER", "3")
     src = source()
     src.open(SamplingContext(interval=0.1))
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+
+    def refused() -> RuntimeError | None:
         try:
             src.sample()
         except RuntimeError as exc:
-            assert "dcgmi dmon exited with code 0" in str(exc)
-            return
-        time.sleep(0.02)
-    pytest.fail("sample() kept answering after dcgmi dmon exited")
+            return exc
+        return None
+
+    error = wait_for(refused, 10, what="sample() to fail once dcgmi dmon exited (it kept answering)", interval=0.02)
+    assert "dcgmi dmon exited with code 0" in str(error)
 
 
 # --- MIG slices: `dcgmi discovery -c` names each slice's GPU-instance entity, dmon prints it as "GPU-I <id>" ---------

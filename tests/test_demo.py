@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from mlflow.entities import ViewType
 
-from app.catalogue import key
-from collectors import demo
-from tests.conftest import radt_env, run_radt
+from radt.catalogue import key
+from radt.collectors import demo
+from tests.support.radtproc import radt_env, run_radt
 
 MINUTES = "3"
 RESNET = "demo: resnet50 collocation"

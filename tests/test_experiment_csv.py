@@ -13,11 +13,11 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from collectors.experiment import ExperimentFile, plan, real_machine
-from tests.conftest import FAKE_NVML_DIR, REPO
+from radt.collectors.experiment import ExperimentFile, plan, real_machine
 from tests.fakes.fake_nvml import install_fake
+from tests.support.paths import FAKE_NVML_DIR, FAKE_TOOLS, REPO
+from tests.support.radtproc import run_radt
 
-FAKE_TOOLS = REPO / "tests" / "fakes" / "gpu_tools"
 HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
 
 
@@ -135,7 +135,7 @@ def test_each_bad_row_is_one_line_with_its_row_and_fix(fake_tools, row, needle):
 )
 def test_a_csv_that_would_lose_or_mangle_rows_is_refused_whole(tmp_path, body, message):
     """Today an unclosed quote swallowed the rows after it, and the statuses written back rewrote the file without them."""
-    from collectors.experiment import CsvError
+    from radt.collectors.experiment import CsvError
 
     path = tmp_path / "experiment.csv"
     path.write_text(HEADER + body)
@@ -211,7 +211,7 @@ def test_cli_prints_every_problem_and_starts_nothing(fake_tools):
         "PYTHONPATH": f"{FAKE_NVML_DIR}:{REPO}",  # pynvml without a driver, whatever this machine has
         "RADT_FAKE_TOOLS_STATE": str(fake_tools / "s.json"),
     }
-    result = subprocess.run([sys.executable, "-m", "radt", "experiment.csv"], cwd=fake_tools, env=env, capture_output=True, text=True, timeout=60)
+    result = run_radt(["experiment.csv"], env=env, cwd=fake_tools, timeout=60)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.splitlines() == [
         "radt: experiment.csv row 2: unknown listener 'gpuz'; choose from dcgm, dcgmi, free, gpm, host, iostat, ncu, ncu-raw, nsys, nsys-raw, nvidia-smi, nvml, ps, psutil, smi, top (join several with '+')",
@@ -232,7 +232,7 @@ def test_dry_run_prints_the_plan_and_touches_nothing(fake_tools):
     before = (fake_tools / "experiment.csv").read_text()
     env = {"PATH": f"{FAKE_TOOLS}:/usr/bin:/bin", "RADT_HOME": str(fake_tools / "home"), "PYTHONPATH": f"{FAKE_NVML_DIR}:{REPO}"}
     env |= {"RADT_FAKE_TOOLS_STATE": str(fake_tools / "s.json"), "RADT_FAKE_TOOLS_LOG": str(fake_tools / "tools.log")}
-    result = subprocess.run([sys.executable, "-m", "radt", "--dry-run", "experiment.csv"], cwd=fake_tools, env=env, capture_output=True, text=True, timeout=60)
+    result = run_radt(["--dry-run", "experiment.csv"], env=env, cwd=fake_tools, timeout=60)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "experiment.csv: 4 workloads, 5 runs" in out
@@ -254,7 +254,7 @@ def _fake_state(folder: Path) -> dict:
 
 
 def test_a_failed_set_up_step_undoes_the_steps_before_it(fake_tools, radt_home, monkeypatch):
-    from collectors.collocation import CollocationError, Setup
+    from radt.collectors.collocation import CollocationError, Setup
 
     monkeypatch.setenv("RADT_FAKE_MIG_FAIL", "1g.5gb")
     said: list[str] = []
@@ -272,7 +272,7 @@ def test_a_failed_set_up_step_undoes_the_steps_before_it(fake_tools, radt_home, 
 def test_set_up_left_by_a_killed_experiment_is_undone_at_the_next_start(fake_tools, radt_home):
     import json
 
-    from collectors.collocation import Setup, undo_leftovers
+    from radt.collectors.collocation import Setup, undo_leftovers
 
     setup = Setup(lambda _line: None)
     setup.mig(2, "3g.20gb")

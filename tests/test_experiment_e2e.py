@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
 
-from collectors.experiment import ExperimentFile
-from tests.conftest import FAKE_NVML_DIR, REPO, radt_env
-from tests.polling import wait_for
+from radt.collectors.experiment import ExperimentFile
+from tests.support.polling import wait_for
+from tests.support.radtproc import fake_tools_env, radt_command, radt_env, run_radt
 
-FAKE_TOOLS = REPO / "tests" / "fakes" / "gpu_tools"
 HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
 TRAIN = """\
 import fcntl, json, os, sys, time
@@ -69,14 +66,11 @@ def _timeline(events: list[dict]) -> list[str]:
 def experiment(tmp_path, radt_home):
     """A folder with the training script, and the environment of a user whose PATH holds the driver tools."""
     (tmp_path / "train.py").write_text(TRAIN)
-    extra = {"RADT_FAKE_TOOLS_LOG": str(tmp_path / "tools.log"), "RADT_FAKE_TOOLS_STATE": str(tmp_path / "tools-state.json")}
-    extra["PATH"] = f"{FAKE_TOOLS}:{os.environ['PATH']}"
-    extra["PYTHONPATH"] = f"{FAKE_NVML_DIR}:{REPO}"  # pynvml without a driver (no RADT_FAKE_NVML), whatever this machine has: the GPUs are nvidia-smi's
-    return tmp_path, extra
+    return tmp_path, fake_tools_env(tmp_path)  # pynvml without a driver, whatever this machine has: the GPUs are nvidia-smi's
 
 
 def _radt(folder: Path, env: dict, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "radt", *args], cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
+    return run_radt(list(args), env=env, cwd=folder, timeout=timeout)
 
 
 def _children(client: MlflowClient, parent_id: str) -> list:
@@ -175,7 +169,7 @@ def _rows_with(csv_path: Path, status: str) -> list[tuple[int, str]]:
     return [(i, exp.get(r, "Run")) for i, r in enumerate(exp.rows) if exp.get(r, "Status") == status]
 
 
-_wait_for = functools.partial(wait_for, timeout=120.0)  # tests/polling.py, with the longer wait a workload needs
+_wait_for = functools.partial(wait_for, timeout=120.0)  # tests/support/polling.py, with the longer wait a workload needs
 
 
 def test_ctrl_c_in_the_second_workload_then_resume_runs_only_the_unfinished_work(experiment, tmp_path, radt_home):
@@ -192,9 +186,7 @@ def test_ctrl_c_in_the_second_workload_then_resume_runs_only_the_unfinished_work
     csv_path = folder / "experiment.csv"
     csv_path.write_text(HEADER + rows)
     env = radt_env(radt_home, store, extra=extra)
-    scheduler = subprocess.Popen(
-        [sys.executable, "-m", "radt", "experiment.csv"], cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    scheduler = subprocess.Popen(radt_command("experiment.csv"), cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         running = _wait_for(lambda: [r for r in _rows_with(csv_path, "RUNNING") if r[0] > 0], what="workload 2 to be RUNNING in the CSV")
         assert [r[0] for r in running] == [1, 2] and _rows_with(csv_path, "FINISHED")[0][0] == 0, "the CSV says what ran and what runs"

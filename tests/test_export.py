@@ -15,14 +15,14 @@ import xml.etree.ElementTree as ET
 import pytest
 import sqlalchemy as sa
 
-from app import catalogue
-from app.export import ExportStyle, figure_for, image_bytes, restyle
-from app.views import EXPORT_BUDGET, View, render, save_view
-from collectors.export import _open_store
-from collectors.export import main as export_main
-from tests.test_queries import build
+from radt import catalogue
+from radt.app.export import ExportStyle, figure_for, image_bytes, restyle
+from radt.app.exportcli import _open_store
+from radt.app.exportcli import main as export_main
+from radt.app.views import EXPORT_BUDGET, View, render, save_view
+from tests.support.stores import build
 
-# experiment, run labels in tests.test_queries.build, the metric asked for, the key each kind stored it under
+# experiment, run labels in tests/support/stores.build, the metric asked for, the key each kind stored it under
 KINDS = {
     "radt": ("radt-new", ["A", "B"], "cat:sm_active", "system/gpu_0_sm_active"),
     "mlflow": ("mlflow-sys", ["trial"], "cat:utilization_percentage", "system/gpu_0_utilization_percentage"),
@@ -159,7 +159,7 @@ def test_errors_say_what_to_do(store, tmp_path, capsys, monkeypatch):
 def test_comparison_table_sets_collocated_workloads_against_the_same_runs_alone(store_uri, tmp_path):
     from mlflow import MlflowClient
 
-    from collectors import demo
+    from radt.collectors import demo
 
     demo.write_demo(store_uri, minutes=2, report=lambda _line: None)
     _open_store(store_uri)

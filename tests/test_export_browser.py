@@ -1,5 +1,6 @@
 """Export from the dashboard in real headless Chromium: a saved view gives `radt export` the same figure,
-the PNG download is a real PNG at the chosen DPI, and "open view" brings the saved view back."""
+the PNG download is a real PNG at the chosen DPI, and "open view" brings the saved view back. The store and the
+dashboard are conftest.py's filled_store and served, shared with tests/test_explore_browser.py."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ import struct
 
 from mlflow import MlflowClient
 
-from app.views import load_view, render
-from collectors.export import _open_store
-from collectors.export import main as export_main
-from tests.browser import screenshot
-from tests.test_explore_browser import RESNET, _traces, _wait_traces, filled_store, page, served  # noqa: F401 - fixtures
+from radt.app.exportcli import _open_store
+from radt.app.exportcli import main as export_main
+from radt.app.views import load_view, render
+from tests.support.browser import drawn_traces, screenshot, wait_for_traces
+from tests.support.stores import RESNET
 
 METRICS = "cat:sm_active,cat:power_usage_watts"
 
@@ -26,11 +27,11 @@ def _two_runs(uri: str) -> tuple[str, list[str], list[str]]:
     return experiment, [r.info.run_id for r in runs], [f"{r.info.run_name} · GPU 0" for r in runs]  # the demo's runs used GPU 0
 
 
-def test_saved_view_exports_the_same_figure_and_opens_again(page, served, filled_store, tmp_path):  # noqa: F811 - the fixtures imported above
+def test_saved_view_exports_the_same_figure_and_opens_again(page, served, filled_store, tmp_path):
     uri = filled_store["uri"]
     experiment, run_ids, names = _two_runs(uri)
     page.goto(f"{served}?exp={experiment}&runs={','.join(run_ids)}&metrics={METRICS}&x=relative&mode=runs&smooth=0&log=0")
-    shown = {t["name"]: t["n"] for t in _wait_traces(page, set(names))}
+    shown = {t["name"]: t["n"] for t in wait_for_traces(page, set(names))}
     page.get_by_text("Export", exact=True).click()
 
     with page.expect_download() as saved:
@@ -71,5 +72,5 @@ def test_saved_view_exports_the_same_figure_and_opens_again(page, served, filled
         page.get_by_role("button", name="open view").click()
     chooser.value.set_files(str(view_file))
     page.wait_for_url(lambda url: run_ids[0] in url)
-    assert {t["name"]: t["n"] for t in _wait_traces(page, set(names))} == shown
-    assert len(_traces(page, "y2")) == 2, "the second chart of the view (power) is back too"
+    assert {t["name"]: t["n"] for t in wait_for_traces(page, set(names))} == shown
+    assert len(drawn_traces(page, "y2")) == 2, "the second chart of the view (power) is back too"

@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app.catalogue import GPUS_TAG, METRICS, MIG_ACTIVITY_TAG, Device
-from app.figures import Panel, overlay_figure
+from radt.app.figures import Panel, overlay_figure
+from radt.catalogue import METRICS, Device
+from radt.runmodel import GPUS_TAG, MIG_ACTIVITY_TAG
 
 START = 1_700_000_000_000
 

@@ -13,9 +13,9 @@ import json
 import pynvml
 import pytest
 
-from collectors import gpus
-from collectors.experiment import ExperimentFile, real_machine
-from collectors.experiment import plan as plan_experiment
+from radt.collectors import gpus
+from radt.collectors.experiment import ExperimentFile, real_machine
+from radt.collectors.experiment import plan as plan_experiment
 from tests.fakes.fake_nvml import A100, H100, ManualClock, dgx_station, eight_h100, install_fake, mig_gpu
 
 STATION = dgx_station()

@@ -6,9 +6,10 @@ import subprocess
 import sys
 import time
 
-from collectors.proctree import ProcessTree
-from collectors.sources.base import SamplingContext
-from collectors.sources.host import HostSource
+from radt.collectors.proctree import ProcessTree
+from radt.collectors.sources.base import SamplingContext
+from radt.collectors.sources.host import HostSource
+from tests.support.polling import wait_for
 
 BUSY = "import time\nend = time.time() + 30\nwhile time.time() < end: pass\n"
 
@@ -17,9 +18,7 @@ def test_process_tree_cpu_of_a_busy_child_and_its_child():
     parent = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {BUSY!r}]); exec({BUSY!r})"])
     try:
         tree = ProcessTree(parent.pid, max_age=0.0)
-        deadline = time.monotonic() + 10
-        while len(tree.processes()) < 2 and time.monotonic() < deadline:  # until the grandchild exists
-            time.sleep(0.05)
+        wait_for(lambda: len(tree.processes()) >= 2, timeout=10, what="the grandchild to exist")
         assert len(tree.processes()) == 2
         source = HostSource()
         source.open(SamplingContext(interval=0.5, pids=tree.processes))

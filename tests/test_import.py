@@ -17,11 +17,11 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from collectors.cli import main as cli_main
-from collectors.importer import build_points
-from collectors.importer import main as import_main
-from collectors.tracking import PROCESS_ONLY_ENV
-from tests.conftest import radt_env, run_radt
+from radt.cli import main as cli_main
+from radt.collectors.importer import build_points
+from radt.collectors.importer import main as import_main
+from radt.collectors.tracking import PROCESS_ONLY_ENV
+from tests.support.radtproc import radt_env, run_radt
 
 MNIST = ["mnist_dcgmi_dmon_18fields.txt", "mnist_nvidia_smi.csv", "mnist_top_batch.txt"]
 MICROBENCH = ["1.1", "128.32", "1024.1024", "131072.1024"]

@@ -8,13 +8,16 @@ host, and when they end their cards show the final status.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import textwrap
 
-from tests.browser import dashboard, screenshot
-from tests.conftest import radt_command, radt_env
-from tests.test_monitor import GPUS
+from tests.fakes.fake_nvml import A100, H100
+from tests.support.browser import dashboard, new_page, screenshot
+from tests.support.radtproc import radt_command, radt_env
+
+GPUS = json.dumps([{**H100, "load": 0.7}, {**A100, "load": 0.0}])  # one busy GPU, one idle
 
 TRAIN = textwrap.dedent(
     """
@@ -46,10 +49,7 @@ def test_a_training_run_appears_grows_and_ends_on_the_live_tab(pg_uri, radt_home
     script.write_text(TRAIN)
     stop = tmp_path / "stop"
     env = radt_env(radt_home, pg_uri)
-    with dashboard(pg_uri, env) as base:
-        context = browser.new_context(viewport={"width": 1300, "height": 900})
-        page = context.new_page()
-        page.set_default_timeout(30_000)
+    with dashboard(pg_uri, env) as base, new_page(browser, width=1300, height=900) as page:
         page.goto(base + "live")
         page.wait_for_selector("text=No run is training now")
 
@@ -104,4 +104,3 @@ def test_a_training_run_appears_grows_and_ends_on_the_live_tab(pg_uri, radt_home
         watcher.locator(".status", has_text="FINISHED").wait_for()
         assert card.locator(".flag-stale").count() == 0, "an ended run is not stale"
         screenshot(page, "live-finished")
-        context.close()

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 from mlflow import MlflowClient
 
-from app import live
-from app import queries as q
-from collectors import tracking
-from collectors.points import Point
-from collectors.stores import SqlMetricStore
-from tests.runs import radt_run
+from radt.app import live
+from radt.app.store import make_read_engine
+from radt.collectors import tracking
+from radt.collectors.stores import SqlMetricStore
+from radt.points import Point
+from tests.support.runs import radt_run
 
 NOW = 1_760_000_000_000
 SMACT = "system/gpu_0_sm_active"
@@ -41,8 +41,8 @@ def test_live_runs_values_and_incremental_points(store_uri):
     write(b, 0, 40, 0.1)
     write(a, 20, 40)
     write(a, 0, 20)  # A's older half arrives after its newer half
-    runs = live.live_runs(q.make_read_engine(store_uri), NOW)
-    engine = q.make_read_engine(store_uri)
+    runs = live.live_runs(make_read_engine(store_uri), NOW)
+    engine = make_read_engine(store_uri)
     assert set(runs["run_id"]) == {a, b, ended}, "running runs and the one that ended 30 s ago"
     row = runs.set_index("run_id").loc[a]
     assert row.workload_label == "workload pair" and row.host and row.interval_s == 1.0 and row.experiment_name == "live"
@@ -85,7 +85,7 @@ def test_idle_gpu_flag_needs_a_full_minute_of_near_zero_activity(store_uri):
     writer.write(busy, [Point(SMACT, 0.01 if t != -10 else 0.4, NOW + t * 1000, t + 90) for t in span])
     writer.write(young, [Point(SMACT, 0.0, NOW + t * 1000, t + 20) for t in range(-20, 0)])
     writer.write(util_only, [Point("system/gpu_1_utilization_percentage", 2.0, NOW + t * 1000, t + 90) for t in span])
-    engine = q.make_read_engine(store_uri)
+    engine = make_read_engine(store_uri)
     runs = {stalled: NOW - 600_000, busy: NOW - 600_000, young: NOW - 20_000, util_only: NOW - 600_000}
     keys = {stalled: [SMACT], busy: [SMACT], young: [SMACT], util_only: ["system/gpu_1_utilization_percentage"]}
     assert live.idle_gpus(engine, keys, runs, NOW) == {stalled: [0], util_only: [1]}

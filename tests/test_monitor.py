@@ -12,31 +12,21 @@ import signal
 import socket
 import subprocess
 import threading
-import time
 from datetime import date, timedelta
 
 import pytest
 from mlflow import MlflowClient
 
-from tests.conftest import radt_command, radt_env, run_radt
 from tests.fakes.fake_nvml import A100, H100
-from tests.tcpproxy import TcpProxy
+from tests.support.polling import wait_for
+from tests.support.ports import free_port
+from tests.support.postgres import address, through
+from tests.support.proxy import TcpProxy
+from tests.support.radtproc import radt_command, radt_env, run_radt
 
 CPU = "system/cpu_utilization_percentage"
 MEMORY = "system/system_memory_usage_megabytes"  # sampled from the first tick on (CPU % from the second)
 GPUS = json.dumps([{**H100, "load": 0.7}, {**A100, "load": 0.0}])  # one busy GPU, one idle
-
-
-def _wait(condition, timeout=60.0, what="condition", proc: subprocess.Popen | None = None):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if proc is not None and proc.poll() is not None:
-            pytest.fail(f"radt monitor exited {proc.returncode} while waiting for {what}: {proc.stderr.read()}")
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def _monitor_runs(client: MlflowClient, experiment: str = "monitor") -> list:
@@ -67,7 +57,7 @@ def test_monitor_records_idle_and_busy_gpus_until_sigint(store_uri, radt_home):
     proc = _start(radt_home, store_uri, fake_gpus=GPUS)
     client = MlflowClient(store_uri)
     try:
-        running = _wait(lambda: _recording(client, 3), what="3 CPU samples in the monitor run", proc=proc)
+        running = wait_for(lambda: _recording(client, 3), what="3 CPU samples in the monitor run", process=proc)
     finally:
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=60)
@@ -103,7 +93,7 @@ def test_a_second_monitor_of_the_same_host_is_refused(store_uri, radt_home):
     client = MlflowClient(store_uri)
     first = _start(radt_home, store_uri, "-l", "host")
     try:
-        running = _wait(lambda: _recording(client, 1), what="the first monitor's run", proc=first)
+        running = wait_for(lambda: _recording(client, 1), what="the first monitor's run", process=first)
         second = run_radt(["monitor", "-l", "host"], env=radt_env(radt_home, store_uri), cwd=radt_home, timeout=60)
     finally:
         first.send_signal(signal.SIGINT)
@@ -122,7 +112,7 @@ def test_restart_after_a_crash_kills_the_stale_run(store_uri, radt_home):
     client = MlflowClient(store_uri)
     crashed = _start(radt_home, store_uri, "-l", "host")
     try:
-        stale = _wait(lambda: _recording(client, 1), what="the first monitor's run", proc=crashed)
+        stale = wait_for(lambda: _recording(client, 1), what="the first monitor's run", process=crashed)
     finally:
         crashed.kill()  # SIGKILL: no chance to end its run
         crashed.communicate(timeout=30)
@@ -130,7 +120,7 @@ def test_restart_after_a_crash_kills_the_stale_run(store_uri, radt_home):
 
     restarted = _start(radt_home, store_uri, "-l", "host")
     try:
-        fresh = _wait(lambda: _recording(client, 2, exclude={stale.info.run_id}), what="the restarted monitor's run", proc=restarted)
+        fresh = wait_for(lambda: _recording(client, 2, exclude={stale.info.run_id}), what="the restarted monitor's run", process=restarted)
     finally:
         restarted.send_signal(signal.SIGTERM)
         _, stderr = restarted.communicate(timeout=60)
@@ -147,24 +137,23 @@ def test_restart_after_a_crash_kills_the_stale_run(store_uri, radt_home):
 
 
 def test_store_outage_spools_and_replays_every_sample(pg_uri, radt_home):
-    address, database = pg_uri.split("@", 1)[1].split("/", 1)
-    host, port = address.split(":")
-    proxy = TcpProxy(host, int(port)).start()
+    host, port, _database = address(pg_uri)
+    proxy = TcpProxy(host, port).start()
     client = MlflowClient(pg_uri)  # the test reads past the proxy; the monitor writes through it
 
     def points() -> int:
         runs = _monitor_runs(client)
         return len(client.get_metric_history(runs[0].info.run_id, MEMORY)) if runs else 0
 
-    proc = _start(radt_home, f"postgresql://postgres@127.0.0.1:{proxy.port}/{database}", "-l", "host")
+    proc = _start(radt_home, through(pg_uri, proxy.port), "-l", "host")
     try:
-        _wait(lambda: points() >= 3, what="first samples", proc=proc)
+        wait_for(lambda: points() >= 3, what="first samples", process=proc)
         proxy.stop()
-        spool = _wait(lambda: next(radt_home.glob("runs/*/spool.jsonl"), None), what="samples spooled to disk", proc=proc)
-        _wait(lambda: len(spool.read_text().splitlines()) >= 3, what="several spooled batches", proc=proc)
+        spool = wait_for(lambda: next(radt_home.glob("runs/*/spool.jsonl"), None), what="samples spooled to disk", process=proc)
+        wait_for(lambda: len(spool.read_text().splitlines()) >= 3, what="several spooled batches", process=proc)
         during = points()
-        proxy = TcpProxy(host, int(port), port=proxy.port).start()
-        _wait(lambda: points() > during + 3, what="the replay once the store is back", proc=proc)
+        proxy = TcpProxy(host, port, port=proxy.port).start()
+        wait_for(lambda: points() > during + 3, what="the replay once the store is back", process=proc)
     finally:
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=60)
@@ -199,9 +188,7 @@ def test_user_mistakes_give_one_line_and_exit_2(radt_home, tmp_path, args, needl
 
 
 def test_unreachable_store_is_one_line(radt_home, tmp_path):
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     result = run_radt(["monitor", "-l", "host"], env=radt_env(radt_home, f"postgresql://postgres@127.0.0.1:{port}/mlflow"), cwd=tmp_path, timeout=60)
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
@@ -210,7 +197,7 @@ def test_unreachable_store_is_one_line(radt_home, tmp_path):
 
 def test_daily_rollover_finishes_the_day_and_starts_the_next_run(store_uri, radt_home):
     """The monitor's own loop, in this process, with the calendar day as the only thing moved by hand."""
-    from collectors.monitor import Monitor
+    from radt.collectors.monitor import Monitor
 
     today = [date(2026, 3, 1)]
     monitor = Monitor(store_uri, "monitor", ["host"], None, 0.1, 30.0, ["-l", "host"], today=lambda: today[0])
@@ -221,9 +208,9 @@ def test_daily_rollover_finishes_the_day_and_starts_the_next_run(store_uri, radt
     loop.start()
     client = MlflowClient(store_uri)
     try:
-        first = _wait(lambda: _recording(client, 2), what="the first day's samples")
+        first = wait_for(lambda: _recording(client, 2), what="the first day's samples")
         today[0] += timedelta(days=1)
-        second = _wait(lambda: _recording(client, 2, exclude={first.info.run_id}), what="the next day's run")
+        second = wait_for(lambda: _recording(client, 2, exclude={first.info.run_id}), what="the next day's run")
     finally:
         stop.set()
         loop.join(30)

@@ -12,8 +12,8 @@ import psutil
 import pynvml
 import pytest
 
-from collectors.sources.base import SamplingContext, SourceUnavailable
-from collectors.sources.nvml import NvmlSource, gpu_count, gpu_inventory
+from radt.collectors.sources.base import SamplingContext, SourceUnavailable
+from radt.collectors.sources.nvml import NvmlSource, gpu_count, gpu_inventory
 from tests.fakes.fake_nvml import A100, H100, FakeNvml, ManualClock, mig_gpu
 
 MIB = 1024 * 1024

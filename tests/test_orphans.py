@@ -8,7 +8,6 @@ helpers that ignore SIGTERM or leave the session, daemonise. Every wait has a de
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -20,9 +19,9 @@ import psutil
 import pytest
 from mlflow import MlflowClient
 
-from collectors.experiment import ExperimentFile
-from tests.conftest import FAKE_NVML_DIR, REPO, radt_command, radt_env, run_radt
-from tests.polling import alive, gone_within, wait_for
+from radt.collectors.experiment import ExperimentFile
+from tests.support.polling import alive, gone_within, wait_for
+from tests.support.radtproc import fake_tools_env, radt_command, radt_env, run_radt
 
 GONE_WITHIN = 5.0  # seconds after radt's death by which no process of its tree may run
 
@@ -89,12 +88,19 @@ def _sampled(store: str, run_id: str, points: int = 2) -> bool:
 
 
 def _watchdogs(radt_pid: int) -> list[psutil.Process]:
-    return [p for p in psutil.Process(radt_pid).children() if any("watchdog" in part for part in p.cmdline())]
+    found = []
+    for child in psutil.Process(radt_pid).children():
+        try:
+            if any("watchdog" in part for part in child.cmdline()):
+                found.append(child)
+        except psutil.Error:  # a child that has just ended (a zombie until radt reaps it) has no command line
+            continue
+    return found
 
 
 # radt where no cgroup can be made (no cgroup2, an unprivileged user, a container without delegation): most users' case
 WITHOUT_CGROUP = (
-    "import sys, collectors.runner as r; r.make_cgroup = lambda name: None; from collectors.cli import main; sys.argv[0] = 'radt'; sys.exit(main())"
+    "import sys, radt.collectors.runner as r; r.make_cgroup = lambda name: None; from radt.collectors.cli import main; sys.argv[0] = 'radt'; sys.exit(main())"
 )
 
 
@@ -187,17 +193,13 @@ def test_sync_never_touches_a_live_run_nor_a_reused_pid(radt_home, tmp_path):
     gone_within(pids.values(), GONE_WITHIN)
 
 
-FAKE_TOOLS = REPO / "tests" / "fakes" / "gpu_tools"
 HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
 
 
 def test_sigkill_of_a_csv_experiment_leaves_nothing_running_after_sync(radt_home, tmp_path, pg_uri):
     (tmp_path / "tree.py").write_text(TREE)
     (tmp_path / "experiment.csv").write_text(HEADER + "orph,1,,,0,MPS,tree.py,top,--name A\norph,1,,,0,MPS,tree.py,top,--name B\n")
-    extra = {"RADT_FAKE_TOOLS_LOG": str(tmp_path / "tools.log"), "RADT_FAKE_TOOLS_STATE": str(tmp_path / "tools-state.json")}
-    extra["PATH"] = f"{FAKE_TOOLS}:{os.environ['PATH']}"
-    extra["PYTHONPATH"] = f"{FAKE_NVML_DIR}:{REPO}"
-    env = radt_env(radt_home, pg_uri, extra=extra)
+    env = radt_env(radt_home, pg_uri, extra=fake_tools_env(tmp_path))
     scheduler = subprocess.Popen(
         radt_command("--interval", "0.5", "experiment.csv"), cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )

@@ -1,7 +1,7 @@
 """Nothing is lost when the store misbehaves: refused, hung, frozen, back; `radt sync` run against a live
 run; radt SIGKILLed in a stall; a spool on a full disk.
 
-Real `python -m radt` processes against a real PostgreSQL behind tests/tcpproxy.py (stop, blackhole,
+Real `python -m radt` processes against a real PostgreSQL behind tests/support/proxy.py (stop, blackhole,
 resume) and a real `mlflow server` (stopped, restarted, frozen with SIGSTOP). Every check counts the
 run's points per key and step in the store: each step of each system key once, no gaps. Every wait
 is on a condition (a line on radt's stderr, a row in the store, a file), never a fixed sleep.
@@ -22,12 +22,14 @@ import pytest
 import sqlalchemy as sa
 from mlflow import MlflowClient
 
-from collectors.settings import POINTS_LOST_EXIT, STORE_TIMEOUT
-from collectors.writer import SPOOL_NAME, Spool
-from tests.conftest import radt_command, radt_env, run_radt
-from tests.mlflowserver import MlflowServer
-from tests.polling import wait_for
-from tests.tcpproxy import TcpProxy
+from radt.collectors.writer import Spool
+from radt.rundir import SPOOL_FILE
+from radt.settings import POINTS_LOST_EXIT, STORE_TIMEOUT
+from tests.support.mlflowserver import MlflowServer
+from tests.support.polling import wait_for
+from tests.support.postgres import address
+from tests.support.proxy import TcpProxy
+from tests.support.radtproc import LiveRadt, radt_env, run_radt
 
 STEADY = """
     import os, time
@@ -36,52 +38,6 @@ STEADY = """
         time.sleep(0.01)
 """
 MEMORY = "system/system_memory_usage_megabytes"  # sampled on every tick from step 0
-
-
-class LiveRadt:
-    """`python -m radt ARGS` running in the background; its stderr collected line by line as it comes."""
-
-    def __init__(self, args: list[str], env: dict, cwd: Path) -> None:
-        self.proc = subprocess.Popen(radt_command(*args), env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.pid = self.proc.pid
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        for line in self.proc.stderr:
-            self.lines.append(line.rstrip("\n"))
-
-    @property
-    def stderr(self) -> str:
-        return "\n".join(self.lines)
-
-    def line(self, needle: str, timeout: float = 60) -> str:
-        """The first stderr line containing `needle`, waiting for it."""
-
-        def found():
-            hit = next((line for line in self.lines if needle in line), None)
-            assert hit or self.proc.poll() is None, f"radt exited ({self.proc.returncode}) without saying '{needle}':\n{self.stderr}"
-            return hit
-
-        try:
-            return wait_for(found, timeout=timeout, what=f"'{needle}' on radt's stderr")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n--- radt's stderr ---\n{self.stderr}") from None
-
-    def run_id(self) -> str:
-        return re.search(r"radt: run (\w+) in experiment", self.line("radt: run ")).group(1)
-
-    def wait(self, timeout: float = 60) -> int:
-        code = self.proc.wait(timeout)
-        self._reader.join(10)
-        return code
-
-    def end(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.pid, signal.SIGCONT)
-            self.proc.kill()
-        self.wait(30)
 
 
 class SyncLoop:
@@ -112,13 +68,6 @@ def _script(folder: Path, body: str = STEADY, name: str = "steady.py") -> Path:
     path = folder / name
     path.write_text(textwrap.dedent(body))
     return path
-
-
-def _pg_port(uri: str) -> tuple[str, int, str]:
-    rest = uri.split("@", 1)[1]
-    hostport, database = rest.split("/", 1)
-    host, port = hostport.split(":")
-    return host, int(port), database
 
 
 def _per_key_and_step(uri: str, run_id: str) -> dict[str, dict[int, int]]:
@@ -173,7 +122,7 @@ def assert_every_point_once(uri: str, run_id: str, at_least: int) -> int:
 
 
 def test_sync_in_a_loop_leaves_a_live_run_alone_and_a_sigkill_in_a_stall_loses_nothing(pg_uri, radt_home, tmp_path):
-    host, port, database = _pg_port(pg_uri)
+    host, port, database = address(pg_uri)
     proxy = TcpProxy(host, port).start()
     env = radt_env(radt_home, f"postgresql://postgres@127.0.0.1:{proxy.port}/{database}")
     _script(tmp_path)
@@ -182,7 +131,7 @@ def test_sync_in_a_loop_leaves_a_live_run_alone_and_a_sigkill_in_a_stall_loses_n
     try:
         run_id = radt.run_id()
         run_dir = radt_home / "runs" / run_id
-        spool = Spool(run_dir / SPOOL_NAME)
+        spool = Spool(run_dir / SPOOL_FILE)
         wait_for(lambda: _rows(pg_uri, run_id) >= 30, what="first samples in the store")
 
         proxy.stop()  # the store refuses connections: radt spools
@@ -232,7 +181,7 @@ def test_sync_in_a_loop_leaves_a_live_run_alone_and_a_sigkill_in_a_stall_loses_n
 
 
 def test_ctrl_c_while_radt_flushes_into_a_hung_database_leaves_the_rest_to_sync(pg_uri, radt_home, tmp_path):
-    host, port, database = _pg_port(pg_uri)
+    host, port, database = address(pg_uri)
     proxy = TcpProxy(host, port).start()
     env = radt_env(radt_home, f"postgresql://postgres@127.0.0.1:{proxy.port}/{database}")
     _script(tmp_path)
@@ -336,7 +285,7 @@ def _fill(folder: Path) -> None:
 
 
 def test_a_full_disk_under_the_spool_is_loud_and_radt_says_what_was_lost(pg_uri, radt_home, full_runs_folder, tmp_path):
-    host, port, database = _pg_port(pg_uri)
+    host, port, database = address(pg_uri)
     proxy = TcpProxy(host, port).start()
     env = radt_env(radt_home, f"postgresql://postgres@127.0.0.1:{proxy.port}/{database}", extra={"RADT_MEMORY_POINTS": "150"})
     _script(tmp_path)
@@ -355,7 +304,7 @@ def test_a_full_disk_under_the_spool_is_loud_and_radt_says_what_was_lost(pg_uri,
     finally:
         radt.end()
         proxy.stop()
-    spool = full_runs_folder / run_id / SPOOL_NAME
+    spool = full_runs_folder / run_id / SPOOL_FILE
     assert warning == (
         f"radt: cannot write the spool {spool} (OSError: No space left on device); "
         "keeping up to 150 points in memory (RADT_MEMORY_POINTS) until the store or the disk is back"
@@ -375,13 +324,13 @@ def test_a_full_disk_under_the_spool_is_loud_and_radt_says_what_was_lost(pg_uri,
 
 
 def test_final_status_waits_for_sync_when_the_store_hangs_at_the_end(pg_uri, radt_home, tmp_path, monkeypatch, capfd):
-    from collectors.runner import finish_run, local_run_dir
-    from collectors.tracking import PROCESS_ONLY_ENV, connect
-    from collectors.writer import release_run_dir
+    from radt.collectors.finish import finish_run, local_run_dir
+    from radt.collectors.tracking import PROCESS_ONLY_ENV, connect
+    from radt.rundir import release_run_dir
 
     for name, value in PROCESS_ONLY_ENV.items():  # what connect() sets in this process, undone after the test
         monkeypatch.setenv(name, os.environ.get(name, value))
-    host, port, database = _pg_port(pg_uri)
+    host, port, database = address(pg_uri)
     proxy = TcpProxy(host, port).start()
     uri = f"postgresql://postgres@127.0.0.1:{proxy.port}/{database}"
     try:

@@ -1,160 +1,27 @@
 """The dashboard's read side on SQLite and the real PostgreSQL, on stores written three ways: by radt
 itself (workload parents, the bulk SQL path), by plain MLflow with its system-metric keys, and shaped
-like the original radT (params workload/letter/model/params, its legacy keys, step 0 everywhere)."""
+like the original radT (params workload/letter/model/params, its legacy keys, step 0 everywhere):
+tests/support/stores.py builds them."""
 
 from __future__ import annotations
 
 import math
 import socket
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pytest
 import sqlalchemy as sa
 from mlflow import MlflowClient
-from mlflow.entities import Metric, Param
 
-from app import catalogue
-from app import queries as q
-from app.catalogue import Device
-from collectors import tracking
-from collectors.points import Point
-from collectors.stores import SqlMetricStore
-
-BASE = 1_700_000_000_000
-NOW = BASE + 86_400_000  # "now" for running runs' durations
-N_LONG = 6_000  # points of the long series (downsampling, windows)
-
-
-@dataclass
-class Store:
-    uri: str
-    experiments: dict[str, str] = field(default_factory=dict)  # name -> id
-    runs: dict[str, str] = field(default_factory=dict)  # label -> run id
-    parents: dict[str, str] = field(default_factory=dict)  # workload -> parent run id
-    series: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # (label, key) -> (ts, values)
-
-
-def _smact(n: int) -> np.ndarray:
-    return 0.5 + 0.4 * np.sin(np.arange(n) / 20.0)
-
-
-def _radt_run(client, store: Store, exp: str, label: str, workload: str | None, letter: str, start: int) -> str:
-    run_id, parent = tracking.create_run(
-        client,
-        exp,
-        command=["python", "train.py", "--batch-size", "256"],
-        script="train.py",
-        script_args=["--batch-size", "256"],
-        run_name=f"run {label}",
-        workload=workload,
-        letter=letter,
-        devices="0,1",
-        collocation="-",
-        listeners=["nvml", "host"],
-        settings={"interval": "1"},
-        start_time=start,
-    )
-    store.runs[label] = run_id
-    if parent:
-        store.parents[workload] = parent
-    return run_id
-
-
-def _write(writer: SqlMetricStore, store: Store, label: str, key: str, ts: np.ndarray, values: np.ndarray, steps=None) -> None:
-    steps = np.arange(len(ts)) if steps is None else steps
-    writer.write(store.runs[label], [Point(key, float(v), int(t), int(s)) for t, v, s in zip(ts, values, steps)])
-    store.series[(label, key)] = (np.asarray(ts, dtype=np.int64), np.asarray(values, dtype=np.float64))
-
-
-def build(uri: str) -> Store:
-    """Every shape of store the dashboard must read, in one database."""
-    client = MlflowClient(uri)
-    store = Store(uri)
-    writer = SqlMetricStore(uri)
-
-    # --- written by radt: two workloads (parents + children), a run without workload, a deleted run
-    exp = store.experiments["radt-new"] = tracking.resolve_experiment(client, uri, "radt-new")
-    a = _radt_run(client, store, exp, "A", "w1", "A", BASE)
-    _radt_run(client, store, exp, "B", "w1", "B", BASE)
-    _radt_run(client, store, exp, "C", "w2", "A", BASE + 600_000)
-    _radt_run(client, store, exp, "D", None, "A", BASE + 1_200_000)
-    gone = _radt_run(client, store, exp, "gone", "w2", "B", BASE + 600_000)
-    ts = BASE + np.arange(300) * 1000
-    smact = _smact(300)
-    smact[17] = math.nan  # a sample without a value: MLflow stores 0 with is_nan
-    _write(writer, store, "A", "system/gpu_0_sm_active", ts, smact)
-    _write(writer, store, "A", "system/gpu_1_sm_active", ts, smact / 2)
-    _write(writer, store, "A", "system/gpu_0_memory_usage_megabytes", ts, 1000 + np.arange(300.0))
-    _write(writer, store, "A", "system/gpu_1_memory_usage_megabytes", ts, np.full(300, 4000.0))
-    _write(writer, store, "A", "system/gpu_0_energy_joules", ts, np.arange(300) * 250.0)
-    _write(writer, store, "A", "system/gpu_0_power_usage_watts", ts, np.full(300, 250.0))
-    _write(writer, store, "A", "system/cpu_utilization_percentage", ts, np.linspace(10, 30, 300))
-    _write(writer, store, "B", "system/gpu_0_sm_active", ts, np.full(300, 0.25))
-    _write(writer, store, "gone", "system/gpu_0_sm_active", ts, np.full(300, 0.9))
-    # a long series, written out of order in batches, with spikes and a NaN
-    long_ts = BASE + 600_000 + np.arange(N_LONG) * 1000
-    long = _smact(N_LONG)
-    long[1234], long[4321], long[5000] = 3.0, -2.0, math.nan
-    order = np.random.default_rng(0).permutation(N_LONG)
-    for part in np.array_split(order, 6):
-        writer.write(store.runs["C"], [Point("system/gpu_0_sm_active", float(long[i]), int(long_ts[i]), int(i)) for i in part])
-    store.series[("C", "system/gpu_0_sm_active")] = (long_ts, long)
-    for label in ("A", "B", "C", "gone"):
-        client.set_terminated(store.runs[label], "FINISHED", end_time=BASE + 600_000 * (2 if label in ("C", "gone") else 1) + 300_000)
-    # D stays RUNNING
-    client.delete_run(gone)
-    assert a
-
-    # --- plain MLflow with its own system-metrics names, one nested run under a plain parent
-    exp = store.experiments["mlflow-sys"] = client.create_experiment("mlflow-sys")
-    parent = client.create_run(exp, run_name="sweep", start_time=BASE).info.run_id
-    store.runs["sweep"] = parent
-    child = client.create_run(exp, run_name="trial", start_time=BASE, tags={"mlflow.parentRunId": parent}).info.run_id
-    store.runs["trial"] = child
-    mts = BASE + np.arange(60) * 1000
-    metrics = []
-    for i, t in enumerate(mts):
-        metrics += [
-            Metric("system/gpu_0_utilization_percentage", 50.0 + i % 10, int(t), i),
-            Metric("system/cpu_utilization_percentage", 20.0, int(t), i),
-            Metric("system/gpu_0_memory_usage_megabytes", 2000.0 + i, int(t), i),
-            Metric("system/gpu_0_power_usage_watts", 100.0, int(t), i),
-            Metric("loss", 1.0 / (i + 1), int(t), i),
-        ]
-    client.log_batch(child, metrics=metrics)
-    store.series[("trial", "system/gpu_0_utilization_percentage")] = (mts, np.array([50.0 + i % 10 for i in range(60)]))
-    client.set_terminated(child, "FINISHED", end_time=BASE + 60_000)
-    client.set_terminated(parent, "FINISHED", end_time=BASE + 61_000)
-
-    # --- shaped like the original radT: params, legacy keys, step 0, values as radT stored them
-    exp = store.experiments["radT-legacy"] = client.create_experiment("radT-legacy")
-    for label, workload, letter in (("old1", "3", "A"), ("old2", "3", "B"), ("old3", "4", "A")):
-        run_id = client.create_run(exp, run_name=f"radT {label}", start_time=BASE).info.run_id
-        store.runs[label] = run_id
-        params = {"workload": workload, "letter": letter, "model": "resnet50", "params": "--batch-size 64"}
-        client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()])
-        lts = BASE + np.arange(60) * 1000
-        metrics = []
-        for i, t in enumerate(lts):
-            metrics += [
-                Metric("DCGMI - SN Active", 0.3 + 0.001 * i, int(t), 0),
-                Metric("SMI - GPU Util", 0.8, int(t), 0),
-                Metric("TOP - CPU Utilization", 150.0, int(t), 0),
-                Metric("SMI - Mem Used", 1024.0, int(t), 0),
-                Metric("DCGMI - Total Energy Consumption", 5e9 + 100_000.0 * i, int(t), 0),
-            ]
-        client.log_batch(run_id, metrics=metrics)
-        client.set_terminated(run_id, "FINISHED", end_time=BASE + 60_000)
-
-    # --- a deleted experiment
-    dead = client.create_experiment("deleted-exp")
-    client.create_run(dead)
-    client.delete_experiment(dead)
-    store.experiments["deleted-exp"] = dead
-    writer.close()
-    return store
+from radt import catalogue
+from radt.app.keys import resolve_keys, resolve_scaled
+from radt.app.runs import RUN_COLUMNS, list_experiments, list_metric_keys, list_runs, list_workloads, present_metrics
+from radt.app.series import load_metric, load_series
+from radt.app.store import RUNS, TAGS, StoreUnavailable, check_store, make_read_engine
+from radt.app.summaries import SUMMARY_COLUMNS, run_summary
+from radt.catalogue import Device
+from tests.support.stores import BASE, NOW, Store, build
 
 
 @pytest.fixture
@@ -164,7 +31,7 @@ def built(store_uri) -> Store:
 
 @pytest.fixture
 def engine(built):
-    engine = q.make_read_engine(built.uri)
+    engine = make_read_engine(built.uri)
     yield engine
     engine.dispose()
 
@@ -173,7 +40,7 @@ def engine(built):
 
 
 def _check_experiments(built, engine):
-    experiments = q.list_experiments(engine)
+    experiments = list_experiments(engine)
     assert [e["name"] for e in experiments] == ["Default", "mlflow-sys", "radT-legacy", "radt-new"]
     counts = {e["name"]: e["runs"] for e in experiments}
     assert counts == {"Default": 0, "mlflow-sys": 2, "radT-legacy": 3, "radt-new": 4}, "parents and deleted runs not counted"
@@ -183,8 +50,8 @@ def _check_experiments(built, engine):
 def test_experiments_runs_and_workloads_from_every_kind_of_store(built, engine, monkeypatch):
     _check_experiments(built, engine)
     ids = [built.experiments[n] for n in ("radt-new", "mlflow-sys", "radT-legacy", "deleted-exp")]
-    runs = q.list_runs(engine, ids, now_ms=NOW)
-    assert list(runs.columns) == q.RUN_COLUMNS
+    runs = list_runs(engine, ids, now_ms=NOW)
+    assert list(runs.columns) == RUN_COLUMNS
     by_label = {label: runs.set_index("run_id").loc[rid] for label, rid in built.runs.items() if rid in set(runs.run_id)}
     # parents (radt.role=workload), the deleted run and the deleted experiment's run are no rows
     assert set(runs.run_id) == {built.runs[k] for k in ("A", "B", "C", "D", "sweep", "trial", "old1", "old2", "old3")}
@@ -216,16 +83,16 @@ def test_experiments_runs_and_workloads_from_every_kind_of_store(built, engine, 
     assert by_label["A"].params["batch-size"] == "256" and by_label["A"].tags["radt.role"] == "run"
     assert by_label["A"].experiment_id == built.experiments["radt-new"]
 
-    workloads = q.list_workloads(runs)
+    workloads = list_workloads(runs)
     w1 = workloads[workloads.workload_id == built.parents["w1"]].iloc[0]
     assert (w1.workload_label, w1.runs, w1.running) == ("workload w1", 2, 0)
-    assert q.list_runs(engine, []).empty and q.list_runs(engine, ["not-an-id"]).empty
-    assert list(q.list_runs(engine, []).columns) == q.RUN_COLUMNS
+    assert list_runs(engine, []).empty and list_runs(engine, ["not-an-id"]).empty
+    assert list(list_runs(engine, []).columns) == RUN_COLUMNS
 
     # a parent outside the selection (here deleted) still names its children's workload; IN lists chunked
     MlflowClient(built.uri).delete_run(built.parents["w1"])
-    monkeypatch.setattr(q, "CHUNK", 2)
-    again = q.list_runs(engine, [built.experiments["radt-new"]], now_ms=NOW).set_index("run_id")
+    monkeypatch.setattr("radt.app.store.CHUNK", 2)
+    again = list_runs(engine, [built.experiments["radt-new"]], now_ms=NOW).set_index("run_id")
     assert again.loc[built.runs["A"]].workload_id == built.parents["w1"]
     assert again.loc[built.runs["B"]].workload_label == "workload w1"
     assert len(again) == 4
@@ -241,34 +108,34 @@ def test_metric_keys_catalogue_resolution_and_legacy_scaling(built, engine):
 
 def _check_metric_keys(built, engine):
     r = built.runs
-    keys = q.list_metric_keys(engine, [r["A"], r["old1"]])
+    keys = list_metric_keys(engine, [r["A"], r["old1"]])
     assert keys == sorted(keys)
     assert {"system/gpu_0_sm_active", "system/gpu_1_sm_active", "DCGMI - SN Active", "SMI - GPU Util"} <= set(keys)
-    assert "loss" not in keys and "loss" in q.list_metric_keys(engine, [r["trial"]])
-    assert q.list_metric_keys(engine, []) == []
+    assert "loss" not in keys and "loss" in list_metric_keys(engine, [r["trial"]])
+    assert list_metric_keys(engine, []) == []
 
     everyone = [r[k] for k in ("A", "B", "C", "D", "trial", "old1")]
-    assert q.resolve_keys(engine, everyone, "sm_active", 0) == {
+    assert resolve_keys(engine, everyone, "sm_active", 0) == {
         r["A"]: "system/gpu_0_sm_active",
         r["B"]: "system/gpu_0_sm_active",
         r["C"]: "system/gpu_0_sm_active",
         r["old1"]: "DCGMI - SN Active",  # radT's misspelt key, GPU 0 by convention
     }
-    assert q.resolve_keys(engine, everyone, "sm_active", 1) == {r["A"]: "system/gpu_1_sm_active"}
-    assert q.resolve_keys(engine, everyone, "utilization_percentage", 0) == {
+    assert resolve_keys(engine, everyone, "sm_active", 1) == {r["A"]: "system/gpu_1_sm_active"}
+    assert resolve_keys(engine, everyone, "utilization_percentage", 0) == {
         r["trial"]: "system/gpu_0_utilization_percentage",
         r["old1"]: "SMI - GPU Util",
     }
-    assert q.resolve_keys(engine, everyone, "cpu_utilization_percentage") == {
+    assert resolve_keys(engine, everyone, "cpu_utilization_percentage") == {
         r["A"]: "system/cpu_utilization_percentage",
         r["trial"]: "system/cpu_utilization_percentage",
     }
-    assert q.resolve_keys(engine, everyone, "process_cpu_utilization_percentage") == {r["old1"]: "TOP - CPU Utilization"}
-    assert q.resolve_scaled(engine, [r["old1"]], "memory_usage_megabytes", 0) == {r["old1"]: ("SMI - Mem Used", catalogue.MIB)}
+    assert resolve_keys(engine, everyone, "process_cpu_utilization_percentage") == {r["old1"]: "TOP - CPU Utilization"}
+    assert resolve_scaled(engine, [r["old1"]], "memory_usage_megabytes", 0) == {r["old1"]: ("SMI - Mem Used", catalogue.MIB)}
     with pytest.raises(KeyError):
-        q.resolve_keys(engine, everyone, "no_such_metric", 0)
+        resolve_keys(engine, everyone, "no_such_metric", 0)
 
-    present = q.present_metrics(engine, [r["A"], r["old1"]])
+    present = present_metrics(engine, [r["A"], r["old1"]])
     assert ("sm_active", 0) in present and ("sm_active", 1) in present
     assert ("cpu_utilization_percentage", None) in present and ("process_cpu_utilization_percentage", None) in present
     assert present.index(("sm_active", 0)) < present.index(("sm_active", 1)) < present.index(("cpu_utilization_percentage", None))
@@ -276,15 +143,15 @@ def _check_metric_keys(built, engine):
 
 def _check_legacy_scaling(built, engine):
     r = built.runs
-    util = q.load_metric(engine, [r["old1"], r["trial"]], "utilization_percentage", 0)
+    util = load_metric(engine, [r["old1"], r["trial"]], "utilization_percentage", 0)
     assert np.allclose(util[r["old1"]][1], 80.0), "radT's 0-1 SMI - GPU Util is percent"
     assert np.array_equal(util[r["trial"]][1], built.series[("trial", "system/gpu_0_utilization_percentage")][1])
-    memory = q.load_metric(engine, [r["old1"]], "memory_usage_megabytes", 0)
+    memory = load_metric(engine, [r["old1"]], "memory_usage_megabytes", 0)
     assert np.allclose(memory[r["old1"]][1], 1024.0 * catalogue.MIB)
-    energy = q.load_metric(engine, [r["old2"]], "energy_joules", 0)
+    energy = load_metric(engine, [r["old2"]], "energy_joules", 0)
     ts, joules = energy[r["old2"]]
     assert joules[0] == pytest.approx(0.0) and joules[-1] == pytest.approx(59 * 100.0), "mJ since driver load made relative"
-    smact = q.load_metric(engine, [r["old1"], r["A"]], "sm_active", 0, start_ms=BASE, end_ms=BASE + 9_000)
+    smact = load_metric(engine, [r["old1"], r["A"]], "sm_active", 0, start_ms=BASE, end_ms=BASE + 9_000)
     assert list(smact) == [r["old1"], r["A"]]
     assert np.allclose(smact[r["old1"]][1], 0.3 + 0.001 * np.arange(10))
     assert np.array_equal(smact[r["old1"]][0], BASE + np.arange(10) * 1000)
@@ -296,8 +163,8 @@ def _check_legacy_scaling(built, engine):
 @pytest.mark.parametrize("per_run", [False, True], ids=["primary-key", "run-by-run"])
 def test_series_budget_extremes_nan_and_zoomed_windows(built, engine, monkeypatch, per_run):
     # PostgreSQL reads a few runs out of many run by run, a larger share through MLflow's primary key
-    monkeypatch.setattr(q, "KEY_SCAN_WHOLE", not per_run)
-    monkeypatch.setattr(q, "PARALLEL_MIN_RUNS", 1 if per_run else 10**6)  # run by run: also split across connections
+    monkeypatch.setattr("radt.app.series.KEY_SCAN_WHOLE", not per_run)
+    monkeypatch.setattr("radt.app.series.PARALLEL_MIN_RUNS", 1 if per_run else 10**6)  # run by run: also split across connections
     _check_series_downsampled(built, engine)
     _check_zoomed_window(built, engine)
 
@@ -305,7 +172,7 @@ def test_series_budget_extremes_nan_and_zoomed_windows(built, engine, monkeypatc
 def _check_series_downsampled(built, engine):
     r = built.runs
     ts, raw = built.series[("C", "system/gpu_0_sm_active")]
-    out = q.load_series(engine, [r["C"], r["A"], r["trial"]], "system/gpu_0_sm_active", budget=1000)
+    out = load_series(engine, [r["C"], r["A"], r["trial"]], "system/gpu_0_sm_active", budget=1000)
     assert set(out) == {r["C"], r["A"]}, "runs without the key are absent"
     xs, ys = out[r["C"]]
     assert len(xs) <= 1000 and np.all(np.diff(xs) > 0), "sorted by time although written out of order"
@@ -320,33 +187,33 @@ def _check_series_downsampled(built, engine):
     expected_t, expected_v = built.series[("A", "system/gpu_0_sm_active")]
     assert np.array_equal(xa, expected_t) and np.allclose(ya, expected_v, equal_nan=True)
     assert math.isnan(ya[17])
-    assert len(q.load_series(engine, [r["C"]], "system/gpu_0_sm_active")[r["C"]][0]) <= 2000, "default budget"
-    assert q.load_series(engine, [], "system/gpu_0_sm_active") == {}
+    assert len(load_series(engine, [r["C"]], "system/gpu_0_sm_active")[r["C"]][0]) <= 2000, "default budget"
+    assert load_series(engine, [], "system/gpu_0_sm_active") == {}
     if engine.dialect.name == "postgresql":  # psycopg 3 reads binary on a raw cursor; psycopg2 goes through SQLAlchemy
-        other = q.make_read_engine(built.uri.replace("postgresql://", "postgresql+psycopg2://"))
-        again = q.load_series(other, [r["C"], r["A"]], "system/gpu_0_sm_active", budget=1000)
+        other = make_read_engine(built.uri.replace("postgresql://", "postgresql+psycopg2://"))
+        again = load_series(other, [r["C"], r["A"]], "system/gpu_0_sm_active", budget=1000)
         other.dispose()
         assert again.keys() == out.keys()
         for run_id, (xs_, ys_) in again.items():
             assert np.array_equal(xs_, out[run_id][0]) and np.array_equal(ys_, out[run_id][1], equal_nan=True)
-    assert q.load_series(engine, [r["A"]], "no-such-key") == {}
+    assert load_series(engine, [r["A"]], "no-such-key") == {}
 
 
 def _check_zoomed_window(built, engine):
     r = built.runs
     ts, raw = built.series[("C", "system/gpu_0_sm_active")]
     lo, hi = int(ts[1000]), int(ts[2499])  # 1,500 points: under the budget
-    out = q.load_series(engine, [r["C"], r["A"]], "system/gpu_0_sm_active", lo, hi, budget=2000)
+    out = load_series(engine, [r["C"], r["A"]], "system/gpu_0_sm_active", lo, hi, budget=2000)
     assert set(out) == {r["C"]}, "A has no points in this window"
     xs, ys = out[r["C"]]
     assert np.array_equal(xs, ts[1000:2500]) and np.array_equal(ys, raw[1000:2500]), "bounds inclusive, every point"
-    xs, _ = q.load_series(engine, [r["C"]], "system/gpu_0_sm_active", lo, None, budget=500)[r["C"]]
+    xs, _ = load_series(engine, [r["C"]], "system/gpu_0_sm_active", lo, None, budget=500)[r["C"]]
     assert len(xs) <= 500 and xs[0] >= lo and xs[-1] == ts[-1]
     # per-run windows (a time-since-start axis) and the step axis
     windows = {r["C"]: (int(ts[10]), int(ts[19])), r["A"]: (BASE + 5_000, BASE + 7_000)}
-    out = q.load_series(engine, [r["C"], r["A"]], "system/gpu_0_sm_active", windows=windows)
+    out = load_series(engine, [r["C"], r["A"]], "system/gpu_0_sm_active", windows=windows)
     assert np.array_equal(out[r["C"]][0], ts[10:20]) and np.array_equal(out[r["A"]][0], BASE + np.arange(5, 8) * 1000)
-    steps, values = q.load_series(engine, [r["C"]], "system/gpu_0_sm_active", 100, 199, x="step")[r["C"]]
+    steps, values = load_series(engine, [r["C"]], "system/gpu_0_sm_active", 100, 199, x="step")[r["C"]]
     assert np.array_equal(steps, np.arange(100, 200)) and np.array_equal(values, raw[100:200])
 
 
@@ -356,8 +223,8 @@ def _check_zoomed_window(built, engine):
 def test_run_summary(built, engine):
     r = built.runs
     labels = ["A", "B", "D", "trial", "old1"]
-    summary = q.run_summary(engine, [r[k] for k in labels], now_ms=NOW)
-    assert list(summary.columns) == q.SUMMARY_COLUMNS and list(summary.run_id) == [r[k] for k in labels]
+    summary = run_summary(engine, [r[k] for k in labels], now_ms=NOW)
+    assert list(summary.columns) == SUMMARY_COLUMNS and list(summary.run_id) == [r[k] for k in labels]
     s = summary.set_index("run_id")
     smact = built.series[("A", "system/gpu_0_sm_active")][1]
     smact = smact[~np.isnan(smact)]
@@ -383,7 +250,7 @@ def test_run_summary(built, engine):
     assert old.gpu_memory_peak_mb == pytest.approx(1024.0 * catalogue.MIB)
     assert old.energy_j == pytest.approx(59 * 100.0), "radT's mJ counter: last minus first"
     assert old.process_cpu_mean == pytest.approx(150.0) and math.isnan(old.cpu_mean)
-    assert q.run_summary(engine, []).empty
+    assert run_summary(engine, []).empty
 
 
 # --- engine --------------------------------------------------------------------------------------
@@ -393,30 +260,30 @@ def test_the_read_engine_cannot_write(store_uri):
     client = MlflowClient(store_uri)
     experiment = client.create_experiment("untouchable")
     run_id = client.create_run(experiment).info.run_id
-    engine = q.make_read_engine(store_uri)
-    q.check_store(engine)
+    engine = make_read_engine(store_uri)
+    check_store(engine)
     with pytest.raises(sa.exc.DBAPIError), engine.begin() as conn:
-        conn.execute(sa.delete(q.RUNS))
+        conn.execute(sa.delete(RUNS))
     with pytest.raises(sa.exc.DBAPIError), engine.begin() as conn:
-        conn.execute(q.TAGS.insert().values(key="x", value="y", run_uuid=run_id))
-    assert list(q.list_runs(engine, [experiment]).run_id) == [run_id]
+        conn.execute(TAGS.insert().values(key="x", value="y", run_uuid=run_id))
+    assert list(list_runs(engine, [experiment]).run_id) == [run_id]
     engine.dispose()
 
 
 def test_an_unreachable_store_is_one_clear_error(tmp_path: Path, pg_uri):
     missing = tmp_path / "nowhere" / "mlflow.db"
-    engine = q.make_read_engine(f"sqlite:///{missing}")
-    with pytest.raises(q.StoreUnavailable, match=f"sqlite:///{missing}"):
-        q.check_store(engine)
+    engine = make_read_engine(f"sqlite:///{missing}")
+    with pytest.raises(StoreUnavailable, match=f"sqlite:///{missing}"):
+        check_store(engine)
     assert not missing.exists(), "reading never creates a store"
     empty = tmp_path / "empty.db"
     sa.create_engine(f"sqlite:///{empty}").connect().close()
-    with pytest.raises(q.StoreUnavailable, match="not an MLflow tracking store"):
-        q.check_store(q.make_read_engine(f"sqlite:///{empty}"))
+    with pytest.raises(StoreUnavailable, match="not an MLflow tracking store"):
+        check_store(make_read_engine(f"sqlite:///{empty}"))
     gone = pg_uri.rsplit("/", 1)[0] + "/radt_no_such_database"
-    with pytest.raises(q.StoreUnavailable, match="radt_no_such_database"):
-        q.check_store(q.make_read_engine(gone.replace("postgresql://", "postgres://")))
-    q.check_store(q.make_read_engine(pg_uri))
+    with pytest.raises(StoreUnavailable, match="radt_no_such_database"):
+        check_store(make_read_engine(gone.replace("postgresql://", "postgres://")))
+    check_store(make_read_engine(pg_uri))
 
 
 # --- the pages' cached access (app.data) -----------------------------------------------------------
@@ -425,9 +292,9 @@ def test_an_unreachable_store_is_one_clear_error(tmp_path: Path, pg_uri):
 def test_cached_series_zoom_windows_and_step_axis(built, engine, monkeypatch, tmp_path):
     from flask import Flask
 
-    from app import data
-    from app.cache import CACHE, cache_config
-    from app.state import STATE
+    from radt.app import data
+    from radt.app.cache import CACHE, cache_config
+    from radt.app.state import STATE
 
     CACHE.init_app(Flask(__name__), config=cache_config("simple"))
     CACHE.clear()
@@ -444,7 +311,7 @@ def test_cached_series_zoom_windows_and_step_axis(built, engine, monkeypatch, tm
     assert list(data.series("cat:sm_active", runs, gpus=[1])) == [r["A"]], "the GPU filter keeps GPU 1 only"
 
     # a second chart of the same runs comes from the cache: the database is not asked again
-    monkeypatch.setattr(STATE, "engine", q.make_read_engine(f"sqlite:///{tmp_path / 'absent.db'}"))
+    monkeypatch.setattr(STATE, "engine", make_read_engine(f"sqlite:///{tmp_path / 'absent.db'}"))
     again = data.series("cat:sm_active", data.runs([built.experiments["radt-new"]]))
     assert again.keys() == first.keys() and all(np.array_equal(again[k][gpu0][0], first[k][gpu0][0]) for k in first)
     monkeypatch.setattr(STATE, "engine", engine)
@@ -461,6 +328,6 @@ def test_cached_series_zoom_windows_and_step_axis(built, engine, monkeypatch, tm
     wall = data.zoom_windows(("2023-11-14 22:13:20", "2023-11-14 22:13:30"), "wall", runs)  # BASE in UTC
     assert wall[r["A"]] == (BASE + 0 - 1, BASE + 10_000 + 1)
     summary = data.summary(runs)
-    direct = q.run_summary(engine, list(runs["run_id"]))
+    direct = run_summary(engine, list(runs["run_id"]))
     assert list(summary["run_id"]) == list(runs["run_id"])
     assert summary.drop(columns="duration_s").equals(direct.drop(columns="duration_s")), "a running run's duration grows between calls"

@@ -7,11 +7,9 @@ Every wait is on a condition (a file, a row in the store, a line on stderr), nev
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -20,9 +18,12 @@ import pytest
 import sqlalchemy as sa
 from mlflow import MlflowClient
 
-from tests.conftest import radt_command, radt_env, run_radt
-from tests.polling import wait_for
-from tests.tcpproxy import TcpProxy
+from tests.support.mlflowserver import MlflowServer
+from tests.support.polling import wait_for
+from tests.support.ports import free_port
+from tests.support.postgres import address
+from tests.support.proxy import TcpProxy
+from tests.support.radtproc import radt_command, radt_env, run_radt
 
 TRAIN = textwrap.dedent(
     """
@@ -138,9 +139,6 @@ LOOP_FOREVER = """
 """
 
 
-_wait = wait_for  # tests/polling.py
-
-
 def _system_points(uri: str, key: str = "system/cpu_utilization_percentage") -> int:
     engine = sa.create_engine(uri.replace("postgresql://", "postgresql+psycopg2://"))
     try:
@@ -164,8 +162,8 @@ def test_interrupt_kills_the_script_and_its_children(store_uri, radt_home, tmp_p
         text=True,
     )
     ready = tmp_path / "ready.json"
-    _wait(lambda: ready.exists() and ready.read_text().endswith("}"), what="the script to start")
-    _wait(lambda: _system_points(store_uri) >= 2, what="samples in the store")
+    wait_for(lambda: ready.exists() and ready.read_text().endswith("}"), what="the script to start")
+    wait_for(lambda: _system_points(store_uri) >= 2, what="samples in the store")
     pids = json.loads(ready.read_text())
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
@@ -261,9 +259,7 @@ def test_user_mistakes_give_one_line_and_exit_2(radt_home, tmp_path, args, needl
 
 def test_unreachable_store_is_one_line(radt_home, tmp_path):
     _script(tmp_path, "print('ok')\n", "ok.py")
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     result = run_radt(["ok.py"], env=radt_env(radt_home, f"postgresql://postgres@127.0.0.1:{port}/mlflow"), cwd=tmp_path, timeout=60)
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
@@ -271,58 +267,11 @@ def test_unreachable_store_is_one_line(radt_home, tmp_path):
     assert lines[0].startswith("radt: cannot reach the tracking store postgresql://postgres@127.0.0.1") and "MLFLOW_TRACKING_URI" in lines[0]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def mlflow_server(tmp_path, sqlite_template):
     """A real `mlflow server` (one worker) on a fresh SQLite store."""
-    import shutil
-
-    db = tmp_path / "server.db"
-    shutil.copy(sqlite_template, db)
-    port = _free_port()
-    import urllib.request
-
-    with open(tmp_path / "server.log", "w") as log:
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "mlflow",
-                "server",
-                "--backend-store-uri",
-                f"sqlite:///{db}",
-                "--artifacts-destination",
-                str(tmp_path / "srv-artifacts"),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--workers",
-                "1",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-        def healthy():
-            try:
-                return urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).status == 200
-            except OSError:
-                assert server.poll() is None, (tmp_path / "server.log").read_text()
-                return False
-
-        try:
-            _wait(healthy, timeout=90, what="mlflow server")
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            os.killpg(server.pid, signal.SIGTERM)
-            server.wait(30)
+    with MlflowServer(tmp_path, sqlite_template) as server:
+        yield server.uri
 
 
 def test_through_an_mlflow_server(mlflow_server, radt_home, tmp_path):
@@ -339,15 +288,8 @@ def test_through_an_mlflow_server(mlflow_server, radt_home, tmp_path):
     assert "radt/stdout.log" in {f.path for f in client.list_artifacts(run.info.run_id, "radt")}
 
 
-def _pg_port(uri: str) -> tuple[str, int, str]:
-    rest = uri.split("@", 1)[1]
-    hostport, database = rest.split("/", 1)
-    host, port = hostport.split(":")
-    return host, int(port), database
-
-
 def test_store_outage_mid_run_loses_no_point(pg_uri, radt_home, tmp_path):
-    host, port, database = _pg_port(pg_uri)
+    host, port, database = address(pg_uri)
     proxy = TcpProxy(host, port).start()
     via_proxy = f"postgresql://postgres@127.0.0.1:{proxy.port}/{database}"
     _script(
@@ -369,13 +311,13 @@ def test_store_outage_mid_run_loses_no_point(pg_uri, radt_home, tmp_path):
         text=True,
     )
     try:
-        _wait(lambda: _system_points(pg_uri) >= 3, what="first samples")
+        wait_for(lambda: _system_points(pg_uri) >= 3, what="first samples")
         proxy.stop()
-        spool = _wait(lambda: next(radt_home.glob("runs/*/spool.jsonl"), None), what="samples spooled to disk")
-        _wait(lambda: len(spool.read_text().splitlines()) >= 3, what="several spooled batches")
+        spool = wait_for(lambda: next(radt_home.glob("runs/*/spool.jsonl"), None), what="samples spooled to disk")
+        wait_for(lambda: len(spool.read_text().splitlines()) >= 3, what="several spooled batches")
         during = _system_points(pg_uri)
         proxy = TcpProxy(host, port, port=proxy.port).start()
-        _wait(lambda: _system_points(pg_uri) > during + 3, what="replay after the store came back")
+        wait_for(lambda: _system_points(pg_uri) > during + 3, what="replay after the store came back")
         (tmp_path / "finish").write_text("")
         _, stderr = proc.communicate(timeout=120)
     finally:
@@ -393,7 +335,7 @@ def test_store_outage_mid_run_loses_no_point(pg_uri, radt_home, tmp_path):
 
 
 def test_store_down_at_exit_waits_for_radt_sync(pg_uri, radt_home, tmp_path):
-    host, port, database = _pg_port(pg_uri)
+    host, port, database = address(pg_uri)
     proxy = TcpProxy(host, port).start()
     via_proxy = f"postgresql://postgres@127.0.0.1:{proxy.port}/{database}"
     _script(tmp_path, "import os, time\nwhile not os.path.exists('finish'):\n    time.sleep(0.02)\n", "wait.py")
@@ -406,9 +348,9 @@ def test_store_down_at_exit_waits_for_radt_sync(pg_uri, radt_home, tmp_path):
         text=True,
     )
     try:
-        _wait(lambda: _system_points(pg_uri, "system/system_memory_usage_megabytes") >= 2, what="first samples")
+        wait_for(lambda: _system_points(pg_uri, "system/system_memory_usage_megabytes") >= 2, what="first samples")
         proxy.stop()
-        _wait(lambda: next(radt_home.glob("runs/*/spool.jsonl"), None), what="spooling")
+        wait_for(lambda: next(radt_home.glob("runs/*/spool.jsonl"), None), what="spooling")
         (tmp_path / "finish").write_text("")
         _, stderr = proc.communicate(timeout=120)
     finally:
@@ -437,11 +379,11 @@ def test_radt_killed_hard_takes_the_script_along_and_sync_closes_the_run(radt_ho
     env = radt_env(radt_home, store)
     proc = subprocess.Popen(radt_command("-e", "hard", "-l", "host", "--interval", "0.2", "loop.py"), env=env, cwd=tmp_path, stderr=subprocess.DEVNULL)
     ready = tmp_path / "ready.json"
-    _wait(lambda: ready.exists() and ready.read_text().endswith("}"), what="the script to start")
+    wait_for(lambda: ready.exists() and ready.read_text().endswith("}"), what="the script to start")
     script_pid = json.loads(ready.read_text())["pid"]
     proc.kill()  # SIGKILL: radt gets no chance to clean up
     proc.wait(30)
-    _wait(lambda: not psutil.pid_exists(script_pid) or psutil.Process(script_pid).status() == psutil.STATUS_ZOMBIE, what="the script to die with radt")
+    wait_for(lambda: not psutil.pid_exists(script_pid) or psutil.Process(script_pid).status() == psutil.STATUS_ZOMBIE, what="the script to die with radt")
     synced = run_radt(["sync"], env=env, cwd=tmp_path)
     assert synced.returncode == 0, synced.stderr
     client = MlflowClient(store)

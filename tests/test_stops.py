@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from tests.conftest import radt_command, radt_env, run_radt
-from tests.polling import gone_within, wait_for
+from tests.support.polling import gone_within, wait_for
+from tests.support.radtproc import radt_command, radt_env, run_radt
 
 EPOCHS = """
     import sys, time, radt

@@ -14,9 +14,9 @@ import sqlalchemy as sa
 from mlflow import MlflowClient
 from mlflow.entities import Metric
 
-from collectors.points import Point
-from collectors.stores import MlflowMetricStore, SqlMetricStore, StoreUnavailable, open_metric_store, sanitize
-from collectors.tracking import PROCESS_ONLY_ENV
+from radt.collectors.stores import MlflowMetricStore, SqlMetricStore, StoreUnavailable, open_metric_store, sanitize
+from radt.collectors.tracking import PROCESS_ONLY_ENV
+from radt.points import Point
 
 
 def _points() -> list[Point]:

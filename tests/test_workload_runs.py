@@ -11,8 +11,8 @@ import subprocess
 
 from mlflow import MlflowClient
 
-from tests.conftest import radt_command, radt_env, run_radt
-from tests.polling import wait_for
+from tests.support.polling import wait_for
+from tests.support.radtproc import radt_command, radt_env, run_radt
 
 WAIT_FOR_GO = """
 import os, sys, time
@@ -31,9 +31,6 @@ def _workload(client: MlflowClient, experiment: str):
     return parents[0], children
 
 
-_until = wait_for  # tests/polling.py
-
-
 def test_runs_started_together_get_their_own_letters_and_the_parent_waits_for_both(store_uri, radt_home, tmp_path):
     (tmp_path / "wait.py").write_text(WAIT_FOR_GO)
     go = tmp_path / "go"
@@ -45,7 +42,7 @@ def test_runs_started_together_get_their_own_letters_and_the_parent_waits_for_bo
         for _ in range(2)
     ]
     try:
-        _until(lambda: len(list(tmp_path.glob("go-started-*"))) == 2, what="both scripts running")
+        wait_for(lambda: len(list(tmp_path.glob("go-started-*"))) == 2, what="both scripts running")
         parent, children = _workload(MlflowClient(store_uri), "side by side")
         assert sorted(c.data.tags["radt.letter"] for c in children) == ["A", "B"]
         assert parent.info.status == "RUNNING"
@@ -93,7 +90,7 @@ def test_a_run_joining_an_ended_workload_reopens_it(radt_home, tmp_path, sqlite_
         radt_command("-e", "again", "-w", "w", "-l", "host", "wait.py", str(go)), env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True
     )
     try:
-        _until(lambda: list(tmp_path.glob("go-started-*")), what="the second run's script")
+        wait_for(lambda: list(tmp_path.glob("go-started-*")), what="the second run's script")
         assert _workload(client, "again")[0].info.status == "RUNNING", "a workload with a running run is RUNNING"
     finally:
         go.touch()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -11,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from collectors.points import Point
-from collectors.writer import MetricWriter, Spool, claim_run_dir, owner_pid, release_run_dir
-
-REPO = Path(__file__).resolve().parent.parent
+from radt.collectors.writer import MetricWriter, Spool
+from radt.points import Point
+from radt.rundir import claim_run_dir, owner_pid, release_run_dir
+from tests.support.paths import REPO
+from tests.support.polling import wait_for
 
 
 class FlakyStore:
@@ -39,11 +41,7 @@ def _tick(step: int) -> list[Point]:
     return [Point("a", float(step), 1000 * step, step), Point("b", -float(step), 1000 * step, step)]
 
 
-def _wait_for(condition, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
+_wait_for = functools.partial(wait_for, timeout=10.0, interval=0.01)  # tests/support/polling.py, with the writer's short waits
 
 
 def test_outage_is_spooled_and_replayed_in_order(tmp_path):
@@ -251,7 +249,7 @@ def test_spool_append_on_a_full_disk_leaves_no_torn_line(tmp_path):
 
 def test_one_owner_per_run_folder(tmp_path):
     run_dir = tmp_path / "run"
-    probe = "import sys; from collectors.writer import claim_run_dir; print(claim_run_dir(sys.argv[1]) is None)"
+    probe = "import sys; from radt.rundir import claim_run_dir; print(claim_run_dir(sys.argv[1]) is None)"
 
     def taken_elsewhere() -> bool:
         out = subprocess.run([sys.executable, "-c", probe, str(run_dir)], capture_output=True, text=True, timeout=60, cwd=REPO)

@@ -6,8 +6,8 @@ import time
 
 import psutil
 
-from app.catalogue import key
-from collectors.sources.base import MetricSource, SamplingContext
+from radt.catalogue import key
+from radt.collectors.sources.base import MetricSource, SamplingContext
 
 MB = 1e6
 

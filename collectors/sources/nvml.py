@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import pynvml
 
-from app.catalogue import GPM_METRICS, key
-from collectors.gpus import Machine, NvmlUnavailable, gpm_supported, machine, mig_handle
-from collectors.sources.base import MetricSource, SamplingContext, SourceUnavailable
+from radt.catalogue import GPM_METRICS, key
+from radt.collectors.gpus import Machine, NvmlUnavailable, gpm_supported, machine, mig_handle
+from radt.collectors.sources.base import MetricSource, SamplingContext, SourceUnavailable
 
 MB = 1e6
 # Errors that mean "this call will never work on this GPU/driver": remembered, not retried every tick.

@@ -1,4 +1,4 @@
-"""A loopback TCP proxy the tests can stop and restart, to take a real database away mid-run.
+"""A loopback TCP proxy the tests can stop and restart, to take a real database (or an mlflow server) away mid-run.
 
 Four ways for a store to misbehave: `stop()` refuses new connections and closes open ones (FIN, a
 server shut down); `reset()` aborts open ones with RST (a crashed host, a firewall's reject);

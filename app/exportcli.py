@@ -6,12 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.config import tracking_uri
+from radt.settings import tracking_uri
 
 
 def export_parser() -> argparse.ArgumentParser:
-    from app.export import FORMATS, LEGENDS, SIZES
-    from collectors.cli import OneLineParser  # mistakes in one line, like the rest of radt
+    from radt.app.export import FORMATS, LEGENDS, SIZES
+    from radt.cli import OneLineParser  # mistakes in one line, like the rest of radt
 
     parser = OneLineParser(
         prog="radt export",
@@ -48,7 +48,7 @@ def export_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     opts = export_parser().parse_args(argv)
     fmt = opts.format or opts.output.suffix.lstrip(".").lower()
-    from app.export import FORMATS, ExportError, ExportStyle, check_style
+    from radt.app.export import FORMATS, ExportError, ExportStyle, check_style
 
     if fmt not in FORMATS:
         print(f"radt export: cannot tell the format of '{opts.output}'; give --format {'/'.join(FORMATS)} or an output ending in one", file=sys.stderr)
@@ -65,17 +65,17 @@ def main(argv: list[str]) -> int:
         if opts.table:
             if fmt != "csv":
                 raise ExportError("--table writes CSV; give an output ending in .csv")
-            from app.export import comparison_table
+            from radt.app.export import comparison_table
 
             comparison_table(view).to_csv(opts.output, index=False, float_format="%.6g")
         elif fmt == "csv":
-            from app.export import data_csv
+            from radt.app.export import data_csv
 
             text, missing = data_csv(view)
             _warn_missing(missing)
             opts.output.write_text(text)
         else:
-            from app.export import chromium, figure_for, image_bytes
+            from radt.app.export import chromium, figure_for, image_bytes
 
             chromium()  # before reading the store: say at once when no browser can draw it
             figure, missing = figure_for(view, style)
@@ -92,8 +92,8 @@ def _open_store(uri: str) -> None:
     """The dashboard's read engine and a cache that keeps nothing (one export, one read)."""
     from flask import Flask
 
-    from app.cache import CACHE
-    from app.state import STATE, connect_store
+    from radt.app.cache import CACHE
+    from radt.app.state import STATE, connect_store
 
     CACHE.init_app(Flask("radt-export"), config={"CACHE_TYPE": "NullCache", "CACHE_NO_NULL_WARNING": True})
     connect_store(uri)
@@ -103,8 +103,8 @@ def _open_store(uri: str) -> None:
 
 def _view(opts: argparse.Namespace):
     """The view to export: the saved one (narrowed by --metric/--x/--grouped), or one built from the run picks."""
-    from app import data
-    from app.views import View, load_view, metric_spec
+    from radt.app import data
+    from radt.app.views import View, load_view, metric_spec
 
     if opts.view:
         view = load_view(opts.view)
@@ -147,10 +147,10 @@ def _workload_matches(label: str, workload_id: str, wanted: list[str]) -> bool:
 
 
 def _experiment_id(name: str) -> str:
-    from app import queries
-    from app.state import STATE
+    from radt.app.runs import list_experiments
+    from radt.app.state import STATE
 
-    for exp in queries.list_experiments(STATE.engine):
+    for exp in list_experiments(STATE.engine):
         if name in (str(exp["experiment_id"]), exp["name"]):
             return str(exp["experiment_id"])
     raise ValueError(f"no experiment '{name}' in this store; give its name or id as the dashboard lists it")

@@ -6,19 +6,13 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
-from tests.polling import wait_for
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.support.polling import wait_for
+from tests.support.ports import free_port
 
 
 class MlflowServer:
@@ -41,10 +35,18 @@ class MlflowServer:
         command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.backend, "--artifacts-destination", str(self.folder / "artifacts")]
         command += ["--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"]
         with open(self.folder / "server.log", "a") as log:
-            env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+            # no job runner: its seven huey consumer processes (half a minute of CPU on a 2-core machine) serve MLflow's
+            # server-side jobs (trace rollups, scorers), which no tracking call uses
+            env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
             self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-        wait_for(self._healthy, timeout=timeout, what=f"mlflow server on port {self.port}", interval=0.2)
+        wait_for(self._healthy, timeout=timeout, what=f"mlflow server on port {self.port}", interval=0.1)
         return self
+
+    def __enter__(self) -> MlflowServer:
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
 
     def _healthy(self) -> bool:
         try:

@@ -121,13 +121,6 @@ class Device:
 
 HOST = Device()
 
-# Run tags the tracker (and `radt import`) writes and the dashboard reads, spelled here only.
-HOST_TAG = "radt.host"
-SCRIPT_START_TAG = "radt.script_start_ms"  # the script's own start (epoch ms): after radt's set-up and start gate
-SCRIPT_END_TAG = "radt.script_end_ms"  # the script's exit (epoch ms): before radt's flush, logs and pip freeze
-GPUS_TAG = "radt.gpus"  # JSON list, one entry per GPU series: {"series": "gpu_0" | "gpu_0_mig_3", "index", "name", "uuid", "pci_bus_id", ...}
-MIG_ACTIVITY_TAG = "radt.mig_activity"  # why a MIG run's slice activity could not be read (its GPU series are the whole GPU's)
-
 
 def key(name: str, gpu: int | None = None, *, mig: int | None = None, node: str | None = None) -> str:
     """The MLflow metric key for a catalogue metric, e.g. key('sm_active', 0), key('sm_active', 0, mig=3)."""

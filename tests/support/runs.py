@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from mlflow import MlflowClient
 
-from collectors import tracking
+from radt.collectors import tracking
 
 
 def radt_run(

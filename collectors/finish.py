@@ -1,0 +1,184 @@
+"""A run's local folder and its last writes (logs, tags, final status), shared by the runner,
+`radt monitor`, `radt sync` and the reaper: each of them ends runs the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from radt.collectors import gpus
+from radt.collectors.command import UsageError, first_line
+from radt.collectors.sources.nvml import gpu_inventory
+from radt.collectors.tracking import find_runs, set_tags
+from radt.collectors.writer import StoreTimeout, call_with_deadline
+from radt.rundir import DONE_FILE, LOGS_DIR, META_FILE, PENDING_FILE, claim_run_dir, owner_pid
+from radt.runmodel import EXIT_CODE_TAG, PARENT_TAG, POINTS_TAG, SCRIPT_END_TAG, SCRIPT_START_TAG, STOP_REASON_TAG
+from radt.settings import FINISH_TIMEOUT, radt_home, runs_dir
+
+
+def report(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def local_run_dir(store: str, run_id: str, parent_id: str | None, **extra) -> Path:
+    """The run's folder under RADT_HOME/runs: logs/, and meta.json, which `radt sync` reads to finish
+    the run if this radt dies (which store, which process on which host).
+
+    This process owns the folder (its lock, see writer.claim_run_dir) before meta.json exists, so
+    `radt sync` never takes a live run for a dead one."""
+    run_dir = runs_dir() / run_id
+    (run_dir / LOGS_DIR).mkdir(parents=True, exist_ok=True)
+    if claim_run_dir(run_dir) is None:
+        raise UsageError(f"the run folder {run_dir} belongs to another radt process (pid {owner_pid(run_dir)}); stop it first")
+    meta = {"store": store, "run_id": run_id, "parent_id": parent_id, "pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), **extra}
+    (run_dir / META_FILE).write_text(json.dumps(meta))
+    return run_dir
+
+
+def describe_environment(logs: Path, plan: gpus.Plan | None = None) -> None:
+    """The GPU inventory (cheap, at start), with the run's series under "watched"; pip freeze runs after the training (see freeze)."""
+    if plan is not None and plan.machine is None:
+        inventory = {"available": False, "reason": plan.reason}
+    elif plan is not None:
+        inventory = gpu_inventory(plan.machine, gpus.series_entries(plan.watched or []))
+    else:
+        inventory = gpu_inventory()
+    (logs / "gpu-inventory.json").write_text(json.dumps(inventory, indent=2))
+
+
+def freeze(logs: Path) -> None:
+    """pip freeze of the script's interpreter, taken after the training so it never slows an epoch.
+
+    Kept per interpreter until a package is installed or removed (its site-packages folder
+    changes), so a CSV experiment of a hundred runs does not spend a second per run on it."""
+    cached = freeze_cache()
+    if cached.exists():
+        shutil.copyfile(cached, logs / "pip-freeze.txt")
+        return
+    try:
+        frozen = subprocess.run([sys.executable, "-m", "pip", "freeze"], capture_output=True, text=True, timeout=120)
+        (logs / "pip-freeze.txt").write_text(frozen.stdout or frozen.stderr)
+        if frozen.returncode == 0:
+            tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(frozen.stdout)
+            tmp.replace(cached)
+    except (OSError, subprocess.SubprocessError) as exc:
+        (logs / "pip-freeze.txt").write_text(f"pip freeze failed: {exc}\n")
+
+
+def freeze_cache() -> Path:
+    """Where this interpreter's last pip freeze is kept; the name changes with any install or removal."""
+    import hashlib
+
+    stamp = [sys.executable]
+    for entry in sys.path:
+        path = Path(entry)
+        if path.name in ("site-packages", "dist-packages") and path.is_dir():
+            stamp.append(f"{path}:{path.stat().st_mtime_ns}")
+    folder = radt_home() / "cache"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"pip-freeze-{hashlib.sha1('|'.join(stamp).encode()).hexdigest()[:16]}.txt"
+
+
+def finish_run(
+    client,
+    run_dir: Path,
+    run_id: str,
+    parent_id: str | None,
+    status: str,
+    returncode: int,
+    stop_reason: str | None,
+    all_written: bool,
+    points: int,
+    script_ms: tuple[int, int] | None = None,
+    deadline: float | None = None,
+    cancel: threading.Event | None = None,
+) -> None:
+    """Attach logs, tag and terminate the run (and its workload parent); on failure leave it to `radt sync`.
+
+    ``script_ms``: the script's own start and exit (epoch ms), the duration the comparison table uses.
+    ``deadline`` (monotonic; at least a second from now) bounds the store calls, FINISH_TIMEOUT without
+    it; ``cancel`` (Ctrl-C at exit) stops them: what is not sent waits in pending.json for `radt sync`."""
+    tags = {EXIT_CODE_TAG: str(returncode), POINTS_TAG: str(points)}
+    if script_ms:
+        tags[SCRIPT_START_TAG], tags[SCRIPT_END_TAG] = str(script_ms[0]), str(script_ms[1])
+    if stop_reason:
+        tags[STOP_REASON_TAG] = stop_reason
+    end_time = int(time.time() * 1000)
+    pending = {"status": status, "end_time": end_time, "tags": tags, "parent_id": parent_id}
+    if not all_written:
+        save_pending(run_dir, pending)
+        report(f"radt: store still unreachable; samples and the final status wait in {run_dir}. Run 'radt sync' when it is back.")
+        return
+    timeout = max(1.0, deadline - time.monotonic()) if deadline is not None else FINISH_TIMEOUT.get()
+    try:
+        call_with_deadline(lambda: complete_run(client, run_dir, run_id, pending), timeout, cancel.is_set if cancel else lambda: False)
+    except Exception as exc:
+        save_pending(run_dir, pending)
+        reason = first_line(exc)
+        if cancel and cancel.is_set():
+            reason = "interrupted"
+        elif isinstance(exc, StoreTimeout):
+            reason = f"the store did not answer within {timeout:.0f} s"
+        report(f"radt: could not finish run {run_id} ({reason}); run 'radt sync' when the store is back")
+        return
+    try:
+        (run_dir / DONE_FILE).touch()
+    except OSError:
+        pass  # `radt sync` finds the run ended and says nothing more
+    report(f"radt: run {run_id} {status}, {points} points written")
+
+
+def save_pending(run_dir: Path, pending: dict) -> None:
+    """The final status that waits for `radt sync` (written whole or not at all)."""
+    path = run_dir / PENDING_FILE
+    tmp = path.with_suffix(".tmp")
+    try:
+        tmp.write_text(json.dumps(pending))
+        os.replace(tmp, path)
+    except OSError as exc:
+        report(f"radt: cannot save the final status in {run_dir} ({exc.strerror or exc}); 'radt sync' will end the run KILLED")
+
+
+def complete_run(client, run_dir: Path, run_id: str, pending: dict) -> None:
+    """The last writes of a run: logs as artifacts, tags, status; the parent when its children are done."""
+    logs = run_dir / LOGS_DIR
+    if logs.is_dir() and any(logs.iterdir()):
+        client.log_artifacts(run_id, str(logs), artifact_path="radt")
+    set_tags(client, run_id, pending["tags"])
+    client.set_terminated(run_id, status=pending["status"], end_time=pending["end_time"])
+    parent_id = pending.get("parent_id")
+    if parent_id:  # a -w workload: RUNNING while a run of it runs, then the worst of its runs (FAILED > KILLED > FINISHED)
+        experiment = [client.get_run(parent_id).info.experiment_id]
+
+        def any_child(status: str) -> bool:
+            return bool(find_runs(client, experiment, {PARENT_TAG: parent_id}, status=status, max_results=1))
+
+        if not any_child("RUNNING"):
+            worst = next((status for status in ("FAILED", "KILLED") if any_child(status)), "FINISHED")
+            client.set_terminated(parent_id, status=worst, end_time=pending["end_time"])
+    (run_dir / PENDING_FILE).unlink(missing_ok=True)
+
+
+def killed(parent_id: str | None) -> dict:
+    """The final status of a run whose radt process died: KILLED, tagged radt_killed."""
+    return {"status": "KILLED", "end_time": int(time.time() * 1000), "tags": {STOP_REASON_TAG: "radt_killed"}, "parent_id": parent_id}
+
+
+def finish(client, run_dir, run_id: str, pending: dict) -> None:
+    """complete_run within FINISH_TIMEOUT s; pending.json goes once it is done."""
+    call_with_deadline(lambda: complete_run(client, run_dir, run_id, pending), FINISH_TIMEOUT.get())
+    (run_dir / PENDING_FILE).unlink(missing_ok=True)
+
+
+def mark_killed(client, run_dir, run_id: str, parent_id: str | None) -> None:
+    """End a run whose radt process died: KILLED, tagged radt_killed, with the logs it left attached."""
+    finish(client, run_dir, run_id, killed(parent_id))

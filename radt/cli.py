@@ -1,0 +1,46 @@
+"""The `radt` command line: `radt [options] train.py [args...]`, `radt experiment.csv`, and the
+subcommands, each dispatched lazily to the side that does it.
+
+Only the chosen command's modules are imported: `radt train.py` never loads the dashboard, and
+`radt export` never loads the samplers. User mistakes end in one line naming the problem and the
+fix, and exit code 2; a script's own exit code is passed through otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from radt.errors import UserError
+
+# subcommand -> the module whose main(argv) runs it; anything else is a script or an experiment CSV
+COMMANDS = {
+    "import": "radt.collectors.importer",
+    "sync": "radt.collectors.sync",
+    "demo": "radt.collectors.demo",
+    "monitor": "radt.collectors.monitor",
+    "export": "radt.app.exportcli",
+    "dashboard": "radt.app.main",
+}
+RUN_COMMAND = "radt.collectors.cli"  # `radt [options] train.py` and `radt experiment.csv`
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a mistake in one line instead of usage plus message."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's name
+        self.exit(2, f"{self.prog}: {message} (see '{self.prog} --help')\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.WARNING, format="radt: %(message)s")
+    name = argv[0] if argv and argv[0] in COMMANDS else None
+    module = importlib.import_module(COMMANDS[name] if name else RUN_COMMAND)
+    try:
+        return module.main(argv[1:] if name else argv)
+    except (UserError, ValueError, FileNotFoundError) as exc:
+        print(f"radt{' ' + name if name else ''}: {exc}", file=sys.stderr)
+        return 2

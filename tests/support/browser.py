@@ -1,0 +1,134 @@
+"""Real headless Chromium (Debian's /usr/bin/chromium, driven by Playwright) and a real dashboard
+process (`python app.py`) for the browser tests. Every wait is for a condition, never a fixed sleep."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.support.paths import ARTIFACTS, REPO
+from tests.support.polling import wait_http
+from tests.support.ports import free_port
+
+CHROMIUM = os.environ.get("RADT_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+# JavaScript helpers evaluated in the page: the traces Plotly drew on the explore charts.
+TRACES_JS = """
+(axis) => {
+  const g = document.querySelector('#charts .js-plotly-plot');
+  if (!g || !g._fullData) { return null; }
+  return g._fullData.filter(t => (t.yaxis || 'y') === axis && t.visible !== false)
+    .map(t => ({name: t.name, n: t.x ? t.x.length : 0, x: Array.from(t.x || []), showlegend: t.showlegend}));
+}
+"""
+
+
+def chromium_path() -> str:
+    """Debian's Chromium; under CI its absence fails the run (.ci/run installs it)."""
+    path = shutil.which(CHROMIUM) or (CHROMIUM if os.path.exists(CHROMIUM) else None)
+    if path is None:
+        message = f"Chromium not found at {CHROMIUM}; apt-get install chromium (or set RADT_CHROMIUM)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+@contextmanager
+def chromium():
+    """A Playwright browser on Debian's Chromium with the flags this machine needs."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@contextmanager
+def dashboard(store: str, env: dict[str, str], *extra: str) -> Iterator[str]:
+    """`python app.py --store STORE` on a free port, as a user starts it; yields the base URL.
+
+    Its output goes to a file, not a pipe nobody reads (a pipe fills after some hundred requests' log lines and the server blocks)."""
+    port = free_port()
+    command = [sys.executable, str(REPO / "app.py"), "--store", store, "--port", str(port), *extra]
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True)
+        base = f"http://127.0.0.1:{port}/"
+        try:
+            wait_http(base, process, output=lambda: _read(log))
+            yield base
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _read(log) -> str:
+    log.seek(0)
+    return log.read()
+
+
+def screenshot(page, name: str) -> Path:
+    """Keep what the browser showed as a test artifact (test-artifacts/NAME.png)."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+@contextmanager
+def new_page(browser, width: int = 1400, height: int = 1000, **context) -> Iterator:
+    """A page in a browser context of its own (no cookies, storage or downloads shared with another test)."""
+    ctx = browser.new_context(viewport={"width": width, "height": height}, **context)
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(30_000)
+        yield page
+    finally:
+        ctx.close()
+
+
+# --- the explore page ------------------------------------------------------------------------------
+
+
+def drawn_traces(page, axis: str = "y") -> list[dict]:
+    """The traces Plotly drew on the chart of `axis` (y = the first chart, SMACT)."""
+    return page.evaluate(TRACES_JS, axis) or []
+
+
+def wait_for_traces(page, names: set[str], axis: str = "y") -> list[dict]:
+    """Until the chart on `axis` shows exactly these legend names; its traces."""
+    page.wait_for_function(
+        "([axis, names]) => { const t = (" + TRACES_JS + ")(axis); return t && JSON.stringify(t.map(x => x.name).sort()) === JSON.stringify(names); }",
+        arg=[axis, sorted(names)],
+    )
+    return drawn_traces(page, axis)
+
+
+def relayout_chart(page, update: dict) -> None:
+    """What a drag or a double-click on the chart sends, once the chart listens for it (dcc.Graph
+    binds its Plotly listeners again after a redraw that replaced the plot element)."""
+    page.wait_for_function(
+        "() => { const g = document.querySelector('#charts .js-plotly-plot');"
+        " return g && g._ev && g._ev.listeners('plotly_relayout').length > 0 && !document.querySelector('#charts .dash-spinner, .dash-loading'); }"
+    )
+    page.evaluate("(update) => Plotly.relayout(document.querySelector('#charts .js-plotly-plot'), update)", update)
+
+
+def chart_titles(page) -> list[str]:
+    return page.locator("#charts .annotation-text").all_text_contents()

@@ -1,0 +1,102 @@
+"""`python -m radt` as a user runs it: the environment a shell gives it, run to the end or live in the background."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from tests.support.paths import FAKE_BIN, FAKE_NVML_DIR, FAKE_TOOLS, REPO
+from tests.support.polling import wait_for
+
+
+def radt_env(home: Path, store: str | None = None, fake_gpus: str = "null", fake_bin: bool = False, extra: dict | None = None) -> dict[str, str]:
+    """The environment a user's shell would give `radt`, with fakes only at the hardware boundary.
+
+    `fake_gpus`: the GPUs the fake NVML (tests/fakes/fake_nvml.py) answers for, as JSON; the default
+    "null" is a machine without the NVIDIA driver, so a developer's real GPU never changes what a test sees.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "RADT_", "PYTEST_"))}
+    env["RADT_HOME"] = str(home)
+    # MLflow 3.17's telemetry thread can unset its session variable while a request in the script reads it
+    # (KeyError '_MLFLOW_TELEMETRY_SESSION_ID', seen once under load); CI=true turns it off the same way
+    env["MLFLOW_DISABLE_TELEMETRY"] = "true"
+    if store:
+        env["MLFLOW_TRACKING_URI"] = store
+    # a pynvml that answers like a real driver with these GPUs (or like a machine without one)
+    env["PYTHONPATH"] = os.pathsep.join([str(FAKE_NVML_DIR), str(REPO)])
+    env["RADT_FAKE_NVML"] = fake_gpus
+    if fake_bin:
+        env["PATH"] = os.pathsep.join([str(FAKE_BIN), env.get("PATH", "")])
+    env.update(extra or {})
+    return env
+
+
+def fake_tools_env(folder: Path) -> dict[str, str]:
+    """`extra` for radt_env: the fake driver tools first on PATH, recording their calls in FOLDER/tools.log; pynvml
+    without a driver (no RADT_FAKE_NVML), whatever this machine has, so the GPUs are nvidia-smi's."""
+    return {
+        "RADT_FAKE_TOOLS_LOG": str(folder / "tools.log"),
+        "RADT_FAKE_TOOLS_STATE": str(folder / "tools-state.json"),
+        "PATH": f"{FAKE_TOOLS}:{os.environ['PATH']}",
+        "PYTHONPATH": f"{FAKE_NVML_DIR}:{REPO}",
+    }
+
+
+def radt_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "radt", *args]
+
+
+def run_radt(args: list[str], env: dict, cwd: Path, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+    """`radt ARGS` to its end; its output captured as text."""
+    return subprocess.run(radt_command(*args), env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+class LiveRadt:
+    """`python -m radt ARGS` running in the background; its stderr collected line by line as it comes."""
+
+    def __init__(self, args: list[str], env: dict, cwd: Path) -> None:
+        self.proc = subprocess.Popen(radt_command(*args), env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.pid = self.proc.pid
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def stderr(self) -> str:
+        return "\n".join(self.lines)
+
+    def line(self, needle: str, timeout: float = 60) -> str:
+        """The first stderr line containing `needle`, waiting for it."""
+
+        def found():
+            hit = next((line for line in self.lines if needle in line), None)
+            assert hit or self.proc.poll() is None, f"radt exited ({self.proc.returncode}) without saying '{needle}':\n{self.stderr}"
+            return hit
+
+        try:
+            return wait_for(found, timeout=timeout, what=f"'{needle}' on radt's stderr")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n--- radt's stderr ---\n{self.stderr}") from None
+
+    def run_id(self) -> str:
+        return re.search(r"radt: run (\w+) in experiment", self.line("radt: run ")).group(1)
+
+    def wait(self, timeout: float = 60) -> int:
+        code = self.proc.wait(timeout)
+        self._reader.join(10)
+        return code
+
+    def end(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.pid, signal.SIGCONT)
+            self.proc.kill()
+        self.wait(30)

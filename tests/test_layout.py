@@ -1,0 +1,175 @@
+"""One core, two sides: `radt/` imports neither side, `collectors/` never imports the dashboard, `app/` and
+`pages/` never import the tracker, and no radt modules import each other in a circle.
+
+Read from the source with `ast` (every import, also those inside functions), so a new violation fails
+here before anyone runs the code path that has it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+# the folders of the checkout and the package each installs as (pyproject.toml's package-dir)
+PACKAGES = {"radt": "radt", "collectors": "radt.collectors", "app": "radt.app", "pages": "radt.pages"}
+# what each side may import of radt's own packages
+ALLOWED = {
+    "radt": ("radt",),
+    "radt.collectors": ("radt", "radt.collectors"),
+    "radt.app": ("radt", "radt.app"),
+    "radt.pages": ("radt", "radt.app", "radt.pages"),
+}
+SIDES = ("radt.collectors", "radt.app", "radt.pages")
+
+
+def module_name(path: Path) -> str:
+    folder = path.relative_to(REPO).parts[0]
+    parts = [PACKAGES[folder], *path.relative_to(REPO / folder).with_suffix("").parts]
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(path): path for folder in PACKAGES for path in sorted((REPO / folder).rglob("*.py"))}
+
+
+def imports(name: str, path: Path) -> list[tuple[int, str]]:
+    """(line, imported module) for every import in the file, relative ones resolved, top-level or not."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.append((node.lineno, base))
+            found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]  # `from radt.app import queries`
+    return found
+
+
+def side_of(module: str) -> str:
+    return next((side for side in SIDES if module == side or module.startswith(side + ".")), "radt")
+
+
+def violations(known: dict[str, Path]) -> list[str]:
+    """Every import that breaks the rule, as 'file:line imports module'."""
+    bad = []
+    for name, path in known.items():
+        allowed = ALLOWED[side_of(name)]
+        for line, target in imports(name, path):
+            root = target.split(".")[0]
+            where = f"{path.relative_to(REPO)}:{line} imports {target}"
+            if root in ("app", "collectors", "pages"):  # the checkout's folders are not importable once installed
+                bad.append(f"{where} (write radt.{target})")
+            elif root == "radt" and (target in known or target.rpartition(".")[0] in known):
+                owner = target if target in known else target.rpartition(".")[0]
+                if side_of(owner) not in allowed:
+                    bad.append(f"{where} ({side_of(name)} may import only {', '.join(allowed)})")
+    return bad
+
+
+def cycles(known: dict[str, Path]) -> list[list[str]]:
+    """The import cycles among radt's modules (strongly connected components of two or more, or a self-import)."""
+    graph = {name: set() for name in known}
+    for name, path in known.items():
+        for _line, target in imports(name, path):
+            owner = target if target in known else target.rpartition(".")[0]
+            if owner in known and owner != name and not name.startswith(owner + "."):  # a package's own __init__ is not a cycle
+                graph[name].add(owner)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_core_and_the_two_sides_import_only_what_the_rule_allows():
+    assert violations(modules()) == []
+
+
+def test_no_import_cycles_among_radts_modules():
+    assert cycles(modules()) == []
+
+
+@pytest.mark.parametrize(
+    ("folder", "source", "expected"),
+    [
+        ("collectors", "from radt.app import queries\n", "collectors/_probe.py:1 imports radt.app.queries"),
+        ("collectors", "def f():\n    from radt.app.export import data_csv\n", "collectors/_probe.py:2 imports radt.app.export"),
+        ("app", "from radt.collectors import tracking\n", "app/_probe.py:1 imports radt.collectors.tracking"),
+        ("app", "from ..collectors.writer import MetricWriter\n", "app/_probe.py:1 imports radt.collectors.writer"),
+        ("radt", "import radt.app.queries\n", "radt/_probe.py:1 imports radt.app.queries"),
+        ("pages", "from collectors.cli import main\n", "pages/_probe.py:1 imports collectors.cli"),
+    ],
+)
+def test_a_new_violation_is_caught(folder, source, expected):
+    """The checker itself: each kind of violation, written into a module of that side, is reported with its line."""
+    probe = REPO / folder / "_probe.py"
+    known = modules()
+    name = module_name(probe)
+    known[name] = probe
+    probe_text = source
+    original_read = Path.read_text
+
+    def read_text(self, *args, **kwargs):
+        return probe_text if self == probe else original_read(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Path, "read_text", read_text)
+        found = violations(known)
+    assert any(line.startswith(expected) for line in found), found
+
+
+def test_a_cycle_is_caught():
+    known = {"radt.collectors.a": Path("a.py"), "radt.collectors.b": Path("b.py")}
+    sources = {"a.py": "def f():\n    from radt.collectors import b\n", "b.py": "from radt.collectors.a import f\n"}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Path, "read_text", lambda self, *a, **k: sources[str(self)])
+        assert cycles(known) == [["radt.collectors.a", "radt.collectors.b"]]
+
+
+def test_the_watchdog_runs_on_the_standard_library_and_names_the_run_folder_as_rundir_does():
+    """collectors/watchdog.py starts as `python -I -S watchdog.py` (no site-packages, so no radt): it may import
+    only the standard library, and the file names it shares with radt must be radt/rundir.py's."""
+    import sys
+
+    from radt import rundir
+    from radt.collectors import watchdog
+
+    path = REPO / "collectors" / "watchdog.py"
+    imported = {target.split(".")[0] for _line, target in imports("radt.collectors.watchdog", path)}
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported - set(sys.stdlib_module_names)
+    assert (watchdog.TREE_FILE, watchdog.LOGS_DIR) == (rundir.TREE_FILE, rundir.LOGS_DIR)
