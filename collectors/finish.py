@@ -174,9 +174,8 @@ def killed(parent_id: str | None) -> dict:
 
 
 def finish(client, run_dir, run_id: str, pending: dict) -> None:
-    """complete_run within FINISH_TIMEOUT s; pending.json goes once it is done."""
+    """complete_run within FINISH_TIMEOUT s (complete_run removes pending.json once the run is ended)."""
     call_with_deadline(lambda: complete_run(client, run_dir, run_id, pending), FINISH_TIMEOUT.get())
-    (run_dir / PENDING_FILE).unlink(missing_ok=True)
 
 
 def mark_killed(client, run_dir, run_id: str, parent_id: str | None) -> None:

@@ -28,6 +28,7 @@ import sqlalchemy as sa
 
 from radt import mlflowdb as db
 from radt import settings
+from radt.runmodel import RUN_NAME_TAG, USER_TAG
 from radt.settings import artifact_root
 
 DIALECTS = ("sqlite", "postgresql")  # the dialects whose upsert this module uses
@@ -319,11 +320,11 @@ class SqlTracking:
     def create_run(self, experiment_id: str, start_time: int | None = None, tags: Mapping[str, str] | None = None, run_name: str | None = None) -> Run:
         """A RUNNING run as MlflowClient.create_run makes it: its user from the mlflow.user tag, a random name when none is given."""
         tags = {k: str(v) for k, v in (tags or {}).items()}
-        name_tag = tags.get(db.RUN_NAME_TAG)
+        name_tag = tags.get(RUN_NAME_TAG)
         if run_name and name_tag and run_name != name_tag:
             raise TrackingError(f"run_name {run_name!r} and the mlflow.runName tag {name_tag!r} differ; give one of them")
         run_name = run_name or name_tag or db.random_run_name()
-        tags.setdefault(db.RUN_NAME_TAG, run_name)
+        tags.setdefault(RUN_NAME_TAG, run_name)
         run_id = uuid.uuid4().hex
         with self.engine.begin() as conn:
             experiment = self._active_experiment(conn, experiment_id)
@@ -333,7 +334,7 @@ class SqlTracking:
                 "source_type": "UNKNOWN",
                 "source_name": "",
                 "entry_point_name": "",
-                "user_id": tags.get("mlflow.user", "unknown"),
+                "user_id": tags.get(USER_TAG, "unknown"),
                 "status": "RUNNING",
                 "start_time": start_time or now_ms(),
                 "end_time": None,
@@ -386,7 +387,7 @@ class SqlTracking:
             found[run_id].data.metrics[key] = math.nan if is_nan else value
         for run in found.values():
             if not run.info.run_name:  # MLflow names a run without a name by its mlflow.runName tag
-                run.info.run_name = run.data.tags.get(db.RUN_NAME_TAG)
+                run.info.run_name = run.data.tags.get(RUN_NAME_TAG)
         return list(found.values())
 
     def _active_run(self, conn: sa.Connection, run_id: str) -> dict:
@@ -409,8 +410,8 @@ class SqlTracking:
             self._active_run(conn, run_id)
             if params:
                 self._log_params(conn, run_id, params)
-            if db.RUN_NAME_TAG in tags:
-                conn.execute(sa.update(db.runs).where(db.runs.c.run_uuid == run_id).values(name=tags[db.RUN_NAME_TAG]))
+            if RUN_NAME_TAG in tags:
+                conn.execute(sa.update(db.runs).where(db.runs.c.run_uuid == run_id).values(name=tags[RUN_NAME_TAG]))
             if tags:
                 self._set_tags(conn, run_id, tags)
 
@@ -451,7 +452,7 @@ class SqlTracking:
             self._active_run(conn, run_id)
             if name:
                 values["name"] = name
-                self._set_tags(conn, run_id, {db.RUN_NAME_TAG: name})
+                self._set_tags(conn, run_id, {RUN_NAME_TAG: name})
             conn.execute(sa.update(db.runs).where(db.runs.c.run_uuid == run_id).values(**values))
 
     def delete_run(self, run_id: str) -> None:

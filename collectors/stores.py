@@ -21,7 +21,7 @@ from typing import Protocol
 import sqlalchemy as sa
 
 from radt import mlflowdb
-from radt.collectors.sqltracking import make_engine, pg_deadlines  # noqa: F401 - their home before sqltracking.py; importers keep working
+from radt.collectors.sqltracking import make_engine
 from radt.points import Point
 from radt.settings import is_database_uri
 

@@ -31,7 +31,6 @@ DEFAULT_WORKSPACE = "default"
 ACTIVE, DELETED = "active", "deleted"
 RUN_STATUSES = ("SCHEDULED", "FAILED", "FINISHED", "RUNNING", "KILLED")
 SOURCE_TYPES = ("NOTEBOOK", "JOB", "LOCAL", "UNKNOWN", "PROJECT")
-RUN_NAME_TAG = "mlflow.runName"
 
 metadata = sa.MetaData()
 
