@@ -603,6 +603,6 @@ def main(argv: list[str]) -> int:
 def _open_hint(uri: str, explicit: str | None) -> str:
     shown = redact(uri)
     if not is_database_uri(uri):  # an MLflow server: the dashboard reads the database behind it
-        return f"radt demo: open MLflow's UI at {shown}, or the dashboard with `python app.py --store <the server's database URI>`"
-    dashboard = "python app.py" + (f" --store '{shown}'" if explicit and uri != default_store_uri() else "")
+        return f"radt demo: open MLflow's UI at {shown}, or the dashboard with `radt dashboard --store <the server's database URI>`"
+    dashboard = "radt dashboard" + (f" --store '{shown}'" if explicit and uri != default_store_uri() else "")
     return f"radt demo: open the dashboard with `{dashboard}` (http://127.0.0.1:8050), or MLflow's UI with `mlflow ui --backend-store-uri '{shown}'`"

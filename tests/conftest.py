@@ -9,29 +9,32 @@ an unreachable server fails the tests instead of skipping them.
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
-import logging
 import os
 import shutil
-import signal
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from tests.support import postgres
+from tests.support import postgres, state
 from tests.support.browser import chromium, dashboard, new_page
 from tests.support.paths import FIXTURES
 from tests.support.radtproc import radt_env
+from tests.support.snapshots import Snapshots
+
+
+def _run_folder(tmp_path_factory) -> Path:
+    """A folder shared by every xdist worker of this test run (their basetemps share a parent; without xdist this run's own basetemp)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 @contextmanager
 def _once_per_run(tmp_path_factory, name: str):
-    """A folder shared by every xdist worker of this test run (their basetemps share a parent; without xdist this
-    run's own basetemp), and an exclusive lock on NAME there: what the first holder leaves, the others find."""
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    """The test run's shared folder, and an exclusive lock on NAME there: what the first holder leaves, the others find."""
+    shared = _run_folder(tmp_path_factory)
     with open(shared / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield shared
@@ -70,10 +73,24 @@ def pg_pool(pg_template):
     pool.close()
 
 
+@pytest.fixture(scope="session")
+def snapshots(tmp_path_factory, sqlite_template, request) -> Snapshots:
+    """Stores filled once per test run, copied into a test's own store: `snapshots.restore(builder, store_uri)`."""
+    return Snapshots(
+        _run_folder(tmp_path_factory), functools.partial(_once_per_run, tmp_path_factory), sqlite_template, lambda: request.getfixturevalue("pg_template")
+    )
+
+
 @pytest.fixture
-def radt_home(tmp_path, monkeypatch) -> Path:
+def radt_home(tmp_path, tmp_path_factory, monkeypatch) -> Path:
+    """An empty RADT_HOME of the test's own, but for its cache folder: radt keeps one `pip freeze` per interpreter
+    there (finish.freeze), and the whole run shares it. The first run to end takes the freeze, the others copy
+    it, as on a user's machine, instead of half a second of CPU in every test that tracks a run."""
     home = tmp_path / "radt-home"
     home.mkdir()
+    cache = _run_folder(tmp_path_factory) / "radt-home-cache"
+    cache.mkdir(exist_ok=True)
+    (home / "cache").symlink_to(cache, target_is_directory=True)
     monkeypatch.setenv("RADT_HOME", str(home))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
@@ -141,7 +158,7 @@ def filled_store(request, tmp_path_factory, sqlite_template):
         if not described.exists():
             home = shared / f"browser-home-{kind}"
             home.mkdir(exist_ok=True)
-            with _kept_environ(), pytest.MonkeyPatch.context() as mp:  # whatever radt sets in this process while it writes, undone
+            with state.kept_environ(), pytest.MonkeyPatch.context() as mp:  # whatever radt sets in this process while it writes, undone
                 mp.setenv("RADT_HOME", str(home))
                 mp.delenv("MLFLOW_TRACKING_URI", raising=False)
                 if kind == "sqlite":
@@ -166,88 +183,13 @@ def served(filled_store):
 # --- process-wide state, put back after every test -------------------------------------------------------
 
 
-@contextmanager
-def _kept_environ():
-    """os.environ as it was, whatever the code inside sets (radt's connect() adds MLflow's HTTP limits)."""
-    saved = dict(os.environ)
-    try:
-        yield
-    finally:
-        for name in (set(os.environ) | set(saved)) - {"PYTEST_CURRENT_TEST"}:  # pytest's own, which it sets per phase
-            if name not in saved:
-                del os.environ[name]
-            elif os.environ.get(name) != saved[name]:
-                os.environ[name] = saved[name]
-
-
-SIGNALS = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
-
-
-def _dashboard_state() -> dict[str, dict | None]:
-    """The dashboard's read engine and store (radt.app.state.STATE) and its cache (radt.app.cache.CACHE), where imported."""
-    state, cache = sys.modules.get("radt.app.state"), sys.modules.get("radt.app.cache")
-    return {
-        "state": {k: dict(v) if isinstance(v, dict) else v for k, v in vars(state.STATE).items()} if state else None,
-        "cache": dict(vars(cache.CACHE)) if cache else None,
-    }
-
-
-def _restore_dashboard_state(saved: dict[str, dict | None]) -> None:
-    """As saved; what the test imported first goes back to how it was made (a dashboard pointed at no store)."""
-    state, cache = sys.modules.get("radt.app.state"), sys.modules.get("radt.app.cache")
-    if state is not None:
-        before = saved["state"] if saved["state"] is not None else vars(type(state.STATE)())
-        engine = state.STATE.engine
-        if engine is not None and engine is not before.get("engine"):
-            engine.dispose()  # the test's connections go with it
-        vars(state.STATE).clear()
-        vars(state.STATE).update(before)
-    if cache is not None:
-        before = saved["cache"] if saved["cache"] is not None else vars(type(cache.CACHE)())
-        vars(cache.CACHE).clear()
-        vars(cache.CACHE).update(before)
-
-
-def _logging_levels() -> dict[str, int]:
-    loggers = [(name, logger) for name, logger in logging.Logger.manager.loggerDict.items() if isinstance(logger, logging.Logger)]
-    return {"": logging.getLogger().level, **{name: logger.level for name, logger in loggers}}
-
-
-def _added_env() -> set | None:
-    tracking = sys.modules.get("radt.collectors.tracking")
-    return set(tracking.ADDED_ENV) if tracking is not None and hasattr(tracking, "ADDED_ENV") else None
-
-
 @pytest.fixture(autouse=True)
 def _process_state():
-    """What a test may change in this process for the tests after it: os.environ (radt's connect() sets MLflow's
-    HTTP limits, an export BROWSER_PATH), the working directory, signal handlers, logging levels, the dashboard's
-    store and cache, Dash's page registry. Each is put back as it was (a test's own monkeypatch undoes first)."""
-    cwd = os.getcwd()
-    handlers = {sig: signal.getsignal(sig) for sig in SIGNALS}
-    levels, added = _logging_levels(), _added_env()
-    dashboard_state = _dashboard_state()
-    dash = sys.modules.get("dash")
-    pages = dict(dash.page_registry) if dash is not None else None
-    with _kept_environ():
+    """What a test may change in this process for the tests after it (os.environ, the working directory, signal
+    handlers, logging levels, the dashboard's store and cache, Dash's page registry: tests/support/state.py),
+    put back as it was; a test's own monkeypatch undoes its changes first."""
+    with state.kept():
         yield
-    if os.getcwd() != cwd:
-        os.chdir(cwd)
-    for sig, handler in handlers.items():
-        if signal.getsignal(sig) is not handler and handler is not None:
-            signal.signal(sig, handler)
-    for name, level in _logging_levels().items():
-        if level != levels.get(name, logging.NOTSET):
-            logging.getLogger(name or None).setLevel(levels.get(name, logging.NOTSET))
-    tracking = sys.modules.get("radt.collectors.tracking")
-    if tracking is not None and hasattr(tracking, "ADDED_ENV"):
-        tracking.ADDED_ENV.clear()
-        tracking.ADDED_ENV.update(added or ())
-    _restore_dashboard_state(dashboard_state)
-    dash = sys.modules.get("dash")
-    if dash is not None and dict(dash.page_registry) != (pages or {}):
-        dash.page_registry.clear()
-        dash.page_registry.update(pages or {})
 
 
 def pytest_sessionfinish(session, exitstatus):

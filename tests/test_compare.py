@@ -93,8 +93,10 @@ def _table(exp: str, run_ids) -> tuple[dict[str, dict], dict[str, dict]]:
 
 
 @pytest.fixture
-def built(store_uri):
-    return _build(store_uri)
+def built(store_uri, snapshots):
+    built = snapshots.restore(_build, store_uri)  # _build()'s rows in the test's own store, filled once per test run (tests/support/snapshots.py)
+    _open_store(store_uri)
+    return built
 
 
 # alone runs of X: solo1 10 steps in 60 min, solo2 10 in its script's 30 min, seqA 5 in 30, seqB 15 in 30 (crashed FAILED: not one)

@@ -63,7 +63,7 @@ def test_demo_writes_workloads_runs_and_realistic_series(store_uri, radt_home, t
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert sum("/ workload" in line for line in lines) == 7, result.stdout
-    assert "python app.py" in lines[-1] and "mlflow ui --backend-store-uri" in lines[-1], lines[-1]
+    assert "radt dashboard" in lines[-1] and "mlflow ui --backend-store-uri" in lines[-1], lines[-1]
     assert took < 90, f"radt demo took {took:.1f} s"
 
     client = mlflow.MlflowClient(store_uri)
@@ -237,7 +237,7 @@ def test_demo_into_the_default_store_and_its_refusals(radt_home, tmp_path, sqlit
     assert result.returncode == 0, result.stderr
     database = radt_home / "mlflow.db"
     assert f"mlflow ui --backend-store-uri 'sqlite:///{database}'" in result.stdout
-    assert "`python app.py`" in result.stdout
+    assert "`radt dashboard`" in result.stdout
     with sqlite3.connect(database) as conn:
         names = {row[0] for row in conn.execute("select name from experiments where lifecycle_stage = 'active'")}
     assert {RESNET, BERT} <= names

@@ -7,6 +7,7 @@ Images are drawn by kaleido in Debian's real Chromium, as a user's export would 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import struct
@@ -31,8 +32,8 @@ KINDS = {
 
 
 @pytest.fixture
-def store(store_uri):
-    built = build(store_uri)
+def store(store_uri, snapshots):
+    built = dataclasses.replace(snapshots.restore(build, store_uri), uri=store_uri)  # build()'s rows, filled once per test run
     _open_store(store_uri)
     return built
 

@@ -93,6 +93,20 @@ def _rows(uri: str, run_id: str) -> int:
         return 0
 
 
+def _last_step(uri: str, run_id: str) -> int:
+    """The run's last tick in the store (of MEMORY, sampled on every tick), -1 before the first."""
+    try:
+        return max(_per_key_and_step(uri, run_id).get(MEMORY, {-1: 0}))
+    except sa.exc.OperationalError:
+        return -1
+
+
+def _spooled_last_step(spool: Spool) -> int:
+    """The last tick (of MEMORY) in the run's spool file, -1 if none."""
+    steps = [point.step for _, _, batch in spool._batches(spool._lines()) for point in batch if point.key == MEMORY]
+    return max(steps, default=-1)
+
+
 CPU = "system/cpu_utilization_percentage"  # left out of a tick that comes right after the previous one (the sampler caught up)
 
 
@@ -160,6 +174,8 @@ def test_sync_in_a_loop_leaves_a_live_run_alone_and_a_sigkill_in_a_stall_loses_n
         radt.line("store not answering")
         assert time.monotonic() - stalled < STORE_TIMEOUT.default + 3, "the writer gives up on a hung call at its deadline"
         wait_for(lambda: spool.points() >= 60, what="the stall's samples on disk")
+        # as many ticks as the check below asks for, however slowly a loaded machine lets the script tick
+        wait_for(lambda: max(_last_step(pg_uri, run_id), _spooled_last_step(spool)) >= 40, timeout=120, what="40 ticks")
         killed_at = time.monotonic()
         radt.proc.kill()  # SIGKILL during the stall
         radt.wait()
@@ -299,6 +315,10 @@ def test_a_full_disk_under_the_spool_is_loud_and_radt_says_what_was_lost(pg_uri,
         radt.line("points held in memory, the limit")
         proxy = TcpProxy(host, port, port=proxy.port).start()
         radt.line("store is back")
+        # ticks sampled after the outage, in the store: what was dropped lies between stored steps, where the check below finds it
+        # (a script that ended at once could leave the dropped ticks at the run's end, past the last stored step)
+        back = _last_step(pg_uri, run_id)
+        wait_for(lambda: _last_step(pg_uri, run_id) >= back + 3, what="ticks after the store came back")
         (tmp_path / "finish").write_text("")
         code = radt.wait(60)
     finally:

@@ -5,6 +5,7 @@ tests/support/stores.py builds them."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import socket
 from pathlib import Path
@@ -25,8 +26,9 @@ from tests.support.stores import BASE, NOW, Store, build
 
 
 @pytest.fixture
-def built(store_uri) -> Store:
-    return build(store_uri)
+def built(store_uri, snapshots) -> Store:
+    """build()'s rows in the test's own store (filled once per test run: tests/support/snapshots.py)."""
+    return dataclasses.replace(snapshots.restore(build, store_uri), uri=store_uri)
 
 
 @pytest.fixture

@@ -132,6 +132,56 @@ _SHAPE = (
 )
 
 
+_ROWS: dict[str, tuple[str, str]] = {}  # database -> (its shape, the SQL that gives another database its rows)
+
+
+def _rows_sql(database: str) -> tuple[str, str]:
+    """Read once what `database` holds: its shape, its rows, its sequences; as one script that empties another
+    database of the same shape and fills it with them."""
+    if database in _ROWS:
+        return _ROWS[database]
+    engine = sa.create_engine(pg_url(database), poolclass=sa.pool.NullPool)
+    with engine.connect() as conn:
+        shape = conn.execute(sa.text(_SHAPE)).scalar_one()
+        tables = conn.execute(sa.text("SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'alembic_version'")).scalars().all()
+        statements = ["SET LOCAL session_replication_role = replica"]  # no foreign-key triggers while the rows go and come back
+        statements += [f'DELETE FROM "{table}"' for table in tables]
+        for table in tables:
+            rows = conn.execute(sa.text(f'SELECT json_agg(t) FROM "{table}" t')).scalar_one()
+            if rows:
+                literal = json.dumps(rows).replace("'", "''")
+                statements.append(f'INSERT INTO "{table}" SELECT * FROM json_populate_recordset(NULL::"{table}", \'{literal}\')')
+        for schema, sequence, last, called in conn.execute(
+            sa.text("SELECT schemaname, sequencename, coalesce(last_value, start_value), last_value IS NOT NULL FROM pg_sequences")
+        ):
+            statements.append(f'SELECT setval(\'"{schema}"."{sequence}"\', {int(last)}, {"true" if called else "false"})')
+    engine.dispose()
+    _ROWS[database] = shape, ";\n".join(statements)
+    return _ROWS[database]
+
+
+def load_rows(name: str, source: str) -> None:
+    """Make database `name` hold exactly the rows (and sequence values) of `source`, a database of the same shape."""
+    shape, script = _rows_sql(source)
+    engine = sa.create_engine(pg_url(name), poolclass=sa.pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            if conn.execute(sa.text(_SHAPE)).scalar_one() != shape:
+                raise RuntimeError(f"{name} is not shaped like {source}")
+            with conn.connection.dbapi_connection.cursor() as cursor:
+                cursor.execute(script)  # one round trip, no parameters (its % signs are the rows' own)
+    finally:
+        engine.dispose()
+
+
+def end_sessions(name: str) -> None:
+    """End every session on database `name` (so that it can serve as a template)."""
+    engine = admin_engine()
+    with engine.connect() as conn:
+        conn.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n AND pid <> pg_backend_pid()"), {"n": name})
+    engine.dispose()
+
+
 class DatabasePool:
     """A test process's clones of the template: a test takes one, gives it back emptied to the template's rows."""
 
@@ -139,8 +189,6 @@ class DatabasePool:
         self.template = template
         self.free: list[str] = []
         self.made: list[str] = []
-        self._shape: str | None = None
-        self._reset_sql: str | None = None
 
     def take(self) -> str:
         if self.free:
@@ -153,7 +201,6 @@ class DatabasePool:
         """Empty `name` to the template's rows under a new name, for the next test; a database that will not, is dropped."""
         fresh = f"{TEST_PREFIX}{uuid.uuid4().hex[:12]}"
         try:
-            self._prepare()
             admin = admin_engine()
             with admin.connect() as conn:
                 # end every session on it (a pool the test did not dispose, a process it left behind); then rename, which
@@ -169,43 +216,13 @@ class DatabasePool:
                     raise RuntimeError(f"sessions on {name} would not end")
             admin.dispose()
             self.made[self.made.index(name)] = fresh
-            engine = sa.create_engine(pg_url(fresh), poolclass=sa.pool.NullPool)
-            try:
-                with engine.begin() as conn:
-                    if conn.execute(sa.text(_SHAPE)).scalar_one() != self._shape:
-                        raise RuntimeError("the test changed the schema")
-                    with conn.connection.dbapi_connection.cursor() as cursor:
-                        cursor.execute(self._reset_sql)  # one round trip, no parameters (its % signs are the rows' own)
-            finally:
-                engine.dispose()
+            load_rows(fresh, self.template)
         except Exception:
             gone = fresh if fresh in self.made else name
             self.made.remove(gone)
             drop_databases([gone])
             return
         self.free.append(fresh)
-
-    def _prepare(self) -> None:
-        """Read once what a clone of the template holds: its shape, its rows, its sequences."""
-        if self._reset_sql is not None:
-            return
-        engine = sa.create_engine(pg_url(self.template), poolclass=sa.pool.NullPool)
-        with engine.connect() as conn:
-            self._shape = conn.execute(sa.text(_SHAPE)).scalar_one()
-            tables = conn.execute(sa.text("SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'alembic_version'")).scalars().all()
-            statements = ["SET LOCAL session_replication_role = replica"]  # no foreign-key triggers while the rows go and come back
-            statements += [f'DELETE FROM "{table}"' for table in tables]
-            for table in tables:
-                rows = conn.execute(sa.text(f'SELECT json_agg(t) FROM "{table}" t')).scalar_one()
-                if rows:
-                    literal = json.dumps(rows).replace("'", "''")
-                    statements.append(f'INSERT INTO "{table}" SELECT * FROM json_populate_recordset(NULL::"{table}", \'{literal}\')')
-            for schema, sequence, last, called in conn.execute(
-                sa.text("SELECT schemaname, sequencename, coalesce(last_value, start_value), last_value IS NOT NULL FROM pg_sequences")
-            ):
-                statements.append(f'SELECT setval(\'"{schema}"."{sequence}"\', {int(last)}, {"true" if called else "false"})')
-        engine.dispose()
-        self._reset_sql = ";\n".join(statements)
 
     def close(self) -> None:
         drop_databases(self.made)
