@@ -1,7 +1,8 @@
 """flask-caching for the read side: finished runs cached long, running runs for a poll interval.
 
 `RADT_CACHE` (settings.CACHE) picks the backend: unset or `simple` (one process), `redis://host:6379/0`
-for several gunicorn workers sharing one cache.
+for several gunicorn workers sharing one cache. RADT_RESPONSE_CACHE=0 and RADT_COMPRESS=0 turn off the
+whole-response cache and the compression of app/responses.py (the load benchmark's baseline).
 """
 
 from __future__ import annotations
@@ -9,12 +10,19 @@ from __future__ import annotations
 from flask_caching import Cache
 
 from radt import settings
+from radt.settings import Setting
 
 CACHE = Cache()
 FINISHED_TIMEOUT = 3600  # a finished run's series never change
 RUNNING_TIMEOUT = 2  # a running run's series grow every sample
 LISTING_TIMEOUT = 5  # experiments and runs lists
 ZOOM_TIMEOUT = 60  # a zoomed window of a run: redraws of the same zoom hit; each new zoom is another entry, gone after a minute
+RESPONSE_TIMEOUT = 600  # a whole draw response of ended runs (app/responses.py); checked against the store on every hit
+
+RESPONSE_CACHE = Setting(
+    "RADT_RESPONSE_CACHE", int, 1, "1: keep the explore chart's whole response for views of ended runs (app/responses.py); 0: draw every time"
+)
+COMPRESS = Setting("RADT_COMPRESS", int, 1, "1: gzip the dashboard's responses for browsers that accept it; 0: send them as they are")
 
 
 def cache_config(spec: str | None = None) -> dict:

@@ -15,12 +15,14 @@ Every figure can be recomputed from the columns shown:
   arguments; radT's model and params) in the same experiment that ran by themselves, wherever they sit
   (ungrouped, a workload of their own, a ``-w`` workload whose runs did not overlap); shown for runs that
   ran together (a run alone is a baseline, not compared with itself);
-- normalised = steps_per_h / alone_steps_per_h.
+- normalised = steps_per_h / alone_steps_per_h;
+- energy_per_step_j = energy / steps (joules per step of the run's own progress);
+- collocation: how the run shared its GPU (``collocation_method``): alone, same GPU, MPS or MIG.
 
-A together group's row ("workload"): steps_per_h and normalised are the sums of its runs' (normalised
+A together group's row ("workload", its run_id the workload's id): steps_per_h and normalised are the sums of its runs' (normalised
 only where every run has an alone baseline; above 1 the runs together did more work per hour than the
 same runs one after another); duration from the first script start to the last exit; peak memory per
-GPU the highest of its runs'; energy per physical GPU the largest of the runs that recorded that GPU
+GPU the highest of its runs'; energy per step the group's energy over its runs' steps summed; energy per physical GPU the largest of the runs that recorded that GPU
 (collocated runs read the same GPU's counter), summed over distinct GPUs (``summaries.gpu_identity``:
 UUID, else host and index), and only where every run has an energy figure. Steps, alone steps/h and the
 activity and CPU means are left empty there: no sum or mean of them would be the group's.
@@ -33,11 +35,12 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from radt.runmodel import UNGROUPED, script_span, together
+from radt.runmodel import COLLOCATION_TAG, UNGROUPED, script_span, together
 
 RUN_COLUMNS = ["kind", "experiment_id", "workload", "run", "letter", "status", "together", "steps", "duration_min", "steps_per_h", "alone_runs",
                "alone_steps_per_h", "normalised", "smact_mean", "smact_p95", "smocc_mean", "smocc_p95", "peak_memory_per_gpu_mb", "energy_kj",
-               "cpu_mean"]  # fmt: skip
+               "cpu_mean", "energy_per_step_j", "collocation", "run_id"]  # fmt: skip
+METHODS = ("alone", "same GPU", "MPS", "MIG")  # how runs shared a GPU, in the order the papers print them
 
 
 def _command(params: dict) -> tuple:
@@ -46,6 +49,17 @@ def _command(params: dict) -> tuple:
     if params.get("command"):
         return ("command", params["command"])
     return ("radT", params.get("model"), params.get("params"))
+
+
+def collocation_method(tags: dict | None, params: dict | None, together_with: int) -> str:
+    """How a run shared its GPU: MPS or MIG from radt's collocation tag (radT's `collocation` param), else
+    "same GPU" when it ran together with others (time-sliced), else "alone"."""
+    value = str((tags or {}).get(COLLOCATION_TAG) or (params or {}).get("collocation") or "-").strip()
+    if value.lower() == "mps":
+        return "MPS"
+    if value not in ("-", "", "none"):
+        return "MIG"
+    return "same GPU" if together_with > 1 else "alone"
 
 
 def _span(row) -> tuple[float, float]:
@@ -129,6 +143,7 @@ def comparison(runs: pd.DataFrame, summary: pd.DataFrame, library: pd.DataFrame 
         mine = per_hour(row.run_id)
         partners = alone.get((row.experiment_id, _command(row.params)), []) if sizes[row.run_id] > 1 else []
         baseline = sum(partners) / len(partners) if partners else math.nan
+        steps, energy = stat(row.run_id, "own_steps"), stat(row.run_id, "energy_j")
         return {
             "kind": "run",
             "experiment_id": row.experiment_id,
@@ -145,7 +160,10 @@ def comparison(runs: pd.DataFrame, summary: pd.DataFrame, library: pd.DataFrame 
             "normalised": mine / baseline if baseline == baseline and baseline else math.nan,
             **{c: stat(row.run_id, c) for c in ("smact_mean", "smact_p95", "smocc_mean", "smocc_p95", "cpu_mean")},
             "peak_memory_per_gpu_mb": stat(row.run_id, "gpu_memory_peak_mb"),
-            "energy_kj": stat(row.run_id, "energy_j") / 1000,
+            "energy_kj": energy / 1000,
+            "energy_per_step_j": energy / steps if steps == steps and steps > 0 else math.nan,
+            "collocation": collocation_method(getattr(row, "tags", None), row.params, sizes[row.run_id]),
+            "run_id": row.run_id,
         }
 
     rows = [run_row(row) for row in runs.itertuples()]
@@ -162,6 +180,8 @@ def _group_row(members: list, figures: list[dict], stats: pd.DataFrame) -> dict:
     starts, ends = [s for s, _e in spans], [e for _s, e in spans]
     known = all(x == x for x in starts + ends)
     complete = all(f["normalised"] == f["normalised"] for f in figures)
+    energy_j = _shared_energy_j([m.run_id for m in members], stats)
+    steps = _sum(f["steps"] for f in figures)
     return {
         "kind": "workload",
         "experiment_id": members[0].experiment_id,
@@ -172,7 +192,10 @@ def _group_row(members: list, figures: list[dict], stats: pd.DataFrame) -> dict:
         "steps_per_h": _sum(f["steps_per_h"] for f in figures),
         "normalised": _sum(f["normalised"] for f in figures) if complete else math.nan,
         "peak_memory_per_gpu_mb": _max(f["peak_memory_per_gpu_mb"] for f in figures),
-        "energy_kj": _shared_energy_j([m.run_id for m in members], stats) / 1000,
+        "energy_kj": energy_j / 1000,
+        "energy_per_step_j": energy_j / steps if steps == steps and steps > 0 else math.nan,
+        "collocation": figures[0]["collocation"],
+        "run_id": members[0].workload_id,
     }
 
 

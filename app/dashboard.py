@@ -1,4 +1,4 @@
-"""Builds the Dash app: multi-page (pages/), one read engine on the store, flask-caching."""
+"""Builds the Dash app: multi-page (pages/), one read engine on the store, flask-caching, kept and compressed responses."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from pathlib import Path
 
 import dash
 
+from radt.app import responses
 from radt.app.cache import CACHE, cache_config
 from radt.app.state import STATE, connect_store
 from radt.settings import tracking_uri
@@ -25,6 +26,7 @@ def create_app(store: str | None = None, cache: str | None = None) -> dash.Dash:
         suppress_callback_exceptions=True,
     )
     CACHE.init_app(app.server, config=cache_config(cache))
+    responses.install(app.server)  # finished views from the cache as gzip bytes; every large response gzipped
     app.layout = dash.html.Div(
         [
             dash.html.Header(

@@ -16,8 +16,9 @@ import numpy as np
 import pandas as pd
 
 from radt.app.cache import CACHE, FINISHED_TIMEOUT, LISTING_TIMEOUT, RUNNING_TIMEOUT, ZOOM_TIMEOUT
+from radt.app.downsample import ENVELOPE, Envelope
 from radt.app.runs import RUN_COLUMNS, list_runs
-from radt.app.series import load_devices, load_series
+from radt.app.series import load_devices, load_series, place_by_time, step_history, time_of_step
 from radt.app.state import STATE
 from radt.app.store import LIVE_STATUSES
 from radt.app.summaries import SUMMARY_COLUMNS, run_summary
@@ -101,11 +102,18 @@ def runs(experiment_ids: list[str]) -> pd.DataFrame:
 
 
 Series = tuple[np.ndarray, np.ndarray]
+SHAPES = ("points", "envelope")  # a long series as chosen points (MinMax), or as per-bucket mean with a min-max band
 
 
-def _load(spec: str, run_ids: list[str], windows: Mapping[str, Window], budget: int, x: str) -> dict[str, dict[Device, Series]]:
+def hardware(spec: str) -> bool:
+    """A sampled metric (catalogue or a stored system key), not one the run's script logged at its own steps."""
     kind, _, name = spec.partition(":")
-    options = {"windows": windows, "x": "step" if x == "step" else "timestamp"}
+    return kind == "cat" or resolve(name) is not None
+
+
+def _load(spec: str, run_ids: list[str], windows: Mapping[str, Window], budget: int, x: str, shape: str) -> dict[str, dict[Device, Series]]:
+    kind, _, name = spec.partition(":")
+    options = {"windows": windows, "x": "step" if x == "step" else "timestamp"} | ({"method": ENVELOPE} if shape == "envelope" else {})
     if kind == "cat":
         return load_devices(STATE.engine, run_ids, name, budget=budget, **options)
     resolved = resolve(name)  # a stored key typed in the picker: one series, on the device its key names
@@ -121,20 +129,25 @@ def series(
     budget: int = 2000,
     x: str = "relative",
     gpus: list[int] | None = None,
-) -> dict[str, dict[Device, Series]]:
+    shape: str = "points",
+) -> dict[str, dict[Device, Series | Envelope]]:
     """Series of `spec` for the runs (rows of runs.list_runs), through the cache: run_id -> {device: (x, values)}.
 
     A catalogue metric has one series per GPU, MIG slice and node the run stored it for (host
     metrics one, on ``catalogue.HOST``); ``gpus`` keeps only those GPU indices. `windows` gives a run
     its own x range (ms, or steps when x is "step"): a zoomed chart asks for that range again at
-    full detail. x "step" returns stored steps instead of timestamps.
+    full detail. x "step" returns stored steps instead of timestamps; ``shape="envelope"`` returns a
+    series longer than the budget as an app.downsample.Envelope (per-bucket mean, minimum, maximum).
     """
     windows = dict(windows or {})
+    if x == "step" and hardware(spec):
+        return placed_on_steps(spec, runs, windows, budget, gpus, shape)
     x = "step" if x == "step" else "timestamp"
+    shape = shape if shape in SHAPES else "points"
     found = _per_run(
         runs,
-        lambda run_id: ("devices", spec, run_id, windows.get(run_id), budget, x),
-        lambda missing: _load(spec, missing, {r: windows[r] for r in missing if r in windows}, budget, x),
+        lambda run_id: ("devices", spec, run_id, windows.get(run_id), budget, x, shape),
+        lambda missing: _load(spec, missing, {r: windows[r] for r in missing if r in windows}, budget, x, shape),
         lambda run_id: ZOOM_TIMEOUT if windows.get(run_id) else FINISHED_TIMEOUT,  # every zoom is a new window: kept briefly
     )
     if gpus is None:
@@ -142,6 +155,36 @@ def series(
     wanted = set(gpus)
     kept = {run_id: {d: v for d, v in devices.items() if d.gpu is None or d.gpu in wanted} for run_id, devices in found.items()}
     return {run_id: devices for run_id, devices in kept.items() if devices}
+
+
+def step_histories(runs: pd.DataFrame) -> dict[str, Series]:
+    """series.step_history per run through the cache: run_id -> (timestamps, steps) of its own most-logged metric."""
+    return _per_run(runs, lambda run_id: ("steps", run_id), lambda missing: step_history(STATE.engine, missing))
+
+
+def placed_on_steps(
+    spec: str, runs: pd.DataFrame, windows: Mapping[str, Window], budget: int, gpus: list[int] | None, shape: str
+) -> dict[str, dict[Device, Series | Envelope]]:
+    """A hardware metric on the training-step axis: read by time, each sample placed at the step its run's script was at.
+
+    A step window is read as the time window between those steps; runs that logged no metric of their own are absent."""
+    histories = step_histories(runs)
+    runs = runs[runs["run_id"].isin(list(histories))]
+    if runs.empty:
+        return {}
+    times = {r: (None if lo is None else int(time_of_step(lo, histories[r])) - 1, None if hi is None else int(time_of_step(hi, histories[r])) + 1)
+             for r, (lo, hi) in windows.items() if r in histories}  # fmt: skip
+    found = series(spec, runs, times, budget=budget, x="timestamp", gpus=gpus, shape=shape)
+    out: dict[str, dict[Device, Series | Envelope]] = {}
+    for run_id, devices in found.items():
+        for device, values in devices.items():
+            steps = place_by_time(values[0], histories[run_id])
+            kept = ~np.isnan(steps)
+            if kept.any():
+                out.setdefault(run_id, {})[device] = (
+                    Envelope(steps[kept], *(v[kept] for v in values[1:])) if isinstance(values, Envelope) else (steps[kept], values[1][kept])
+                )
+    return out
 
 
 def summary(runs: pd.DataFrame) -> pd.DataFrame:

@@ -9,14 +9,21 @@ with the global extremes added back) are there for callers that prefer them.
 A series at or under its budget is returned as it is. NaN values (MLflow's ``is_nan`` points:
 a sample that had no value) are not downsampled; the first NaN of every run of NaNs is kept as a
 gap marker, so a plotted line breaks where the data has holes.
+
+``envelope`` is the other shape a long series can take: per equal-width bucket its mean, minimum and
+maximum, drawn as a mean line in a light min-max band, so many long runs overlaid stay apart
+(MinMax's points, joined by a line, zig-zag into a solid block of colour).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 from tsdownsample import M4Downsampler, MinMaxDownsampler, MinMaxLTTBDownsampler
 
 METHODS = ("minmax", "m4", "minmaxlttb")
+ENVELOPE = "envelope"  # not a choice of points: series.load_series returns an Envelope instead
 DEFAULT_BUDGET = 2000
 _NAN_SHARE = 4  # at most budget // 4 gap markers
 
@@ -81,3 +88,48 @@ def downsample(x: np.ndarray, y: np.ndarray, budget: int = DEFAULT_BUDGET, metho
         return x, y
     idx = downsample_indices(x, y, budget, method)
     return x[idx], y[idx]
+
+
+class Envelope(NamedTuple):
+    """A series too long for its budget, as equal-width x buckets: each bucket's mean x, mean, minimum and maximum.
+
+    Drawn as a mean line inside a light min-max band: many long runs stay apart instead of MinMax's zig-zag blocks."""
+
+    x: np.ndarray
+    mean: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+
+
+ENVELOPE_POINTS = 3  # points drawn per bucket: the mean, and the band's upper and lower edge
+
+
+def envelope(x: np.ndarray, y: np.ndarray, budget: int = DEFAULT_BUDGET) -> Envelope:
+    """``budget // 3`` equal-width buckets over sorted ``x`` (empty ones left out): at most ``budget`` points drawn.
+
+    NaN values are skipped; a bucket holding only NaN is NaN throughout, so the line breaks there."""
+    if budget < 2 * ENVELOPE_POINTS:
+        raise ValueError(f"budget must be at least {2 * ENVELOPE_POINTS} points")
+    xf = _plain(np.asarray(x)).astype(np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if len(y) == 0:
+        empty = np.array([], dtype=np.float64)
+        return Envelope(empty, empty, empty, empty)
+    buckets = budget // ENVELOPE_POINTS
+    origin = xf[0]
+    span = xf[-1] - origin
+    edges = origin + span * np.arange(1, buckets) / buckets
+    starts = np.unique(np.concatenate(([0], np.searchsorted(xf, edges, side="left"))))
+    starts = starts[starts < len(y)]
+    nan = np.isnan(y)
+    count = np.add.reduceat((~nan).astype(np.float64), starts)
+    total = np.add.reduceat(np.where(nan, 0.0, y), starts)
+    low = np.minimum.reduceat(np.where(nan, np.inf, y), starts)
+    high = np.maximum.reduceat(np.where(nan, -np.inf, y), starts)
+    size = np.diff(np.append(starts, len(y))).astype(np.float64)
+    centre = origin + np.add.reduceat(xf - origin, starts) / size
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    low = np.where(count > 0, low, np.nan)
+    high = np.where(count > 0, high, np.nan)
+    return Envelope(centre, mean, low, high)

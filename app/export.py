@@ -2,7 +2,8 @@
 
 The figure is the dashboard's own (app/views.render) at a larger point budget, restyled for
 print: a fixed size in inches, one font size, colour or monochrome (dash styles and markers),
-the legend where asked. Static images need a Chromium: kaleido drives `BROWSER_PATH`, else
+the legend where asked, in margin kept free for it. Many charts become a grid of small multiples that
+fits a page (7 × 9 in unless a height is given). A PDF's title is the view's. Static images need a Chromium: kaleido drives `BROWSER_PATH`, else
 /usr/bin/chromium, else whatever Chrome it finds on PATH.
 """
 
@@ -12,6 +13,7 @@ import atexit
 import csv
 import dataclasses
 import io
+import logging
 import math
 import os
 import shutil
@@ -38,6 +40,10 @@ MARKERS = ("circle", "square", "triangle-up", "diamond", "x", "cross", "star", "
 GREYS = ("#000000", "#555555", "#888888")
 DPI_RANGE = (30, 2400)  # PNG resolution, `radt export --dpi` and the dashboard's field alike
 FONT_RANGE = (4.0, 48.0)  # points
+PAGE_HEIGHT = 9.0  # inches: the default height a figure must fit (a double-column page's text block)
+HEIGHT_RANGE = (1.0, 30.0)  # inches, `radt export --height` and the panel's field alike
+MIN_ROW = 1.5  # inches: a chart row shorter than this is unreadable, so more columns are used first
+MAX_COLUMNS = {"single-column": 1, "double-column": 2, "slide": 3}
 MAX_PIXELS = 50_000_000  # a PNG's width × height: 2400 dpi on a tall figure would take the server gigabytes of memory
 
 
@@ -53,6 +59,7 @@ class ExportStyle:
     legend: str = "top"
     dpi: int = 300
     charts: list[str] | None = None  # metric specs to keep; None: every chart of the view
+    height: float | None = None  # inches; None: as tall as the charts need, at most PAGE_HEIGHT
 
 
 def check_style(style: ExportStyle, fmt: str | None = None) -> ExportStyle:
@@ -71,7 +78,12 @@ def check_style(style: ExportStyle, fmt: str | None = None) -> ExportStyle:
         given = "no DPI given" if style.dpi in (None, "") else f"DPI {str(style.dpi)[:40]} is out of range"
         raise ExportError(f"{given}; use {DPI_RANGE[0]} to {DPI_RANGE[1]} (300 for print)")
     charts = [c for c in style.charts if isinstance(c, str)] if isinstance(style.charts, list) else None
-    return dataclasses.replace(style, font_size=font, dpi=round(dpi) if dpi is not None else 300, monochrome=bool(style.monochrome), charts=charts)
+    height = None if style.height in (None, "") else _number(style.height)
+    if style.height not in (None, "") and (height is None or not HEIGHT_RANGE[0] <= height <= HEIGHT_RANGE[1]):
+        raise ExportError(f"height {str(style.height)[:40]} is out of range; use {HEIGHT_RANGE[0]:g} to {HEIGHT_RANGE[1]:g} inches (9 for a page)")
+    return dataclasses.replace(
+        style, font_size=font, dpi=round(dpi) if dpi is not None else 300, monochrome=bool(style.monochrome), charts=charts, height=height
+    )
 
 
 def _number(value) -> float | None:
@@ -101,8 +113,49 @@ def chromium() -> str:
     )
 
 
-def restyle(figure: go.Figure, style: ExportStyle, charts: int) -> go.Figure:
-    """The screen figure as a print figure: WebGL traces as SVG paths, fixed size, fonts, legend, monochrome."""
+def page_grid(charts: int, style: ExportStyle) -> int:
+    """How many columns `charts` charts take at the style's width so that they fit its height (MIN_ROW tall rows or more)."""
+    limit = style.height or PAGE_HEIGHT
+    overhead = 1.0 + (0.4 if style.legend in ("top", "bottom") else 0.0)  # titles, axes and a legend of about two lines, in inches
+    widest = MAX_COLUMNS.get(style.size, 1)
+    for columns in range(1, widest + 1):
+        if math.ceil(charts / columns) * MIN_ROW + overhead <= limit:
+            return columns
+    return widest
+
+
+def legend_names(figure: go.Figure) -> list[str]:
+    """The names the legend shows: one per legend group (a run's GPUs and bands share one)."""
+    names: dict[str, str] = {}
+    for trace in figure.data:
+        if trace.showlegend is False or not trace.name:
+            continue
+        names.setdefault(trace.legendgroup or trace.name, str(trace.name))
+    return list(names.values())
+
+
+def _text_px(text: str, font: float) -> float:
+    """About how wide a line of text is in pixels (DejaVu Sans averages 0.62 em a character, with its spaces and capitals)."""
+    return len(text) * 0.62 * font
+
+
+def legend_lines(names: list[str], width_px: float, font: float) -> int:
+    """How many lines a horizontal legend of `names` takes in `width_px` (symbol and gap beside each entry)."""
+    lines, used = (1 if names else 0), 0.0
+    for name in names:
+        entry = _text_px(name, font) + 56  # Plotly's 40 px symbol and the gaps around an item
+        if used and used + entry > width_px:
+            lines, used = lines + 1, 0.0
+        used += entry
+    return lines
+
+
+def restyle(figure: go.Figure, style: ExportStyle, charts: int, title: str | None = None) -> go.Figure:
+    """The screen figure as a print figure: WebGL traces as SVG paths, fixed size, fonts, legend in its own margin, monochrome.
+
+    `charts` rows-worth of charts are the figure's grid rows (the figure is laid out in columns already); the height is
+    what the rows need, at most the style's height (default PAGE_HEIGHT), or exactly the style's height when it has one.
+    `title` becomes the PDF's title (kept in layout.meta)."""
     if style.size not in SIZES:
         raise ExportError(f"size '{style.size}' is not one of {', '.join(SIZES)}")
     if style.legend not in LEGENDS:
@@ -117,28 +170,50 @@ def restyle(figure: go.Figure, style: ExportStyle, charts: int) -> go.Figure:
         out.add_trace(go.Scatter(spec) if spec.get("type") == "scatter" else trace)
         if style.monochrome:
             _monochrome(out.data[-1], series.setdefault(trace.legendgroup or str(number), len(series)))
+    font_size = style.font_size
     width_in, row_in = SIZES[style.size]
-    height_in = width_in * 9 / 16 if row_in is None else row_in * charts + 0.6
-    font = {"size": style.font_size, "family": "DejaVu Sans, Arial, sans-serif", "color": "#000000"}
-    legend = {"top": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}, "bottom": {"orientation": "h", "x": 0, "y": -0.15, "yanchor": "top"},
-              "right": {"orientation": "v", "x": 1.02, "y": 1, "xanchor": "left"}}.get(style.legend)  # fmt: skip
+    width_px = width_in * CSS_DPI
+    names = legend_names(out) if style.legend != "none" else []
+    margin = {"l": 6 * font_size, "r": 10, "t": 3.5 * font_size, "b": 4.5 * font_size}  # t: the first row's chart titles
+    legend: dict = {}
+    if names and style.legend in ("top", "bottom"):
+        lines = legend_lines(names, width_px - margin["l"] - 10, font_size)
+        reserved = lines * (1.4 * font_size + 17) + 6  # Plotly's legend row: the text's line and the symbol's 16 px box, plus gaps
+        if style.legend == "top":
+            margin["t"] += reserved
+            legend = {"orientation": "h", "x": 0, "xanchor": "left", "y": 1, "yanchor": "top", "yref": "container"}
+        else:
+            margin["b"] += reserved
+            legend = {"orientation": "h", "x": 0, "xanchor": "left", "y": 0, "yanchor": "bottom", "yref": "container"}
+    elif names:  # right: as wide as its longest name
+        margin["r"] = min(width_px * 0.45, max(_text_px(n, font_size) for n in names) + 4 * font_size)
+        legend = {"orientation": "v", "x": 1, "xanchor": "right", "xref": "container", "y": 1, "yanchor": "top"}
+    if style.height:
+        height_in = style.height
+    elif row_in is None:
+        height_in = width_in * 9 / 16
+    else:
+        height_in = min(
+            PAGE_HEIGHT, math.ceil((charts * row_in + (margin["t"] + margin["b"]) / CSS_DPI) * 2) / 2
+        )  # whole half inches: whole pixels at any even DPI
     out.update_layout(
-        width=round(width_in * CSS_DPI),
+        width=round(width_px),
         height=round(height_in * CSS_DPI),
-        font=font,
-        showlegend=legend is not None,
-        legend=legend or {},
-        margin={"l": 6 * style.font_size, "r": 8 * style.font_size if style.legend == "right" else 10, "t": 3.5 * style.font_size, "b": 5 * style.font_size},
+        font={"size": font_size, "family": "DejaVu Sans, Arial, sans-serif", "color": "#000000"},
+        showlegend=bool(names),
+        legend=legend | {"font": {"size": font_size}, "bgcolor": "rgba(0,0,0,0)"},
+        margin=margin,
         template="simple_white",
         hovermode=False,
+        meta={"title": title} if title else None,
     )
-    out.update_annotations(font={"size": style.font_size})  # the charts' titles
+    out.update_annotations(font={"size": font_size})  # the charts' titles
     return out
 
 
 def _monochrome(trace, number: int) -> None:
     """Series told apart by dash style and marker instead of colour (a band stays a light grey fill)."""
-    if trace.fill == "tonexty" or (trace.line and trace.line.width == 0):
+    if trace.fill == "tonexty" or (trace.line and trace.line.width == 0) or (isinstance(trace.meta, dict) and trace.meta.get("band")):
         trace.fillcolor = "rgba(0,0,0,0.12)"
         trace.line.color = "rgba(0,0,0,0)"
         return
@@ -160,14 +235,65 @@ def chosen_runs(view: View) -> pd.DataFrame:
 
 
 def figure_for(view: View, style: ExportStyle) -> tuple[go.Figure, dict[str, list[str]]]:
-    """The print figure of a view and, per metric, the runs that lack it (exported without them)."""
+    """The print figure of a view and, per metric, the runs that lack it (exported without them): many charts as a grid that fits the page."""
     runs = chosen_runs(view)
     if style.charts:
         view = dataclasses.replace(view, metrics=[m for m in view.metrics if m in style.charts] or style.charts)
+    charts = len(view.metrics)
+    view = dataclasses.replace(view, cols=page_grid(charts, style), notes=[])
     rendered = render(view, budget=EXPORT_BUDGET, runs=runs)
     if not rendered.panels:
         raise ExportError(f"none of the metrics {', '.join(view.metrics)} exists in the chosen runs; pick others")
-    return restyle(rendered.figure, style, len(rendered.panels)), rendered.missing
+    rows = math.ceil(len(rendered.panels) / max(1, min(view.cols, len(rendered.panels))))
+    title = view_title([p.metric.label for p in rendered.panels], runs)
+    return restyle(rendered.figure, style, rows, title), rendered.missing
+
+
+def view_title(what: list[str], runs: pd.DataFrame) -> str:
+    """A figure's title for its PDF metadata: what it shows and of which runs ("SMACT, SMOCC · 4 runs: resnet50 2A, ...")."""
+    names = [str(n) for n in runs["run_name"]] if "run_name" in runs.columns else []
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    return f"{', '.join(dict.fromkeys(what))} · {len(names)} run{'s' if len(names) != 1 else ''}: {shown}"[:300]
+
+
+def comparison_figure(view: View, style: ExportStyle, kind: str, stat: str = "smact_mean", by: str = "workload", run_id: str | None = None) -> go.Figure:
+    """A comparison figure (app/aggregates.py: bar, box, cdf of a per-run statistic by workload or collocation; activity of one run), for print."""
+    from radt.app.aggregates import STATS, FigureError, activity_figure, aggregate_figure
+
+    runs = chosen_runs(view)
+    try:
+        if kind == "activity":
+            chosen = run_id or str(runs["run_id"].iloc[0])
+            series, title = activity_series(view, chosen)
+            figure = activity_figure(series, title)
+        else:
+            figure = aggregate_figure(kind, comparison_table(view, runs), stat, by)
+            title = f"{STATS.get(stat, (stat,))[0]} by {by} ({kind})"
+    except FigureError as exc:
+        raise ExportError(str(exc)) from exc
+    figure.update_layout(title=None)  # the paper's caption says it; the PDF's metadata keeps it
+    return restyle(figure, style, 1, view_title([title], runs))
+
+
+def activity_series(view: View, run_id: str) -> tuple[dict[str, tuple], str]:
+    """GRACT, SMACT, SMOCC (and nvidia-smi's utilisation) of one run's busiest GPU, seconds since start; and the figure's title."""
+    from radt.app.aggregates import ACTIVITY, busiest
+
+    runs = view_runs(dataclasses.replace(view, runs=[run_id]))
+    if runs.empty:
+        raise ExportError(f"run {run_id[:40]} is not in the view's experiments; pick one of its runs")
+    row = runs.iloc[0]
+    found = {name: data.series(f"cat:{name}", runs, budget=EXPORT_BUDGET, gpus=view.gpus).get(run_id, {}) for name, *_ in ACTIVITY}
+    device = busiest(found.get("gr_engine_active") or found.get("sm_active") or {})
+    start = row["start_time"] if pd.notna(row["start_time"]) else None
+    series = {}
+    for name, devices in found.items():
+        if device in devices:
+            ts, values = devices[device]
+            first = start if start is not None else (ts[0] if len(ts) else 0)
+            series[name] = ((ts - first) / 1000.0, values)
+    where = f" · {device.label}" if device is not None and getattr(device, "label", "") else ""
+    return series, f"GRACT vs SMACT vs SMOCC · {row['run_name']}{where}"
 
 
 _KALEIDO = threading.Lock()
@@ -181,6 +307,7 @@ def _kaleido_server() -> None:
         if not _kaleido_running:
             import kaleido
 
+            _quiet_browser_logs()
             kaleido.start_sync_server(silence_warnings=True)
             atexit.register(kaleido.stop_sync_server, silence_warnings=True)
             _kaleido_running = True
@@ -213,11 +340,37 @@ def image_bytes(figure: go.Figure, fmt: str, dpi: int) -> bytes:
         _kaleido_server()
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="The kopts argument is ignored")
-            return figure.to_image(format=fmt, scale=scale)
+            image = figure.to_image(format=fmt, scale=scale)
     except Exception as exc:  # kaleido's browser failed to start or crashed
         _kaleido_restart()
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise ExportError(f"rendering the {fmt.upper()} with {os.environ['BROWSER_PATH']} failed ({reason}); set BROWSER_PATH to a working Chromium") from exc
+    meta = figure.layout.meta
+    title = meta.get("title") if isinstance(meta, dict) else None
+    return with_pdf_title(image, title) if fmt == "pdf" and title else image
+
+
+def with_pdf_title(pdf: bytes, title: str) -> bytes:
+    """The PDF with its document title set (kaleido leaves its own, "Kaleido-fier"), and radt as its creator."""
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(pdf)))
+    writer.add_metadata({"/Title": title, "/Creator": "radt export", "/Producer": "radt export (Plotly, kaleido, pypdf)"})
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+BROWSER_LOGGERS = ("kaleido", "choreographer", "logistro")
+
+
+def _quiet_browser_logs() -> None:
+    """Keep kaleido's and choreographer's logging (browser JSON, tracebacks as the browser closes at exit) off the user's terminal:
+    a failed image is reported once, as an ExportError."""
+    for name in BROWSER_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.CRITICAL + 1)
+        logger.propagate = False
 
 
 def data_csv(view: View, charts: list[str] | None = None) -> tuple[str, dict[str, list[str]]]:

@@ -10,7 +10,8 @@ from radt.settings import tracking_uri
 
 
 def export_parser() -> argparse.ArgumentParser:
-    from radt.app.export import FORMATS, LEGENDS, SIZES
+    from radt.app.aggregates import BY, KINDS, STATS
+    from radt.app.export import FORMATS, HEIGHT_RANGE, LEGENDS, SIZES
     from radt.cli import OneLineParser  # mistakes in one line, like the rest of radt
 
     parser = OneLineParser(
@@ -31,6 +32,18 @@ def export_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpu-mean", action="store_true", help="per run, the mean across its GPUs with a min-max band instead of a line per GPU")
     parser.add_argument("--format", choices=FORMATS, help="default: the suffix of -o")
     parser.add_argument("--size", choices=tuple(SIZES), default="double-column", help="single-column (3.5 in), double-column (7 in), slide (16:9)")
+    parser.add_argument(
+        "--height", type=float, help=f"figure height in inches ({HEIGHT_RANGE[0]:g}-{HEIGHT_RANGE[1]:g}; default: what the charts need, at most 9)"
+    )
+    parser.add_argument(
+        "--figure",
+        choices=("timeseries", *KINDS, "activity"),
+        default="timeseries",
+        help="timeseries: the charts over time (default); bar, box, cdf: a per-run statistic (--stat) by workload or collocation (--by); "
+        "activity: GRACT vs SMACT vs SMOCC of one run (the first, or --run)",
+    )
+    parser.add_argument("--by", choices=tuple(BY), default="workload", help="group bar/box/cdf figures by workload (default) or collocation method")
+    parser.add_argument("--stat", choices=tuple(STATS), default="smact_mean", help="the per-run statistic of bar/box/cdf figures (default smact_mean)")
     parser.add_argument("--font-size", type=float, default=9.0, help="points (default 9)")
     parser.add_argument("--mono", action="store_true", help="monochrome: dash styles and markers instead of colours")
     parser.add_argument("--legend", choices=LEGENDS, default="top")
@@ -59,7 +72,9 @@ def main(argv: list[str]) -> int:
         )
         return 2
     try:
-        style = check_style(ExportStyle(opts.size, opts.font_size, opts.mono, opts.legend, opts.dpi))
+        style = check_style(ExportStyle(opts.size, opts.font_size, opts.mono, opts.legend, opts.dpi, height=opts.height))
+        if opts.figure != "timeseries" and (opts.table or fmt == "csv"):
+            raise ExportError(f"--figure {opts.figure} draws a PNG, SVG or PDF; give an output ending in one of those")
         _open_store(tracking_uri(opts.store))
         view = _view(opts)
         if opts.table:
@@ -78,8 +93,13 @@ def main(argv: list[str]) -> int:
             from radt.app.export import chromium, figure_for, image_bytes
 
             chromium()  # before reading the store: say at once when no browser can draw it
-            figure, missing = figure_for(view, style)
-            _warn_missing(missing)
+            if opts.figure == "timeseries":
+                figure, missing = figure_for(view, style)
+                _warn_missing(missing)
+            else:
+                from radt.app.export import comparison_figure
+
+                figure = comparison_figure(view, style, opts.figure, opts.stat, opts.by, opts.run[0] if opts.run else None)
             opts.output.write_bytes(image_bytes(figure, fmt, opts.dpi))
     except (ExportError, ValueError) as exc:
         print(f"radt export: {exc}", file=sys.stderr)

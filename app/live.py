@@ -42,6 +42,7 @@ VALUE_METRICS = [
     "system_memory_usage_megabytes",
 ]
 ACTIVITY = ("sm_active", "gr_engine_active", "utilization_percentage")  # what "the GPU is busy" is read from
+OWN_LIMIT = 8  # a run's own metrics (loss, accuracy) shown on its card, by name
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,12 @@ def latest_values(engine: sa.Engine, run_ids: Sequence[str]) -> dict[str, dict[s
             for run_id, key, value, is_nan, ts in plain_rows(conn, stmt):
                 out[run_id][key] = (float("nan") if is_nan else float(value), int(ts))
     return dict(out)
+
+
+def own_metrics(values: Mapping[str, tuple[float, int]], limit: int = OWN_LIMIT) -> list[tuple[str, float]]:
+    """(key, newest value) of what the run's script logged itself (loss, accuracy), by name: no system series, no radT legacy key."""
+    own = [(key, value) for key, (value, _ts) in values.items() if not key.startswith(catalogue.PREFIX) and catalogue.resolve(key) is None]
+    return sorted(own)[:limit]
 
 
 def chart_traces(keys: Sequence[str]) -> list[Trace]:

@@ -1,6 +1,7 @@
 """`radt dashboard [--store URI] [--host 127.0.0.1] [--port 8050]` (also `python app.py` in a checkout).
 
-For several users: `gunicorn -w 4 -b 0.0.0.0:8050 'radt.app:server'` with RADT_CACHE=redis://127.0.0.1:6379/0.
+For several users: `gunicorn -w 4 -b 0.0.0.0:8050 'radt.app:server'` with RADT_CACHE=redis://127.0.0.1:6379/0: the workers
+share the series and the kept chart responses of ended runs (app/responses.py; 50 users at p95 0.23 s, docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from radt import catalogue, settings
-from radt.app.downsample import DEFAULT_BUDGET, downsample_indices
+from radt.app.downsample import DEFAULT_BUDGET, ENVELOPE, Envelope, downsample_indices, envelope
 from radt.app.keys import cumulative_legacy, device_keys
 from radt.app.runs import keys_by_run
 from radt.app.store import METRICS, Series, binary_rows, chunks, not_nan, plain_rows, unique, value_or_null
@@ -173,7 +173,8 @@ def load_series(
     ``[start_ms, end_ms]`` (inclusive, either open) restricts every run; ``windows`` gives some
     runs their own window instead (for a time-since-start axis: each run's start + offsets).
     A window with ``budget`` points or fewer comes back raw; a longer one is downsampled with
-    ``method`` (app.downsample: MinMax by default, minima and maxima kept). NaN points are NaN.
+    ``method`` (app.downsample: MinMax by default, minima and maxima kept; ``"envelope"``: an
+    app.downsample.Envelope of per-bucket mean, minimum and maximum instead of points). NaN points are NaN.
     Runs without the key, or without points in their window, are absent. Stored values listed in
     ``missing`` (radT's "no reading" sentinels, catalogue.missing_values) become NaN before downsampling.
     """
@@ -198,6 +199,9 @@ def load_series(
             continue
         if missing:
             values = np.where(np.isin(values, missing), np.nan, values)
+        if len(xs) > budget and method == ENVELOPE:
+            out[run_id] = envelope(xs, values, budget)
+            continue
         if len(xs) > budget:
             idx = downsample_indices(xs, values, budget, method)
             xs, values = xs[idx], values[idx]
@@ -242,11 +246,19 @@ def load_devices(
         for run_id, device, scale in members:
             if run_id not in series:
                 continue
-            xs, values = series[run_id]
+            found = series[run_id]
             if scale != 1.0 or offsets:
-                values = (values - offsets.get(run_id, 0.0)) * scale
-            out.setdefault(run_id, {})[device] = (xs, values)
+                found = _rescaled(found, offsets.get(run_id, 0.0), scale)
+            out.setdefault(run_id, {})[device] = found
     return {run_id: dict(sorted(out[run_id].items(), key=lambda item: item[0].sort_key())) for run_id in unique(run_ids) if run_id in out}
+
+
+def _rescaled(found: Series | Envelope, offset: float, scale: float) -> Series | Envelope:
+    """A series (or an envelope's mean and band) in the catalogue's unit: (value - offset) * scale."""
+    if isinstance(found, Envelope):
+        return Envelope(found.x, *((v - offset) * scale for v in (found.mean, found.low, found.high)))
+    xs, values = found
+    return xs, (values - offset) * scale
 
 
 def load_metric(
@@ -293,3 +305,59 @@ def _first_values(engine: sa.Engine, run_ids: Sequence[str], key: str) -> dict[s
             for run_id, value in plain_rows(conn, stmt):
                 out.setdefault(run_id, float(value))
     return out
+
+
+# --- the training-step axis -----------------------------------------------------------------------
+
+
+def own_keys(keys: Iterable[str]) -> list[str]:
+    """The keys a run logged itself (loss, accuracy): neither radt's system/ keys nor radT's legacy ones."""
+    return sorted(k for k in keys if not k.startswith(catalogue.PREFIX) and catalogue.resolve(k) is None)
+
+
+def step_history(engine: sa.Engine, run_ids: list[str], *, keys: Mapping[str, set[str]] | None = None) -> dict[str, Series]:
+    """run_id -> (timestamps ms, steps) of the run's own most-logged metric: where its script was when.
+
+    Hardware samples count their own steps; placed on this history by time they share the training-step axis.
+    Runs that logged no metric of their own are absent."""
+    keys = keys_by_run(engine, run_ids) if keys is None else keys
+    wanted = {run_id: own_keys(keys.get(run_id, ())) for run_id in unique(run_ids)}
+    wanted = {run_id: found for run_id, found in wanted.items() if found}
+    if not wanted:
+        return {}
+    count = sa.func.count().label("n")
+    chosen: dict[str, list[str]] = defaultdict(list)
+    with engine.connect() as conn:
+        for chunk in chunks(list(wanted)):
+            stmt = sa.select(METRICS.c.run_uuid, METRICS.c.key, count).where(
+                METRICS.c.run_uuid.in_(chunk), METRICS.c.key.in_(sorted({k for r in chunk for k in wanted[r]}))
+            )
+            best: dict[str, tuple[int, str]] = {}
+            for run_id, key, n in plain_rows(conn, stmt.group_by(METRICS.c.run_uuid, METRICS.c.key)):
+                if key in wanted[run_id] and (n, key) > best.get(run_id, (0, "")):
+                    best[run_id] = (n, key)
+            for run_id, (_n, key) in best.items():
+                chosen[key].append(run_id)
+        out: dict[str, Series] = {}
+        for key, runs in chosen.items():
+            for chunk in chunks(runs):
+                stmt = sa.select(METRICS.c.run_uuid, METRICS.c.timestamp, METRICS.c.step).where(METRICS.c.key == key, METRICS.c.run_uuid.in_(chunk))
+                parts: dict[str, list] = defaultdict(list)
+                for run_id, ts, step in plain_rows(conn, stmt):
+                    parts[run_id].append((ts, step))
+                for run_id, rows in parts.items():
+                    ts, steps = np.asarray(sorted(rows), dtype=np.int64).T
+                    out[run_id] = (ts, np.maximum.accumulate(steps))  # a script's step never goes back in time
+    return out
+
+
+def place_by_time(timestamps: np.ndarray, history: Series) -> np.ndarray:
+    """The step (fractional) the script was at when each sample was taken; NaN before its first or after its last logged step."""
+    ts, steps = history
+    return np.interp(np.asarray(timestamps, dtype=np.float64), ts.astype(np.float64), steps.astype(np.float64), left=np.nan, right=np.nan)
+
+
+def time_of_step(step: float, history: Series) -> float:
+    """The timestamp (ms) at which the script reached ``step``: a step window as a time window."""
+    ts, steps = history
+    return float(np.interp(float(step), steps.astype(np.float64), ts.astype(np.float64)))

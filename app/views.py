@@ -17,7 +17,7 @@ import pandas as pd
 
 from radt.app import data
 from radt.app.data import DEFAULT_METRICS, X_MODES, spec_metric
-from radt.app.figures import GPU_MODES, Panel, overlay_figure
+from radt.app.figures import GPU_MODES, MAX_COLUMNS, Panel, overlay_figure
 from radt.catalogue import METRICS
 
 VIEW_VERSION = 1
@@ -29,6 +29,7 @@ RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # MLflow's run ids (32 hex digits
 EXPERIMENT_ID = re.compile(r"^[0-9]{1,18}$")
 GPU_INDEX = re.compile(r"^[0-9]{1,4}$")
 KEY_LIMIT = 250  # MLflow's longest metric key
+QUERY_LIMIT = 1000  # characters of a run filter in a link
 ZOOM_LIMITS = {"relative": 1e9, "step": 9e15}  # |x| of a zoom: minutes (1,900 years) and steps (exact as float64, inside int64)
 WALL_LIMITS = (pd.Timestamp("1970-01-01"), pd.Timestamp("2200-01-01"))  # a wall-clock zoom: MLflow's epoch ms, in pandas' ns range
 
@@ -145,6 +146,30 @@ def _x_limits(text: str, axis: str) -> tuple | None:
     return (low, high) if all(math.isfinite(v) and abs(v) <= bound for v in (low, high)) else None
 
 
+def _query(value, notes: list[str]) -> str:
+    """The run filter as typed (one line of printable text, QUERY_LIMIT characters at most); else empty, and a note."""
+    text = (_one(value) or "").strip()
+    if text and (not _printable(text) or len(text) > QUERY_LIMIT):
+        notes.append(f"ignored the run filter: not one line of at most {QUERY_LIMIT} printable characters")
+        return ""
+    return text
+
+
+def _cols(value, notes: list[str]) -> int:
+    """Charts side by side: 1 to MAX_COLUMNS; a number out of range is clamped, anything else is 1, with a note."""
+    text = _one(value)
+    if text is None or text == "":
+        return 1
+    try:
+        number = int(float(text))
+    except (ValueError, OverflowError):
+        notes.append(f"columns '{text[:40]}' is not a number from 1 to {MAX_COLUMNS}; showing 1")
+        return 1
+    if not 1 <= number <= MAX_COLUMNS:
+        notes.append(f"columns {number} is not from 1 to {MAX_COLUMNS}; showing {min(max(number, 1), MAX_COLUMNS)}")
+    return min(max(number, 1), MAX_COLUMNS)
+
+
 @dataclass
 class View:
     experiments: list[str]
@@ -157,6 +182,8 @@ class View:
     zoom: str | None = None  # "low,high" on the view's axis, as the URL writes it
     gpus: list[int] | None = None  # only these GPU indices (None: every GPU the runs used)
     gpu_mode: str = "each"  # "each": a trace per GPU; "mean": per run the mean across its GPUs, with a min-max band
+    cols: int = 1  # charts side by side (URL key cols, 1-3)
+    query: str = ""  # the run filter (URL key q): words, or MLflow's search syntax and radt's summaries (app/filters.py)
     notes: list[str] = field(default_factory=list, compare=False)  # what from_dict left out of the link, said on the page
 
     @classmethod
@@ -178,6 +205,8 @@ class View:
         gpus = _gpus(raw.get("gpu"), notes)
         view = cls(experiments, runs, metrics, x, mode, smoothing, log_y, None, gpus, _choice(raw.get("gpuagg"), GPU_MODES, "each", "GPU mode", notes))
         view.zoom = _zoom(raw.get("xr"), view.axis, notes)
+        view.cols = _cols(raw.get("cols"), notes)
+        view.query = _query(raw.get("q"), notes)
         view.notes = notes
         return view
 
@@ -190,6 +219,10 @@ class View:
             out["gpu"] = ",".join(map(str, self.gpus))
         if self.gpu_mode != "each":
             out["gpuagg"] = self.gpu_mode
+        if self.cols != 1:
+            out["cols"] = str(self.cols)
+        if self.query:
+            out["q"] = self.query
         return out
 
     @property
@@ -227,6 +260,7 @@ class Rendered:
     runs: pd.DataFrame  # the view's runs, rows of runs.list_runs
     panels: list[Panel]
     missing: dict[str, list[str]]  # metric spec -> names of the chosen runs that lack it
+    notes: list[str] = field(default_factory=list)  # what the figure could not draw, and why (said on the page)
 
 
 def view_runs(view: View) -> pd.DataFrame:
@@ -241,16 +275,30 @@ def render(view: View, budget: int = SCREEN_BUDGET, runs: pd.DataFrame | None = 
     windows = data.zoom_windows(limits, view.axis, runs) if limits else {}
     panels, missing = [], {}
     for spec in view.metrics:
-        found = data.series(spec, runs, windows, budget=budget, x=view.x, gpus=view.gpus)
+        found = data.series(spec, runs, windows, budget=budget, x=view.x, gpus=view.gpus, shape="envelope")
         lacking = [name for run_id, name in zip(runs["run_id"], runs["run_name"], strict=False) if run_id not in found]
         if lacking:
             missing[spec] = lacking
         if found:
-            panels.append(Panel(spec_metric(spec), found))
+            panels.append(Panel(spec_metric(spec), found, placed=view.x == "step" and data.hardware(spec)))
+    grouped = view.mode == "grouped"
     figure = overlay_figure(
-        panels, runs, x_mode=view.x, grouped=view.mode == "grouped", smoothing=view.smoothing, log_y=view.log_y, x_range=limits, gpu_mode=view.gpu_mode
+        panels, runs, x_mode=view.x, grouped=grouped, smoothing=view.smoothing, log_y=view.log_y, x_range=limits, gpu_mode=view.gpu_mode, columns=view.cols
     )
-    return Rendered(figure, runs, panels, missing)
+    return Rendered(figure, runs, panels, missing, _step_notes(view, runs))
+
+
+def _step_notes(view: View, runs: pd.DataFrame) -> list[str]:
+    """On the step axis, hardware samples sit on each run's own logged steps: name the runs that logged none (drawn without them)."""
+    if view.x != "step" or runs.empty or not any(data.hardware(spec) for spec in view.metrics):
+        return []
+    histories = data.step_histories(runs)
+    lacking = sorted({name for run_id, name in zip(runs["run_id"], runs["run_name"], strict=False) if run_id not in histories})
+    if not lacking:
+        return []
+    shown = ", ".join(lacking[:5]) + (f" and {len(lacking) - 5} more" if len(lacking) > 5 else "")
+    placed = "on the step axis hardware samples are placed at the training step their run logged at that time"
+    return [f"{placed}; {shown} logged no metric of its own, so no hardware series is drawn for it"]
 
 
 def metric_spec(name: str) -> str:

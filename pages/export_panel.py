@@ -28,6 +28,7 @@ def layout() -> list:
                     # no min/max: the browser would send an out-of-range number as nothing; the server bounds them and says so
                     html.Label(["font (pt)", dcc.Input(id=ids.EXPORT_FONT, type="number", value=9)]),
                     html.Label(["DPI (PNG)", dcc.Input(id=ids.EXPORT_DPI, type="number", value=300)]),
+                    html.Label(["height (in)", dcc.Input(id=ids.EXPORT_HEIGHT, type="number", placeholder="fit 9", step=0.1)]),
                     html.Label(["legend", dcc.Dropdown(id=ids.EXPORT_LEGEND, options=list(LEGENDS), value="top", clearable=False)]),
                     dcc.RadioItems(
                         id=ids.EXPORT_COLOUR,
@@ -42,6 +43,7 @@ def layout() -> list:
             html.Div(
                 [html.Button(fmt.upper(), id=ids.export_button(fmt), n_clicks=0, className="export-button") for fmt in ("png", "svg", "pdf", "csv")]
                 + [html.Button("table CSV", id=ids.export_button("table"), n_clicks=0, className="export-button")]
+                + [html.Button("comparison PDF", id=ids.export_button("comparison"), n_clicks=0, className="export-button")]
                 + [
                     html.Button("save view", id=ids.SAVE_VIEW, n_clicks=0, className="export-button"),
                     dcc.Upload(html.Button("open view", className="export-button"), id=ids.OPEN_VIEW),
@@ -68,9 +70,9 @@ def export_charts(metric_specs):
     return [{"label": spec_metric(spec).label, "value": spec} for spec in specs], specs
 
 
-def export(_clicks, _save, view_data, size, font, dpi, legend, colour, charts):
+def export(_clicks, _save, view_data, size, font, dpi, legend, colour, charts, height=None, kind="bar", by="workload", stat="smact_mean", run=None):
     """The chosen file as a download, with a line saying what was left out or what went wrong."""
-    from radt.app.export import FORMATS, ExportError, ExportStyle, check_style, comparison_table, data_csv, figure_for, image_bytes
+    from radt.app.export import FORMATS, ExportError, ExportStyle, check_style, comparison_figure, comparison_table, data_csv, figure_for, image_bytes
 
     view = View.from_dict(view_data)
     if ctx.triggered_id == ids.SAVE_VIEW:
@@ -81,6 +83,10 @@ def export(_clicks, _save, view_data, size, font, dpi, legend, colour, charts):
         if fmt == "table":
             csv_text = comparison_table(view).to_csv(index=False, float_format="%.6g")
             return {"content": csv_text, "filename": "radt-table.csv", "type": "text/csv"}, "comparison table exported"
+        if fmt == "comparison":  # the figure of the comparison section, as chosen there
+            style = check_style(ExportStyle(size, 9 if font is None else font, colour == "mono", legend, dpi, height=height), "pdf")
+            figure = comparison_figure(view, style, kind or "bar", stat or "smact_mean", by or "workload", run if isinstance(run, str) else None)
+            return dcc.send_bytes(image_bytes(figure, "pdf", style.dpi), f"radt-{kind}.pdf"), f"comparison figure ({kind}) exported"
         if fmt not in FORMATS:
             return dash.no_update, f"cannot export '{str(fmt)[:20]}'; choose PNG, SVG, PDF or CSV"
         if not charts:
@@ -89,7 +95,7 @@ def export(_clicks, _save, view_data, size, font, dpi, legend, colour, charts):
             text, missing = data_csv(view, charts)
             download = {"content": text, "filename": "radt-data.csv", "type": "text/csv"}
         else:  # bounded here, not by the form: a request can carry any DPI (a PNG's pixels are capped in image_bytes)
-            style = check_style(ExportStyle(size, 9 if font is None else font, colour == "mono", legend, dpi, charts), fmt)
+            style = check_style(ExportStyle(size, 9 if font is None else font, colour == "mono", legend, dpi, charts, height), fmt)
             figure, missing = figure_for(view, style)
             download = dcc.send_bytes(image_bytes(figure, fmt, style.dpi), f"radt-figure.{fmt}")
     except (ExportError, ValueError) as exc:
@@ -127,6 +133,11 @@ def register() -> None:
         State(ids.EXPORT_LEGEND, "value"),
         State(ids.EXPORT_COLOUR, "value"),
         State(ids.EXPORT_CHARTS, "value"),
+        State(ids.EXPORT_HEIGHT, "value"),
+        State(ids.COMPARE_KIND, "value"),
+        State(ids.COMPARE_BY, "value"),
+        State(ids.COMPARE_STAT, "value"),
+        State(ids.COMPARE_RUN, "value"),
         prevent_initial_call=True,
     )(export)
     callback(

@@ -19,6 +19,12 @@ WORKLOAD_ALL = "wl-all"  # pattern type: a workload's select-all box
 WORKLOAD_RUNS = "wl-runs"  # pattern type: a workload's run boxes
 WORKLOAD_KEY = "wl"  # the workload id in those patterns
 
+# --- explore: the run filter (FILTER, issue #14: pages/run_picker.py, app/filters.py) ----------------
+
+RUN_FILTER_ERROR = "run-filter-error"  # the one line saying why the filter cannot be read
+RUN_FILTER_COUNT = "run-filter-count"  # "12 of 500 runs match"
+RUN_TICK_MATCHING = "run-tick-matching"  # ticks every run the filter leaves
+
 # --- explore: the controls and the charts ---------------------------------------------------------
 
 METRICS = "metrics"
@@ -34,6 +40,13 @@ SUMMARY = "summary"
 VIEW = "view"  # the view as the URL holds it
 ZOOM = "zoom"
 URL_SINK = "url-sink"
+
+# --- explore: the page shell (PAGE, issue #14: columns, sticky legend, running runs) ---------------
+
+COLUMNS = "chart-columns"  # 1, 2 or 3 charts side by side (URL key cols)
+LEGEND = "chart-legend"  # the sticky HTML legend above the charts
+EXPLORE_TICK = "explore-tick"  # redraws while a drawn run is RUNNING
+LIVE_BADGE = "live-badge"  # "● live" and the running runs' names
 
 # --- explore: the export panel --------------------------------------------------------------------
 
@@ -51,6 +64,16 @@ EXPORT_STATUS = "export-status"
 EXPORT_DOWNLOAD = "export-download"
 OPEN_VIEW_QUERY = "open-view-query"
 OPEN_VIEW_SINK = "open-view-sink"
+
+# --- explore: the summary table and the comparison figures (TABLE, issue #14: pages/summary_table.py, pages/comparison.py) ---
+
+SUMMARY_SINK = "summary-sink"  # the run a table row click highlighted ('' for none)
+COMPARE_KIND = "compare-kind"  # bar, box, cdf, activity
+COMPARE_BY = "compare-by"  # workload or collocation
+COMPARE_STAT = "compare-stat"  # the per-run aggregate drawn
+COMPARE_RUN = "compare-run"  # the run of the activity figure
+COMPARE_FIGURE = "compare-figure"
+EXPORT_HEIGHT = "export-height"  # the export panel's figure height in inches (empty: fit 9 in)
 
 # --- live -----------------------------------------------------------------------------------------
 

@@ -1,9 +1,11 @@
 """Live: the runs training now, per host and workload, updating every second without a reload.
 
-Each run is a card: its status, its current values per GPU (coloured by level), stall and idle
-flags, and a chart of the last minutes that grows by Plotly's extendData with only the points
-newer than the browser's cursor (no full redraw). Cards are rebuilt only when the set of runs
-or a status changes.
+Each run is a card: its status, the newest values of its own metrics (loss, accuracy) and per GPU
+(coloured by level), stall and idle flags, and a chart of the last minutes that grows by Plotly's
+extendData with only the points newer than the browser's cursor (no full redraw); its CPU axis
+grows past 100 % (a process tree on several cores), and assets/page.js puts the cards of one
+workload (collocated runs) on one time range. Cards are rebuilt only when the set of runs or a
+status changes.
 """
 
 from __future__ import annotations
@@ -105,14 +107,26 @@ def _figure(traces: list[live.Trace], series: dict) -> go.Figure:
             )
         )
     fig.update_layout(
-        height=190,
-        margin={"l": 40, "r": 40, "t": 8, "b": 28},
+        height=230,
+        margin={"l": 8, "r": 8, "t": 8, "b": 8},  # every label makes its own room (automargin): the date line, both axis titles
         template="plotly_white",
         showlegend=True,
-        legend={"orientation": "h", "y": -0.25, "font": {"size": 10}},
-        yaxis={"range": [0, 1.02], "title": None, "fixedrange": True},
-        yaxis2={"range": [0, 102], "tickvals": [0, 50, 100], "overlaying": "y", "side": "right", "showgrid": False, "ticksuffix": "%", "fixedrange": True},
-        xaxis={"type": "date"},
+        legend={"orientation": "h", "y": -0.22, "yanchor": "top", "font": {"size": 10}},
+        yaxis={"range": [0, 1.02], "title": {"text": "GPU activity", "font": {"size": 10}}, "fixedrange": True, "automargin": True},
+        # CPU in % of one core: a run's process tree on 4 cores reads 400 %, so the axis grows past 100 (and never below 0-100)
+        yaxis2={
+            "autorange": True,
+            "autorangeoptions": {"include": [0, 100]},
+            "rangemode": "tozero",
+            "overlaying": "y",
+            "side": "right",
+            "showgrid": False,
+            "ticksuffix": "%",
+            "title": {"text": "CPU (100 % = 1 core)", "font": {"size": 10}},
+            "fixedrange": True,
+            "automargin": True,
+        },
+        xaxis={"type": "date", "automargin": True},
         uirevision="live",
     )
     return fig
@@ -129,7 +143,9 @@ def _card(run: pd.Series, traces: list[live.Trace], window_min: int, now_ms: int
     explore = "/?" + urlencode({"exp": run.experiment_id, "runs": run.run_id})
     title = [html.Span(run.status, className=f"status {STATUS_CLASS.get(run.status, '')}")]
     title += [html.Strong(run.run_name), html.Span(f" {run.letter}" if run.letter not in ("", "-") else "", className="letter")]
-    title += [html.A("explore →", href=explore, className="explore-link", title="open this run in the explore page")]
+    # assets/page.js points the link at the last explore view with this run added (this href: the run alone)
+    link = {"data-exp": str(run.experiment_id), "data-run": run.run_id}
+    title += [html.A("explore →", href=explore, className="explore-link", title="add this run to the explore view", **link)]
     return html.Section(
         [
             html.Header(title),
@@ -209,6 +225,11 @@ def _value_row(values: dict[str, tuple[float, int]]) -> list:
             )
         )
     rows = [html.Div([html.Span(device.label or "host", className="where")] + spans, className="value-row") for device, spans in per_gpu.items()]
+    own = [
+        html.Span([html.Span(key, className="name"), f" {'–' if value != value else f'{value:.4g}'}"], className="value value-own", **{"data-metric": key})
+        for key, value in live.own_metrics(values)
+    ]
+    rows = ([html.Div([html.Span("run", className="where", title="what the script logged")] + own, className="value-row own")] if own else []) + rows
     return rows or [html.Span("no sample yet", className="hint")]
 
 

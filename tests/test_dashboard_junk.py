@@ -33,7 +33,7 @@ START = 1_760_000_000_000
 EVIL = '<a href="http://x">evil</a>'
 WORKLOAD = "<b>w</b> & %{y}"
 EXTRA_KEYS = 40  # the evil run's own metrics: enough for 27 charts and for the cap of 30
-DRAW_OUTPUTS = [("charts", "figure"), ("summary", "data"), ("view", "data"), ("view-note", "children")]
+DRAW_OUTPUTS = [("charts", "figure"), ("view", "data"), ("view-note", "children"), ("chart-legend", "children")]
 
 
 def _fill(uri: str) -> dict:
@@ -107,14 +107,18 @@ def _page(base: str, search: str) -> tuple[int, str]:
     return status, json.dumps(answer)
 
 
-def _draw(base: str, runs, metrics, x="relative", mode="runs", smooth=0, log=(), zoom=None, gpus=(), gpu_mode="each", experiments=("1",)):
+def _draw(
+    base: str, runs, metrics, x="relative", mode="runs", smooth=0, log=(), zoom=None, gpus=(), gpu_mode="each", experiments=("1",), cols=1, tick=0, query=None
+):
     """The draw callback with these control values (anything a request can carry)."""
     controls = [("metrics", "value", metrics), ("x-mode", "value", x), ("group-mode", "value", mode), ("smoothing", "value", smooth)]
     controls += [("log-y", "value", list(log) if isinstance(log, tuple) else log), ("zoom", "data", zoom)]
     controls += [("gpu-filter", "value", list(gpus) if isinstance(gpus, tuple) else gpus), ("gpu-mode", "value", gpu_mode)]
+    controls += [("chart-columns", "value", cols), ("explore-tick", "n_intervals", tick)]
     inputs = [[{"id": {"type": "wl-runs", "wl": "w"}, "property": "value", "value": runs}]]
     inputs += [{"id": i, "property": p, "value": v} for i, p, v in controls]
     state = [{"id": "experiments", "property": "value", "value": list(experiments) if isinstance(experiments, tuple) else experiments}]
+    state += [{"id": "run-filter", "property": "value", "value": query}]
     return _post(base, DRAW_OUTPUTS, inputs, state, "metrics.value")
 
 
@@ -155,6 +159,8 @@ def test_the_draw_callback_answers_junk_inputs(junk):
         dict(runs=[evil, other], metrics=["cat:sm_active"], zoom="junk", smooth=1e308, log="yes"),
         dict(runs=[evil], metrics=["cat:sm_active", "cat:sm_active", "smact"], mode="grouped", gpu_mode="mean"),
         dict(runs=evil, metrics="cat:sm_active", experiments=None),
+        dict(runs=[evil], metrics=["cat:sm_active"], cols="9", tick={"a": 1}, query="params.x = 'unterminated"),
+        dict(runs=[evil], metrics=["cat:sm_active"], cols=None, tick=None, query={"a": ["\x00"]}),
     ]
     for case in cases:
         status, answer = _draw(base, experiments=experiment, **case) if "experiments" not in case else _draw(base, **case)
@@ -190,11 +196,13 @@ def test_names_are_text_in_the_legend_the_tooltip_and_the_run_tree(page, junk):
     url = f"{junk['base']}?exp={junk['experiment']}&runs={junk['evil']},{junk['other']}&metrics=cat:sm_active"
     escaped = EVIL.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     _open(page, url, [f"{escaped} · GPU 0", "plain run · GPU 0"])
-    legend = page.locator("#charts .legendtext").all_text_contents()
+    page.wait_for_function("() => document.querySelectorAll('#chart-legend .legend-entry').length >= 2")
+    legend = page.locator("#chart-legend .legend-entry").all_text_contents()  # the sticky legend above the charts (Plotly's is hidden on screen)
     assert f"{EVIL} · GPU 0" in legend, legend
+    assert page.locator("#chart-legend a, #chart-legend script").count() == 0, "the names are text in the legend, not markup"
     page.evaluate("() => Plotly.Fx.hover(document.querySelector('#charts .js-plotly-plot'), {xval: 0.2, yval: 0.55}, 'xy')")  # 12 s into the runs
     page.wait_for_function("() => document.querySelector('#charts .hoverlayer .hovertext')")
-    tooltip = page.locator("#charts .hoverlayer .hovertext").first.text_content()
+    tooltip = " | ".join(page.locator("#charts .hoverlayer .hovertext").all_text_contents())  # one label per run at that time
     assert EVIL in tooltip and WORKLOAD in tooltip and "<script>alert(1)</script>" in tooltip, tooltip
     assert page.locator("#charts a").count() == 0, "no link in the chart: not in the legend, the tooltip or a title"
     tree = page.locator("#run-tree").inner_text()
@@ -262,10 +270,10 @@ def test_zoomed_windows_are_cached_for_a_minute_not_an_hour(junk):
         for zoom in range(20):  # a user dragging across the chart
             data.series("cat:sm_active", runs, {junk["evil"]: (START + zoom * 1000, START + zoom * 1000 + 20_000)})
         keys = {
-            "whole": data._key(STATE.store_uri, "devices", "cat:sm_active", junk["evil"], None, 2000, "timestamp"),
+            "whole": data._key(STATE.store_uri, "devices", "cat:sm_active", junk["evil"], None, 2000, "timestamp", "points"),
             **{
                 f"zoom {z}": data._key(
-                    STATE.store_uri, "devices", "cat:sm_active", junk["evil"], (START + z * 1000, START + z * 1000 + 20_000), 2000, "timestamp"
+                    STATE.store_uri, "devices", "cat:sm_active", junk["evil"], (START + z * 1000, START + z * 1000 + 20_000), 2000, "timestamp", "points"
                 )
                 for z in range(20)
             },

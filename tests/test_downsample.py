@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from radt.app.downsample import METHODS, downsample, downsample_indices
+from radt.app.downsample import METHODS, downsample, downsample_indices, envelope
 
 BASE = 1_700_000_000_000
 
@@ -109,3 +109,30 @@ def test_datetime_x_and_bad_arguments():
         downsample_indices(x, y, 1000, "lttb-ish")
     with pytest.raises(ValueError, match="budget"):
         downsample_indices(x, y, 3)
+
+
+def test_an_envelope_is_each_buckets_mean_minimum_and_maximum_within_the_budget():
+    x, y = _series(10_800, seed=4)
+    y[6000] = 9.0  # one second of peak: in the band, not in the mean
+    y[100:140] = np.nan  # a gap inside one bucket or two
+    env = envelope(x, y, 2000)
+    assert len(env.x) <= 2000 // 3 and 3 * len(env.x) <= 2000, "mean + two band edges within the point budget"
+    assert np.all(np.diff(env.x) > 0)
+    edges = np.linspace(x[0], x[-1], 2000 // 3 + 1)
+    for i in (0, 1, 250, 665):  # brute force on a few buckets (the last one closed on the right)
+        inside = (x >= edges[i]) & ((x < edges[i + 1]) if i < 665 else (x <= edges[i + 1]))
+        j = int(np.argmin(np.abs(env.x - x[inside].mean())))
+        assert env.mean[j] == pytest.approx(np.nanmean(y[inside])) and env.low[j] == np.nanmin(y[inside]) and env.high[j] == np.nanmax(y[inside])
+    assert np.nanmax(env.high) == 9.0 and np.nanmax(env.mean) < 2.0, "the spike widens the band, it does not jump the line"
+    assert np.nanmin(env.low) == np.nanmin(y)
+
+
+def test_an_envelope_breaks_where_a_whole_bucket_is_missing():
+    x = np.arange(9000, dtype=np.int64) * 1000
+    y = np.ones(9000)
+    y[3000:3600] = np.nan  # 600 samples: whole buckets of 27
+    env = envelope(x, y, 1000)
+    assert np.isnan(env.mean).any() and np.isnan(env.low).any() and np.isnan(env.high).any()
+    assert np.nanmin(env.mean) == np.nanmax(env.mean) == 1.0
+    with pytest.raises(ValueError, match="budget"):
+        envelope(x, y, 5)

@@ -10,6 +10,7 @@ import csv
 import dataclasses
 import io
 import json
+import re
 import struct
 import xml.etree.ElementTree as ET
 
@@ -20,7 +21,8 @@ from radt import catalogue
 from radt.app.export import ExportStyle, figure_for, image_bytes, restyle
 from radt.app.exportcli import _open_store
 from radt.app.exportcli import main as export_main
-from radt.app.views import EXPORT_BUDGET, View, render, save_view
+from radt.app.views import EXPORT_BUDGET, View, metric_spec, render, save_view
+from tests.support.radtproc import radt_env, run_radt
 from tests.support.stores import build
 
 # experiment, run labels in tests/support/stores.build, the metric asked for, the key each kind stored it under
@@ -155,6 +157,65 @@ def test_errors_say_what_to_do(store, tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "loss is absent from 5 run(s), exported without them: run D, run A, run B, run C, sweep" in err
     assert {r["run_name"] for r in csv.DictReader(io.StringIO(data.read_text()))} == {"trial"}
+
+
+# eight charts of run A: catalogue metrics and single stored series
+EIGHT = ["sm_active", "system/gpu_0_sm_active", "system/gpu_1_sm_active", "memory_usage_megabytes", "system/gpu_1_memory_usage_megabytes",
+         "energy_joules", "power_usage_watts", "cpu_utilization_percentage"]  # fmt: skip
+
+
+def _pdf(path):
+    from pypdf import PdfReader
+
+    pdf = PdfReader(path)
+    box = pdf.pages[0].mediabox
+    return pdf.metadata.get("/Title"), float(box.width) / 72, float(box.height) / 72
+
+
+def test_eight_metrics_fit_a_page_titled_by_the_view_with_nothing_else_on_the_terminal(store, radt_home, tmp_path):
+    """`radt export` of 8 charts: a 2-column grid inside 7 × 9 in (not 7 × 18), the PDF's title the view's, one line on stderr."""
+    args = ["export", "--experiment", "radt-new", "--run", store.runs["A"], *[a for m in EIGHT for a in ("--metric", m)], "-o", str(tmp_path / "eight.pdf")]
+    done = run_radt(args, radt_env(radt_home, store.uri), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "" and done.stderr.splitlines() == [f"radt export: wrote {tmp_path / 'eight.pdf'} (PDF, 1 runs)"], "no browser JSON or traceback"
+    title, width, height = _pdf(tmp_path / "eight.pdf")
+    assert title.startswith("SMACT, SMACT (GPU 0), SMACT (GPU 1), GPU memory") and title.endswith("1 run: run A"), title
+    assert "Kaleido" not in title
+    assert width == pytest.approx(7.0, abs=0.01) and height <= 9.0 + 0.01, (width, height)
+
+    figure, _missing = figure_for(View([store.experiments["radt-new"]], [store.runs["A"]], [metric_spec(m) for m in EIGHT]), ExportStyle())
+    assert figure.layout.xaxis2.domain[0] > figure.layout.xaxis.domain[1], "two columns side by side"
+    assert len({figure.layout[f"yaxis{i}"].domain for i in ("", 2, 3, 4, 5, 6, 7, 8)}) == 4, "four rows"
+
+    done = run_radt([*args[:-1], str(tmp_path / "short.pdf"), "--height", "5"], radt_env(radt_home, store.uri), tmp_path)
+    assert done.returncode == 0 and _pdf(tmp_path / "short.pdf")[2] == pytest.approx(5.0, abs=0.01), "--height in inches"
+
+
+def test_comparison_figures_from_the_shell(store, radt_home, tmp_path):
+    env = radt_env(radt_home, store.uri)
+    done = run_radt(["export", "--experiment", "radt-new", "--figure", "bar", "--by", "workload", "--stat", "smact_mean", "-o", str(tmp_path / "bar.pdf")], env,
+                    tmp_path)  # fmt: skip
+    assert done.returncode == 0 and done.stdout == "", done.stderr
+    title, width, height = _pdf(tmp_path / "bar.pdf")
+    assert title.startswith("mean SMACT by workload (bar) · ") and width == pytest.approx(7.0, abs=0.01) and height < 9
+    done = run_radt(["export", "--experiment", "radt-new", "--figure", "box", "-o", str(tmp_path / "box.csv")], env, tmp_path)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "radt export: --figure box draws a PNG, SVG or PDF; give an output ending in one of those"
+    ]
+    done = run_radt(["export", "--experiment", "mlflow-sys", "--figure", "bar", "--stat", "normalised", "-o", str(tmp_path / "e.pdf")], env, tmp_path)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "no run of these has a normalised throughput" in done.stderr, done.stderr
+
+
+def test_the_legend_has_a_margin_of_its_own(store):
+    """However many entries, the legend ends above the first chart's title (top) at both paper widths."""
+    view = _view(store, "radt", "mlflow", "radT-legacy", metrics=["cat:sm_active", "cat:utilization_percentage", "cat:memory_usage_megabytes"])
+    for size in ("single-column", "double-column"):
+        figure, _missing = figure_for(view, ExportStyle(size=size, legend="top"))
+        svg = image_bytes(figure, "svg", 96).decode()
+        legend = re.search(r'<g class="legend"[^>]*translate\(([\d.]+),([\d.]+)\)"><rect class="bg"[^>]*height="([\d.]+)"', svg)
+        titles = [float(y) for y in re.findall(r'<g class="annotation-text-g"[^>]*><g class="cursor-pointer" transform="translate\([\d.]+,([\d.]+)\)"', svg)]
+        assert legend and titles, size
+        assert float(legend.group(2)) + float(legend.group(3)) <= min(titles) + 0.5, (size, legend.groups(), min(titles))
 
 
 def test_comparison_table_sets_collocated_workloads_against_the_same_runs_alone(store_uri, tmp_path):

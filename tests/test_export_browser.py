@@ -74,3 +74,28 @@ def test_saved_view_exports_the_same_figure_and_opens_again(page, served, filled
     page.wait_for_url(lambda url: run_ids[0] in url)
     assert {t["name"]: t["n"] for t in wait_for_traces(page, set(names))} == shown
     assert len(drawn_traces(page, "y2")) == 2, "the second chart of the view (power) is back too"
+
+
+def test_the_comparison_figure_and_a_page_high_figure_from_the_panel(page, served, filled_store, tmp_path):
+    """The panel's height field sets the PDF's height in inches; "comparison PDF" exports the comparison section's figure, titled by it."""
+    from pypdf import PdfReader
+
+    experiment, run_ids, names = _two_runs(filled_store["uri"])
+    page.goto(f"{served}?exp={experiment}&runs={','.join(run_ids)}&metrics={METRICS}&x=relative&mode=runs&smooth=0&log=0")
+    wait_for_traces(page, set(names))
+    page.get_by_text("Export", exact=True).click()
+    page.fill("#export-height", "4")
+    with page.expect_download(timeout=60_000) as pdf:
+        page.get_by_role("button", name="PDF", exact=True).click()
+    pdf.value.save_as(tmp_path / "fig.pdf")
+    document = PdfReader(tmp_path / "fig.pdf")
+    assert float(document.pages[0].mediabox.height) == 4 * 72 and document.metadata["/Title"].startswith("SMACT, Power · 2 runs: ")
+
+    page.locator("#compare-by label", has_text="collocation").locator("input").check()
+    page.wait_for_function(
+        "() => { const g = document.querySelector('#compare-figure .js-plotly-plot'); return g && g.data.length && g.data[0].type === 'bar'; }"
+    )
+    with page.expect_download(timeout=60_000) as comparison:
+        page.get_by_role("button", name="comparison PDF").click()
+    comparison.value.save_as(tmp_path / "bar.pdf")
+    assert PdfReader(tmp_path / "bar.pdf").metadata["/Title"].startswith("mean SMACT by collocation (bar) · 2 runs")

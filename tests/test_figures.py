@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from radt.app.figures import Panel, overlay_figure
-from radt.catalogue import METRICS, Device
+from radt.app.downsample import Envelope, envelope
+from radt.app.figures import Panel, _alpha, legend_entries, overlay_figure
+from radt.catalogue import METRICS, Device, Metric
 from radt.runmodel import GPUS_TAG, MIG_ACTIVITY_TAG
 
 START = 1_700_000_000_000
@@ -37,7 +38,7 @@ def _series(level: float, n: int = 60) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _lines(figure) -> list:
-    return [t for t in figure.data if t.fill != "tonexty" and not (t.line and t.line.width == 0)]
+    return [t for t in figure.data if not (t.meta or {}).get("band")]
 
 
 def test_each_gpu_of_each_run_is_a_line_named_run_and_gpu():
@@ -73,3 +74,147 @@ def test_the_tooltip_names_the_physical_gpu_and_warns_when_a_mig_slice_was_not_r
     hover = _lines(figure)[0].hovertemplate
     assert "GPU 3" in hover and "DGX Display" in hover and "GPU-0a1b2c3d-" in hover and "00000000:C2:00.0" in hover
     assert "whole GPU, not the run's MIG slice" in hover and "no GPM on A100" in hover
+
+
+def _envelope(n: int = 10_800, budget: int = 2000) -> Envelope:
+    ts, ys = START + np.arange(n) * 1000, 0.5 + 0.3 * np.sin(np.arange(n) / 30.0)
+    ys[6000] = 0.99
+    return envelope(ts, ys, budget)
+
+
+def test_a_downsampled_run_is_its_mean_in_a_light_envelope_and_a_short_one_a_plain_line():
+    runs = _runs("long", "short")
+    panel = Panel(METRICS["sm_active"], {"r0": {Device(None, 0): _envelope()}, "r1": {Device(None, 0): _series(0.3)}})
+    figure = overlay_figure([panel], runs)
+    band = [t for t in figure.data if t.fill == "toself"]
+    assert len(band) == 1 and band[0].meta == {"run_id": "r0", "device": "GPU 0", "band": True}, "one envelope, for the long run only"
+    assert band[0].hoverinfo == "skip" and band[0].showlegend is False and band[0].line.width == 0
+    line = next(t for t in _lines(figure) if t.meta["run_id"] == "r0")
+    assert band[0].fillcolor == _alpha(line.line.color, 0.18), "the run's own colour, light"
+    assert float(np.max(band[0].y)) == pytest.approx(0.99) and float(np.max(line.y)) < 0.9, "the peak widens the band; the line is the mean"
+    assert len(band[0].x) == 2 * len(line.x) and 3 * len(line.x) <= 2000
+    assert list(figure.data).index(band[0]) < list(figure.data).index(line), "the band under its line"
+    assert "mean" in line.hovertemplate and [t.name for t in _lines(figure)] == ["long · GPU 0", "short · GPU 0"]
+
+
+def test_grouped_bands_are_clearly_visible():
+    runs = _runs("A", "B")
+    panel = Panel(METRICS["sm_active"], {"r0": {Device(None, 0): _series(0.2)}, "r1": {Device(None, 0): _series(0.6)}})
+    figure = overlay_figure([panel], runs, grouped=True)
+    fill = next(t for t in figure.data if t.fill == "tonexty")
+    assert fill.fillcolor.endswith(",0.3)") and fill.line.width >= 1, "a stronger fill than an envelope, with a border"
+    assert next(t for t in figure.data if t.name.endswith("(mean of 2)") and t.showlegend).meta == {"workload_id": "w"}
+
+
+@pytest.mark.parametrize("columns,beside", [(1, None), (2, 2), (3, 3)])
+def test_charts_in_a_grid_of_columns_share_one_x_axis(columns, beside):
+    runs = _runs("A")
+    names = ["sm_active", "sm_occupancy", "power_usage_watts", "cpu_utilization_percentage"]
+    panels = [Panel(METRICS[n], {"r0": {Device(None, 0) if METRICS[n].per_gpu else Device(): _series(0.5)}}) for n in names]
+    layout = overlay_figure(panels, runs, columns=columns).layout
+    axes = [layout[f"xaxis{i if i > 1 else ''}"] for i in range(1, 5)]
+    assert len({a.matches for a in axes if a.matches}) == 1 and sum(a.matches is None for a in axes) <= 1, "one shared x axis"
+    if beside is None:
+        assert all(a.domain == axes[0].domain for a in axes) and layout.yaxis2.domain[1] < layout.yaxis.domain[0]
+    else:
+        assert axes[beside].domain[0] == axes[0].domain[0] and layout[f"yaxis{beside + 1}"].domain[1] < layout.yaxis.domain[0], "the next row"
+        assert axes[1].domain[0] > axes[0].domain[1], "the second chart beside the first"
+        assert axes[0].domain[1] - axes[0].domain[0] < 1 / columns
+    last_in_column = {c: max(i for i in range(4) if i % columns == c) for c in range(columns)}
+    for i, axis in enumerate(axes):
+        shown = i in last_in_column.values()
+        assert (axis.showticklabels is not False) == shown and bool(axis.title.text) == shown, "tick labels under each column's last chart"
+    if columns == 3:
+        assert layout.xaxis5.visible is False and layout.xaxis6.visible is False, "the grid's empty cells draw nothing"
+
+
+def _y(metric: str, values: np.ndarray, **kw) -> dict:
+    device = Device(None, 0) if METRICS[metric].per_gpu else Device()
+    figure = overlay_figure([Panel(METRICS[metric], {"r0": {device: (START + np.arange(len(values)) * 1000, values)}})], _runs("A"), **kw)
+    return figure.layout.yaxis
+
+
+def test_every_axis_has_a_unit_and_a_floor_saturated_metrics_do_not_autoscale():
+    ratio = _y("sm_active", np.full(60, 0.98))
+    assert list(ratio.range) == [0, 1.02] and ratio.title.text == "ratio (0–1)"
+    busy = _y("cpu_utilization_percentage", np.linspace(97, 100, 60))
+    assert list(busy.range) == pytest.approx([0, 105]) and "%" in busy.title.text, "a saturated CPU is a flat line near the top, not a swing"
+    tree = _y("process_cpu_utilization_percentage", np.linspace(80, 250, 60))
+    assert list(tree.range) == pytest.approx([0, 262.5]) and tree.title.text == "% (100 = one core)", "250 % (2.5 cores) is on the chart"
+    power = _y("power_usage_watts", np.linspace(240, 250, 60))
+    assert list(power.range) == pytest.approx([0, 262.5]) and power.title.text == "W"
+    memory = _y("memory_usage_megabytes", np.zeros(60))
+    assert memory.range[0] == 0 and memory.range[1] > 0 and memory.title.text == "MB"
+    loss = overlay_figure([Panel(Metric("delta", "delta", "", False, None, None), {"r0": {Device(): _series(-3.0)}})], _runs("A")).layout.yaxis
+    assert loss.range[0] < -3.0 < loss.range[1] and loss.range[1] - loss.range[0] >= 0.29 and loss.title.text == "value"
+    assert _y("sm_active", np.full(60, 0.5), log_y=True).type == "log"
+
+
+@pytest.mark.parametrize("x_mode,shown", [("relative", "%{x:.2f} min since start"), ("wall", "%{x|%Y-%m-%d %H:%M:%S} UTC"), ("step", "step %{x:,.0f}")])
+def test_the_tooltip_says_run_device_metric_value_unit_and_x(x_mode, shown):
+    runs = _runs("A")
+    figure = overlay_figure([Panel(METRICS["power_usage_watts"], {"r0": {Device(None, 1): _series(250.0)}})], runs, x_mode=x_mode)
+    hover = _lines(figure)[0].hovertemplate
+    assert "A · GPU 1" in hover and "Power" in hover and "%{y:.4g} W" in hover and shown in hover
+    assert figure.layout.hovermode == "x" and figure.layout.xaxis.showspikes and figure.layout.xaxis.spikemode == "across"
+
+
+def test_legend_entries_name_each_series_once_with_its_run_colour_and_dash():
+    runs = _runs("A", "B")
+    panels = [
+        Panel(METRICS["sm_active"], {"r0": {Device(None, 0): _envelope(), Device(None, 1): _series(0.2)}, "r1": {Device(None, 0): _series(0.3)}}),
+        Panel(METRICS["power_usage_watts"], {"r0": {Device(None, 0): _series(200.0)}}),
+    ]
+    entries = legend_entries(overlay_figure(panels, runs))
+    assert [(e["id"], e["name"], e["dash"]) for e in entries] == [("r0", "A · GPU 0", "solid"), ("r0", "A · GPU 1", "dash"), ("r1", "B · GPU 0", "solid")]
+    assert entries[0]["color"] == entries[1]["color"] != entries[2]["color"]
+    grouped = legend_entries(overlay_figure(panels, runs, grouped=True))
+    assert [e["id"] for e in grouped] == ["w"]
+
+
+def test_hardware_samples_sit_on_the_training_step_the_script_was_at(store_uri):
+    """The script logs its loss every 100 steps, 10 s apart; radt samples the GPU every second with its own counter as step."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric as Logged
+
+    from radt.app import data
+    from radt.app.exportcli import _open_store
+    from radt.app.figures import X_STEP_PLACED
+    from radt.app.views import View, render
+
+    client = MlflowClient(store_uri)
+    experiment = client.create_experiment("steps")
+    trained = client.create_run(experiment, run_name="trained", start_time=START).info.run_id
+    bare = client.create_run(experiment, run_name="bare", start_time=START).info.run_id
+    samples = [Logged("system/gpu_0_sm_active", 0.5, START + s * 1000, s) for s in range(35)]
+    client.log_batch(trained, metrics=[Logged("loss", 1.0 / (i + 1), START + i * 10_000, i * 100) for i in range(4)] + samples)
+    client.log_batch(bare, metrics=samples)
+    for run_id in (trained, bare):
+        client.set_terminated(run_id, "FINISHED", end_time=START + 35_000)
+    _open_store(store_uri)
+    runs = data.runs([experiment])
+
+    found = data.series("cat:sm_active", runs, x="step")
+    steps, _values = found[trained][Device(None, 0)]
+    assert steps.tolist() == pytest.approx([10.0 * s for s in range(31)]), "sample at 17 s: step 170; after the last logged step (30 s): left out"
+    assert bare not in found, "a run that logged nothing of its own has no training steps to place samples on"
+    zoomed = data.series("cat:sm_active", runs, data.zoom_windows((100, 200), "step", runs), x="step")
+    assert zoomed[trained][Device(None, 0)][0].tolist() == pytest.approx([10.0 * s for s in range(10, 21)]), "a step window is its time window"
+
+    rendered = render(View([experiment], [trained, bare], ["cat:sm_active", "key:loss"], x="step"))
+    layout = rendered.figure.layout
+    assert X_STEP_PLACED in {layout.xaxis.title.text, layout.xaxis2.title.text}
+    loss = next(t for t in rendered.figure.data if t.name == "trained" and (t.yaxis or "y") == "y2")
+    assert list(loss.x) == [0, 100, 200, 300], "the run's own metric on its own steps"
+    assert any("bare" in note and "no hardware series" in note for note in rendered.notes)
+
+
+def test_the_number_of_columns_is_part_of_the_view_and_its_link():
+    from radt.app.views import View
+
+    view = View.from_dict({"runs": "r0", "cols": "2"})
+    assert view.cols == 2 and view.to_dict()["cols"] == "2" and View.from_dict(view.to_dict()).cols == 2
+    assert "cols" not in View.from_dict({"runs": "r0"}).to_dict(), "one column: the link stays as it was"
+    wide, junk = View.from_dict({"cols": "9"}), View.from_dict({"cols": ["x", "2"]})
+    assert wide.cols == 3 and "columns 9" in wide.notes[0]
+    assert junk.cols == 1 and "columns 'x'" in junk.notes[0]

@@ -12,10 +12,17 @@ import json
 import signal
 import subprocess
 import textwrap
+import time
 
+from mlflow import MlflowClient
+
+from radt.collectors import tracking
+from radt.collectors.stores import SqlMetricStore
+from radt.points import Point
 from tests.fakes.fake_nvml import A100, H100
 from tests.support.browser import dashboard, new_page, screenshot
 from tests.support.radtproc import radt_command, radt_env
+from tests.support.runs import radt_run
 
 GPUS = json.dumps([{**H100, "load": 0.7}, {**A100, "load": 0.0}])  # one busy GPU, one idle
 
@@ -104,3 +111,52 @@ def test_a_training_run_appears_grows_and_ends_on_the_live_tab(pg_uri, radt_home
         watcher.locator(".status", has_text="FINISHED").wait_for()
         assert card.locator(".flag-stale").count() == 0, "an ended run is not stale"
         screenshot(page, "live-finished")
+
+
+CARD_JS = """(name) => {
+  const card = Array.from(document.querySelectorAll('.live-run')).find(c => c.querySelector('header strong')?.textContent === name);
+  const g = card && card.querySelector('.live-chart .js-plotly-plot');
+  if (!g || !g._fullLayout) { return null; }
+  const x = g._fullLayout.xaxis, svg = g.querySelector('.main-svg').getBoundingClientRect();
+  const boxes = Array.from(g.querySelectorAll('.xtick text, .ytick text, .y2tick text, .g-ytitle, .g-y2title')).map(e => e.getBoundingClientRect());
+  const legend = g.querySelector('.legend').getBoundingClientRect();
+  const ticks = Array.from(g.querySelectorAll('.xtick text')).map(e => e.getBoundingClientRect().bottom);
+  return {x: x.range.map(v => x.r2l(v)), cpu: g._fullLayout.yaxis2.range, inside: boxes.every(b => b.left >= svg.left - 1 && b.right <= svg.right + 1 && b.top >= svg.top - 1 && b.bottom <= svg.bottom + 1),
+          titles: g.querySelectorAll('.g-ytitle text, .g-y2title text').length, clear: ticks.every(b => b <= legend.top + 1)};
+}"""
+
+
+def test_a_card_shows_the_runs_own_metrics_cpu_above_100_and_collocated_runs_share_a_time_range(pg_uri, radt_home, browser):
+    """Two collocated runs: one trained four minutes with a process tree on 2.5 cores and logs loss and accuracy, one started a minute ago."""
+    client = MlflowClient(pg_uri)
+    experiment = tracking.resolve_experiment(client, pg_uri, "collocated")
+    now = int(time.time() * 1000)
+    old = radt_run(client, experiment, "four minutes", start_time=now - 240_000, workload="pair", letter="A")
+    young = radt_run(client, experiment, "one minute", start_time=now - 60_000, workload="pair", letter="B")
+    writer = SqlMetricStore(pg_uri)
+    for run_id, seconds in ((old, 240), (young, 60)):
+        ts = [now - (seconds - s) * 1000 for s in range(seconds)]
+        writer.write(run_id, [Point("system/gpu_0_sm_active", 0.6, t, s) for s, t in enumerate(ts)])
+        writer.write(run_id, [Point("system/process_cpu_utilization_percentage", 250.0, t, s) for s, t in enumerate(ts)])
+    writer.write(old, [Point("loss", 0.25, now - 1000, 7), Point("accuracy", 0.875, now - 1000, 7)])
+
+    with dashboard(pg_uri, radt_env(radt_home, pg_uri)) as base, new_page(browser, width=1440, height=900) as page:
+        page.goto(base + "live")
+        card = _card(page, "four minutes")
+        card.locator(".value-own[data-metric=loss]").wait_for()
+        assert card.locator(".value-own[data-metric=loss]").inner_text() == "loss 0.25"
+        assert card.locator(".value-own[data-metric=accuracy]").inner_text() == "accuracy 0.875"
+        assert _card(page, "one minute").locator(".value-own").count() == 0, "a run that logged nothing of its own shows none"
+
+        page.wait_for_function(f"({CARD_JS})('four minutes') && ({CARD_JS})('one minute')")
+        shown = page.evaluate(CARD_JS, "four minutes")
+        assert shown["cpu"][0] == 0 and shown["cpu"][1] >= 250, f"CPU at 250 % of one core is on the axis: {shown['cpu']}"
+        # the young run's chart spans the old run's four minutes too: collocated runs on one time range
+        page.wait_for_function(
+            f"() => {{ const a = ({CARD_JS})('four minutes'), b = ({CARD_JS})('one minute');"
+            " return Math.abs(a.x[0] - b.x[0]) < 1000 && Math.abs(a.x[1] - b.x[1]) < 1000 && a.x[1] - a.x[0] > 200000; }"
+        )
+        for name in ("four minutes", "one minute"):
+            shown = page.evaluate(CARD_JS, name)
+            assert shown["inside"] and shown["clear"] and shown["titles"] == 2, (name, shown)
+        screenshot(page, "live-collocated")

@@ -90,3 +90,18 @@ def test_idle_gpu_flag_needs_a_full_minute_of_near_zero_activity(store_uri):
     keys = {stalled: [SMACT], busy: [SMACT], young: [SMACT], util_only: ["system/gpu_1_utilization_percentage"]}
     assert live.idle_gpus(engine, keys, runs, NOW) == {stalled: [0], util_only: [1]}
     engine.dispose()
+
+
+def test_a_runs_own_metrics_are_what_its_script_logged():
+    """The card's "run" row: loss and accuracy as logged, by name; never a system series nor a radT legacy hardware key."""
+    values = {
+        "loss": (0.25, NOW),
+        "accuracy": (0.875, NOW),
+        "val/loss": (float("nan"), NOW),
+        SMACT: (0.5, NOW),
+        CPU: (250.0, NOW),
+        "TOP - CPU Utilization": (99.0, NOW),  # the original radT's top listener: a hardware series
+    }
+    own = live.own_metrics(values)
+    assert [key for key, _v in own] == ["accuracy", "loss", "val/loss"] and own[0][1] == 0.875
+    assert len(live.own_metrics({f"m{i:02d}": (float(i), NOW) for i in range(20)})) == live.OWN_LIMIT

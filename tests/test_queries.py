@@ -324,9 +324,10 @@ def test_cached_series_zoom_windows_and_step_axis(built, engine, monkeypatch, tm
     ts, raw = built.series[("C", "system/gpu_0_sm_active")]
     assert np.array_equal(zoomed[r["C"]][gpu0][0], ts[60:121]) and np.array_equal(zoomed[r["C"]][gpu0][1], raw[60:121])
     assert np.array_equal(zoomed[r["A"]][gpu0][0], BASE + np.arange(60, 121) * 1000)
-    # the step axis shows MLflow's stored steps, windows in steps
+    # the step axis is the script's own training steps (hardware samples placed there by time: tests/test_figures.py);
+    # these runs logged no metric of their own, so their samples have no step to sit on
     steps = data.series("cat:sm_active", runs, data.zoom_windows((99.5, 199.0), "step", runs), x="step")
-    assert np.array_equal(steps[r["C"]][gpu0][0], np.arange(99, 200)) and np.array_equal(steps[r["C"]][gpu0][1], raw[99:200]), "whole steps around the range"
+    assert steps == {}
     wall = data.zoom_windows(("2023-11-14 22:13:20", "2023-11-14 22:13:30"), "wall", runs)  # BASE in UTC
     assert wall[r["A"]] == (BASE + 0 - 1, BASE + 10_000 + 1)
     summary = data.summary(runs)

@@ -1,0 +1,512 @@
+"""The run filter: one line that narrows a long run list to the runs worth comparing.
+
+Three kinds of term, joined by AND (or only by spaces):
+
+- words, as the filter always read them: ``resnet mps batch=256`` keeps the runs whose name, workload,
+  letter, status or ``param=value`` pairs contain every word;
+- MLflow's search syntax, read the way ``MlflowClient.search_runs(filter_string=...)`` reads it
+  (mlflow/utils/search_utils.py): ``params.batch_size = '128'``, ``tags.`mlflow.runName` LIKE 'r%'``,
+  ``attributes.status IN ('FINISHED', 'RUNNING')``, ``metrics.loss < 0.5`` (the latest value);
+- radt's own per-run figures: ``smact.mean < 0.3``, ``duration > 10m``, ``throughput >= 1200`` and the
+  other ``FIELDS``, from app/summaries.py's summary (through data.summary's cache).
+
+``parse`` turns the text into terms or raises FilterError, one line saying what to change; ``apply``
+keeps the rows of a data.runs() frame that pass every term, reading latest metrics and summaries only
+for the runs the cheaper terms left.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+import sqlalchemy as sa
+
+from radt.app import data
+from radt.app.cache import LISTING_TIMEOUT
+from radt.app.state import STATE
+from radt.app.store import LATEST, chunks, plain_rows
+
+
+class FilterError(ValueError):
+    """A run filter that cannot be read; the message (one line) says what to change."""
+
+
+# --- the fields -----------------------------------------------------------------------------------
+
+NUMBER_OPS = ("=", "!=", "<", "<=", ">", ">=")
+TEXT_OPS = ("=", "!=", "LIKE", "ILIKE", "IN", "NOT IN", "IS NULL", "IS NOT NULL")  # MLflow's for params and tags, with IN as for attributes
+ENTITIES = {  # MLflow's prefixes and their alternates (search_utils.SearchUtils._VALID_IDENTIFIERS)
+    "metric": "metric",
+    "metrics": "metric",
+    "param": "param",
+    "params": "param",
+    "parameter": "param",
+    "parameters": "param",
+    "tag": "tag",
+    "tags": "tag",
+    "attribute": "attribute",
+    "attributes": "attribute",
+    "attr": "attribute",
+    "run": "attribute",
+}
+TEXT_ATTRIBUTES = {"run_id": "run_id", "run_name": "run_name", "run name": "run_name", "status": "status", "experiment_id": "experiment_id"}
+NUMBER_ATTRIBUTES = {"start_time": "start_time", "created": "start_time", "end_time": "end_time"}  # ms since the epoch, as MLflow stores them
+UNREAD_ATTRIBUTES = ("user_id", "artifact_uri")  # searchable in MLflow, not in radt's run list
+
+
+@dataclass(frozen=True)
+class Field:
+    """One of radt's figures of a run: where it comes from, and the units a value may carry (factor to the stored unit)."""
+
+    column: str  # a data.runs column, a data.summary column, or "throughput"
+    source: str  # "runs" (the run list, free) or "summary" (data.summary, computed once per run and cached)
+    units: dict[str, float]
+    unit_text: str  # how the help names the units
+
+
+_SECONDS = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+_RATIO = {"": 1.0, "%": 0.01}
+_PLAIN = {"": 1.0}
+FIELDS = {
+    "smact.mean": Field("smact_mean", "summary", _RATIO, "0-1 or %"),
+    "smact.p95": Field("smact_p95", "summary", _RATIO, "0-1 or %"),
+    "smocc.mean": Field("smocc_mean", "summary", _RATIO, "0-1 or %"),
+    "smocc.p95": Field("smocc_p95", "summary", _RATIO, "0-1 or %"),
+    "duration": Field("duration_s", "runs", _SECONDS, "s, m or h"),  # the run's time, as the run tree shows it
+    "steps": Field("own_steps", "summary", _PLAIN, "the script's highest step + 1"),
+    "throughput": Field("throughput", "summary", _PLAIN, "steps/h"),
+    "memory.peak": Field("gpu_memory_peak_mb", "summary", {"": 1.0, "mb": 1.0, "gb": 1024.0}, "MB or GB"),
+    "energy": Field("energy_j", "summary", {"": 1000.0, "j": 1.0, "kj": 1000.0, "mj": 1e6, "wh": 3600.0, "kwh": 3.6e6}, "kJ, J, MJ, Wh or kWh"),
+    "cpu.mean": Field("cpu_mean", "summary", {"": 1.0, "%": 1.0}, "% of one core"),
+}
+TEXT_FIELDS = {"letter": "letter"}  # radt's own words for a run (its radt.letter tag or radT's letter param), compared like attributes
+FIELD_NAMES = ", ".join([*FIELDS, *TEXT_FIELDS])
+UNKNOWN_HINT = f"use params., tags., attributes., metrics. or one of {FIELD_NAMES}"
+
+
+@dataclass(frozen=True)
+class Term:
+    """One condition a run must meet: ``kind`` is word, param, tag, attribute, text (workload, letter), metric or field."""
+
+    kind: str
+    key: str
+    op: str = ""
+    value: object = None
+
+
+@dataclass(frozen=True)
+class Query:
+    """A parsed filter: every term must hold."""
+
+    text: str
+    terms: tuple[Term, ...]
+
+    @property
+    def structured(self) -> bool:
+        """Whether it holds anything beyond plain words."""
+        return any(t.kind != "word" for t in self.terms)
+
+
+# --- tokens ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: str  # word, string, op, lparen, rparen, comma
+    text: str  # as typed (a string: its contents, quotes removed)
+    start: int
+    end: int
+
+
+_OPS = ("!=", "<>", "<=", ">=", "==", "=", "<", ">")
+_SPECIAL = "=!<>(),'\""
+
+
+def tokens(text: str) -> list[Token]:
+    """The filter's tokens; a word may hold `backticked` parts (MLflow's quoting of keys with dots or spaces)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if c.isspace():
+            i += 1
+        elif c in "'\"":
+            j, chars = i + 1, []
+            while True:
+                if j >= n:
+                    raise FilterError(f"unclosed quote {c} at character {i + 1}: close it, as in params.model = 'resnet50'")
+                if text[j] == c and text[j + 1 : j + 2] == c:  # '' inside '...': one quote, as in SQL
+                    chars.append(c)
+                    j += 2
+                elif text[j] == c:
+                    break
+                else:
+                    chars.append(text[j])
+                    j += 1
+            out.append(Token("string", "".join(chars), i, j + 1))
+            i = j + 1
+        elif c in "(),":
+            out.append(Token({"(": "lparen", ")": "rparen", ",": "comma"}[c], c, i, i + 1))
+            i += 1
+        elif text.startswith(_OPS, i):
+            op = next(o for o in _OPS if text.startswith(o, i))
+            out.append(Token("op", {"<>": "!=", "==": "="}.get(op, op), i, i + len(op)))
+            i += len(op)
+        else:
+            j = i
+            while j < n and not text[j].isspace() and (text[j] not in _SPECIAL or (text[j] == "!" and text[j + 1 : j + 2] != "=")):
+                if text[j] == "`":
+                    close = text.find("`", j + 1)
+                    if close < 0:
+                        raise FilterError(f"unclosed backtick at character {j + 1}: write tags.`mlflow.runName`")
+                    j = close + 1
+                else:
+                    j += 1
+            out.append(Token("word", text[i:j], i, j))
+            i = j
+    return out
+
+
+# --- parsing --------------------------------------------------------------------------------------
+
+_KEYWORD_OPS = ("LIKE", "ILIKE", "IN", "NOT", "IS")
+
+
+def _unquote(key: str) -> str:
+    key = key.strip()
+    if len(key) >= 2 and key[0] == key[-1] and key[0] in "`'\"":
+        return key[1:-1]
+    return key
+
+
+def _split_key(word: str) -> tuple[str, str | None]:
+    """An identifier as (prefix, rest): the first dot outside backticks splits it (MLflow: identifier.split('.', 1))."""
+    depth = False
+    for i, c in enumerate(word):
+        if c == "`":
+            depth = not depth
+        elif c == "." and not depth:
+            return word[:i], word[i + 1 :]
+    return word, None
+
+
+def field_of(word: str) -> tuple[str, str]:
+    """(kind, key) of an identifier: an MLflow entity and its key, one of radt's fields, or FilterError naming the ones it knows."""
+    lowered = word.lower()
+    if lowered in FIELDS:
+        return "field", lowered
+    if lowered in TEXT_FIELDS:
+        return "text", TEXT_FIELDS[lowered]
+    prefix, rest = _split_key(word)
+    prefix = _unquote(prefix)
+    if rest is None:  # MLflow: an identifier without a prefix is an attribute
+        prefix, rest = "attribute", word
+    kind = ENTITIES.get(prefix.lower())
+    key = _unquote(rest)
+    if kind is None:
+        if prefix.lower() in ("dataset", "datasets"):
+            raise FilterError(f"'{word}': radt's filter does not read datasets; {UNKNOWN_HINT}")
+        raise FilterError(f"unknown field '{word}': {UNKNOWN_HINT}")
+    if not key:
+        raise FilterError(f"'{word}' names no key: write {prefix}.<key>, as in params.batch_size")
+    if kind == "attribute":
+        if key in TEXT_ATTRIBUTES:
+            return "attribute", TEXT_ATTRIBUTES[key]
+        if key in NUMBER_ATTRIBUTES:
+            return "number_attribute", NUMBER_ATTRIBUTES[key]
+        if key in UNREAD_ATTRIBUTES:
+            raise FilterError(f"attributes.{key} is not in radt's run list: use run_id, run_name, status, start_time or end_time")
+        if rest is word:  # a bare word that is no attribute either
+            raise FilterError(f"unknown field '{word}': {UNKNOWN_HINT}")
+        raise FilterError(f"unknown attribute '{key}': use run_id, run_name, status, start_time or end_time")
+    return kind, key
+
+
+def _number(token: Token, units: dict[str, float], what: str, unit_text: str = "") -> float:
+    """A number as typed (with one of `units`' suffixes, case-insensitive), in the field's stored unit."""
+    match = re.fullmatch(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([A-Za-z%]*)", token.text.strip())
+    if not match or match.group(2).lower() not in units:
+        example = f" ({unit_text})" if unit_text and len(units) > 1 else ""
+        raise FilterError(f"{what} {token.text}: expected a number{example}")
+    return float(match.group(1)) * units[match.group(2).lower()]
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.toks = tokens(text)
+        self.i = 0
+
+    def peek(self, ahead: int = 0) -> Token | None:
+        j = self.i + ahead
+        return self.toks[j] if j < len(self.toks) else None
+
+    def take(self) -> Token:
+        tok = self.toks[self.i]
+        self.i += 1
+        return tok
+
+    def _is_op_at(self, ahead: int) -> bool:
+        tok = self.peek(ahead)
+        return tok is not None and (tok.kind == "op" or (tok.kind == "word" and tok.text.upper() in _KEYWORD_OPS))
+
+    def parse(self) -> Query:
+        terms = []
+        while self.peek() is not None:
+            tok = self.peek()
+            if tok.kind == "word" and tok.text.upper() == "AND":
+                self.i += 1
+                continue
+            if tok.kind == "word" and tok.text.upper() == "OR":
+                raise FilterError("OR is not supported: MLflow's filter joins comparisons with AND (use IN ('a', 'b') for either value)")
+            if tok.kind == "word" and self._is_op_at(1):
+                legacy = self._legacy_word()
+                terms.append(legacy or self._comparison())
+            elif tok.kind in ("word", "string"):
+                self.i += 1
+                terms.append(Term("word", tok.text.lower()))
+            else:
+                raise FilterError(f"unexpected '{tok.text}' at character {tok.start + 1}: write field op value, as in smact.mean < 0.3")
+        return Query(self.text, tuple(terms))
+
+    def _legacy_word(self) -> Term | None:
+        """`batch=256` typed as one word, with a key that is no field: a word of the old filter, matched in the param=value pairs."""
+        key, op, value = self.peek(), self.peek(1), self.peek(2)
+        if op.text != "=" or value is None or value.kind != "word" or key.end != op.start or op.end != value.start:
+            return None
+        try:
+            field_of(key.text)
+        except FilterError:
+            self.i += 3
+            return Term("word", self.text[key.start : value.end].lower())
+        return None
+
+    def _comparison(self) -> Term:
+        key_tok = self.take()
+        kind, key = field_of(key_tok.text)
+        op = self._operator(key_tok)
+        what = f"{key_tok.text} {op}"
+        if kind in ("metric", "field", "number_attribute"):
+            allowed = NUMBER_OPS
+        else:
+            allowed = TEXT_OPS if kind in ("param", "tag") else tuple(o for o in TEXT_OPS if not o.startswith("IS"))
+        if op not in allowed:
+            hint = " (params and tags are text: compare numbers with metrics. or radt's fields)" if kind in ("param", "tag") else ""
+            raise FilterError(f"{key_tok.text}: '{op}' is not one of {', '.join(allowed)}{hint}")
+        if op in ("IS NULL", "IS NOT NULL"):
+            return Term(kind, key, op)
+        if op in ("IN", "NOT IN"):
+            return Term(kind, key, op, tuple(self._list(what)))
+        value = self._value(what)
+        if kind == "metric":
+            return Term(kind, key, op, _number(value, _PLAIN, what))
+        if kind == "number_attribute":
+            return Term(kind, key, op, _number(value, _PLAIN, what))
+        if kind == "field":
+            spec = FIELDS[key]
+            return Term(kind, key, op, _number(value, spec.units, what, spec.unit_text))
+        return Term(kind, key, op, value.text)
+
+    def _operator(self, key_tok: Token) -> str:
+        tok = self.take()
+        if tok.kind == "op":
+            return tok.text
+        word = tok.text.upper()
+        nxt = self.peek()
+        nxt_word = nxt.text.upper() if nxt is not None and nxt.kind == "word" else ""
+        if word == "NOT" and nxt_word in ("IN", "LIKE", "ILIKE"):
+            self.i += 1
+            if nxt_word != "IN":
+                raise FilterError(f"{key_tok.text}: NOT {nxt_word} is not in MLflow's filter; use != or NOT IN")
+            return "NOT IN"
+        if word == "IS":
+            if nxt_word == "NULL":
+                self.i += 1
+                return "IS NULL"
+            if nxt_word == "NOT" and (self.peek(1) is not None and self.peek(1).text.upper() == "NULL"):
+                self.i += 2
+                return "IS NOT NULL"
+            raise FilterError(f"{key_tok.text} IS: write IS NULL or IS NOT NULL")
+        if word in ("LIKE", "ILIKE", "IN"):
+            return word
+        raise FilterError(f"{key_tok.text}: expected a comparison (=, !=, <, LIKE, IN ...) after it")
+
+    def _value(self, what: str) -> Token:
+        tok = self.peek()
+        if tok is None or tok.kind not in ("word", "string") or (tok.kind == "word" and tok.text.upper() == "AND"):
+            raise FilterError(f"expected a value after '{what}'")
+        self.i += 1
+        return tok
+
+    def _list(self, what: str) -> list[str]:
+        if self.peek() is None or self.peek().kind != "lparen":
+            raise FilterError(f"expected a list after '{what}', as in ('FINISHED', 'RUNNING')")
+        self.i += 1
+        values = []
+        while True:
+            values.append(self._value(what).text)
+            tok = self.peek()
+            if tok is None:
+                raise FilterError(f"unclosed list after '{what}': end it with )")
+            self.i += 1
+            if tok.kind == "rparen":
+                return values
+            if tok.kind != "comma":
+                raise FilterError(f"expected , or ) in the list after '{what}', found '{tok.text}'")
+
+
+def parse(text: str) -> Query:
+    """The filter's terms; FilterError with one line saying what to change."""
+    return _Parser(text or "").parse()
+
+
+# --- evaluation -----------------------------------------------------------------------------------
+
+
+def _like(pattern: str, flags: int = 0) -> re.Pattern:
+    """SQL LIKE as MLflow's in-memory search reads it: % any run of characters, _ one character, the whole value."""
+    return re.compile("".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in pattern), flags | re.DOTALL)
+
+
+_COMPARE: dict[str, Callable[[object, object], bool]] = {
+    "=": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "LIKE": lambda value, pattern: _like(pattern).fullmatch(value) is not None,
+    "ILIKE": lambda value, pattern: _like(pattern, re.IGNORECASE).fullmatch(value) is not None,
+    "IN": lambda value, options: value in options,
+    "NOT IN": lambda value, options: value not in options,
+    "=~": lambda value, other: value.casefold() == other.casefold(),  # not typed: the hint's retry of = ignoring case
+}
+
+
+def _text_test(term: Term, value: str | None) -> bool:
+    """A text comparison: a run without the key passes IS NULL only (MLflow joins on the key)."""
+    if term.op in ("IS NULL", "IS NOT NULL"):
+        return (value is None) == (term.op == "IS NULL")
+    return value is not None and _COMPARE[term.op](value, term.value)
+
+
+def _number_test(term: Term, value: float | None) -> bool:
+    """A number comparison: absent fails; NaN passes != alone (MLflow's rule for NaN metrics)."""
+    if value is None:
+        return False
+    if value != value:
+        return term.op == "!="
+    return _COMPARE[term.op](value, term.value)
+
+
+def _hay(row) -> str:
+    """What a word is looked for in: the run's name, workload, letter, status and param=value pairs (the filter's first form)."""
+    parts = [str(row.run_name), str(row.workload_label), str(row.letter), str(row.status)]
+    return " ".join(parts + [f"{k}={v}" for k, v in (row.params or {}).items()]).lower()
+
+
+def _plain(row, term: Term) -> bool:
+    """A term read from the run list alone."""
+    if term.kind == "word":
+        return term.key in _hay(row)
+    if term.kind == "param":
+        return _text_test(term, (row.params or {}).get(term.key))
+    if term.kind == "tag":
+        return _text_test(term, (row.tags or {}).get(term.key))
+    if term.kind in ("attribute", "text"):
+        return _text_test(term, None if getattr(row, term.key) is None else str(getattr(row, term.key)))
+    number = getattr(row, term.key if term.kind == "number_attribute" else FIELDS[term.key].column)
+    return _number_test(term, _present(number))
+
+
+def _present(value) -> float | None:
+    """A run's own figure as a number; None where it has none (NaN: no end time, no SMACT recorded), which no comparison passes."""
+    return None if value is None or value != value else float(value)
+
+
+def latest_metrics(run_ids: Sequence[str], keys: Sequence[str]) -> dict[tuple[str, str], float]:
+    """(run_id, key) -> the metric's latest value (NaN where MLflow stored a NaN): latest_metrics, bound parameters, cached briefly."""
+    run_ids, keys = sorted(set(run_ids)), sorted(set(keys))
+    if not run_ids or not keys or STATE.engine is None:
+        return {}
+
+    def load() -> dict[tuple[str, str], float]:
+        out = {}
+        with STATE.engine.connect() as conn:
+            for chunk in chunks(run_ids):
+                stmt = sa.select(LATEST.c.run_uuid, LATEST.c.key, LATEST.c.value, LATEST.c.is_nan).where(LATEST.c.run_uuid.in_(chunk), LATEST.c.key.in_(keys))
+                for run_id, key, value, is_nan in plain_rows(conn, stmt):
+                    out[(run_id, key)] = math.nan if is_nan or value is None else float(value)
+        return out
+
+    return data.cached(("filter-latest", tuple(keys), *run_ids), LISTING_TIMEOUT, load)
+
+
+def _figures(runs: pd.DataFrame) -> dict[str, dict]:
+    """run_id -> its summary row (data.summary's cache) with throughput = steps ÷ duration (steps/h, as the summary table)."""
+    out = {}
+    for row in data.summary(runs).to_dict("records"):
+        steps, seconds = row.get("own_steps"), row.get("duration_s")
+        ok = steps is not None and seconds is not None and steps == steps and seconds == seconds and seconds > 0
+        out[row["run_id"]] = row | {"throughput": steps / seconds * 3600 if ok else math.nan}
+    return out
+
+
+def apply(runs: pd.DataFrame, query: Query | str) -> pd.DataFrame:
+    """The rows of a data.runs() frame that pass every term (FilterError for a text that cannot be read).
+
+    Run-list terms first; latest metrics (one query) and summaries (data.summary) only for the runs still left."""
+    query = parse(query) if isinstance(query, str) else query
+    if not query.terms or runs.empty:
+        return runs
+    plain = [t for t in query.terms if t.kind not in ("metric", "field") or (t.kind == "field" and FIELDS[t.key].source == "runs")]
+    kept = runs[[all(_plain(row, t) for t in plain) for row in runs.itertuples()]] if plain else runs
+    metric_terms = [t for t in query.terms if t.kind == "metric"]
+    if metric_terms and not kept.empty:
+        latest = latest_metrics(list(kept["run_id"]), [t.key for t in metric_terms])
+        kept = kept[[all(_number_test(t, latest.get((r, t.key))) for t in metric_terms) for r in kept["run_id"]]]
+    field_terms = [t for t in query.terms if t.kind == "field" and FIELDS[t.key].source == "summary"]
+    if field_terms and not kept.empty:
+        figures = _figures(kept)
+        kept = kept[[all(_number_test(t, _present(figures.get(r, {}).get(FIELDS[t.key].column))) for t in field_terms) for r in kept["run_id"]]]
+    return kept
+
+
+@dataclass(frozen=True)
+class Narrowed:
+    """What the picker shows: the matching runs, the one-line reason when the filter could not be read (then every run),
+    and a hint when nothing matches but would with the case of a text ignored."""
+
+    runs: pd.DataFrame
+    error: str = ""
+    hint: str = ""
+
+
+PREFIXES = {"param": "params.", "tag": "tags.", "attribute": "attributes.", "text": ""}
+
+
+def _case_hint(runs: pd.DataFrame, query: Query) -> str:
+    """MLflow's = is case-sensitive ('MPS' is not the stored 'mps'): when ignoring case would match, say so and how."""
+    loose = [t for t in query.terms if t.kind in PREFIXES and t.op == "="]
+    if not loose:
+        return ""
+    relaxed = Query(query.text, tuple(Term(t.kind, t.key, "=~", t.value) if t in loose else t for t in query.terms))
+    found = len(apply(runs, relaxed))
+    if not found:
+        return ""
+    example = f"{PREFIXES[loose[0].kind]}{loose[0].key} ILIKE '{loose[0].value}'"
+    return f"No run matches; {found} would with the case ignored: = compares exactly, as in MLflow; write {example}."
+
+
+def narrow(runs: pd.DataFrame, text: str) -> Narrowed:
+    """`apply`, for a page: a filter that cannot be read keeps every run and says why, instead of matching nothing."""
+    try:
+        query = parse(text or "")
+        kept = apply(runs, query)
+    except FilterError as exc:
+        return Narrowed(runs, str(exc))
+    return Narrowed(kept, hint=_case_hint(runs, query) if kept.empty and not runs.empty else "")

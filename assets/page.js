@@ -1,0 +1,119 @@
+// The explore page's shell in the browser: the view in the URL (with history), the sticky HTML legend,
+// the Live tab's "explore →" links (they add the run to the last explore view), and the Live cards of one
+// workload on one time range.
+(function () {
+  const SAVED = "radt.explore.view"; // the query string of the last explore view, in this tab and across tabs
+  const state = { acted: 0, synced: 0, pinned: null };
+
+  // a user's own action (a click, a key): the next view change is theirs, so it gets a history entry
+  ["pointerdown", "keydown"].forEach(function (kind) {
+    document.addEventListener(kind, function () { state.acted = performance.now(); }, true);
+  });
+
+  function saved() {
+    try { return window.sessionStorage.getItem(SAVED) || window.localStorage.getItem(SAVED); } catch (e) { return null; }
+  }
+
+  function save(query) {
+    try { window.sessionStorage.setItem(SAVED, query); window.localStorage.setItem(SAVED, query); } catch (e) { /* storage off: links open the run alone */ }
+  }
+
+  // --- the view in the URL: pushState after a user's change (back and forward step through views), replaceState otherwise
+  function syncUrl(view) {
+    if (!view) { return window.dash_clientside.no_update; }
+    const query = new URLSearchParams(view).toString();
+    if (window.location.pathname === "/" || window.location.pathname.endsWith("/")) { save(query); }
+    if (window.location.search !== "?" + query) {
+      const url = window.location.pathname + "?" + query;
+      if (state.acted > state.synced) { window.history.pushState({ radtView: query }, "", url); }
+      else { window.history.replaceState({ radtView: query }, "", url); }
+    }
+    state.synced = performance.now();
+    return "";
+  }
+
+  // back or forward to another explore view: draw the view that URL holds
+  window.addEventListener("popstate", function () {
+    if (document.getElementById("charts")) { window.location.reload(); }
+  });
+
+  window.dash_clientside = Object.assign({}, window.dash_clientside, { radt_page: { sync_url: syncUrl } });
+
+  // --- the sticky legend: hover highlights a run (charts.js dims the rest), a click keeps it highlighted
+  function highlight(id) {
+    const charts = window.radtCharts;
+    if (charts && typeof charts.highlight === "function") { charts.highlight(id); }
+    document.querySelectorAll(".chart-legend .legend-entry").forEach(function (entry) {
+      entry.classList.toggle("dimmed", id !== null && entry.dataset.id !== id);
+      entry.classList.toggle("pinned", state.pinned !== null && entry.dataset.id === state.pinned);
+    });
+  }
+
+  function entryOf(event) {
+    return event.target instanceof Element ? event.target.closest(".chart-legend .legend-entry") : null;
+  }
+
+  document.addEventListener("mouseover", function (event) {
+    const entry = entryOf(event);
+    if (entry) { highlight(entry.dataset.id); }
+  });
+  document.addEventListener("mouseout", function (event) {
+    const entry = entryOf(event);
+    if (entry && !(event.relatedTarget instanceof Element && entry.contains(event.relatedTarget))) { highlight(state.pinned); }
+  });
+  document.addEventListener("click", function (event) {
+    const entry = entryOf(event);
+    if (!entry) { return; }
+    state.pinned = state.pinned === entry.dataset.id ? null : entry.dataset.id;
+    highlight(state.pinned === null ? entry.dataset.id : state.pinned);
+  });
+
+  // --- Live → explore: the run joins the last explore view (its experiment ticked, its zoom dropped to show the run whole)
+  function exploreHref(link) {
+    const params = new URLSearchParams(saved() || "");
+    function add(key, value) {
+      if (!value) { return; }
+      const parts = (params.get(key) || "").split(",").filter(Boolean);
+      if (!parts.includes(value)) { parts.push(value); }
+      params.set(key, parts.join(","));
+    }
+    add("exp", link.dataset.exp);
+    add("runs", link.dataset.run);
+    params.delete("xr");
+    return "/?" + params.toString();
+  }
+
+  function freshLink(event) {
+    const link = event.target instanceof Element ? event.target.closest("a.explore-link[data-run]") : null;
+    if (link) { link.setAttribute("href", exploreHref(link)); }
+  }
+  ["pointerdown", "mouseover", "focusin", "click"].forEach(function (kind) { document.addEventListener(kind, freshLink, true); });
+
+  // --- Live: the cards of one workload (collocated runs) share one time range
+  function sameRange() {
+    if (!window.Plotly) { return; }
+    document.querySelectorAll(".live-workload").forEach(function (workload) {
+      const charts = Array.from(workload.querySelectorAll(".live-chart .js-plotly-plot")).filter(function (g) { return g._fullLayout && g.data; });
+      if (charts.length < 2) { return; }
+      let low = Infinity, high = -Infinity;
+      charts.forEach(function (g) {
+        const axis = g._fullLayout.xaxis;
+        g.data.forEach(function (trace) {
+          const xs = trace.x || [];
+          if (!xs.length) { return; }
+          low = Math.min(low, axis.d2l(xs[0]));
+          high = Math.max(high, axis.d2l(xs[xs.length - 1]));
+        });
+      });
+      if (!(high > low)) { return; }
+      charts.forEach(function (g) {
+        const axis = g._fullLayout.xaxis;
+        const range = axis.range || [];
+        if (Math.abs(axis.r2l(range[0]) - low) > 1 || Math.abs(axis.r2l(range[1]) - high) > 1) {
+          window.Plotly.relayout(g, { "xaxis.range": [axis.l2r(low), axis.l2r(high)] });
+        }
+      });
+    });
+  }
+  window.setInterval(sameRange, 1000);
+})();

@@ -1,0 +1,76 @@
+"""The explore page's comparison figures, under the charts: per-run aggregates as bars, boxes or CDFs by workload or
+collocation method, or one run's GRACT vs SMACT vs SMOCC. Drawn from the summary table's rows (no second query)."""
+
+from __future__ import annotations
+
+import pandas as pd
+from dash import Input, Output, State, callback, dcc, html
+
+from radt.app.aggregates import BY, KINDS, STATS, FigureError, activity_figure, aggregate_figure
+from radt.app.figures import empty_figure
+from radt.app.views import View
+from radt.pages import ids
+
+KIND_LABELS = {"bar": "bars", "box": "box plots", "cdf": "CDFs", "activity": "GRACT vs SMACT vs SMOCC (one run)"}
+
+
+def layout() -> list:
+    """The section's controls and its figure."""
+    return [
+        html.H3("Comparison"),
+        html.Div(
+            [
+                dcc.RadioItems(id=ids.COMPARE_KIND, options=[{"label": KIND_LABELS[k], "value": k} for k in (*KINDS, "activity")], value="bar", inline=True),
+                html.Span("by", className="label"),
+                dcc.RadioItems(id=ids.COMPARE_BY, options=[{"label": b, "value": b} for b in BY], value="workload", inline=True),
+                dcc.Dropdown(
+                    id=ids.COMPARE_STAT,
+                    options=[{"label": f"{label} ({unit})", "value": s} for s, (label, unit) in STATS.items()],
+                    value="smact_mean",
+                    clearable=False,
+                    className="compare-stat",
+                ),
+                dcc.Dropdown(id=ids.COMPARE_RUN, options=[], value=None, placeholder="run (activity figure)", className="compare-run"),
+            ],
+            className="controls compare-controls",
+        ),
+        dcc.Graph(
+            id=ids.COMPARE_FIGURE, figure=empty_figure("Pick runs on the left."), config={"displaylogo": False, "toImageButtonOptions": {"format": "svg"}}
+        ),
+    ]
+
+
+def draw(rows, kind, by, stat, run_id, view_data):
+    """The chosen figure of the table's runs, or a figure whose text says what is missing."""
+    runs = [r for r in rows or [] if isinstance(r, dict) and r.get("kind") == "run"]
+    options = [{"label": f"{r.get('run')} · {r.get('workload')}", "value": r.get("run_id")} for r in runs if r.get("run_id")]
+    if not runs:
+        return empty_figure("Pick runs on the left."), options
+    try:
+        if kind == "activity":
+            chosen = run_id if run_id in {o["value"] for o in options} else options[0]["value"]
+            return _activity(View.from_dict(view_data if isinstance(view_data, dict) else {}), chosen), options
+        return aggregate_figure(kind, pd.DataFrame(runs), stat, by), options
+    except FigureError as exc:
+        return empty_figure(str(exc)), options
+
+
+def _activity(view: View, run_id: str):
+    from radt.app.export import activity_series
+
+    series, title = activity_series(view, run_id)
+    return activity_figure(series, title)
+
+
+def register() -> None:
+    """The section's callback, for the dashboard Dash is building now (called as Dash loads the explore page)."""
+    callback(
+        Output(ids.COMPARE_FIGURE, "figure"),
+        Output(ids.COMPARE_RUN, "options"),
+        Input(ids.SUMMARY, "data"),
+        Input(ids.COMPARE_KIND, "value"),
+        Input(ids.COMPARE_BY, "value"),
+        Input(ids.COMPARE_STAT, "value"),
+        Input(ids.COMPARE_RUN, "value"),
+        State(ids.VIEW, "data"),
+    )(draw)

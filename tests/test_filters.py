@@ -1,0 +1,259 @@
+"""The run filter (app/filters.py) on SQLite and the real PostgreSQL: the old word list, MLflow's search syntax read as
+MLflow reads it (checked against MlflowClient.search_runs on the same store), radt's summaries, and one-line errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import numpy as np
+import pytest
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param, RunTag
+
+from radt.app.filters import FilterError, Query, narrow, parse
+from radt.app.filters import apply as apply_filter
+
+BASE = 1_700_000_000_000
+MINUTE = 60_000
+
+
+@dataclasses.dataclass
+class FilterStore:
+    uri: str
+    experiment: str
+    runs: dict[str, str]  # label -> run id
+
+
+# label: (batch_size, collocation, status, minutes (None: still running), SMACT values, SMOCC value, loss values (last = latest), step of the last loss)
+RUNS = {
+    "r1": ("128", "MPS", "FINISHED", 20, np.full(60, 0.2), 0.1, [0.9, 0.4], 9),
+    "r2": ("128", "-", "FINISHED", 5, np.full(60, 0.8), 0.6, [0.8, 0.6], 49),
+    "r3": ("256", "MPS", "FAILED", 15, np.full(60, 0.25), 0.2, [0.7, math.nan], 4),
+    "r4": ("128", "MPS", "RUNNING", None, None, None, [0.5, 0.3], 2),
+    "r5": ("64", "MIG", "KILLED", 60, np.linspace(0.0, 1.0, 60), 0.3, [1.5, 1.2], 99),
+}
+NAMES = {"r1": "resnet-128-mps", "r2": "resnet-128-alone", "r3": "resnet-256-mps", "r4": "bert-128-mps", "r5": "ResNet-64-mig"}
+
+
+def build_filter_store(uri: str) -> FilterStore:
+    """Five runs that differ in every field the filter reads, written through MLflow's client."""
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("filters")
+    runs = {}
+    for label, (batch, collocation, status, minutes, smact, smocc, losses, last_step) in RUNS.items():
+        run_id = client.create_run(experiment, run_name=NAMES[label], start_time=BASE).info.run_id
+        runs[label] = run_id
+        metrics = [Metric("loss", v, BASE + i * 1000, last_step - len(losses) + 1 + i) for i, v in enumerate(losses)]
+        if smact is not None:
+            metrics += [Metric("system/gpu_0_sm_active", float(v), BASE + i * 1000, i) for i, v in enumerate(smact)]
+            metrics += [Metric("system/gpu_0_sm_occupancy", smocc, BASE + i * 1000, i) for i in range(60)]
+        client.log_batch(run_id, metrics=metrics, params=[Param("batch_size", batch)], tags=[RunTag("radt.collocation", collocation)])
+        if minutes is not None:
+            client.set_terminated(run_id, status, end_time=BASE + minutes * MINUTE)
+    return FilterStore(uri, experiment, runs)
+
+
+@pytest.fixture
+def store(store_uri, snapshots, monkeypatch):
+    """The five runs in the test's own store, the dashboard's cached reads pointed at it."""
+    from flask import Flask
+
+    from radt.app.cache import CACHE, cache_config
+    from radt.app.state import STATE
+    from radt.app.store import make_read_engine
+
+    built = dataclasses.replace(snapshots.restore(build_filter_store, store_uri), uri=store_uri)
+    CACHE.init_app(Flask(__name__), config=cache_config("simple"))
+    CACHE.clear()
+    engine = make_read_engine(store_uri)
+    monkeypatch.setattr(STATE, "engine", engine)
+    monkeypatch.setattr(STATE, "store_uri", store_uri)
+    yield built
+    engine.dispose()
+
+
+def _labels(store: FilterStore, text: str) -> set[str]:
+    from radt.app import data
+
+    runs = data.runs([store.experiment])
+    kept = set(apply_filter(runs, text)["run_id"])
+    return {label for label, run_id in store.runs.items() if run_id in kept}
+
+
+# --- MLflow's search syntax, as MLflow reads it -----------------------------------------------------
+
+MLFLOW_FILTERS = {
+    "params.batch_size = '128' and tags.radt.collocation = 'MPS' and attributes.status = 'FINISHED'": {"r1"},  # the issue's example
+    "tags.`mlflow.runName` = 'resnet-128-alone'": {"r2"},
+    "attributes.run_name LIKE '%resnet%'": {"r1", "r2", "r3"},  # LIKE is case-sensitive, as in MLflow
+    "attributes.run_name ILIKE '%resnet%'": {"r1", "r2", "r3", "r5"},
+    "run_name LIKE 'resnet-_28%'": {"r1", "r2"},
+    "params.batch_size != '128'": {"r3", "r5"},
+    'params.batch_size = "256"': {"r3"},
+    "tags.radt.collocation ILIKE 'm%'": {"r1", "r3", "r4", "r5"},
+    "attributes.run_id IN ('{r2}', '{r5}')": {"r2", "r5"},
+    "attributes.run_id NOT IN ('{r2}', '{r5}')": {"r1", "r3", "r4"},
+    "status = 'RUNNING'": {"r4"},
+    "metrics.loss < 0.5": {"r1", "r4"},  # the latest value; r3's is NaN
+    "metrics.loss <= 0.6": {"r1", "r2", "r4"},
+    "metrics.loss > 0.5": {"r2", "r5"},
+    "metrics.loss >= 1.2": {"r5"},
+    "metrics.loss = 0.4": {"r1"},
+    "metrics.loss != 0.4": {"r2", "r3", "r4", "r5"},  # a NaN passes != alone
+    "metrics.missing < 1": set(),
+    "params.batch_size IS NULL": set(),
+    "params.batch_size IS NOT NULL": {"r1", "r2", "r3", "r4", "r5"},
+    "params.lr IS NULL": {"r1", "r2", "r3", "r4", "r5"},
+    f"attributes.start_time >= {BASE} and metrics.loss < 1": {"r1", "r2", "r4"},
+}
+
+
+@pytest.mark.parametrize("text, expected", list(MLFLOW_FILTERS.items()), ids=list(MLFLOW_FILTERS))
+def test_mlflows_search_syntax_keeps_the_runs_mlflow_keeps(store, text, expected):
+    text = text.format(**store.runs)
+    mlflow_ids = {r.info.run_id for r in MlflowClient(store.uri).search_runs([store.experiment], filter_string=text)}
+    assert {label for label, run_id in store.runs.items() if run_id in mlflow_ids} == expected, "the expectation is MLflow's own answer"
+    assert _labels(store, text) == expected
+
+
+# --- radt's summaries and the old words ----------------------------------------------------------------
+
+RADT_FILTERS = {
+    "smact.mean < 0.3": {"r1", "r3"},  # r4 recorded no SMACT: no figure passes no comparison
+    "smact.mean < 30%": {"r1", "r3"},
+    "smact.p95 > 0.9": {"r5"},
+    "smocc.mean >= 0.5": {"r2"},
+    "smocc.p95 < 0.15": {"r1"},
+    "duration > 10m": {"r1", "r3", "r4", "r5"},  # r4 still runs: its duration grows to now
+    "duration <= 300s": {"r2"},
+    "duration > 0.5h and duration < 2h": {"r5"},
+    "steps >= 50": {"r2", "r5"},  # the highest step of the run's own metrics + 1
+    "throughput > 100": {"r2"},  # steps/h: 50 steps in 5 min = 600/h; r5: 100 in an hour
+    "throughput >= 100": {"r2", "r5"},
+    "params.batch_size = '128' and smact.mean < 0.3": {"r1"},
+    "resnet mps": {"r1", "r3"},  # the old word list: every word in name, workload, letter, status or param=value
+    "RESNET 128": {"r1", "r2"},
+    "batch_size=256": {"r3"},  # a param=value word, as before
+    "killed": {"r5"},
+    "'resnet-128'": {"r1", "r2"},
+    "attributes.status IN ('FAILED', 'KILLED')": {"r3", "r5"},  # IN for every text field (MLflow: for run_id alone)
+    "status NOT IN ('FAILED', 'KILLED') and params.batch_size IN ('128')": {"r1", "r2", "r4"},
+    "resnet and status = 'FAILED'": {"r3"},
+    "status=FINISHED metrics.loss<0.5": {"r1"},
+    "": {"r1", "r2", "r3", "r4", "r5"},
+}
+
+
+@pytest.mark.parametrize("text, expected", list(RADT_FILTERS.items()), ids=list(RADT_FILTERS))
+def test_radts_summaries_and_the_old_word_list(store, text, expected):
+    assert _labels(store, text) == expected
+
+
+def test_summaries_are_read_only_for_the_runs_the_cheaper_terms_left(store, monkeypatch):
+    from radt.app import data, filters
+
+    asked = []
+    original = data.summary
+    monkeypatch.setattr(data, "summary", lambda runs: asked.append(set(runs["run_id"])) or original(runs))
+    runs = data.runs([store.experiment])
+    kept = filters.apply(runs, "attributes.status = 'FAILED' and smact.mean < 0.3")
+    assert list(kept["run_id"]) == [store.runs["r3"]]
+    assert asked == [{store.runs["r3"]}], "the summary of one run, not of five"
+    asked.clear()
+    assert filters.apply(runs, "status = 'nothing' and smact.mean < 0.3").empty and asked == [], "nothing left: no summary at all"
+
+
+def test_a_case_that_differs_says_how_to_match_it(store):
+    from radt.app import data
+
+    narrowed = narrow(data.runs([store.experiment]), "tags.radt.collocation = 'mps'")
+    assert narrowed.runs.empty and not narrowed.error
+    assert narrowed.hint == "No run matches; 3 would with the case ignored: = compares exactly, as in MLflow; write tags.radt.collocation ILIKE 'mps'."
+
+
+def test_a_filter_that_cannot_be_read_keeps_every_run_and_says_why(store):
+    from radt.app import data
+
+    runs = data.runs([store.experiment])
+    narrowed = narrow(runs, "foo.bar = 1")
+    assert len(narrowed.runs) == 5
+    assert narrowed.error.startswith("unknown field 'foo.bar': use params., tags., attributes., metrics. or one of smact.mean, smact.p95, smocc.mean")
+
+
+# --- errors: one line each, saying what to change ----------------------------------------------------
+
+ERRORS = {
+    "foo.bar = 1": "unknown field 'foo.bar': use params., tags., attributes., metrics. or one of smact.mean, smact.p95, smocc.mean, smocc.p95, "
+    "duration, steps, throughput, memory.peak, energy, cpu.mean, letter",
+    "foo < 3": "unknown field 'foo': use params.",
+    "params.batch_size < '3'": "params.batch_size: '<' is not one of =, !=, LIKE, ILIKE, IN, NOT IN, IS NULL, IS NOT NULL (params and tags are text",
+    "metrics.loss LIKE '1%'": "metrics.loss: 'LIKE' is not one of =, !=, <, <=, >, >=",
+    "metrics.loss < abc": "metrics.loss < abc: expected a number",
+    "duration > 10x": "duration > 10x: expected a number (s, m or h)",
+    "smact.mean <": "expected a value after 'smact.mean <'",
+    "params.model = 'resnet": "unclosed quote ' at character 16",
+    "tags.`mlflow.runName = 'a'": "unclosed backtick at character 6",
+    "status = 'A' or status = 'B'": "OR is not supported: MLflow's filter joins comparisons with AND",
+    "status IN 'FAILED'": "expected a list after 'status IN'",
+    "status IN ('FAILED' 'KILLED')": "expected , or ) in the list after 'status IN', found 'KILLED'",
+    "status IN ('FAILED'": "unclosed list after 'status IN'",
+    "attributes.user_id = 'me'": "attributes.user_id is not in radt's run list",
+    "attributes.colour = 'red'": "unknown attribute 'colour'",
+    "datasets.name = 'x'": "'datasets.name': radt's filter does not read datasets",
+    "(status = 'FAILED')": "unexpected '(' at character 1",
+    "params.a IS 'x'": "params.a IS: write IS NULL or IS NOT NULL",
+    "params.a NOT LIKE 'x'": "params.a: NOT LIKE is not in MLflow's filter",
+    "metrics. < 1": "'metrics.' names no key",
+}
+
+
+@pytest.mark.parametrize("text, message", list(ERRORS.items()), ids=list(ERRORS))
+def test_errors_are_one_line_saying_what_to_change(text, message):
+    with pytest.raises(FilterError) as caught:
+        parse(text)
+    assert str(caught.value).startswith(message)
+    assert "\n" not in str(caught.value)
+
+
+def test_the_parse_of_mlflows_forms():
+    terms = parse("tags.`mlflow.runName` = 'it''s' AND run.status != \"X\" and params.`batch size` IN ('1', \"2\")").terms
+    assert [(t.kind, t.key, t.op, t.value) for t in terms] == [
+        ("tag", "mlflow.runName", "=", "it's"),
+        ("attribute", "status", "!=", "X"),
+        ("param", "batch size", "IN", ("1", "2")),
+    ]
+    assert parse("created > 5 and Run.run_id = 'a'").terms[0] == parse("attributes.start_time > 5").terms[0]
+    assert (
+        parse("duration > 1.5h").terms[0].value == 5400 and parse("energy < 2kJ").terms[0].value == 2000 and parse("memory.peak > 1GB").terms[0].value == 1024
+    )
+    assert [t.key for t in parse("wow! a!b !").terms] == ["wow!", "a!b", "!"], "a ! that starts no != is part of a word"
+    assert isinstance(parse("resnet"), Query) and not parse("resnet batch=256").structured and parse("smact.mean < 0.3").structured
+
+
+def test_a_500_run_list_is_filtered_quickly(store):
+    """The evaluation itself: 500 rows of the run list through a structured filter in well under a second."""
+    import pandas as pd
+
+    from radt.app import data
+
+    runs = data.runs([store.experiment])
+    many = pd.concat([runs] * 100, ignore_index=True)
+    began = time.perf_counter()
+    kept = apply_filter(many, "params.batch_size = '128' and tags.radt.collocation = 'MPS' and attributes.run_name LIKE '%mps' and duration > 10m")
+    elapsed = time.perf_counter() - began
+    assert len(kept) == 200 and elapsed < 0.5, f"{elapsed:.3f} s"
+
+
+def test_the_filter_is_part_of_the_view_in_the_url():
+    from radt.app.views import QUERY_LIMIT, View
+
+    view = View.from_dict({"exp": "1", "runs": "", "q": "  params.batch_size = '128' and smact.mean < 0.3 "})
+    assert view.query == "params.batch_size = '128' and smact.mean < 0.3" and not view.notes
+    assert view.to_dict()["q"] == view.query and View.from_dict(view.to_dict()) == view, "the link holds it and gives it back"
+    assert "q" not in View.from_dict({"exp": "1"}).to_dict(), "no filter: no q in the link"
+    assert View.from_dict({"q": ["first", "second"]}).query == "first", "a repeated q: the first, like the other one-valued keys"
+    for junk in ("resnet\x00", "x" * (QUERY_LIMIT + 1), "a\nb"):
+        view = View.from_dict({"q": junk})
+        assert view.query == "" and view.notes == [f"ignored the run filter: not one line of at most {QUERY_LIMIT} printable characters"]
