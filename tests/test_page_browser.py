@@ -18,6 +18,7 @@ from radt.collectors import tracking
 from radt.collectors.stores import SqlMetricStore
 from radt.points import Point
 from tests.support.browser import TRACES_JS, dashboard, new_page, relayout_chart, screenshot, wait_for_traces
+from tests.support.polling import wait_for
 from tests.support.radtproc import radt_env
 from tests.support.runs import radt_run
 
@@ -132,7 +133,7 @@ def test_sidebar_bar_and_legend_stay_in_view_and_the_legend_highlights_a_run(bro
         page.wait_for_function(
             "([js, done]) => { const t = eval(js)(); return t && t.every(x => (x.run === done) === (x.opacity > 0.9)); }", arg=[OPACITY_JS, runs.done]
         )
-        assert "pinned" in entry.get_attribute("class")
+        wait_for(lambda: "pinned" in (entry.get_attribute("class") or ""), what="the clicked legend entry pinned")
 
 
 def test_back_and_forward_step_through_views(browser, pg_uri, radt_home):
