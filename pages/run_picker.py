@@ -16,6 +16,7 @@ from radt.app import data
 from radt.app.filters import FIELDS, Narrowed, narrow
 from radt.app.views import View
 from radt.pages import ids
+from radt.pages.summary_table import duration_text  # the table and the tree write a duration the same way
 from radt.runmodel import MIG_ACTIVITY_TAG
 
 STATUS_ICON = {"FINISHED": "✓", "FAILED": "✗", "KILLED": "■", "RUNNING": "▶", "SCHEDULED": "…"}
@@ -30,13 +31,6 @@ HELP = (
 )
 
 
-def _duration(seconds: float) -> str:
-    if seconds != seconds:  # NaN: still running without an end
-        return "–"
-    minutes = seconds / 60
-    return f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
-
-
 def _runs(experiment_ids: list[str]) -> pd.DataFrame:
     return data.runs(experiment_ids or [])
 
@@ -48,7 +42,7 @@ def _caveat(tags) -> str:
 
 
 def _label(r) -> str:
-    return f"{STATUS_ICON.get(r.status, '?')} {(r.letter + ' · ') if r.letter else ''}{r.run_name} · {_duration(r.duration_s)}{_caveat(r.tags)}"
+    return f"{STATUS_ICON.get(r.status, '?')} {(r.letter + ' · ') if r.letter else ''}{r.run_name} · {duration_text(r.duration_s)}{_caveat(r.tags)}"
 
 
 def _blocks(runs: pd.DataFrame, matched: pd.DataFrame, selected: set[str], filtered: bool) -> list:
