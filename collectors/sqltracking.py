@@ -319,6 +319,23 @@ class SqlTracking:
 
     def create_run(self, experiment_id: str, start_time: int | None = None, tags: Mapping[str, str] | None = None, run_name: str | None = None) -> Run:
         """A RUNNING run as MlflowClient.create_run makes it: its user from the mlflow.user tag, a random name when none is given."""
+        with self.engine.begin() as conn:
+            return self._create_run(conn, experiment_id, start_time, tags, run_name)
+
+    def find_or_create_run(self, experiment_id: str, tags: Mapping[str, str], run_name: str | None = None) -> tuple[Run, bool]:
+        """The first active run of the experiment with these tags, or a new one with them: (run, created).
+
+        One radt at a time per experiment (a row lock on the experiment on PostgreSQL, the write lock on
+        SQLite), so radts started together on any number of hosts, whatever their clocks, find one run."""
+        with self.engine.begin() as conn:
+            e = db.experiments.c
+            conn.execute(sa.update(db.experiments).where(e.experiment_id == _experiment_int(experiment_id)).values(last_update_time=e.last_update_time))
+            found = self._runs(conn, *self._where([experiment_id], tags))
+            if found:
+                return min(found, key=lambda run: (run.info.start_time or 0, run.info.run_id)), False
+            return self._create_run(conn, experiment_id, None, tags, run_name), True
+
+    def _create_run(self, conn: sa.Connection, experiment_id: str, start_time: int | None, tags: Mapping[str, str] | None, run_name: str | None) -> Run:
         tags = {k: str(v) for k, v in (tags or {}).items()}
         name_tag = tags.get(RUN_NAME_TAG)
         if run_name and name_tag and run_name != name_tag:
@@ -326,26 +343,25 @@ class SqlTracking:
         run_name = run_name or name_tag or db.random_run_name()
         tags.setdefault(RUN_NAME_TAG, run_name)
         run_id = uuid.uuid4().hex
-        with self.engine.begin() as conn:
-            experiment = self._active_experiment(conn, experiment_id)
-            row = {
-                "run_uuid": run_id,
-                "name": run_name,
-                "source_type": "UNKNOWN",
-                "source_name": "",
-                "entry_point_name": "",
-                "user_id": tags.get(USER_TAG, "unknown"),
-                "status": "RUNNING",
-                "start_time": start_time or now_ms(),
-                "end_time": None,
-                "deleted_time": None,
-                "source_version": "",
-                "lifecycle_stage": db.ACTIVE,
-                "artifact_uri": append_to_uri_path(experiment.artifact_location or "", run_id, "artifacts"),
-                "experiment_id": int(experiment.experiment_id),
-            }
-            conn.execute(sa.insert(db.runs).values(**row))
-            conn.execute(sa.insert(db.tags), [{"run_uuid": run_id, "key": k, "value": _tag_value(v)} for k, v in tags.items()])
+        experiment = self._active_experiment(conn, experiment_id)
+        row = {
+            "run_uuid": run_id,
+            "name": run_name,
+            "source_type": "UNKNOWN",
+            "source_name": "",
+            "entry_point_name": "",
+            "user_id": tags.get(USER_TAG, "unknown"),
+            "status": "RUNNING",
+            "start_time": start_time or now_ms(),
+            "end_time": None,
+            "deleted_time": None,
+            "source_version": "",
+            "lifecycle_stage": db.ACTIVE,
+            "artifact_uri": append_to_uri_path(experiment.artifact_location or "", run_id, "artifacts"),
+            "experiment_id": int(experiment.experiment_id),
+        }
+        conn.execute(sa.insert(db.runs).values(**row))
+        conn.execute(sa.insert(db.tags), [{"run_uuid": run_id, "key": k, "value": _tag_value(v)} for k, v in tags.items()])
         return Run(_run_info(row), RunData(tags={k: _tag_value(v) for k, v in tags.items()}))
 
     def get_run(self, run_id: str) -> Run:
@@ -362,14 +378,19 @@ class SqlTracking:
 
     def find_runs(self, experiment_ids: Iterable[str], tags: Mapping[str, str] | None = None, status: str | None = None, max_results: int = 1000) -> list[Run]:
         """Active runs of the experiments with these tag values (and status), newest first, as MLflow orders them."""
+        with self.engine.connect() as conn:
+            return self._runs(conn, *self._where(experiment_ids, tags, status), limit=max_results)
+
+    @staticmethod
+    def _where(experiment_ids: Iterable[str], tags: Mapping[str, str] | None = None, status: str | None = None) -> list:
+        """Conditions for active runs of the experiments with these tag values (and status)."""
         r, t = db.runs.c, db.tags.c
         where = [r.experiment_id.in_([_experiment_int(e) for e in experiment_ids]), r.lifecycle_stage == db.ACTIVE]
         if status:
             where.append(r.status == status)
         for key, value in (tags or {}).items():
             where.append(sa.exists().where(t.run_uuid == r.run_uuid, t.key == key, t.value == value))
-        with self.engine.connect() as conn:
-            return self._runs(conn, *where, limit=max_results)
+        return where
 
     def _runs(self, conn: sa.Connection, *where, limit: int | None = None) -> list[Run]:
         r = db.runs.c

@@ -16,6 +16,7 @@ import os
 import re
 import shlex
 import socket
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -246,24 +247,39 @@ def create_workload(client, experiment_id: str, workload: str, tags: dict[str, s
 def find_or_create_workload(client, experiment_id: str, workload: str) -> str:
     """The parent run of a workload (tag radt.workload), created RUNNING if none exists yet; RUNNING again if it had ended.
 
-    Runs started together may each create one: the first (start time, then id) is the workload's,
-    and a run that created another deletes its own at once."""
+    On a database store the lookup and the creation are one locked transaction. Through an MLflow server,
+    radts started together may each create one: each creator waits PARENT_SETTLE_S for the others' to show,
+    then keeps the first (start time, then id) and deletes its own if that is another."""
+    tags = {WORKLOAD_TAG: workload, ROLE_TAG: WORKLOAD_ROLE, USER_TAG: getpass.getuser()}
+    if isinstance(client, SqlTracking):
+        parent, created = client.find_or_create_run(experiment_id, tags, run_name=workload_run_name(workload))
+    else:
+        parent, created = _find_or_create_settled(client, experiment_id, tags, workload_run_name(workload))
+    if not created and parent.info.status != "RUNNING":  # a new run joins an ended workload: it runs again until its runs are done
+        client.update_run(parent.info.run_id, status="RUNNING")
+    return parent.info.run_id
 
-    def parents() -> list:
-        return sorted(find_runs(client, [experiment_id], {WORKLOAD_TAG: workload, ROLE_TAG: WORKLOAD_ROLE}, max_results=100), key=_order)
 
-    found = parents()
-    if not found:
-        tags = {WORKLOAD_TAG: workload, ROLE_TAG: WORKLOAD_ROLE, USER_TAG: getpass.getuser()}
-        mine = client.create_run(experiment_id, run_name=workload_run_name(workload), tags=tags).info.run_id
-        winner = next(iter(parents()), None)
-        if winner is not None and winner.info.run_id != mine:
-            client.delete_run(mine)
-            return winner.info.run_id
-        return mine
-    if found[0].info.status != "RUNNING":  # a new run joins an ended workload: it runs again until its runs are done
-        client.update_run(found[0].info.run_id, status="RUNNING")
-    return found[0].info.run_id
+PARENT_SETTLE_S = 1.0  # longer than an MLflow server takes to create a run, so the creators started together all see each other's
+
+
+def _find_or_create_settled(client, experiment_id: str, tags: dict[str, str], run_name: str) -> tuple:
+    """find_or_create_workload through MlflowClient, which has no lock: create, let the others' show, keep the first."""
+
+    def first():
+        found = find_runs(client, [experiment_id], {k: tags[k] for k in (WORKLOAD_TAG, ROLE_TAG)}, max_results=100)
+        return min(found, key=_order, default=None)
+
+    found = first()
+    if found is not None:
+        return found, False
+    mine = client.create_run(experiment_id, run_name=run_name, tags=tags)
+    time.sleep(PARENT_SETTLE_S)
+    winner = first() or mine
+    if winner.info.run_id != mine.info.run_id:
+        client.delete_run(mine.info.run_id)
+        return winner, False
+    return mine, True
 
 
 def _order(run) -> tuple[int, str]:

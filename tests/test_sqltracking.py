@@ -5,10 +5,12 @@ back through MLflow's client exactly as what MLflow's client writes for the same
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import subprocess
 import sys
+import threading
 import uuid
 from pathlib import Path
 
@@ -292,3 +294,46 @@ def test_a_workload_of_any_name_finds_its_parent_through_either_client(value, st
         assert tracking.find_or_create_workload(client, experiment_id, value) == first
         found = tracking.find_runs(client, [experiment_id], {"radt.workload": value, "radt.role": "workload"}, status="RUNNING")
         assert [r.info.run_id for r in found] == [first]
+
+
+def _lagging_clock(start: int = 2_000_000_000_000):
+    """A clock that each call puts 7 ms earlier: every radt that starts later is on a host whose clock lags more."""
+    ticks = itertools.count(start, -7)
+    lock = threading.Lock()
+
+    def now() -> int:
+        with lock:
+            return next(ticks)
+
+    return now
+
+
+@pytest.mark.parametrize("client_kind", ["radt", "mlflow"])
+def test_radts_started_together_on_hosts_whose_clocks_differ_share_one_parent(client_kind, store_uri, radt_home, monkeypatch):
+    """Four `-w` runs of one workload starting at once, each dated earlier than the one before (clock skew between
+    nodes): one parent run, and every radt got its id (two parents named "workload 7" were seen under CI load)."""
+    from radt.collectors import sqltracking
+
+    clock = _lagging_clock()
+    monkeypatch.setattr(sqltracking, "now_ms", clock)
+    monkeypatch.setattr("mlflow.tracking._tracking_service.client.get_current_time_millis", clock)
+    connect = tracking.connect if client_kind == "radt" else MlflowClient
+    experiment_id = connect(store_uri).create_experiment(f"skewed clocks {client_kind}")
+    clients = [connect(store_uri) for _ in range(4)]
+    for attempt in range(4):
+        workload = f"workload {attempt}"
+        barrier = threading.Barrier(len(clients))
+        got: list[str] = []
+
+        def start(client, barrier: threading.Barrier, got: list[str], workload: str) -> None:
+            barrier.wait()
+            got.append(tracking.find_or_create_workload(client, experiment_id, workload))
+
+        threads = [threading.Thread(target=start, args=(client, barrier, got, workload)) for client in clients]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        parents = tracking.find_runs(clients[0], [experiment_id], {"radt.workload": workload, "radt.role": "workload"})
+        assert len(parents) == 1, f"{workload}: {len(parents)} parent runs"
+        assert got == [parents[0].info.run_id] * len(clients)
