@@ -5,7 +5,6 @@ Pure functions from series to Plotly figures, so the dashboard and static export
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from plotly.subplots import make_subplots
 
 from radt.app.downsample import Envelope
 from radt.catalogue import Device, Metric
-from radt.runmodel import GPUS_TAG, MIG_ACTIVITY_TAG
+from radt.runmodel import MIG_ACTIVITY_TAG, gpu_entries
 
 PALETTE = qualitative.D3 + qualitative.Set2
 DEVICE_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")  # a run's GPUs, when colour tells runs apart
@@ -76,18 +75,13 @@ def series_name(device: Device) -> str:
 
 
 def gpu_identity(meta: pd.Series, device: Device) -> str:
-    """'NVIDIA A100-SXM4-40GB · GPU-5fd15f35… · 00000000:07:00.0' from the run's radt.gpus tag, '' when unrecorded."""
+    """'NVIDIA A100-SXM4-40GB · GPU-5fd15f35… · 00000000:07:00.0' from the run's radt.gpus tag (its node's on a multi-node run), '' when unrecorded."""
     tags = meta.get("tags") if hasattr(meta, "get") else None
-    raw = (tags or {}).get(GPUS_TAG) if isinstance(tags, dict) else None
-    if not raw or device.gpu is None or device.node is not None:
-        return ""
-    try:
-        entries = json.loads(raw)
-    except ValueError:
+    if not isinstance(tags, dict) or device.gpu is None:
         return ""
     wanted = series_name(device)
-    for entry in entries if isinstance(entries, list) else []:
-        if isinstance(entry, dict) and entry.get("series") == wanted:
+    for entry in gpu_entries(tags, device.node):
+        if entry.get("series") == wanted:
             uuid = str(entry.get("uuid") or "")
             parts = [entry.get("name"), entry.get("mig_profile"), uuid[:13] + "…" if len(uuid) > 14 else uuid, entry.get("pci_bus_id")]
             return " · ".join(str(p) for p in parts if p)

@@ -69,13 +69,16 @@ def _experiment_keys(experiment_ids: Iterable[str]) -> list[int]:
     return list(dict.fromkeys(out))
 
 
-def key_values(conn: sa.Connection, table: sa.Table, run_ids: Sequence[str], keys: Sequence[str] | None = None) -> dict[str, dict[str, str]]:
-    """run_id -> {key: value} of a key-value table (tags or params) for these runs, only ``keys`` where given."""
+def key_values(
+    conn: sa.Connection, table: sa.Table, run_ids: Sequence[str], keys: Sequence[str] | None = None, prefix: str | None = None
+) -> dict[str, dict[str, str]]:
+    """run_id -> {key: value} of a key-value table (tags or params) for these runs, only ``keys`` (and keys starting with ``prefix``) where given."""
     out: dict[str, dict[str, str]] = defaultdict(dict)
     for chunk in chunks(run_ids):
         stmt = sa.select(table.c.run_uuid, table.c.key, table.c.value).where(table.c.run_uuid.in_(chunk))
         if keys is not None:
-            stmt = stmt.where(table.c.key.in_(list(keys)))
+            wanted = table.c.key.in_(list(keys))
+            stmt = stmt.where(sa.or_(wanted, table.c.key.startswith(prefix, autoescape=True)) if prefix else wanted)
         for run_id, key, value in plain_rows(conn, stmt):
             out[run_id][key] = value
     return out

@@ -4,7 +4,6 @@ GPU memory, energy per physical GPU, CPU, and the run's own steps.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -18,7 +17,7 @@ from radt.app.keys import cumulative_legacy, matching, own_devices, whole_gpus
 from radt.app.runs import durations, key_values, keys_by_run, run_rows
 from radt.app.series import raw_by_pair
 from radt.app.store import LATEST, METRICS, TAGS, chunks, not_nan, plain_rows, unique
-from radt.runmodel import GPUS_TAG, HOST_TAG, SCRIPT_END_TAG, SCRIPT_START_TAG, script_span
+from radt.runmodel import GPUS_TAG, HOST_TAG, NODE_TAG, SCRIPT_END_TAG, SCRIPT_START_TAG, gpu_entries, script_span
 
 SUMMARY_COLUMNS = [
     "run_id",
@@ -62,7 +61,7 @@ def run_summary(engine: sa.Engine, run_ids: list[str], *, now_ms: int | None = N
     with engine.connect() as conn:
         runs = run_rows(conn, run_ids=run_ids)
         durations(conn, runs, now_ms)
-        tags = key_values(conn, TAGS, run_ids, keys=[SCRIPT_START_TAG, SCRIPT_END_TAG, GPUS_TAG, HOST_TAG])
+        tags = key_values(conn, TAGS, run_ids, keys=[SCRIPT_START_TAG, SCRIPT_END_TAG, GPUS_TAG, HOST_TAG], prefix=NODE_TAG)
         for r in runs:
             start, end = script_span(r["start_time"], r["duration_s"], tags.get(r["run_id"], {}))
             rows[r["run_id"]]["duration_s"] = max(0.0, (end - start) / 1000.0) if math.isfinite(start) and math.isfinite(end) else math.nan
@@ -115,13 +114,12 @@ def gpu_identity(device: catalogue.Device, tags: Mapping[str, str]) -> str:
     multi-node keys), else the run's ``radt.host`` tag, else empty (radT's and plain MLflow runs: one
     workload ran on one machine), and the index the NVML one of the key (radT's keys count as GPU 0).
     """
-    series = f"gpu_{device.gpu}" if device.node is None else f"{device.node}/gpu_{device.gpu}"
-    try:
-        listed = json.loads(tags.get(GPUS_TAG) or "[]")
-    except ValueError:
-        listed = []
-    for entry in listed if isinstance(listed, list) else []:
-        if isinstance(entry, dict) and entry.get("series") == series and entry.get("uuid"):
+    series = f"gpu_{device.gpu}"
+    listed = gpu_entries(tags, device.node) or [  # radt before per-node tags: "<node>/gpu_0" in the run's own list
+        {**entry, "series": entry["series"].split("/", 1)[1]} for entry in gpu_entries(tags) if str(entry.get("series", "")).startswith(f"{device.node}/")
+    ]
+    for entry in listed:
+        if entry.get("series") == series and entry.get("uuid"):
             return f"uuid:{entry['uuid']}"
     return f"host:{device.node or tags.get(HOST_TAG) or ''}:gpu:{device.gpu}"
 

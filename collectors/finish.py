@@ -16,11 +16,12 @@ from pathlib import Path
 
 from radt.collectors import gpus
 from radt.collectors.command import UsageError, first_line
+from radt.collectors.nodes import node_scoped, worst
 from radt.collectors.sources.nvml import gpu_inventory
 from radt.collectors.tracking import find_runs, set_tags
 from radt.collectors.writer import StoreTimeout, call_with_deadline
 from radt.rundir import DONE_FILE, LOGS_DIR, META_FILE, PENDING_FILE, claim_run_dir, owner_pid
-from radt.runmodel import EXIT_CODE_TAG, PARENT_TAG, POINTS_TAG, SCRIPT_END_TAG, SCRIPT_START_TAG, STOP_REASON_TAG
+from radt.runmodel import EXIT_CODE_TAG, PARENT_TAG, POINTS_TAG, SCRIPT_END_TAG, SCRIPT_START_TAG, STOP_REASON_TAG, node_statuses, node_tag
 from radt.settings import FINISH_TIMEOUT, radt_home, runs_dir
 
 
@@ -28,17 +29,19 @@ def report(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def local_run_dir(store: str, run_id: str, parent_id: str | None, **extra) -> Path:
+def local_run_dir(store: str, run_id: str, parent_id: str | None, node: str | None = None, **extra) -> Path:
     """The run's folder under RADT_HOME/runs: logs/, and meta.json, which `radt sync` reads to finish
     the run if this radt dies (which store, which process on which host).
 
     This process owns the folder (its lock, see writer.claim_run_dir) before meta.json exists, so
     `radt sync` never takes a live run for a dead one."""
-    run_dir = runs_dir() / run_id
+    run_dir = runs_dir() / (f"{run_id}@{node}" if node else run_id)  # two nodes of one run may share a host
     (run_dir / LOGS_DIR).mkdir(parents=True, exist_ok=True)
     if claim_run_dir(run_dir) is None:
         raise UsageError(f"the run folder {run_dir} belongs to another radt process (pid {owner_pid(run_dir)}); stop it first")
     meta = {"store": store, "run_id": run_id, "parent_id": parent_id, "pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), **extra}
+    if node:
+        meta["node"] = node
     (run_dir / META_FILE).write_text(json.dumps(meta))
     return run_dir
 
@@ -101,8 +104,10 @@ def finish_run(
     script_ms: tuple[int, int] | None = None,
     deadline: float | None = None,
     cancel: threading.Event | None = None,
+    node: str | None = None,
 ) -> None:
     """Attach logs, tag and terminate the run (and its workload parent); on failure leave it to `radt sync`.
+    A node's part (`node`) ends its part; the run ends with the last part (see complete_run).
 
     ``script_ms``: the script's own start and exit (epoch ms), the duration the comparison table uses.
     ``deadline`` (monotonic; at least a second from now) bounds the store calls, FINISH_TIMEOUT without
@@ -114,6 +119,8 @@ def finish_run(
         tags[STOP_REASON_TAG] = stop_reason
     end_time = int(time.time() * 1000)
     pending = {"status": status, "end_time": end_time, "tags": tags, "parent_id": parent_id}
+    if node:
+        pending["node"] = node
     if not all_written:
         save_pending(run_dir, pending)
         report(f"radt: store still unreachable; samples and the final status wait in {run_dir}. Run 'radt sync' when it is back.")
@@ -149,10 +156,22 @@ def save_pending(run_dir: Path, pending: dict) -> None:
 
 
 def complete_run(client, run_dir: Path, run_id: str, pending: dict) -> None:
-    """The last writes of a run: logs as artifacts, tags, status; the parent when its children are done."""
+    """The last writes of a run: logs as artifacts, tags, status; the parent when its children are done.
+
+    A node's part writes its logs under radt/<node> and its tags as radt.node.<node>/...; the run itself
+    ends only when no node's part runs, with the worst status of its parts and tags summed over them."""
     logs = run_dir / LOGS_DIR
+    node = pending.get("node")
     if logs.is_dir() and any(logs.iterdir()):
-        client.log_artifacts(run_id, str(logs), artifact_path="radt")
+        client.log_artifacts(run_id, str(logs), artifact_path=f"radt/{node}" if node else "radt")
+    if node:
+        set_tags(client, run_id, {**node_scoped(pending["tags"], node), node_tag(node): pending["status"]})
+        tags = client.get_run(run_id).data.tags  # read after this node's own write: of two nodes ending at once, one sees both
+        status = worst(list(node_statuses(tags).values()))
+        if status == "RUNNING":
+            (run_dir / PENDING_FILE).unlink(missing_ok=True)
+            return
+        pending = {**pending, "status": status, "tags": run_tags_of_nodes(tags)}
     set_tags(client, run_id, pending["tags"])
     client.set_terminated(run_id, status=pending["status"], end_time=pending["end_time"])
     parent_id = pending.get("parent_id")
@@ -163,14 +182,41 @@ def complete_run(client, run_dir: Path, run_id: str, pending: dict) -> None:
             return bool(find_runs(client, experiment, {PARENT_TAG: parent_id}, status=status, max_results=1))
 
         if not any_child("RUNNING"):
-            worst = next((status for status in ("FAILED", "KILLED") if any_child(status)), "FINISHED")
-            client.set_terminated(parent_id, status=worst, end_time=pending["end_time"])
+            worst_child = next((status for status in ("FAILED", "KILLED") if any_child(status)), "FINISHED")
+            client.set_terminated(parent_id, status=worst_child, end_time=pending["end_time"])
     (run_dir / PENDING_FILE).unlink(missing_ok=True)
 
 
-def killed(parent_id: str | None) -> dict:
-    """The final status of a run whose radt process died: KILLED, tagged radt_killed."""
-    return {"status": "KILLED", "end_time": int(time.time() * 1000), "tags": {STOP_REASON_TAG: "radt_killed"}, "parent_id": parent_id}
+def run_tags_of_nodes(tags: dict[str, str]) -> dict[str, str]:
+    """The run's own tags from its nodes' parts: the first failing exit code, points summed, the script from first start to last end."""
+    nodes = sorted(node_statuses(tags))
+
+    def each(what: str) -> list[str]:
+        return [tags[node_tag(n, what)] for n in nodes if node_tag(n, what) in tags]
+
+    found: dict[str, str] = {}
+    codes = each(EXIT_CODE_TAG.removeprefix("radt."))
+    if codes:
+        found[EXIT_CODE_TAG] = next((c for c in codes if c != "0"), "0")
+    points = [int(p) for p in each(POINTS_TAG.removeprefix("radt.")) if p.isdigit()]
+    if points:
+        found[POINTS_TAG] = str(sum(points))
+    starts = [int(v) for v in each(SCRIPT_START_TAG.removeprefix("radt.")) if v.isdigit()]
+    ends = [int(v) for v in each(SCRIPT_END_TAG.removeprefix("radt.")) if v.isdigit()]
+    if starts and ends:
+        found[SCRIPT_START_TAG], found[SCRIPT_END_TAG] = str(min(starts)), str(max(ends))
+    reasons = sorted(set(each(STOP_REASON_TAG.removeprefix("radt."))))
+    if reasons:
+        found[STOP_REASON_TAG] = ",".join(reasons)
+    return found
+
+
+def killed(parent_id: str | None, node: str | None = None) -> dict:
+    """The final status of a run (or a node's part of it) whose radt process died: KILLED, tagged radt_killed."""
+    pending = {"status": "KILLED", "end_time": int(time.time() * 1000), "tags": {STOP_REASON_TAG: "radt_killed"}, "parent_id": parent_id}
+    if node:
+        pending["node"] = node
+    return pending
 
 
 def finish(client, run_dir, run_id: str, pending: dict) -> None:
@@ -178,6 +224,6 @@ def finish(client, run_dir, run_id: str, pending: dict) -> None:
     call_with_deadline(lambda: complete_run(client, run_dir, run_id, pending), FINISH_TIMEOUT.get())
 
 
-def mark_killed(client, run_dir, run_id: str, parent_id: str | None) -> None:
-    """End a run whose radt process died: KILLED, tagged radt_killed, with the logs it left attached."""
-    finish(client, run_dir, run_id, killed(parent_id))
+def mark_killed(client, run_dir, run_id: str, parent_id: str | None, node: str | None = None) -> None:
+    """End a run (or a node's part) whose radt process died: KILLED, tagged radt_killed, with the logs it left attached."""
+    finish(client, run_dir, run_id, killed(parent_id, node))

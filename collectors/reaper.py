@@ -162,7 +162,7 @@ def _end_run(stores: _Stores, run_dir: Path, meta: dict) -> str:
         return "the run had ended"
     from radt.collectors.finish import mark_killed
 
-    mark_killed(client, run_dir, run_id, meta.get("parent_id"))
+    mark_killed(client, run_dir, run_id, meta.get("parent_id"), meta.get("node"))
     (run_dir / DONE_FILE).touch()  # a spool left behind is still sent by `radt sync`
     return "run ended KILLED"
 

@@ -25,12 +25,13 @@ from radt.collectors import gpus
 from radt.collectors.command import UsageError, build_command, exec_failure
 from radt.collectors.finish import describe_environment, finish_run, freeze, local_run_dir, report
 from radt.collectors.listeners import make_source
+from radt.collectors.nodes import membership, node_scoped, on_node
 from radt.collectors.proctree import ProcessTree, become_subreaper, check_cgroup, child_setup, make_cgroup, restore_interrupts
 from radt.collectors.profilers import wrap
 from radt.collectors.sampler import Sampler, open_sources
 from radt.collectors.sources.base import SamplingContext
 from radt.collectors.stores import open_metric_store
-from radt.collectors.tracking import ADDED_ENV, connect, create_run, resolve_experiment, set_tags
+from radt.collectors.tracking import ADDED_ENV, connect, create_run, join_run, resolve_experiment, set_tags
 from radt.collectors.watchdog import Guard, kill_recorded, read_record, remove_cgroup
 from radt.collectors.writer import MetricWriter
 from radt.rundir import CONTEXT_FILE, LOGS_DIR, SPOOL_FILE, STARTED_FILE, STOP_REASON_FILE
@@ -314,29 +315,36 @@ def run_script(opts: RunOptions) -> int:
     gpu_plan = check_devices(opts.devices, opts.cuda_visible)
     gate = StartGate(opts.start_gate, opts.letter) if opts.start_gate else None
     early = {sig: signal.signal(sig, gate.on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} if gate else {}
+    member = membership(os.environ)
     client = connect(opts.store)
-    experiment_id = resolve_experiment(client, opts.store, opts.experiment)
     settings = {INTERVAL_TAG: str(opts.interval), "max_epoch": str(opts.max_epoch), "max_time": str(opts.max_time), "manual": str(opts.manual)}
-    run_id, parent_id = create_run(
-        client,
-        experiment_id,
-        command=command,
-        script=opts.script,
-        script_args=opts.script_args,
-        run_name=opts.name,
-        workload=opts.workload,
-        parent_id=opts.parent_run,
-        letter=opts.letter,
-        devices="+".join(map(str, opts.devices)) if opts.devices is not None else os.environ.get("CUDA_VISIBLE_DEVICES", "all"),
-        collocation=opts.collocation,
-        listeners=opts.listeners,
-        settings=settings,
-    )
+    if member.run_id:  # a node joining a run that exists (MLFLOW_RUN_ID + MLFLOW_SYSTEM_METRICS_NODE_ID)
+        run_id = member.run_id
+        experiment_id, parent_id = join_run(client, run_id, member.node)
+    else:
+        experiment_id = resolve_experiment(client, opts.store, opts.experiment)
+        run_id, parent_id = create_run(
+            client,
+            experiment_id,
+            command=command,
+            script=opts.script,
+            script_args=opts.script_args,
+            run_name=opts.name,
+            workload=opts.workload,
+            parent_id=opts.parent_run,
+            letter=opts.letter,
+            devices="+".join(map(str, opts.devices)) if opts.devices is not None else os.environ.get("CUDA_VISIBLE_DEVICES", "all"),
+            collocation=opts.collocation,
+            listeners=opts.listeners,
+            settings=settings,
+            member=member,
+        )
     if opts.parent_run:
         parent_id = None  # the scheduler ends the workload's parent run, not its children
-    run_dir = local_run_dir(opts.store, run_id, parent_id)
+    run_dir = local_run_dir(opts.store, run_id, parent_id, node=member.node)
     logs = run_dir / LOGS_DIR
-    report(f"radt: run {run_id} in experiment {experiment_id} (store {display_uri(opts.store)})")
+    part = f" as node {member.node}" if member.node else ""
+    report(f"radt: run {run_id}{part} in experiment {experiment_id} (store {display_uri(opts.store)})")
 
     writer = MetricWriter(open_metric_store(opts.store), run_id, run_dir / SPOOL_FILE, report=report).start()
     tree = ProcessTree(record=run_dir)  # tree.json, for the watchdog and the reaper
@@ -344,7 +352,7 @@ def run_script(opts: RunOptions) -> int:
     sources = open_sources([make_source(name) for name in opts.listeners], ctx, report)
     describe_environment(logs, gpu_plan)
     if gpu_plan.watched is not None:
-        set_tags(client, run_id, gpu_tags(gpu_plan, sources))
+        set_tags(client, run_id, node_scoped(gpu_tags(gpu_plan, sources), member.node))
     command, profiler_env = wrap(opts.profiler, command, logs, f"{experiment_id}_{opts.workload or 'run'}_{opts.letter}")
     # before a CSV workload's gate: once it opens, only the script's own start is left
     cgroup = make_cgroup(f"radt-{run_id[:12]}-{os.getpid()}")
@@ -357,7 +365,7 @@ def run_script(opts: RunOptions) -> int:
             source.close()
         exit_by = time.monotonic() + opts.flush_timeout
         written = writer.close(opts.flush_timeout)
-        finish_run(client, run_dir, run_id, parent_id, "KILLED", -signal.SIGINT, "not_started", written, writer.written, deadline=exit_by)
+        finish_run(client, run_dir, run_id, parent_id, "KILLED", -signal.SIGINT, "not_started", written, writer.written, deadline=exit_by, node=member.node)
         gate.record("KILLED")
         for sig, handler in early.items():
             signal.signal(sig, handler)
@@ -392,7 +400,7 @@ def run_script(opts: RunOptions) -> int:
         code = 127 if isinstance(exc, FileNotFoundError) else 126
         exit_by = time.monotonic() + opts.flush_timeout
         written = writer.close(opts.flush_timeout)
-        finish_run(client, run_dir, run_id, parent_id, "FAILED", code, None, written, writer.written, deadline=exit_by)
+        finish_run(client, run_dir, run_id, parent_id, "FAILED", code, None, written, writer.written, deadline=exit_by, node=member.node)
         if gate:
             gate.record("FAILED")
         for sig, handler in early.items():
@@ -401,7 +409,7 @@ def run_script(opts: RunOptions) -> int:
     script_start_ms = int(time.time() * 1000)
     tree.attach(child.pid, check_cgroup(cgroup, child.pid), helpers={guard.proc.pid} if guard.proc else None)
     tees = [_tee(child.stdout, sys.stdout.buffer, logs / "stdout.log"), _tee(child.stderr, sys.stderr.buffer, logs / "stderr.log")]
-    sampler = Sampler(sources, opts.interval, writer.put, report, start_gate=started_flag.exists if opts.manual else None)
+    sampler = Sampler(sources, opts.interval, on_node(writer.put, member.node), report, start_gate=started_flag.exists if opts.manual else None)
     sampler.start()
 
     supervisor = Supervisor(child, deadline, run_dir, tree.processes)
@@ -443,6 +451,7 @@ def run_script(opts: RunOptions) -> int:
                 script_ms=(script_start_ms, script_end_ms),
                 deadline=exit_by,
                 cancel=cancel,
+                node=member.node,
             )
         if gate:
             gate.record(status)

@@ -322,15 +322,18 @@ class SqlTracking:
         with self.engine.begin() as conn:
             return self._create_run(conn, experiment_id, start_time, tags, run_name)
 
-    def find_or_create_run(self, experiment_id: str, tags: Mapping[str, str], run_name: str | None = None) -> tuple[Run, bool]:
-        """The first active run of the experiment with these tags, or a new one with them: (run, created).
+    def find_or_create_run(
+        self, experiment_id: str, tags: Mapping[str, str], run_name: str | None = None, identity: Iterable[str] | None = None
+    ) -> tuple[Run, bool]:
+        """The first active run of the experiment with these tags (those named in `identity`, default all), or a new one with them: (run, created).
 
         One radt at a time per experiment (a row lock on the experiment on PostgreSQL, the write lock on
         SQLite), so radts started together on any number of hosts, whatever their clocks, find one run."""
         with self.engine.begin() as conn:
             e = db.experiments.c
             conn.execute(sa.update(db.experiments).where(e.experiment_id == _experiment_int(experiment_id)).values(last_update_time=e.last_update_time))
-            found = self._runs(conn, *self._where([experiment_id], tags))
+            keys = list(tags) if identity is None else list(identity)
+            found = self._runs(conn, *self._where([experiment_id], {k: tags[k] for k in keys}))
             if found:
                 return min(found, key=lambda run: (run.info.start_time or 0, run.info.run_id)), False
             return self._create_run(conn, experiment_id, None, tags, run_name), True

@@ -72,7 +72,7 @@ def sync_run(run_dir, meta: dict) -> tuple[int, bool]:
     if pending is None and not (run_dir / DONE_FILE).exists() and meta.get("host", socket.gethostname()) == socket.gethostname():
         status = call_with_deadline(lambda: client.get_run(run_id).info.status, FINISH_TIMEOUT.get())
         if status == "RUNNING":  # its radt died before ending it
-            pending, marked = killed(meta.get("parent_id")), True
+            pending, marked = killed(meta.get("parent_id"), meta.get("node")), True
             save_pending(run_dir, pending)  # from here on, what is sent is counted there, also across failed tries
     spool = Spool(run_dir / SPOOL_FILE)
     try:

@@ -17,11 +17,12 @@ import re
 import shlex
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from radt import settings
 from radt.collectors.command import first_line
+from radt.collectors.nodes import Membership, slurm_tags
 from radt.collectors.sqltracking import KeyValue, SchemaMismatch, SqlTracking, TrackingError, make_engine, open_sql_tracking
 from radt.errors import UserError
 from radt.mlflowdb import schema_revisions
@@ -36,12 +37,15 @@ from radt.runmodel import (
     PID_TAG,
     ROLE_TAG,
     RUN_ROLE,
+    SLURM_JOB_TAG,
+    SLURM_STEP_TAG,
     SOURCE_NAME_TAG,
     SOURCE_TYPE_TAG,
     USER_TAG,
     WORKLOAD_ROLE,
     WORKLOAD_TAG,
     first_free_letter,
+    node_tag,
     workload_run_name,
 )
 from radt.settings import artifact_root, display_uri, is_database_uri
@@ -245,16 +249,9 @@ def create_workload(client, experiment_id: str, workload: str, tags: dict[str, s
 
 
 def find_or_create_workload(client, experiment_id: str, workload: str) -> str:
-    """The parent run of a workload (tag radt.workload), created RUNNING if none exists yet; RUNNING again if it had ended.
-
-    On a database store the lookup and the creation are one locked transaction. Through an MLflow server,
-    radts started together may each create one: each creator waits PARENT_SETTLE_S for the others' to show,
-    then keeps the first (start time, then id) and deletes its own if that is another."""
-    tags = {WORKLOAD_TAG: workload, ROLE_TAG: WORKLOAD_ROLE, USER_TAG: getpass.getuser()}
-    if isinstance(client, SqlTracking):
-        parent, created = client.find_or_create_run(experiment_id, tags, run_name=workload_run_name(workload))
-    else:
-        parent, created = _find_or_create_settled(client, experiment_id, tags, workload_run_name(workload))
+    """The parent run of a workload (tag radt.workload), created RUNNING if none exists yet; RUNNING again if it had ended."""
+    identity = {WORKLOAD_TAG: workload, ROLE_TAG: WORKLOAD_ROLE}
+    parent, created = find_or_create(client, experiment_id, identity, {USER_TAG: getpass.getuser()}, workload_run_name(workload))
     if not created and parent.info.status != "RUNNING":  # a new run joins an ended workload: it runs again until its runs are done
         client.update_run(parent.info.run_id, status="RUNNING")
     return parent.info.run_id
@@ -263,17 +260,22 @@ def find_or_create_workload(client, experiment_id: str, workload: str) -> str:
 PARENT_SETTLE_S = 1.0  # longer than an MLflow server takes to create a run, so the creators started together all see each other's
 
 
-def _find_or_create_settled(client, experiment_id: str, tags: dict[str, str], run_name: str) -> tuple:
-    """find_or_create_workload through MlflowClient, which has no lock: create, let the others' show, keep the first."""
+def find_or_create(client, experiment_id: str, identity: dict[str, str], tags: dict[str, str], run_name: str | None) -> tuple:
+    """The first active run with the `identity` tags, or a new one with them and `tags`: (run, created).
+
+    On a database store the lookup and the creation are one locked transaction. Through an MLflow server,
+    radts started together may each create one: each creator waits PARENT_SETTLE_S for the others' to show,
+    then keeps the first (start time, then id) and deletes its own if that is another."""
+    if isinstance(client, SqlTracking):
+        return client.find_or_create_run(experiment_id, {**identity, **tags}, run_name=run_name, identity=list(identity))
 
     def first():
-        found = find_runs(client, [experiment_id], {k: tags[k] for k in (WORKLOAD_TAG, ROLE_TAG)}, max_results=100)
-        return min(found, key=_order, default=None)
+        return min(find_runs(client, [experiment_id], identity, max_results=100), key=_order, default=None)
 
     found = first()
     if found is not None:
         return found, False
-    mine = client.create_run(experiment_id, run_name=run_name, tags=tags)
+    mine = client.create_run(experiment_id, run_name=run_name, tags={**identity, **tags})
     time.sleep(PARENT_SETTLE_S)
     winner = first() or mine
     if winner.info.run_id != mine.info.run_id:
@@ -327,11 +329,16 @@ def create_run(
     settings: dict[str, str],
     start_time: int | None = None,
     parent_id: str | None = None,
+    member: Membership | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> tuple[str, str | None]:
     """Create the run with radt's tags and the script's params; returns (run id, parent id).
 
     The parent is `parent_id` when given (a CSV workload's), else the workload's, found or created.
-    An empty `letter` takes the workload's next free letter (see claim_letter); without a workload it is A."""
+    An empty `letter` takes the workload's next free letter (see claim_letter); without a workload it is A.
+    A radt of a multi-node Slurm step (`member`) joins the run another node of the step created, if one did."""
+    member = member or Membership()
+    environ = os.environ if environ is None else environ
     if workload and parent_id is None:
         parent_id = find_or_create_workload(client, experiment_id, workload)
     letter = letter or ("" if parent_id else "A")
@@ -354,7 +361,17 @@ def create_run(
         tags[PARENT_TAG] = parent_id
     if not letter:
         del tags[LETTER_TAG]  # claimed below, once the run exists and its siblings can see it
-    run = client.create_run(experiment_id, start_time=start_time, run_name=run_name or None, tags=tags)
+    tags.update(slurm_tags(environ))
+    if member.node:
+        tags.update(node_part_tags(member.node, environ))
+    if member.slurm_step:  # one run per step: the first radt of the step creates it, the others join it as their nodes
+        identity = {SLURM_STEP_TAG: member.slurm_step, ROLE_TAG: RUN_ROLE}
+        run, created = find_or_create(client, experiment_id, identity, tags, run_name or None)
+        if not created:
+            join_run(client, run.info.run_id, member.node, environ)
+            return run.info.run_id, run.data.tags.get(PARENT_TAG)
+    else:
+        run = client.create_run(experiment_id, start_time=start_time, run_name=run_name or None, tags=tags)
     run_id = run.info.run_id
     if not letter:
         claim_letter(client, experiment_id, parent_id, run_id)
@@ -366,6 +383,36 @@ def create_run(
     for start in range(0, len(batch), 100):
         client.log_batch(run_id, params=batch[start : start + 100])
     return run_id, parent_id
+
+
+def node_part_tags(node: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """A node's part of a run: RUNNING, and where it runs (its radt's host and pid, its Slurm node)."""
+    tags = {node_tag(node): "RUNNING", node_tag(node, "host"): socket.gethostname(), node_tag(node, "pid"): str(os.getpid())}
+    if environ.get("SLURM_JOB_ID"):
+        tags[node_tag(node, "slurm_job_id")] = environ["SLURM_JOB_ID"]
+    return tags
+
+
+def join_run(client, run_id: str, node: str, environ: Mapping[str, str] | None = None) -> tuple[str, str | None]:
+    """Join an existing run as `node` (MLFLOW_RUN_ID + MLFLOW_SYSTEM_METRICS_NODE_ID): (experiment id, parent id).
+
+    An ended run runs again until this node's part ends too; a run of another store is refused in one line."""
+    environ = os.environ if environ is None else environ
+    try:
+        run = client.get_run(run_id)
+    except _lookup_errors(client) as exc:
+        raise StoreError(
+            f"MLFLOW_RUN_ID={run_id} names no run in this store ({first_line(exc)}); give the id of a run in this store, or unset MLFLOW_RUN_ID"
+        ) from exc
+    if run.info.lifecycle_stage != "active":
+        raise StoreError(f"MLFLOW_RUN_ID={run_id} names a deleted run; restore it in MLflow or unset MLFLOW_RUN_ID")
+    tags = node_part_tags(node, environ)
+    if SLURM_JOB_TAG not in run.data.tags:  # the run's own Slurm tags are the first node's
+        tags.update(slurm_tags(environ))
+    set_tags(client, run_id, tags)
+    if run.info.status != "RUNNING":
+        client.update_run(run_id, status="RUNNING")
+    return run.info.experiment_id, run.data.tags.get(PARENT_TAG)
 
 
 def claim_letter(client, experiment_id: str, parent_id: str, run_id: str) -> str:

@@ -48,6 +48,35 @@ IMPORTED_TAG = "radt.imported"  # `radt import`: the files a run was made from
 MONITOR_TAG = "radt.monitor"  # `radt monitor`: a run without a training script
 DEMO_TAG = "radt.demo"  # `radt demo`: made-up data, marked as such
 
+# a run across nodes (MLflow's MLFLOW_SYSTEM_METRICS_NODE_ID): one tag per node says its part's status, others its host, GPUs, ...
+NODE_TAG = "radt.node."  # radt.node.<node> = RUNNING | FINISHED | FAILED | KILLED; radt.node.<node>/<what> = the node's own tags
+SLURM_JOB_TAG = "radt.slurm.job_id"
+SLURM_STEP_TAG = "radt.slurm.step"  # <job id>.<step id>: the radts of one multi-node step share one run
+SLURM_NODE_TAG = "radt.slurm.node"
+SLURM_PARTITION_TAG = "radt.slurm.partition"
+
+
+def node_tag(node: str, what: str = "") -> str:
+    """radt.node.<node> (the node's status) or radt.node.<node>/<what> (exit_code, host, gpus, ...); a node id has no '/'."""
+    return f"{NODE_TAG}{node}/{what}" if what else f"{NODE_TAG}{node}"
+
+
+def gpu_entries(tags: Mapping[str, str], node: str | None = None) -> list[dict]:
+    """The radt.gpus entries ({"series": "gpu_0", "uuid": ...}) of the run, or of one node's part (radt.node.<node>/gpus)."""
+    import json
+
+    try:
+        listed = json.loads(tags.get(node_tag(node, "gpus") if node else GPUS_TAG) or "[]")
+    except ValueError:
+        return []
+    return [entry for entry in listed if isinstance(entry, dict)] if isinstance(listed, list) else []
+
+
+def node_statuses(tags: Mapping[str, str]) -> dict[str, str]:
+    """{node: status} of a multi-node run, from its radt.node.<node> tags."""
+    return {key[len(NODE_TAG) :]: value for key, value in tags.items() if key.startswith(NODE_TAG) and "/" not in key}
+
+
 WORKLOAD_PREFIX = "workload "  # a workload's parent run is named "workload <name>"
 UNGROUPED = "ungrouped:"  # the read side's workload id prefix of runs that belong to no workload
 

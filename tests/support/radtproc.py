@@ -20,7 +20,7 @@ def radt_env(home: Path, store: str | None = None, fake_gpus: str = "null", fake
     `fake_gpus`: the GPUs the fake NVML (tests/fakes/fake_nvml.py) answers for, as JSON; the default
     "null" is a machine without the NVIDIA driver, so a developer's real GPU never changes what a test sees.
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "RADT_", "PYTEST_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "RADT_", "PYTEST_", "SLURM"))}
     env["RADT_HOME"] = str(home)
     # MLflow 3.17's telemetry thread can unset its session variable while a request in the script reads it
     # (KeyError '_MLFLOW_TELEMETRY_SESSION_ID', seen once under load); CI=true turns it off the same way

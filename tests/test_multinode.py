@@ -1,0 +1,184 @@
+"""One run across nodes: radts with MLFLOW_RUN_ID and MLFLOW_SYSTEM_METRICS_NODE_ID join a run as its nodes, and the
+radts of one multi-node Slurm step share one run. Each node's series are `system/<node>/...` (MLflow's convention),
+the run runs while any node's part runs and ends with the worst status of its parts.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from mlflow import MlflowClient
+
+from radt.catalogue import resolve
+from radt.collectors.nodes import Membership, membership, node_key
+from tests.support.polling import wait_for
+from tests.support.radtproc import radt_command, radt_env
+
+WAIT_THEN_EXIT = """
+import os, sys, time
+open(sys.argv[1] + f"-started-{os.getpid()}", "w").close()
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.02)
+raise SystemExit(int(sys.argv[2]))
+"""
+
+
+def _start(env: dict, tmp_path, go, code: int, extra: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        radt_command("-l", "host", "--interval", "0.2", "node.py", str(go), str(code)),
+        env={**env, **extra},
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finish(started: list[subprocess.Popen]) -> list[tuple[int, str]]:
+    return [(p.wait(timeout=120), p.stderr.read()) for p in started]
+
+
+def test_three_radts_join_one_run_as_their_nodes_and_it_ends_with_the_worst_status(store_uri, radt_home, tmp_path):
+    client = MlflowClient(store_uri)
+    experiment_id = client.create_experiment("multi-node")
+    run_id = client.create_run(experiment_id, run_name="ddp").info.run_id  # torchrun's rank 0 made it, say
+    (tmp_path / "node.py").write_text(WAIT_THEN_EXIT)
+    env = radt_env(radt_home, store_uri)
+    go = tmp_path / "go"
+    nodes = {"gpu-a": 0, "gpu-b": 0, "gpu-c": 3}
+    started = [_start(env, tmp_path, go, code, {"MLFLOW_RUN_ID": run_id, "MLFLOW_SYSTEM_METRICS_NODE_ID": node}) for node, code in nodes.items()]
+    try:
+        wait_for(lambda: len(list(tmp_path.glob("go-started-*"))) == 3, what="the three nodes' scripts", timeout=120)
+        wait_for(
+            lambda: all(client.get_metric_history(run_id, f"system/{node}/cpu_utilization_percentage") for node in nodes),
+            what="every node's CPU series in the run",
+            timeout=60,
+        )
+        run = client.get_run(run_id)
+        assert run.info.status == "RUNNING"
+        assert {node: run.data.tags.get(f"radt.node.{node}") for node in nodes} == dict.fromkeys(nodes, "RUNNING")
+    finally:
+        go.touch()
+        ended = _finish(started)
+    assert [code for code, _ in ended] == [0, 0, 3], [err for _, err in ended]
+    run = client.get_run(run_id)
+    assert run.info.status == "FAILED", "one node failed: the run failed, whatever order the nodes ended in"
+    assert {node: run.data.tags[f"radt.node.{node}"] for node in nodes} == {"gpu-a": "FINISHED", "gpu-b": "FINISHED", "gpu-c": "FAILED"}
+    assert run.data.tags["radt.exit_code"] == "3"
+    assert int(run.data.tags["radt.points"]) == sum(int(run.data.tags[f"radt.node.{n}/points"]) for n in nodes) > 0
+    experiment_runs = client.search_runs([experiment_id])
+    assert [r.info.run_id for r in experiment_runs] == [run_id], "joining creates no run"
+    keys = set(run.data.metrics)
+    for node in nodes:
+        assert f"system/{node}/cpu_utilization_percentage" in keys
+        assert resolve(f"system/{node}/cpu_utilization_percentage").node == node
+    assert not any(k.startswith("system/") and k.count("/") == 1 for k in keys), "no series without its node"
+    artifacts = {a.path for a in client.list_artifacts(run_id, "radt")}
+    assert artifacts == {f"radt/{node}" for node in nodes}, "each node's logs in its own folder"
+
+
+def test_a_node_that_ends_first_does_not_end_the_run(store_uri, radt_home, tmp_path):
+    client = MlflowClient(store_uri)
+    run_id = client.create_run(client.create_experiment("first ends")).info.run_id
+    (tmp_path / "node.py").write_text(WAIT_THEN_EXIT)
+    env = radt_env(radt_home, store_uri)
+    slow, fast = tmp_path / "slow", tmp_path / "fast"
+    fast.touch()
+    both = {"MLFLOW_RUN_ID": run_id}
+    later = _start(env, tmp_path, slow, 0, {**both, "MLFLOW_SYSTEM_METRICS_NODE_ID": "n1"})
+    try:
+        wait_for(lambda: list(tmp_path.glob("slow-started-*")), what="the slow node's script")
+        first = _start(env, tmp_path, fast, 0, {**both, "MLFLOW_SYSTEM_METRICS_NODE_ID": "n0"})
+        assert _finish([first])[0][0] == 0
+        run = client.get_run(run_id)
+        assert (run.info.status, run.data.tags["radt.node.n0"], run.data.tags["radt.node.n1"]) == ("RUNNING", "FINISHED", "RUNNING")
+    finally:
+        slow.touch()
+        code, err = _finish([later])[0]
+    assert code == 0, err
+    assert client.get_run(run_id).info.status == "FINISHED"
+
+
+def test_a_run_id_of_no_run_is_refused_in_one_line(store_uri, radt_home, tmp_path):
+    (tmp_path / "node.py").write_text("print('never')\n")
+    env = {**radt_env(radt_home, store_uri), "MLFLOW_RUN_ID": "0" * 32, "MLFLOW_SYSTEM_METRICS_NODE_ID": "n0"}
+    done = subprocess.run(radt_command("-l", "host", "node.py"), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith(f"radt: MLFLOW_RUN_ID={'0' * 32} names no run in this store")
+    assert "Traceback" not in done.stderr
+
+
+def test_the_radts_of_one_multi_node_slurm_step_share_one_run(store_uri, radt_home, tmp_path):
+    """What srun gives each task of `srun -N2 radt train.py`: the same job and step, its own node name."""
+    client = MlflowClient(store_uri)
+    (tmp_path / "node.py").write_text(WAIT_THEN_EXIT)
+    env = radt_env(radt_home, store_uri)
+    go = tmp_path / "go"
+    step = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_NODES": "2", "SLURM_JOB_PARTITION": "gpu", "SLURM_LOCALID": "0"}
+    started = [
+        subprocess.Popen(
+            radt_command("-e", "slurm step", "-l", "host", "--interval", "0.2", "node.py", str(go), "0"),
+            env={**env, **step, "SLURMD_NODENAME": node},
+            cwd=tmp_path,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for node in ("node01", "node02")
+    ]
+    try:
+        wait_for(lambda: len(list(tmp_path.glob("go-started-*"))) == 2, what="both nodes' scripts", timeout=120)
+    finally:
+        go.touch()
+        ended = _finish(started)
+    assert [code for code, _ in ended] == [0, 0], [err for _, err in ended]
+    runs = client.search_runs([client.get_experiment_by_name("slurm step").experiment_id])
+    assert len(runs) == 1, f"{len(runs)} runs for one step"
+    tags = runs[0].data.tags
+    assert (tags["radt.slurm.job_id"], tags["radt.slurm.step"], tags["radt.slurm.partition"]) == ("4242", "4242.0", "gpu")
+    assert (tags["radt.node.node01"], tags["radt.node.node02"], runs[0].info.status) == ("FINISHED", "FINISHED", "FINISHED")
+    assert {"system/node01/cpu_utilization_percentage", "system/node02/cpu_utilization_percentage"} <= set(runs[0].data.metrics)
+
+
+@pytest.mark.parametrize(
+    "environ, expected",
+    [
+        ({}, Membership()),
+        ({"MLFLOW_SYSTEM_METRICS_NODE_ID": "n3"}, Membership("n3")),
+        ({"MLFLOW_SYSTEM_METRICS_NODE_ID": "n3", "MLFLOW_RUN_ID": "abc"}, Membership("n3", "abc")),
+        ({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "1", "SLURM_STEP_NUM_NODES": "1", "SLURMD_NODENAME": "a"}, Membership()),
+        ({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "1", "SLURM_STEP_NUM_NODES": "4", "SLURMD_NODENAME": "a"}, Membership("a", None, "7.1", 4)),
+        ({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "1", "SLURM_NNODES": "2", "SLURMD_NODENAME": "a", "SLURM_LOCALID": "1"}, Membership("a.1", None, "7.1", 2)),
+    ],
+)
+def test_membership_from_the_environment(environ, expected):
+    assert membership(environ) == expected
+
+
+def test_a_node_id_with_a_slash_is_refused():
+    with pytest.raises(ValueError, match="no '/'"):
+        membership({"MLFLOW_SYSTEM_METRICS_NODE_ID": "rack/3"})
+    assert node_key("system/gpu_0_sm_active", "n1") == "system/n1/gpu_0_sm_active"
+    assert node_key("system/n1/gpu_0_sm_active", "n2") == "system/n1/gpu_0_sm_active"
+    assert node_key("loss", "n1") == "loss"
+
+
+def test_the_dashboard_names_each_nodes_gpu_from_that_nodes_own_tags():
+    """node × GPU: a multi-node run's series `system/<node>/gpu_0_...` take the identity its node recorded."""
+    import json
+
+    import pandas as pd
+
+    from radt.app import figures, summaries
+    from radt.catalogue import Device
+
+    tags = {
+        "radt.node.n1/gpus": json.dumps([{"series": "gpu_0", "uuid": "GPU-aaaa1111-2222-3333-4444-555566667777", "name": "NVIDIA H100"}]),
+        "radt.node.n2/gpus": json.dumps([{"series": "gpu_0", "uuid": "GPU-bbbb1111-2222-3333-4444-555566667777", "name": "NVIDIA H100"}]),
+    }
+    meta = pd.Series({"tags": tags})
+    assert "GPU-aaaa1111" in figures.gpu_identity(meta, Device("n1", 0))
+    assert "GPU-bbbb1111" in figures.gpu_identity(meta, Device("n2", 0))
+    assert figures.gpu_identity(meta, Device("n3", 0)) == ""
+    assert summaries.gpu_identity(Device("n2", 0), tags) == "uuid:GPU-bbbb1111-2222-3333-4444-555566667777"
+    assert summaries.gpu_identity(Device("n3", 1), tags) == "host:n3:gpu:1"
+    assert resolve("system/n2/gpu_0_sm_active").device.label == "n2 · GPU 0"
