@@ -182,3 +182,30 @@ def test_the_dashboard_names_each_nodes_gpu_from_that_nodes_own_tags():
     assert summaries.gpu_identity(Device("n2", 0), tags) == "uuid:GPU-bbbb1111-2222-3333-4444-555566667777"
     assert summaries.gpu_identity(Device("n3", 1), tags) == "host:n3:gpu:1"
     assert resolve("system/n2/gpu_0_sm_active").device.label == "n2 · GPU 0"
+
+
+def test_explore_draws_node_by_gpu_and_the_table_lists_the_run(browser, pg_uri, radt_home):
+    """A run over two nodes on the real dashboard in Chromium: one SMACT trace per node × GPU, named so, with every point."""
+    import time
+
+    from radt.collectors.stores import SqlMetricStore
+    from radt.points import Point
+    from tests.support.browser import dashboard, new_page, wait_for_traces
+
+    client = MlflowClient(pg_uri)
+    experiment = client.create_experiment("two nodes")
+    now = int(time.time() * 1000) - 600_000
+    run_id = client.create_run(experiment, run_name="ddp", start_time=now).info.run_id
+    points = [
+        Point(f"system/{node}/gpu_{gpu}_sm_active", 0.2 * (k + 1) + 0.01 * (s % 3), now + s * 1000, s)
+        for k, (node, gpu) in enumerate([("n1", 0), ("n1", 1), ("n2", 0)])
+        for s in range(300)
+    ]
+    SqlMetricStore(pg_uri).write(run_id, points)
+    client.set_terminated(run_id, "FINISHED", end_time=now + 300_000)
+    with dashboard(pg_uri, radt_env(radt_home, pg_uri)) as base, new_page(browser, width=1440, height=900) as page:
+        page.goto(f"{base}?exp={experiment}&runs={run_id}&metrics=cat:sm_active")
+        traces = wait_for_traces(page, {"ddp · n1 · GPU 0", "ddp · n1 · GPU 1", "ddp · n2 · GPU 0"})
+        assert all(t["n"] == 300 for t in traces), traces
+        page.wait_for_function("document.querySelectorAll('#summary tbody tr').length >= 2")
+        assert any("ddp" in row for row in page.locator("#summary tbody tr").all_inner_texts())
