@@ -6,7 +6,7 @@ from pathlib import Path
 
 import dash
 
-from radt.app import responses
+from radt.app import artifacts, responses
 from radt.app.cache import CACHE, cache_config
 from radt.app.state import STATE, connect_store
 from radt.settings import tracking_uri
@@ -27,6 +27,7 @@ def create_app(store: str | None = None, cache: str | None = None) -> dash.Dash:
     )
     CACHE.init_app(app.server, config=cache_config(cache))
     responses.install(app.server)  # finished views from the cache as gzip bytes; every large response gzipped
+    artifacts.install(app.server)  # /runs/<id>/artifacts: a run's logs and reports, wherever the run keeps them
     app.layout = dash.html.Div(
         [
             dash.html.Header(

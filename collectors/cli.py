@@ -11,6 +11,7 @@ import gc
 import sys
 from pathlib import Path
 
+from radt.artifacts import configure as configure_artifacts
 from radt.cli import OneLineParser
 from radt.collectors.command import UsageError, build_command, check_name, check_numbers, check_script
 from radt.collectors.listeners import DEFAULT, ListenerError, parse_listeners, parse_profiler
@@ -60,9 +61,23 @@ def run_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-time", type=float, help="stop the training cleanly after this many minutes")
     parser.add_argument("--manual", action="store_true", help="start sampling when the script enters 'with radt.run()'")
     parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
+    parser.add_argument(
+        "--artifacts",
+        metavar="URI",
+        help="where new experiments keep their artifacts (logs, nsys/ncu reports) as URI/<experiment>: a folder every host mounts, "
+        "mlflow-artifacts://HOST:5000/path (an mlflow server's), s3://bucket/path...; default RADT_ARTIFACT_URI, else ~/.radt/artifacts",
+    )
     parser.add_argument("--flush-timeout", type=float, default=60.0, help="seconds to keep trying an unreachable store at exit (default 60)")
     parser.add_argument("--dry-run", action="store_true", help="CSV experiments: print the plan (workloads, devices, set-up, commands) and start nothing")
     parser.add_argument("--rerun", action="store_true", help="CSV experiments: run FAILED workloads again (FINISHED ones are always skipped)")
+    parser.add_argument(
+        "--slurm", action="store_true", help="CSV experiments: submit each workload as one Slurm job (sbatch) and watch it; Ctrl-C cancels the jobs"
+    )
+    parser.add_argument("--slurm-partition", help="--slurm: the partition to submit to (sbatch --partition)")
+    parser.add_argument("--slurm-account", help="--slurm: the account to charge (sbatch --account)")
+    parser.add_argument("--slurm-time", help="--slurm: each job's time limit (sbatch --time, e.g. 2:00:00)")
+    parser.add_argument("--sbatch", default="", help="--slurm: further sbatch options as one argument, e.g. --sbatch='--qos=high --mem=64G'")
+    parser.add_argument("--slurm-rows", help=argparse.SUPPRESS)  # a --slurm job's: the CSV rows of the one workload it runs
     parser.add_argument("--letter", help=argparse.SUPPRESS)  # the CSV scheduler's; a -w run without it takes the next free letter
     parser.add_argument("--collocation", default="-", help=argparse.SUPPRESS)
     parser.add_argument("--parent-run", help=argparse.SUPPRESS)  # the CSV scheduler's workload run
@@ -80,9 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     try:  # the user's mistakes first, before MLflow is even imported (two seconds): one line, exit 2
         check_numbers(opts.interval, opts.max_time, opts.max_epoch, opts.flush_timeout)
         store = tracking_uri(opts.store)
+        configure_artifacts(opts.artifacts, store)  # RADT_ARTIFACT_URI, which the runs it starts inherit
         if opts.script.lower().endswith(".csv"):
             return _experiment(opts, store)
-        if opts.dry_run or opts.rerun:
+        if opts.dry_run or opts.rerun or opts.slurm:
+            if opts.slurm:
+                raise UsageError("--slurm is for CSV experiments: radt --slurm experiment.csv (a single run inside a Slurm job: srun radt train.py)")
             raise UsageError("--dry-run and --rerun are for CSV experiments: radt --dry-run experiment.csv")
         for kind, label, value in (("experiment", "-e", opts.experiment), ("run", "-n", opts.name), ("workload", "-w", opts.workload)):
             check_name(kind, value, label)
@@ -141,6 +159,16 @@ def _experiment(opts: argparse.Namespace, store: str) -> int:
         given.append("-l")
     if given:
         raise UsageError(f"{', '.join(given)} do not apply to a CSV experiment; set Experiment, Workload, Devices and Listeners per row in {opts.script}")
+    slurm_given = [flag for flag, value in (("--slurm-partition", opts.slurm_partition), ("--slurm-account", opts.slurm_account),
+                                            ("--slurm-time", opts.slurm_time), ("--sbatch", opts.sbatch)) if value]  # fmt: skip
+    if slurm_given and not opts.slurm:
+        raise UsageError(f"{', '.join(slurm_given)} only apply with --slurm; add it: radt --slurm {slurm_given[0]} ... {opts.script}")
+    import shlex
+
+    try:
+        sbatch = shlex.split(opts.sbatch)
+    except ValueError as exc:
+        raise UsageError(f"--sbatch '{opts.sbatch}' cannot be split into options ({exc}); close the quote") from exc
     from radt.collectors.scheduler import ExperimentOptions, run_experiment
     from radt.collectors.tracking import StoreError
 
@@ -155,6 +183,16 @@ def _experiment(opts: argparse.Namespace, store: str) -> int:
         flush_timeout=opts.flush_timeout,
     )
     try:
+        if opts.slurm_rows:  # inside a job that `radt experiment.csv --slurm` submitted
+            from radt.collectors.slurm import run_job
+
+            experiment.csv = experiment.csv.resolve()
+            return process_ends(run_job(experiment, [int(line) for line in opts.slurm_rows.split(",")]))
+        if opts.slurm:
+            from radt.collectors.slurm import SlurmOptions, submit_experiment
+
+            slurm = SlurmOptions(opts.slurm_partition, opts.slurm_account, opts.slurm_time, sbatch)
+            return process_ends(submit_experiment(experiment, slurm))
         return process_ends(run_experiment(experiment))
     except StoreError as exc:
         print(f"radt: {exc}", file=sys.stderr)

@@ -23,6 +23,7 @@ from radt.runmodel import run_letter
 
 COLUMNS = ("Experiment", "Workload", "Status", "Run", "Devices", "Collocation", "File", "Listeners", "Params")
 REQUIRED = ("Experiment", "Workload", "File")
+EXTRA_COLUMNS = ("SlurmJob",)  # written by radt where a run needs it (--slurm: the workload's Slurm job id), read back like the others
 DEFAULT_LISTENERS = "smi+top"  # radT's default, minus dcgmi, which needs a running nv-hostengine
 
 
@@ -63,7 +64,7 @@ class ExperimentFile:
         header = records[0][1]
         index = {}
         for position, name in enumerate(header):
-            canonical = next((c for c in COLUMNS if c.lower() == name.strip().lower()), None)
+            canonical = next((c for c in COLUMNS + EXTRA_COLUMNS if c.lower() == name.strip().lower()), None)
             if canonical and canonical not in index:
                 index[canonical] = position
         missing = [c for c in REQUIRED if c not in index]

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from radt.collectors import gpus
+from radt.collectors.artifacts import attach_logs
 from radt.collectors.command import UsageError, first_line
 from radt.collectors.nodes import node_scoped, worst
 from radt.collectors.sources.nvml import gpu_inventory
@@ -160,16 +161,17 @@ def complete_run(client, run_dir: Path, run_id: str, pending: dict) -> None:
 
     A node's part writes its logs under radt/<node> and its tags as radt.node.<node>/...; the run itself
     ends only when no node's part runs, with the worst status of its parts and tags summed over them."""
-    logs = run_dir / LOGS_DIR
     node = pending.get("node")
-    if logs.is_dir() and any(logs.iterdir()):
-        client.log_artifacts(run_id, str(logs), artifact_path=f"radt/{node}" if node else "radt")
+    attached = attach_logs(client, run_dir, run_id, node)
+    if not attached:  # the logs wait in run_dir, and this part's last writes in pending.json, for `radt sync` to repeat
+        save_pending(run_dir, pending)
     if node:
         set_tags(client, run_id, {**node_scoped(pending["tags"], node), node_tag(node): pending["status"]})
         tags = client.get_run(run_id).data.tags  # read after this node's own write: of two nodes ending at once, one sees both
         status = worst(list(node_statuses(tags).values()))
         if status == "RUNNING":
-            (run_dir / PENDING_FILE).unlink(missing_ok=True)
+            if attached:
+                (run_dir / PENDING_FILE).unlink(missing_ok=True)
             return
         pending = {**pending, "status": status, "tags": run_tags_of_nodes(tags)}
     set_tags(client, run_id, pending["tags"])
@@ -184,7 +186,8 @@ def complete_run(client, run_dir: Path, run_id: str, pending: dict) -> None:
         if not any_child("RUNNING"):
             worst_child = next((status for status in ("FAILED", "KILLED") if any_child(status)), "FINISHED")
             client.set_terminated(parent_id, status=worst_child, end_time=pending["end_time"])
-    (run_dir / PENDING_FILE).unlink(missing_ok=True)
+    if attached:
+        (run_dir / PENDING_FILE).unlink(missing_ok=True)
 
 
 def run_tags_of_nodes(tags: dict[str, str]) -> dict[str, str]:

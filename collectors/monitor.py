@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
+from radt.artifacts import configure as configure_artifacts
 from radt.cli import OneLineParser
 from radt.collectors import gpus
 from radt.collectors.cli import parse_devices
@@ -50,6 +51,11 @@ def monitor_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
     parser.add_argument("-e", "--experiment", default="monitor", help="MLflow experiment name or id (created if new; default monitor)")
+    parser.add_argument(
+        "--artifacts",
+        metavar="URI",
+        help="where a new experiment keeps its artifacts (a shared folder, mlflow-artifacts://HOST:5000/path, s3://...); see radt --help",
+    )
     parser.add_argument("-l", "--listeners", default=DEFAULT, help=f"sources joined with '+': nvml, dcgm, host; default {DEFAULT}")
     parser.add_argument(
         "-d", "--devices", help="GPUs to watch, joined with '+': nvidia-smi's indices (0+1) or UUIDs (GPU-..., MIG-... for a MIG slice); default every GPU"
@@ -287,7 +293,9 @@ def main(argv: list[str]) -> int:
             devices = parse_devices(opts.devices)
             plan = watch_plan(devices)
             watched = plan.indices if devices is not None else None  # radt.devices says "all" without -d
-            monitor = Monitor(tracking_uri(opts.store), opts.experiment, listeners, watched, opts.interval, opts.flush_timeout, argv, plan=plan)
+            store = tracking_uri(opts.store)
+            configure_artifacts(opts.artifacts, store)
+            monitor = Monitor(store, opts.experiment, listeners, watched, opts.interval, opts.flush_timeout, argv, plan=plan)
             monitor.end_stale_runs()
             monitor.begin()
         except (UsageError, ListenerError, StoreError, ValueError) as exc:

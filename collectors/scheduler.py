@@ -24,6 +24,7 @@ from pathlib import Path
 from radt.collectors.collocation import CollocationError, MpsDaemon, Setup
 from radt.collectors.command import first_line
 from radt.collectors.experiment import ExperimentFile, Machine, PlannedRun, Workload, collocation_label, plan
+from radt.collectors.nodes import slurm_tags
 from radt.collectors.proctree import child_setup, restore_interrupts
 from radt.collectors.reaper import GATE_PREFIX, add_radts, reap, record_workload, update_workload
 from radt.runmodel import COLLOCATION_TAG, EXPERIMENT_FILE_TAG, RUNS_TAG, STOP_REASON_TAG
@@ -177,6 +178,7 @@ class WorkloadRunner:
 
         kinds = sorted({collocation_label(r.collocation) for r in self.workload.runs})
         tags = {COLLOCATION_TAG: "+".join(kinds), EXPERIMENT_FILE_TAG: str(self.exp.path.resolve()), RUNS_TAG: str(len(self.workload.runs))}
+        tags.update(slurm_tags(os.environ))  # a workload run as a Slurm job (radt experiment.csv --slurm): its job, node, partition
         self.parent_id = create_workload(self.client, self.experiment_id, self.workload.name, tags)
 
     def set_up(self, setup: Setup) -> dict[str, tuple[str | None, dict[str, str]]]:
@@ -324,9 +326,12 @@ class WorkloadRunner:
             self.exp.set(run.row, "Status", status)
             self.exp.set(run.row, "Run", child.run_id if child else "")
         self.exp.save()
-        try:
-            if self.log_path.exists():
+        if self.log_path.exists():
+            try:  # an artifact location that fails must not keep the parent RUNNING; the log stays on disk
                 self.client.log_artifact(self.parent_id, str(self.log_path), artifact_path="radt")
+            except Exception as exc:
+                report(f"radt: could not attach {self.log_path} to workload run {self.parent_id} ({first_line(exc)}); it stays on disk")
+        try:
             tags = [(STOP_REASON_TAG, reason)] if reason else []
             for key, value in tags:
                 self.client.set_tag(self.parent_id, key, value)
@@ -337,6 +342,21 @@ class WorkloadRunner:
                 update_workload(self.record, status=overall)
             report(f"radt: could not end workload run {self.parent_id} ({first_line(exc)}); the CSV holds the statuses, 'radt sync' ends it")
         return overall
+
+
+def open_experiment(client, store: str, workload: Workload) -> str:
+    """The id of the workload's MLflow experiment (created if new), or StoreError in one line."""
+    from radt.collectors.tracking import StoreError, redact, resolve_experiment
+
+    try:
+        return resolve_experiment(client, store, workload.experiment)
+    except StoreError:
+        raise
+    except Exception as exc:
+        reason = first_line(exc)
+        raise StoreError(
+            f"cannot open experiment '{workload.experiment}' in {redact(store)} ({reason}); run the same command when the store answers again"
+        ) from exc
 
 
 def run_experiment(opts: ExperimentOptions, machine: Machine | None = None) -> int:
@@ -361,7 +381,7 @@ def run_experiment(opts: ExperimentOptions, machine: Machine | None = None) -> i
         report(f"radt: cannot write {opts.csv} (or a file next to it), where the statuses go; make it writable or copy it to a folder of yours")
         return 2
     from radt.collectors.collocation import undo_leftovers
-    from radt.collectors.tracking import StoreError, connect, redact, resolve_experiment
+    from radt.collectors.tracking import connect
 
     restore_interrupts()
     reap(report, store=opts.store, wait=False)  # trees, runs, workloads and gates that killed radt processes left
@@ -373,15 +393,7 @@ def run_experiment(opts: ExperimentOptions, machine: Machine | None = None) -> i
         if workload not in todo:
             report(f"radt: workload {workload.label} already {workload.state().upper()}, skipped")
             continue
-        try:
-            experiment_id = resolve_experiment(client, opts.store, workload.experiment)
-        except StoreError:
-            raise
-        except Exception as exc:
-            reason = first_line(exc)
-            raise StoreError(
-                f"cannot open experiment '{workload.experiment}' in {redact(opts.store)} ({reason}); run the same command when the store answers again"
-            ) from exc
+        experiment_id = open_experiment(client, opts.store, workload)
         report(f"radt: workload {workload.label} ({todo.index(workload) + 1} of {len(todo)} to run): {len(workload.runs)} run(s)")
         runner = WorkloadRunner(opts, exp, workload, client, experiment_id)
         status = runner.execute()

@@ -26,8 +26,8 @@ from typing import NamedTuple
 
 import sqlalchemy as sa
 
+from radt import artifacts, settings
 from radt import mlflowdb as db
-from radt import settings
 from radt.runmodel import RUN_NAME_TAG, USER_TAG
 from radt.settings import artifact_root
 
@@ -209,12 +209,7 @@ def _join(prefix: str, suffix: str) -> str:
 
 def local_artifact_dir(artifact_uri: str) -> str | None:
     """The folder of a `file:` (or scheme-less) artifact URI; None for any other (s3:, mlflow-artifacts:, ...)."""
-    parsed = urllib.parse.urlparse(artifact_uri)
-    if parsed.scheme == "file":
-        return urllib.parse.unquote(parsed.path)
-    if not parsed.scheme:
-        return urllib.parse.unquote(artifact_uri)
-    return None
+    return artifacts.local_dir(artifact_uri)
 
 
 # --- the client -----------------------------------------------------------------------------------
@@ -546,9 +541,8 @@ class SqlTracking:
         folder = local_artifact_dir(uri)
         if folder is not None:
             return folder, None
-        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
-
-        return None, get_artifact_repository(uri, tracking_uri=self.tracking_uri)
+        # a host-less mlflow-artifacts: location (an mlflow server made the experiment) goes to the server RADT_ARTIFACT_URI names
+        return None, artifacts.repository(uri, self.tracking_uri, artifacts.server_of(settings.ARTIFACT_URI.get()))
 
 
 def _artifact_folder(root: str, artifact_path: str | None) -> str:

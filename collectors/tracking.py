@@ -9,18 +9,18 @@ bulk path (stores.py) either way. Every function here takes either client (tests
 from __future__ import annotations
 
 import getpass
-import hashlib
 import logging
 import math
 import os
-import re
 import shlex
 import socket
+import sys
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from radt import settings
+from radt.artifacts import experiment_location
 from radt.collectors.command import first_line
 from radt.collectors.nodes import Membership, slurm_tags
 from radt.collectors.sqltracking import KeyValue, SchemaMismatch, SqlTracking, TrackingError, make_engine, open_sql_tracking
@@ -158,7 +158,7 @@ def _init_store(uri: str) -> None:
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
     _quiet_mlflow()
-    SqlAlchemyStore(uri, artifact_root().as_uri()).engine.dispose()
+    SqlAlchemyStore(uri, settings.ARTIFACT_URI.get() or artifact_root().as_uri()).engine.dispose()  # experiment 0's location
 
 
 def _entities(client) -> tuple[type, type]:
@@ -185,29 +185,51 @@ def redact(uri: str) -> str:
 
 
 def resolve_experiment(client, uri: str, name_or_id: str | None) -> str:
-    """An experiment id for a name or id; a new name is created (artifacts under RADT_HOME for databases)."""
+    """An experiment id for a name or id; a new name is created with its artifacts under RADT_ARTIFACT_URI
+    (--artifacts), else RADT_HOME for databases (an mlflow server picks its own). An existing one keeps its location."""
+    root = settings.ARTIFACT_URI.get()  # checked by the command line (artifacts.configure)
     if not name_or_id:
+        if root:
+            _location_wins(client.get_experiment("0"), root, uri)
         return "0"
     if name_or_id.isdigit():
         try:
-            return client.get_experiment(name_or_id).experiment_id
+            found = client.get_experiment(name_or_id)
+            _location_wins(found, root, uri)
+            return found.experiment_id
         except _lookup_errors(client):
             pass  # a numeric *name*
     found = client.get_experiment_by_name(name_or_id)
     if found is not None:
         if found.lifecycle_stage == "deleted":
             raise StoreError(f"experiment '{name_or_id}' is deleted; restore it in MLflow or choose another -e")
+        _location_wins(found, root, uri)
         return found.experiment_id
     location = None
-    if is_database_uri(uri):
-        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name_or_id)
-        if len(safe) > 120:  # a folder name has at most 255 bytes; a long experiment name keeps its start and a digest
-            safe = f"{safe[:100]}-{hashlib.sha1(name_or_id.encode()).hexdigest()[:12]}"
-        location = (artifact_root() / safe).as_uri()
+    if root:
+        location = experiment_location(root, name_or_id)
+    elif is_database_uri(uri):
+        location = experiment_location(artifact_root().as_uri(), name_or_id)
     try:
         return client.create_experiment(name_or_id, artifact_location=location)
     except _lookup_errors(client):  # created meanwhile by a collocated run
         return client.get_experiment_by_name(name_or_id).experiment_id
+
+
+_TOLD_LOCATION: set[tuple[str, str]] = set()  # (store, experiment id) said once
+
+
+def _location_wins(experiment, root: str, store: str) -> None:
+    """MLflow's rule: an experiment keeps the artifact location it was created with; said once per experiment when the user asked for another."""
+    location = (experiment.artifact_location or "").rstrip("/")
+    if not root or not location or location.startswith(root.rstrip("/") + "/") or (store, experiment.experiment_id) in _TOLD_LOCATION:
+        return
+    _TOLD_LOCATION.add((store, experiment.experiment_id))
+    print(
+        f"radt: experiment '{experiment.name}' keeps its artifact location {redact(location)} (MLflow's rule); "
+        f"{redact(root)} applies to new experiments: give a new -e name to use it",
+        file=sys.stderr,
+    )
 
 
 def script_params(args: list[str]) -> dict[str, str]:

@@ -44,11 +44,13 @@ SUMMARY_COLUMNS = [
     ("energy kJ", "energy_kj", "GPU energy over all GPUs (kJ): energy counter, else power integrated over time. Together: each GPU counted once."),
     ("CPU %", "cpu_mean", "Mean system CPU utilisation (%)."),
     ("letter", "letter", None),
+    ("logs", "logs", "The run's logs and reports (stdout, stderr, nsys/ncu), read from its artifact location."),
 ]
 DIGITS = {"together": 0, "steps": 0, "duration_min": 2, "steps_per_h": 2, "alone_runs": 0, "alone_steps_per_h": 2, "normalised": 3, "smact_mean": 3,
           "smact_p95": 3, "smocc_mean": 3, "smocc_p95": 3, "peak_memory_per_gpu_mb": 0, "energy_kj": 1, "cpu_mean": 1, "energy_per_step_j": 1}  # fmt: skip
 SORT_KEYS = {"duration": "duration_min"}  # a text column sorts on the number beside it
-TEXT = {"run", "workload", "collocation", "status", "duration", "letter"}
+TEXT = {"run", "workload", "collocation", "status", "duration", "letter", "logs"}
+MARKDOWN = {"logs"}
 
 
 def duration_text(seconds: float | None) -> str:
@@ -71,7 +73,11 @@ def layout() -> list:
         ),
         dash_table.DataTable(
             id=ids.SUMMARY,
-            columns=[{"name": n, "id": i, **({} if i in TEXT else numeric)} for n, i, _how in SUMMARY_COLUMNS],
+            columns=[
+                {"name": n, "id": i, **({} if i in TEXT else numeric), **({"presentation": "markdown"} if i in MARKDOWN else {})}
+                for n, i, _how in SUMMARY_COLUMNS
+            ],
+            markdown_options={"link_target": "_blank"},
             tooltip_header={i: how for _n, i, how in SUMMARY_COLUMNS if how},
             tooltip_delay=200,
             tooltip_duration=None,
@@ -128,6 +134,8 @@ def table_rows(table: pd.DataFrame) -> list[dict]:
         row = {k: (None if isinstance(v, float) and v != v else v) for k, v in record.items() if k in RUN_COLUMNS}
         minutes = row.get("duration_min")
         row["duration"] = duration_text(None if minutes is None else minutes * 60)
+        if row.get("run_id") and row.get("kind") != "workload":
+            row["logs"] = f"[logs](/runs/{row['run_id']}/artifacts)"
         row_id = str(row.get("run_id") or len(out))
         row["id"] = row_id if row_id not in seen else f"{row_id}#{len(out)}"  # DataTable wants unique ids; '#n' is cut before highlighting
         seen.add(row_id)

@@ -169,6 +169,14 @@ HTTP_RETRIES = Setting(
     0,
     "MLflow client retries of one HTTP request in radt's own process (MLFLOW_HTTP_REQUEST_MAX_RETRIES); radt retries a failed batch itself, from its spool",
 )
+ARTIFACT_URI = Setting(
+    "RADT_ARTIFACT_URI",
+    str,
+    "",
+    "where experiments radt creates keep their artifacts (logs, nsys/ncu reports), as ROOT/<experiment>: a folder every host "
+    "mounts, an mlflow server's mlflow-artifacts://host:5000/path, or any URI MLflow's artifact stores take (s3://bucket/path, ...); "
+    "`--artifacts` wins; empty: RADT_HOME/artifacts for a database store, the server's own for an mlflow server (radt/artifacts.py)",
+)
 RETRY_INTERVAL = Setting("RADT_RETRY_INTERVAL", float, 2.0, "seconds between tries of a store that failed or did not answer")
 MEMORY_POINTS = Setting(
     "RADT_MEMORY_POINTS",

@@ -209,3 +209,6 @@ def test_explore_draws_node_by_gpu_and_the_table_lists_the_run(browser, pg_uri, 
         assert all(t["n"] == 300 for t in traces), traces
         page.wait_for_function("document.querySelectorAll('#summary tbody tr').length >= 2")
         assert any("ddp" in row for row in page.locator("#summary tbody tr").all_inner_texts())
+        link = page.locator(f"#summary a[href='/runs/{run_id}/artifacts']")
+        assert link.count() >= 1, "the row links to the run's logs"  # DataTable draws a fixed column as a second table
+        assert page.request.get(f"{base.rstrip('/')}/runs/{run_id}/artifacts").status == 200

@@ -238,6 +238,7 @@ def test_workload_groups_runs_under_a_parent(store_uri, radt_home, tmp_path):
         (["-l", "smi+gpuz", "ok.py"], "unknown listener 'gpuz'"),
         (["-l", "nsys", "ok.py"], "needs 'nsys' on PATH"),
         (["--dry-run", "ok.py"], "--dry-run and --rerun are for CSV experiments"),
+        (["--slurm", "ok.py"], "--slurm is for CSV experiments"),
         (["-e", "x", "-d", "0", "exp.csv"], "-e, -d do not apply to a CSV experiment; set Experiment, Workload, Devices and Listeners per row"),
         (["exp.csv", "--epochs", "3"], "a CSV experiment takes no script arguments (--epochs 3); put them in the Params column"),
         (["missing.csv"], "experiment file 'missing.csv' not found"),

@@ -1,0 +1,601 @@
+"""`radt experiment.csv --slurm`: each workload one Slurm job, run on its node by the same WorkloadRunner.
+
+The submitter checks the CSV against the cluster (sinfo: partitions, GPUs per node), submits one sbatch
+job per workload asking `--gres=gpu:N`, writes SlurmJob and the rows' statuses into the CSV, and watches
+the jobs (squeue, scontrol; sacct where the cluster keeps accounting) until they end. Ctrl-C scancels
+them; any other end of the submitter (SIGTERM, a closed terminal, SIGKILL) leaves them running, and the
+same command picks them up again instead of submitting them twice.
+
+On the node the job runs `radt --slurm-rows LINES experiment.csv`: exactly that workload, through
+scheduler.WorkloadRunner (start gate, MPS/MIG set-up and tear-down, parent run). Its statuses go to
+slurm/<job id>.json next to the CSV; only the submitter writes the CSV itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from radt.collectors.collocation import MigProfile
+from radt.collectors.command import UsageError, first_line
+from radt.collectors.experiment import ExperimentFile, Machine, Row, Workload, parse_devices_cell, plan
+from radt.collectors.scheduler import ExperimentOptions, describe, report
+
+JOB_COLUMN = "SlurmJob"
+FOLDER = "slurm"  # next to the CSV: the job scripts, the jobs' output (<workload>-<job>.out) and results (<job>.json)
+POLL = 1.0  # seconds between squeue calls while watching
+CANCEL_WAIT = 120.0  # seconds for cancelled jobs to end before their rows are written KILLED anyway
+FINAL = ("FINISHED", "FAILED", "KILLED")
+PENDING_STATES = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
+ENDED_STATES = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REVOKED"}
+KILLED_STATES = {"CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE", "REVOKED"}  # stopped from outside: KILLED, like Ctrl-C
+
+
+class SlurmError(UsageError):
+    """Slurm cannot be used from here (no commands, no controller) or refuses the CSV; the message says what to do."""
+
+
+@dataclass
+class SlurmOptions:
+    partition: str | None = None
+    account: str | None = None
+    time: str | None = None
+    sbatch: list[str] = field(default_factory=list)  # further sbatch options, passed as they are, after radt's own
+
+    def args(self) -> list[str]:
+        """The user's sbatch options: radt's defaults come before them, so these win."""
+        given = [f"--partition={self.partition}" if self.partition else "", f"--account={self.account}" if self.account else ""]
+        return [a for a in given if a] + ([f"--time={self.time}"] if self.time else []) + self.sbatch
+
+    def wanted_partition(self) -> str | None:
+        """The partition the jobs will go to, as far as the options say (--slurm-partition, or -p/--partition in --sbatch)."""
+        found = self.partition
+        args = self.sbatch
+        for number, arg in enumerate(args):
+            if arg in ("-p", "--partition") and number + 1 < len(args):
+                found = args[number + 1]
+            elif arg.startswith("--partition="):
+                found = arg.split("=", 1)[1]
+            elif arg.startswith("-p") and len(arg) > 2:
+                found = arg[2:]
+        return found
+
+
+# --- Slurm's commands ----------------------------------------------------------------------------
+
+
+def slurm(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    """One Slurm command; in its own session, so a Ctrl-C meant for radt does not kill an sbatch half-way."""
+    try:
+        return subprocess.run(args, capture_output=True, text=True, timeout=timeout, start_new_session=True, stdin=subprocess.DEVNULL)
+    except FileNotFoundError as exc:
+        raise SlurmError(f"--slurm needs Slurm's {args[0]} on PATH; run radt on a machine that submits to your cluster (a login node)") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise SlurmError(f"'{shlex.join(args[:3])}' did not answer in {timeout:.0f} s; check that slurmctld runs (scontrol ping)") from exc
+
+
+@dataclass
+class Node:
+    name: str
+    partitions: list[str]
+    gpus: int
+
+
+def gres_gpus(gres: str) -> int:
+    """GPUs in sinfo's %G: 'gpu:4', 'gpu:a100:4(S:0-1)', 'gpu:2,shard:8', '(null)'."""
+    total = 0
+    for item in re.sub(r"\([^)]*\)", "", gres).split(","):
+        parts = item.strip().split(":")
+        if parts[0] == "gpu" and len(parts) > 1 and parts[-1].isdigit():
+            total += int(parts[-1])
+    return total
+
+
+def cluster_nodes() -> tuple[list[Node], str | None]:
+    """The cluster's nodes with their partitions and GPUs, and the default partition."""
+    done = slurm(["sinfo", "-h", "-N", "-o", "%N|%P|%G"])
+    if done.returncode != 0:
+        raise SlurmError(f"sinfo failed ({first_line(done.stderr or done.stdout)}); check that slurmctld runs (scontrol ping)")
+    nodes: dict[str, Node] = {}
+    default = None
+    for line in done.stdout.splitlines():
+        if line.count("|") != 2:
+            continue
+        name, partition, gres = line.split("|")
+        if partition.endswith("*"):
+            partition = partition[:-1]
+            default = partition
+        node = nodes.setdefault(name, Node(name, [], 0))
+        node.partitions.append(partition)
+        node.gpus = max(node.gpus, gres_gpus(gres))
+    return list(nodes.values()), default
+
+
+@dataclass
+class JobState:
+    state: str  # Slurm's: PENDING, RUNNING, COMPLETED, CANCELLED, ...; "" when Slurm no longer knows the job
+    node: str = ""
+    reason: str = ""
+
+
+def job_states(jobs: list[str]) -> dict[str, JobState]:
+    """Slurm's state of each job it still knows (squeue keeps ended jobs for MinJobAge); sacct for the others where it can."""
+    if not jobs:
+        return {}
+    done = slurm(["squeue", "-h", "-t", "all", "-j", ",".join(jobs), "-o", "%i|%T|%N|%r"])
+    if done.returncode != 0 and "Invalid job id" not in done.stderr:
+        raise SlurmError(f"squeue failed ({first_line(done.stderr or done.stdout)}); check that slurmctld runs (scontrol ping)")
+    found = {}
+    for line in done.stdout.splitlines():
+        parts = line.split("|")
+        if len(parts) == 4 and parts[0] in jobs:
+            found[parts[0]] = JobState(parts[1], parts[2], parts[3])
+    forgotten = [j for j in jobs if j not in found]
+    if forgotten:
+        found.update(accounted_states(forgotten))
+    return found
+
+
+def accounted_states(jobs: list[str]) -> dict[str, JobState]:
+    """From sacct, for jobs squeue has forgotten; {} where the cluster keeps no accounting."""
+    try:
+        done = slurm(["sacct", "-n", "-X", "-P", "-j", ",".join(jobs), "-o", "JobID,State,NodeList"])
+    except SlurmError:
+        return {}
+    if done.returncode != 0:
+        return {}  # "Slurm accounting storage is disabled": the job's own result file is all there is
+    found = {}
+    for line in done.stdout.splitlines():
+        parts = line.split("|")
+        if len(parts) == 3 and parts[0] in jobs:
+            found[parts[0]] = JobState(parts[1].split()[0] if parts[1].split() else "", parts[2])
+    return found
+
+
+# --- the submitter -------------------------------------------------------------------------------
+
+
+@dataclass
+class Job:
+    workload: Workload
+    slug: str  # the workload in file names: <experiment>-<workload>
+    id: str = ""
+    state: str = ""  # the rows' status as last written: PENDING, RUNNING, FINISHED, FAILED, KILLED
+    cancelled: bool = False
+    adopted: bool = False  # found in squeue by its comment, its id not yet in the CSV
+
+    @property
+    def rows(self) -> list[Row]:
+        return [r.row for r in self.workload.runs]
+
+
+class Submitter:
+    """Submits the workloads, then watches their jobs and writes what Slurm and the jobs say into the CSV."""
+
+    def __init__(self, opts: ExperimentOptions, slurm_opts: SlurmOptions, exp: ExperimentFile) -> None:
+        self.opts = opts
+        self.slurm_opts = slurm_opts
+        self.exp = exp
+        self.folder = exp.path.resolve().parent / FOLDER
+        self.interrupt = 0  # Ctrl-Cs received
+        self.detach: int | None = None  # SIGTERM or SIGHUP: stop watching, leave the jobs to Slurm
+        self.unanswered = 0  # squeue calls failed in a row
+
+    # --- the job script and the sbatch command ---------------------------------------------------
+
+    def script(self, job: Job) -> str:
+        o = self.opts
+        lines = ",".join(str(r.line) for r in job.rows)
+        args = [sys.executable, "-m", "radt", "--store", o.store, "--interval", str(o.interval), "--flush-timeout", str(o.flush_timeout)]
+        if o.max_epoch is not None:
+            args += ["--max-epoch", str(o.max_epoch)]
+        if o.max_time is not None:
+            args += ["--max-time", str(o.max_time)]
+        args += ["--slurm-rows", lines, str(self.exp.path.resolve())]
+        return (
+            "#!/bin/sh\n"
+            f"# radt experiment.csv --slurm: workload {job.workload.label} (rows {lines.replace(',', ', ')}) of {self.exp.path.resolve()}\n"
+            f"cd {shlex.quote(os.getcwd())} || exit 1\n"  # where radt was started, as for a local experiment (relative paths, a relative store)
+            f"exec {shlex.join(args)}\n"
+        )
+
+    def sbatch(self, job: Job) -> list[str]:
+        gpus = gpus_needed(job.workload)
+        args = ["sbatch", "--parsable", f"--job-name=radt-{job.slug}", f"--comment={self.comment(job)}", "--nodes=1", "--ntasks=1"]
+        args += [f"--cpus-per-task={len(job.rows)}"]
+        args += [f"--gres=gpu:{gpus}"] if gpus else []
+        args += [f"--output={self.folder / job.slug}-%j.out", *self.slurm_opts.args(), str(self.folder / f"{job.slug}.sh")]
+        return args
+
+    def comment(self, job: Job) -> str:
+        """The job's sbatch comment: which CSV rows it runs, so a job whose id never reached the CSV is found again."""
+        return f"radt {self.exp.path.resolve()} rows {','.join(str(r.line) for r in job.rows)}"
+
+    def adopt(self, jobs: list[Job]) -> None:
+        """Jobs of these rows still in squeue, submitted by a radt stopped before it wrote their ids: watched, not submitted again."""
+        import getpass
+
+        waiting = {self.comment(j): j for j in jobs if not j.id}
+        if not waiting:
+            return
+        done = slurm(["squeue", "-h", "-u", getpass.getuser(), "-o", "%i|%k"])
+        for line in done.stdout.splitlines() if done.returncode == 0 else []:
+            number, _, comment = line.partition("|")
+            job = waiting.pop(comment.strip(), None)
+            if job:
+                job.id, job.state, job.adopted = number.strip(), "watch", True
+                report(f"radt: workload {job.workload.label} is Slurm job {job.id} already (its id had not reached {self.exp.path.name}); watching it")
+
+    def output(self, job: Job) -> str:
+        """The job's output file, as the user finds it from the CSV's folder."""
+        return f"{FOLDER}/{job.slug}-{job.id}.out"
+
+    # --- the CSV ---------------------------------------------------------------------------------
+
+    def write(self, job: Job, status: str, runs: dict[int, tuple[str, str]] | None = None) -> None:
+        """The workload's rows: its job id, `status` (or each row's own from the job's result), its run ids."""
+        for row in job.rows:
+            own_status, run_id = (runs or {}).get(row.line, (status, self.exp.get(row, "Run")))
+            self.exp.set(row, JOB_COLUMN, job.id)
+            self.exp.set(row, "Status", own_status or status)
+            self.exp.set(row, "Run", run_id)
+        self.exp.save()
+        job.state = status
+
+    def result(self, job: Job) -> dict[int, tuple[str, str]]:
+        """What the job wrote about its rows: line -> (status, run id); {} before it wrote anything."""
+        try:
+            rows = json.loads((self.folder / f"{job.id}.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return {int(line): (cell.get("Status", ""), cell.get("Run", "")) for line, cell in rows.items()}
+
+    # --- signals ---------------------------------------------------------------------------------
+
+    def on_signal(self, signum: int, _frame) -> None:
+        if signum == signal.SIGINT:
+            self.interrupt += 1
+            say(f"radt: Ctrl-C: cancelling the experiment's Slurm jobs (scancel){'; again to stop waiting for them' if self.interrupt == 1 else ''}")
+        else:
+            self.detach = signum
+
+    # --- the experiment --------------------------------------------------------------------------
+
+    def run(self, jobs: list[Job]) -> int:
+        previous = {sig: signal.signal(sig, self.on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        try:
+            self.folder.mkdir(exist_ok=True)
+            self.adopt(jobs)
+            refused = False
+            for job in jobs:
+                if self.interrupt or self.detach:
+                    break
+                if job.id:
+                    if job.state == "watch" and not job.adopted:
+                        report(f"radt: workload {job.workload.label} already submitted as Slurm job {job.id}; watching it")
+                    continue
+                try:
+                    self.submit(job)
+                except SlurmError as exc:  # the jobs already submitted are watched to their end all the same
+                    report(f"radt: {exc}; no further workload submitted")
+                    refused = True
+                    break
+            code = self.watch(jobs)
+            return 2 if refused and code in (0, 1) else code
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def submit(self, job: Job) -> None:
+        script = self.folder / f"{job.slug}.sh"
+        script.write_text(self.script(job))
+        script.chmod(0o700)  # it holds the store's URI
+        done = slurm(self.sbatch(job))
+        if done.returncode != 0:
+            raise SlurmError(f"sbatch refused workload {job.workload.label} ({first_line(done.stderr or done.stdout)}); fix the sbatch options")
+        job.id = done.stdout.strip().split(";")[0]
+        self.write(job, "PENDING", {r.line: ("PENDING", "") for r in job.rows})
+        report(f"radt: workload {job.workload.label} submitted as Slurm job {job.id}; output in {self.output(job)}")
+
+    def watch(self, jobs: list[Job]) -> int:
+        """Until every job ended: the rows' statuses from squeue and the jobs' results; 130 after Ctrl-C."""
+        cancelled_at = None
+        while True:
+            live = [j for j in jobs if j.id and j.state not in FINAL]
+            if self.detach:
+                ids = " ".join(j.id for j in live)
+                say(f"radt: {signal.Signals(self.detach).name}: stopped watching; Slurm job(s) {ids or 'none'} keep running. "
+                    f"Run the same command to pick them up (scancel {ids} stops them)")  # fmt: skip
+                return 128 + self.detach
+            if self.interrupt and cancelled_at is None:
+                cancelled_at = time.monotonic()
+                self.cancel(live)
+            if self.interrupt > 1 or (cancelled_at and time.monotonic() - cancelled_at > CANCEL_WAIT):
+                for job in live:
+                    self.write(job, "KILLED", {line: (s if s in FINAL else "KILLED", run) for line, (s, run) in self.result(job).items()})
+                live = []
+            if not live:
+                break
+            try:
+                states = job_states([j.id for j in live])
+            except SlurmError as exc:  # slurmctld restarting, a timeout: the jobs run on, ask again
+                if not self.unanswered:
+                    say(f"radt: {exc}; asking again")
+                self.unanswered += 1
+                time.sleep(POLL * 5)
+                continue
+            self.unanswered = 0
+            for job in live:
+                self.update(job, states.get(job.id, JobState("")))
+            if all(j.state in FINAL for j in live):
+                continue
+            time.sleep(POLL)
+        if self.interrupt:
+            say(f"radt: stopped; the experiment's jobs are cancelled and their rows KILLED in {self.exp.path}. Run the same command to carry on.")
+            return 130
+        return 0 if all(j.state == "FINISHED" for j in jobs if j.id) else 1
+
+    def cancel(self, live: list[Job]) -> None:
+        for job in live:
+            job.cancelled = True
+        if live:
+            done = slurm(["scancel", *[j.id for j in live]])
+            if done.returncode != 0:
+                say(f"radt: scancel {' '.join(j.id for j in live)} failed ({first_line(done.stderr)}); cancel them by hand")
+
+    def update(self, job: Job, state: JobState) -> None:
+        """One job's rows from Slurm's state and the job's own result file."""
+        result = self.result(job)
+        label = f"workload {job.workload.label} (Slurm job {job.id})"
+        if state.state in PENDING_STATES:
+            if job.state != "PENDING":
+                self.write(job, "PENDING")
+        elif state.state and state.state not in ENDED_STATES:  # RUNNING, COMPLETING, SUSPENDED, ...
+            runs = {line: ("RUNNING", run) for line, (_, run) in result.items()}
+            if job.state != "RUNNING":
+                report(f"radt: {label} RUNNING on {state.node or 'its node'}")
+            if job.state != "RUNNING" or any(runs[r.line][1] != self.exp.get(r, "Run") for r in job.rows if r.line in runs):
+                self.write(job, "RUNNING", runs)
+        else:
+            ended = {line: (status, run) for line, (status, run) in result.items() if status in FINAL}
+            if len(ended) == len(job.rows):
+                statuses = [s for s, _ in ended.values()]
+                overall = "FINISHED" if all(s == "FINISHED" for s in statuses) else "KILLED" if "KILLED" in statuses else "FAILED"
+                self.write(job, overall, ended)
+                report(f"radt: {label} {overall}; statuses written to {self.exp.path}, output in {self.output(job)}")
+                return
+            if state.state in KILLED_STATES or job.cancelled:
+                overall, why = "KILLED", f"Slurm ended it {state.state or 'CANCELLED'}"
+            elif state.state:
+                overall, why = "FAILED", f"the job ended {state.state} before its runs did"
+            else:
+                overall, why = "FAILED", "Slurm no longer knows the job (squeue forgets it MinJobAge after its end, sacct needs accounting) and it wrote no end"
+            runs = {line: (overall, run) for line, (_, run) in result.items()}
+            self.write(job, overall, runs)
+            report(f"radt: {label} {overall}: {why}; see {self.output(job)}")
+
+
+def say(message: str) -> None:
+    """report, where the terminal may be gone (SIGHUP)."""
+    try:
+        report(message)
+    except OSError:
+        pass
+
+
+def gpus_needed(workload: Workload) -> int:
+    """The GPUs the workload's job asks for: its runs' distinct Devices (0+1 and 2+3 both ask for two)."""
+    return len({d for run in workload.runs for d in run.devices or []})
+
+
+def slug(workload: Workload) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{workload.experiment}-{workload.name}").strip("_") or "workload"
+
+
+class AnyProfiles(dict):
+    """Every MIG profile, with room for the most instances a GPU has: the node checks the real ones when the job starts."""
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+    def __missing__(self, name: str) -> MigProfile:
+        return MigProfile(name, 0, 7, 7)
+
+
+def any_machine() -> Machine:
+    """The submitter's view of a node: GPUs, MIG profiles and tools are checked on the node when the job starts."""
+    return Machine(lambda: None, lambda gpu: AnyProfiles(), lambda exe: True)
+
+
+def check_cluster(exp: ExperimentFile, workloads: list[Workload], slurm_opts: SlurmOptions) -> list[str]:
+    """What the CSV asks of the cluster that it does not have: a partition it lacks, more GPUs than any node has."""
+    nodes, default = cluster_nodes()
+    partitions = sorted({p for n in nodes for p in n.partitions})
+    partition = slurm_opts.wanted_partition() or default
+    if partition and partition not in partitions:
+        return [f"Slurm has no partition '{partition}' (it has {', '.join(partitions) or 'none'}); fix --slurm-partition"]
+    in_partition = [n for n in nodes if not partition or partition in n.partitions]
+    most = max((n.gpus for n in in_partition), default=0)
+    problems = []
+    for workload in workloads:
+        wanted = gpus_needed(workload)
+        if wanted > most:
+            rows = ", ".join(str(r.row.line) for r in workload.runs)
+            where = f"partition {partition}" if partition else "the cluster"
+            problems.append(
+                f"{exp.path.name} rows {rows}: workload {workload.label} asks for {wanted} GPUs on one node, but no node of {where} has more than {most} "
+                "(sinfo); give it fewer Devices or pick a partition with bigger nodes"
+            )
+    return problems
+
+
+def submit_experiment(opts: ExperimentOptions, slurm_opts: SlurmOptions) -> int:
+    """`radt experiment.csv --slurm`: 0 when every workload FINISHED, 1 when one did not, 130 on Ctrl-C, 2 for what the cluster lacks."""
+    from radt.collectors.experiment import CsvError
+
+    try:
+        exp = ExperimentFile.load(opts.csv)
+    except CsvError as exc:
+        report(f"radt: {exc}")
+        return 2
+    workloads, problems = plan(exp, any_machine(), rerun=opts.rerun)
+    jobs = []
+    for workload in workloads:
+        ids = {exp.get(r.row, JOB_COLUMN) for r in workload.runs}
+        words = {(exp.get(r.row, "Status").split() or [""])[0].upper() for r in workload.runs}
+        job = Job(workload, slug(workload))
+        if len(ids) == 1 and "" not in ids and words <= {"PENDING", "RUNNING"}:
+            job.id, job.state = ids.pop(), "watch"  # submitted by an earlier radt: picked up, not submitted again
+        elif workload.state() == "finished" or (workload.state() == "failed" and not opts.rerun):
+            report(f"radt: workload {workload.label} already {workload.state().upper()}, skipped")
+            continue
+        jobs.append(job)
+    to_submit = [j.workload for j in jobs if not j.id]
+    try:
+        if not problems and (to_submit or not opts.dry_run):
+            problems = check_cluster(exp, to_submit, slurm_opts) if to_submit else []
+    except SlurmError as exc:
+        if not opts.dry_run:
+            raise
+        report(f"radt: {exc} (the plan below is not checked against the cluster)")
+    if problems:
+        for line in problems:
+            report(f"radt: {line}")
+        if len(problems) > 1:
+            report(f"radt: {len(problems)} problems in {opts.csv}; nothing was submitted")
+        return 2
+    submitter = Submitter(opts, slurm_opts, exp)
+    if opts.dry_run:
+        print(describe(exp, workloads, opts.rerun))
+        for job in jobs:
+            if job.id:
+                print(f"\nworkload {job.workload.label}: already Slurm job {job.id}, watched")
+                continue
+            print(f"\nworkload {job.workload.label}: {shlex.join(submitter.sbatch(job))}")
+            print(redacted(submitter.script(job), opts.store), end="")
+        return 0
+    if not os.access(opts.csv, os.W_OK) or not os.access(opts.csv.resolve().parent, os.W_OK):
+        report(f"radt: cannot write {opts.csv} (or the {FOLDER}/ folder next to it), where the statuses go; make it writable or copy it to a folder of yours")
+        return 2
+    if any(not j.id for j in jobs):
+        from radt.collectors.tracking import connect
+
+        connect(opts.store)  # refused here, in one line, not in every job; a new store gets its schema once, not from jobs racing
+    return submitter.run(jobs)
+
+
+def redacted(text: str, store: str) -> str:
+    from radt.collectors.tracking import redact
+
+    return text.replace(store, redact(store))
+
+
+# --- the job, on its node ------------------------------------------------------------------------
+
+
+@dataclass
+class JobRows(ExperimentFile):
+    """The CSV as the job sees it: the statuses WorkloadRunner saves go to the job's result file, which the submitter reads."""
+
+    result: Path = Path()
+
+    def save(self) -> None:
+        rows = {str(r.line): {"Status": self.get(r, "Status"), "Run": self.get(r, "Run")} for r in self.rows}
+        tmp = self.result.with_name(f".{self.result.name}.tmp")
+        tmp.write_text(json.dumps(rows))
+        os.replace(tmp, self.result)
+
+
+def allocated_gpus(environ: dict[str, str] | os._Environ, job: str) -> list[int]:
+    """The node's GPUs (NVML indices) Slurm gave this job: SLURM_JOB_GPUS, else `scontrol show job -d`'s GRES IDX."""
+    given = environ.get("SLURM_JOB_GPUS", "")
+    if given and all(p.strip().isdigit() for p in given.split(",")):
+        return [int(p) for p in given.split(",")]
+    done = slurm(["scontrol", "show", "job", "-d", job])
+    match = re.search(r"GRES=\S*?\(IDX:([0-9,\-]+)\)", done.stdout)
+    if not match:
+        return []
+    found = []
+    for part in match.group(1).split(","):
+        low, _, high = part.partition("-")
+        found += range(int(low), int(high or low) + 1)
+    return found
+
+
+def job_file(exp: ExperimentFile, lines: list[int], result: Path) -> tuple[JobRows, str]:
+    """The job's rows as their own file (problems elsewhere in the CSV are not this job's), and why they cannot run."""
+    rows = [r for r in exp.rows if r.line in lines]
+    keys = {(exp.get(r, "Experiment"), exp.get(r, "Workload")) for r in rows}
+    whole = [r for r in exp.rows if (exp.get(r, "Experiment"), exp.get(r, "Workload")) in keys]
+    sub = JobRows(exp.path, exp.header, rows, exp.newline, dict(exp.index), result)
+    if len(rows) != len(lines) or len(keys) != 1 or len(whole) != len(rows):
+        return sub, f"rows {', '.join(map(str, lines))} of {exp.path.name} are no longer one workload (the file changed after the job was submitted)"
+    return sub, ""
+
+
+def run_job(opts: ExperimentOptions, lines: list[int]) -> int:
+    """Inside the Slurm job: run the workload of these rows with WorkloadRunner, on the GPUs Slurm gave the job."""
+    from radt.collectors.collocation import undo_leftovers
+    from radt.collectors.experiment import real_machine
+    from radt.collectors.proctree import restore_interrupts
+    from radt.collectors.reaper import reap
+    from radt.collectors.scheduler import WorkloadRunner, open_experiment
+    from radt.collectors.tracking import connect
+
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        raise UsageError("--slurm-rows is what a job of 'radt experiment.csv --slurm' runs; submit with: radt experiment.csv --slurm")
+    exp = ExperimentFile.load(opts.csv)
+    folder = opts.csv.resolve().parent / FOLDER
+    folder.mkdir(exist_ok=True)
+    rows, problem = job_file(exp, lines, folder / f"{job}.json")
+    machine = real_machine()
+    if not problem:
+        problem = map_devices(rows, allocated_gpus(os.environ, job), machine.gpu_count())
+    workloads, problems = plan(rows, machine, rerun=True) if not problem else ([], [problem])
+    if problems:
+        for line in problems:
+            report(f"radt: {line}")
+        for row in rows.rows:
+            rows.set(row, "Status", "FAILED")
+        rows.save()
+        return 2
+    restore_interrupts()
+    reap(report, store=opts.store, wait=False)
+    undo_leftovers(report)
+    client = connect(opts.store)
+    workload = workloads[0]
+    report(f"radt: Slurm job {job}: workload {workload.label}, {len(workload.runs)} run(s) on {os.environ.get('SLURMD_NODENAME', 'this node')}")
+    status = WorkloadRunner(opts, rows, workload, client, open_experiment(client, opts.store, workload)).execute()
+    report(f"radt: workload {workload.label} {status}")
+    return {"FINISHED": 0, "KILLED": 130}.get(status, 1)
+
+
+def map_devices(rows: JobRows, gpus: list[int], visible: int | None) -> str:
+    """Each row's Devices renumbered onto the job's GPUs (the workload's distinct indices in order); why not, or ''.
+
+    Where Slurm confines the job to its GPUs (cgroups), NVML sees only those, numbered from 0."""
+    if visible is not None and len(gpus) == visible and gpus and max(gpus) >= visible:
+        gpus = list(range(visible))
+    cells = {}
+    for row in rows.rows:
+        try:
+            cells[row.line] = parse_devices_cell(rows.get(row, "Devices")) or []
+        except ValueError:
+            return ""  # plan says what is wrong with the cell
+    wanted = sorted({d for devices in cells.values() for d in devices if isinstance(d, int)})
+    if len(wanted) > len(gpus):
+        return f"the workload uses {len(wanted)} GPUs but Slurm gave job {os.environ.get('SLURM_JOB_ID')} {len(gpus)} ({gpus}); submit it with --gres=gpu:{len(wanted)}"
+    place = {d: gpus[n] for n, d in enumerate(wanted)}
+    for row in rows.rows:
+        if cells[row.line]:
+            rows.set(row, "Devices", "+".join(str(place[d]) if isinstance(d, int) else d for d in cells[row.line]))
+    return ""
