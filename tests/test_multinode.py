@@ -212,3 +212,30 @@ def test_explore_draws_node_by_gpu_and_the_table_lists_the_run(browser, pg_uri, 
         link = page.locator(f"#summary a[href='/runs/{run_id}/artifacts']")
         assert link.count() >= 1, "the row links to the run's logs"  # DataTable draws a fixed column as a second table
         assert page.request.get(f"{base.rstrip('/')}/runs/{run_id}/artifacts").status == 200
+
+
+def test_a_radt_started_by_hand_inside_a_slurm_job_is_tagged_with_its_job_node_and_partition(store_uri, radt_home, tmp_path):
+    """`srun radt train.py` on the real one-node test cluster: the tags come from what Slurm itself set."""
+    from tests.support import slurm
+
+    slurm.cluster()
+    (tmp_path / "ok.py").write_text("print('trained')\n")
+    env = radt_env(radt_home, store_uri, extra=slurm.env())
+    done = subprocess.run(
+        ["srun", "-N1", "-n1", f"--partition={slurm.PARTITION}", "--job-name=radt-by-hand", *radt_command("-e", "by hand", "-l", "host", "ok.py")],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    client = MlflowClient(store_uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("by hand").experiment_id])
+    tags = run.data.tags
+    assert tags["radt.slurm.partition"] == slurm.PARTITION
+    assert tags["radt.slurm.job_id"].isdigit() and tags["radt.slurm.step"].startswith(tags["radt.slurm.job_id"] + ".")
+    nodes = subprocess.run(["sinfo", "-h", "-o", "%N"], env=env, capture_output=True, text=True, timeout=30).stdout.split()
+    assert [tags["radt.slurm.node"]] == nodes, "the node Slurm ran the step on"
+    assert not any(k.startswith("radt.node.") for k in tags), "a one-node step is a run of one host"
+    assert run.info.status == "FINISHED"
