@@ -18,6 +18,7 @@ ALIASES = {
     "iostat": "host",
     "free": "host",
     "psutil": "host",
+    "prometheus": "prometheus",
 }
 # Profilers wrap the training command (collectors/profilers.py); radT spelled the raw ones without the dash.
 PROFILER_ALIASES = {"nsys": "nsys", "ncu": "ncu", "nsys-raw": "nsys-raw", "nsysraw": "nsys-raw", "ncu-raw": "ncu-raw", "ncuraw": "ncu-raw"}
@@ -73,4 +74,8 @@ def make_source(name: str) -> MetricSource:
         from radt.collectors.sources.host import HostSource
 
         return HostSource()
+    if name == "prometheus":
+        from radt.collectors.sources.prometheus import PrometheusSource
+
+        return PrometheusSource()
     raise ListenerError(f"unknown listener '{name}'")

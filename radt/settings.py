@@ -178,6 +178,12 @@ ARTIFACT_URI = Setting(
     "`--artifacts` wins; empty: RADT_HOME/artifacts for a database store, the server's own for an mlflow server (radt/artifacts.py)",
 )
 RETRY_INTERVAL = Setting("RADT_RETRY_INTERVAL", float, 2.0, "seconds between tries of a store that failed or did not answer")
+PROMETHEUS_URL = Setting(
+    "RADT_PROMETHEUS_URL",
+    str,
+    "",
+    "the Prometheus server (http://host:9090) whose dcgm-exporter series the `prometheus` listener reads for this node's GPUs",
+)
 MEMORY_POINTS = Setting(
     "RADT_MEMORY_POINTS",
     int,

@@ -214,7 +214,7 @@ def test_cli_prints_every_problem_and_starts_nothing(fake_tools):
     result = run_radt(["experiment.csv"], env=env, cwd=fake_tools, timeout=60)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.splitlines() == [
-        "radt: experiment.csv row 2: unknown listener 'gpuz'; choose from dcgm, dcgmi, free, gpm, host, iostat, ncu, ncu-raw, nsys, nsys-raw, nvidia-smi, nvml, ps, psutil, smi, top (join several with '+')",
+        "radt: experiment.csv row 2: unknown listener 'gpuz'; choose from dcgm, dcgmi, free, gpm, host, iostat, ncu, ncu-raw, nsys, nsys-raw, nvidia-smi, nvml, prometheus, ps, psutil, smi, top (join several with '+')",
         "radt: experiment.csv row 3: File 'nothere.py' not found (looked in "
         + str(fake_tools)
         + " and "

@@ -1,0 +1,178 @@
+"""Read dcgm-exporter's series from a Prometheus server's HTTP API and name them with catalogue keys.
+
+dcgm-exporter publishes one series per GPU (labels `gpu`, `UUID`, `device`, `modelName`, `Hostname`)
+and per MIG slice (`GPU_I_ID`, `GPU_I_PROFILE` besides); Prometheus adds `job` and `instance`.
+The values are read raw (a range selector, `metric[30s]`), with the scrape's own timestamps, so
+nothing is resampled, repeated by the lookback window or dropped between steps as `query_range` would.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
+
+from radt.catalogue import DCGM_TAGS, key
+
+# dcgm-exporter metric -> the `dcgmi dmon` tag of the same DCGM field (DCGM's field names), whose
+# catalogue entry gives the metric and scale (FB_USED comes in MiB, as dmon's FBUSD does).
+EXPORTER_TAGS: dict[str, str] = {
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "GRACT",
+    "DCGM_FI_PROF_SM_ACTIVE": "SMACT",
+    "DCGM_FI_PROF_SM_OCCUPANCY": "SMOCC",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "TENSO",
+    "DCGM_FI_PROF_DRAM_ACTIVE": "DRAMA",
+    "DCGM_FI_PROF_PIPE_FP64_ACTIVE": "FP64A",
+    "DCGM_FI_PROF_PIPE_FP32_ACTIVE": "FP32A",
+    "DCGM_FI_PROF_PIPE_FP16_ACTIVE": "FP16A",
+    "DCGM_FI_PROF_PCIE_TX_BYTES": "PCITX",
+    "DCGM_FI_PROF_PCIE_RX_BYTES": "PCIRX",
+    "DCGM_FI_PROF_NVLINK_TX_BYTES": "NVLTX",
+    "DCGM_FI_PROF_NVLINK_RX_BYTES": "NVLRX",
+    "DCGM_FI_DEV_GPU_UTIL": "GPUTL",
+    "DCGM_FI_DEV_MEM_COPY_UTIL": "MCUTL",
+    "DCGM_FI_DEV_POWER_USAGE": "POWER",
+    "DCGM_FI_DEV_GPU_TEMP": "TMPTR",
+    "DCGM_FI_DEV_SM_CLOCK": "SMCLK",
+    "DCGM_FI_DEV_FB_USED": "FBUSD",
+}
+EXPORTER_METRICS: dict[str, tuple[str, float]] = {metric: DCGM_TAGS[tag] for metric, tag in EXPORTER_TAGS.items()}
+DEFAULT_HOST_LABEL = "Hostname"  # dcgm-exporter's own; "instance" matches the scrape target ("node-7:9400") instead
+TIMEOUT = 5.0  # seconds for one HTTP call
+CHUNK_S = 3600  # seconds of raw samples asked for in one backfill query
+
+
+class PromError(Exception):
+    """Prometheus did not answer (`kind` "unreachable") or refused the query ("refused"); the message says which."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class Series(NamedTuple):
+    labels: dict[str, str]
+    samples: list[tuple[int, float]]  # (timestamp in ms, value), oldest first
+
+
+def _get(url: str, path: str, params: Mapping[str, str], timeout: float) -> dict:
+    """One API call's `data`; PromError when the server is not there or says error."""
+    address = f"{url.rstrip('/')}{path}?{urllib.parse.urlencode(params)}"
+    try:
+        with urllib.request.urlopen(address, timeout=timeout) as response:
+            body = json.load(response)
+    except urllib.error.HTTPError as exc:  # 400 bad query, 422 execution error, 503 overloaded: a JSON error body
+        try:
+            said = json.load(exc).get("error") or exc.reason
+        except (ValueError, OSError):
+            said = exc.reason
+        raise PromError("refused", f"Prometheus at {url} refused the query (HTTP {exc.code}: {said})") from None
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise PromError("unreachable", f"Prometheus at {url} did not answer ({reason})") from None
+    if body.get("status") != "success":
+        raise PromError("refused", f"Prometheus at {url} refused the query ({body.get('errorType')}: {body.get('error')})")
+    return body["data"]
+
+
+def _value(text: str) -> float:
+    return float(text)  # Prometheus writes NaN and +Inf as text, which float() reads
+
+
+def query(url: str, promql: str, at: float | None = None, timeout: float = TIMEOUT) -> list[Series]:
+    """An instant query; a range selector's answer (a matrix) keeps every raw sample."""
+    params = {"query": promql} | ({"time": f"{at:.3f}"} if at is not None else {})
+    data = _get(url, "/api/v1/query", params, timeout)
+    if data["resultType"] == "matrix":
+        return [Series(r["metric"], [(round(t * 1000), _value(v)) for t, v in r["values"]]) for r in data["result"]]
+    if data["resultType"] == "vector":
+        return [Series(r["metric"], [(round(r["value"][0] * 1000), _value(r["value"][1]))]) for r in data["result"]]
+    return []
+
+
+def query_range(url: str, promql: str, start: float, end: float, step: float, timeout: float = TIMEOUT) -> list[Series]:
+    """`query_range` evaluated every `step` seconds (resampled: the last value within Prometheus' lookback)."""
+    params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+    data = _get(url, "/api/v1/query_range", params, timeout)
+    return [Series(r["metric"], [(round(t * 1000), _value(v)) for t, v in r["values"]]) for r in data["result"]]
+
+
+def _quote(text: str) -> str:
+    return json.dumps(text)  # a PromQL string literal: double quotes, backslash escapes
+
+
+def selector(host: str | None, host_label: str = DEFAULT_HOST_LABEL, metrics: Iterable[str] = EXPORTER_METRICS) -> str:
+    """{__name__=~"DCGM_FI_...|...", Hostname="node-7"}; with host_label "instance", any port of that host."""
+    names = "|".join(re.escape(m) for m in metrics)
+    matchers = [f"__name__=~{_quote(names)}"]
+    if host:
+        if host_label == "instance":
+            matchers.append(f"instance=~{_quote(re.escape(host) + '(:[0-9]+)?')}")
+        else:
+            matchers.append(f"{host_label}={_quote(host)}")
+    return "{" + ", ".join(matchers) + "}"
+
+
+class Wanted(NamedTuple):
+    """Which of a node's series belong to the run: GPUs by NVML index (None: all), MIG slices, UUID -> NVML index."""
+
+    gpus: list[int] | None = None
+    slices: tuple[tuple[int, int], ...] | list[tuple[int, int]] = ()  # (GPU, GPU instance id); empty: every slice of a wanted GPU
+    uuids: Mapping[str, int] = {}
+
+    def place(self, labels: Mapping[str, str]) -> tuple[int, int | None] | None:
+        """(NVML index, GPU instance id or None) of a series the run watches; None for another GPU's."""
+        uuid = labels.get("UUID", "")
+        if uuid in self.uuids:
+            gpu = self.uuids[uuid]
+        elif labels.get("gpu", "").isdigit():
+            gpu = int(labels["gpu"])
+        else:
+            return None
+        gi_text = labels.get("GPU_I_ID", "")
+        mig = int(gi_text) if gi_text.isdigit() else None
+        if self.gpus is not None and gpu not in self.gpus and (mig is None or (gpu, mig) not in self.slices):
+            return None
+        if mig is not None and self.slices and (gpu, mig) not in self.slices:
+            return None
+        return gpu, mig
+
+
+def series_key(labels: Mapping[str, str], wanted: Wanted) -> tuple[str, float] | None:
+    """(catalogue key, scale) of an exporter series the run watches, e.g. system/gpu_0_mig_3_sm_active; None otherwise."""
+    metric = EXPORTER_METRICS.get(labels.get("__name__", ""))
+    place = wanted.place(labels)
+    if metric is None or place is None:
+        return None
+    name, scale = metric
+    return key(name, place[0], mig=place[1]), scale
+
+
+def keyed_samples(found: Iterable[Series], wanted: Wanted, conflicts: list[str] | None = None) -> dict[str, list[tuple[int, float]]]:
+    """{catalogue key: [(timestamp ms, value in the catalogue unit)]} of the watched series; NaN samples left out.
+
+    Two series for one key (two exporters on the node, a host label that matches two nodes) are never
+    merged: the first is kept and the clash said in `conflicts`."""
+    out: dict[str, list[tuple[int, float]]] = {}
+    owner: dict[str, dict[str, str]] = {}
+    for series in found:
+        named = series_key(series.labels, wanted)
+        if named is None:
+            continue
+        where, scale = named
+        if where in owner:
+            if conflicts is not None:
+                conflicts.append(f"{where}: {_labels(owner[where])} and {_labels(series.labels)}")
+            continue
+        owner[where] = series.labels
+        out[where] = sorted((t, v * scale) for t, v in series.samples if not math.isnan(v))
+    return out
+
+
+def _labels(labels: Mapping[str, str]) -> str:
+    return "{" + ", ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "__name__") + "}"

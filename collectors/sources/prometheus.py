@@ -1,0 +1,181 @@
+"""GPU metrics the cluster's dcgm-exporter already records, read back from its Prometheus server.
+
+Where a second DCGM client is unwelcome, the node's own exporter is the source: each tick reads the
+last raw samples of this node's series for the run's GPUs (and MIG slices) and names them with the
+catalogue keys radt's nvml/dcgm sources write. Prometheus away, a query refused, a GPU's series
+missing: one line each, the values simply missing; `backfill` reads a whole time range afterwards.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import Callable
+
+from radt.catalogue import resolve
+from radt.collectors.promql import (
+    CHUNK_S,
+    DEFAULT_HOST_LABEL,
+    EXPORTER_METRICS,
+    TIMEOUT,
+    PromError,
+    Wanted,
+    keyed_samples,
+    query,
+    selector,
+)
+from radt.collectors.sources.base import MetricSource, SamplingContext, SourceUnavailable
+from radt.points import Point
+
+WINDOW_S = 60  # seconds of raw samples each tick asks for: several scrapes at any usual scrape interval
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _uuids() -> dict[str, int]:
+    """This machine's GPU and MIG UUIDs -> NVML index (dcgm-exporter's `UUID` label); empty without NVML."""
+    try:
+        from radt.collectors.gpus import machine
+
+        mach = machine()
+    except Exception:  # no driver, no pynvml: the exporter's `gpu` label (also NVML's index) serves
+        return {}
+    found = {gpu.uuid: gpu.index for gpu in mach.gpus}
+    return found | {mig.uuid: mig.gpu for mig in mach.migs}
+
+
+class PrometheusSource(MetricSource):
+    name = "prometheus"
+
+    def __init__(
+        self,
+        url: str | None = None,
+        host: str | None = None,
+        host_label: str = DEFAULT_HOST_LABEL,
+        report: Callable[[str], None] = _stderr,
+        timeout: float = TIMEOUT,
+        uuids: dict[str, int] | None = None,
+    ) -> None:
+        if url is None:
+            from radt.settings import PROMETHEUS_URL
+
+            url = PROMETHEUS_URL.get()
+        self.url = url.rstrip("/")
+        self.host = host or socket.gethostname()
+        self.host_label = host_label
+        self.report = report
+        self.timeout = timeout
+        self._uuids = uuids
+        self.wanted = Wanted()
+        self.window = WINDOW_S
+        self.selector = selector(self.host, host_label)
+        self.problems: dict[str, str] = {}  # kind -> the line reported once for it
+        self.read: set[str] = set()  # exporter metrics seen for the run's GPUs
+        self.keys: set[str] = set()
+        self._last: dict[str, int] = {}  # key -> timestamp of the newest sample already returned
+
+    def open(self, ctx: SamplingContext) -> None:
+        if not self.url:
+            raise SourceUnavailable("no Prometheus URL; set RADT_PROMETHEUS_URL=http://<server>:9090 or drop 'prometheus' from -l")
+        uuids = self._uuids if self._uuids is not None else _uuids()
+        self.wanted = Wanted(ctx.devices, list(ctx.slices), uuids)
+        self.window = max(WINDOW_S, int(ctx.interval * 3))
+        self.selector = selector(self.host, self.host_label)
+
+    def _once(self, kind: str, line: str) -> None:
+        if kind not in self.problems:
+            self.problems[kind] = line
+            self.report(line)
+
+    def sample(self) -> dict[str, float]:
+        try:
+            found = query(self.url, f"{self.selector}[{self.window}s]", timeout=self.timeout)
+        except PromError as exc:
+            self._once(exc.kind, f"radt: listener 'prometheus': {exc}; its GPU series are missing until it answers")
+            return {}
+        except Exception as exc:  # never into the sampler
+            self._once("error", f"radt: listener 'prometheus': {type(exc).__name__}: {exc}")
+            return {}
+        for series in found:
+            if self.wanted.place(series.labels) is not None and series.labels.get("__name__") in EXPORTER_METRICS:
+                self.read.add(series.labels["__name__"])
+        values: dict[str, float] = {}
+        conflicts: list[str] = []
+        for where, samples in keyed_samples(found, self.wanted, conflicts).items():
+            self.keys.add(where)
+            if not samples:  # only NaN in the window
+                continue
+            stamp, value = samples[-1]
+            if stamp > self._last.get(where, -1):  # a new scrape; an old one is not repeated
+                self._last[where] = stamp
+                values[where] = value
+        if conflicts:
+            self._once(
+                "conflict",
+                f"radt: listener 'prometheus': several series for one GPU ({conflicts[0]}); the first is read, narrow the host with {self.host_label}",
+            )
+        self._check_missing()
+        return values
+
+    def _check_missing(self) -> None:
+        """One line when a watched GPU has no series at all on this node."""
+        gpus = set(self.wanted.gpus or [])
+        seen = {resolve(k).gpu for k in self.keys}
+        if not self.keys:
+            self._once(
+                "missing", f"radt: listener 'prometheus': no dcgm-exporter series for {self._where()} at {self.url}; check the exporter and {self.host_label}"
+            )
+        elif gpus - seen:
+            missing = ", ".join(str(g) for g in sorted(gpus - seen))
+            self._once("missing", f"radt: listener 'prometheus': no dcgm-exporter series for GPU {missing} on {self.host} at {self.url}")
+
+    def _where(self) -> str:
+        gpus = "every GPU" if self.wanted.gpus is None else "GPU " + ", ".join(map(str, self.wanted.gpus))
+        return f"{gpus} of {self.host_label}={self.host}"
+
+    def describe(self) -> dict:
+        return {
+            "url": self.url,
+            "host": {self.host_label: self.host},
+            "read": sorted(self.read),
+            "not_found": sorted(set(EXPORTER_METRICS) - self.read),
+            "keys": len(self.keys),
+            "errors": list(self.problems.values()),
+        }
+
+
+def backfill(
+    url: str,
+    host: str | None,
+    gpus: list[int] | None,
+    start_ms: int,
+    end_ms: int,
+    step_s: float,
+    *,
+    slices: list[tuple[int, int]] | None = None,
+    uuids: dict[str, int] | None = None,
+    host_label: str = DEFAULT_HOST_LABEL,
+    timeout: float = 30.0,
+    conflicts: list[str] | None = None,
+) -> list[Point]:
+    """Every raw sample of the run's series in [start_ms, end_ms], at the scrapes' own timestamps.
+
+    `step` counts `step_s` from the start, as the sampler's ticks do; two series for one key go to
+    `conflicts` (the first is kept). Raises PromError (one line) when Prometheus does not answer or refuses."""
+    wanted = Wanted(gpus, list(slices or []), uuids or {})
+    sel = selector(host, host_label)
+    points: dict[tuple[str, int], Point] = {}
+    chunk_end = end_ms
+    while chunk_end >= start_ms:
+        span_ms = min(CHUNK_S * 1000, chunk_end - start_ms + 1)
+        # a range selector at time t holds the samples in (t - span, t]
+        found = query(url, f"{sel}[{span_ms}ms]", at=chunk_end / 1000, timeout=timeout)
+        for where, samples in keyed_samples(found, wanted, conflicts).items():
+            for stamp, value in samples:
+                if start_ms <= stamp <= end_ms:
+                    step = round((stamp - start_ms) / (step_s * 1000)) if step_s > 0 else 0
+                    points[(where, stamp)] = Point(where, value, stamp, step)
+        chunk_end -= span_ms
+    return sorted(points.values(), key=lambda p: (p.timestamp, p.key))

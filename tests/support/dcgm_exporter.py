@@ -1,0 +1,134 @@
+"""A small stand-in for NVIDIA's dcgm-exporter: its metric and label names, real hardware's values.
+
+Each scrape of /metrics serves the next sample of a recorded `dcgmi dmon` log (one log sample per
+scrape, so one per second at a 1 s scrape interval), parsed with radt's own parser, and remembers
+when it served which sample, so a test can say what Prometheus must hold at each scrape's time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import NamedTuple
+
+from radt.collectors.parsers import parse_dcgmi_dmon
+
+# dcgm-exporter's metric name -> the `dcgmi dmon` column of the same DCGM field (etc/default-counters.csv).
+COLUMNS = {
+    "DCGM_FI_PROF_SM_ACTIVE": "SMACT",
+    "DCGM_FI_PROF_SM_OCCUPANCY": "SMOCC",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "GRACT",
+    "DCGM_FI_PROF_DRAM_ACTIVE": "DRAMA",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "TENSO",
+    "DCGM_FI_DEV_POWER_USAGE": "POWER",
+    "DCGM_FI_DEV_FB_USED": "FBUSD",
+    "DCGM_FI_DEV_GPU_UTIL": "GPUTL",
+}
+
+
+class Device(NamedTuple):
+    """One entity the exporter publishes: a GPU (gi None) or a MIG slice of it, on host `hostname`; its values are
+    those of GPU `source` in the log."""
+
+    hostname: str
+    gpu: int
+    source: int
+    gi: int | None = None
+    profile: str = "1g.10gb"
+
+    @property
+    def uuid(self) -> str:
+        return f"GPU-{zlib.crc32(self.hostname.encode()):08x}-0000-0000-0000-{self.gpu:012d}"
+
+
+def load_frames(log: Path) -> list[dict[int, dict[str, float | None]]]:
+    """Each sample of the log: {GPU index: {column: value}}."""
+    frames: list[dict[int, dict[str, float | None]]] = []
+    for row in parse_dcgmi_dmon(log.read_text().splitlines()):
+        if row.gpu is None:
+            continue
+        while len(frames) <= row.sample:
+            frames.append({})
+        frames[row.sample][row.gpu] = row.values
+    return [frame for frame in frames if frame]
+
+
+class Served(NamedTuple):
+    at_ms: int  # when the scrape arrived
+    frame: int
+
+
+class DcgmExporter:
+    """Serves `devices` on 127.0.0.1:<port>/metrics, one log sample per scrape from `start` on, cycling at the log's end."""
+
+    def __init__(self, log: Path, devices: list[Device], start: int = 0) -> None:
+        self.frames = load_frames(log)
+        self.start = start  # the log sample the first scrape gets
+        self.devices = devices
+        self.served: list[Served] = []
+        self._lock = threading.Lock()
+        exporter = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                if self.path != "/metrics":
+                    self.send_error(404)
+                    return
+                body = exporter._scrape().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.target = f"127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self.server.serve_forever, name="test-dcgm-exporter", daemon=True)
+
+    def __enter__(self) -> DcgmExporter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _scrape(self) -> str:
+        with self._lock:
+            frame = (self.start + len(self.served)) % len(self.frames)
+            self.served.append(Served(int(time.time() * 1000), frame))
+        return self.text(frame)
+
+    def value(self, device: Device, metric: str, frame: int) -> float | None:
+        """What sample `frame` says for `device`'s `metric` (None: N/A, not served, as dcgm-exporter skips blank fields)."""
+        return self.frames[frame].get(device.source, {}).get(COLUMNS[metric])
+
+    def text(self, frame: int) -> str:
+        """Prometheus' text exposition format, as dcgm-exporter writes it."""
+        lines = []
+        for metric in COLUMNS:
+            lines += [f"# HELP {metric} {metric}.", f"# TYPE {metric} gauge"]
+            for device in self.devices:
+                value = self.value(device, metric, frame)
+                if value is None:
+                    continue
+                labels = {"gpu": str(device.gpu), "UUID": device.uuid, "device": f"nvidia{device.gpu}", "modelName": "NVIDIA A100-SXM4-40GB"}
+                if device.gi is not None:
+                    labels |= {"GPU_I_PROFILE": device.profile, "GPU_I_ID": str(device.gi)}
+                labels["Hostname"] = device.hostname
+                text = ",".join(f'{k}="{v}"' for k, v in labels.items())
+                lines.append(f"{metric}{{{text}}} {value!r}")
+        return "\n".join(lines) + "\n"
+
+    def frame_at(self, timestamp_ms: int, slack_ms: int = 500) -> int | None:
+        """The sample served by the scrape Prometheus stamped `timestamp_ms` (it stamps a scrape when it starts it)."""
+        with self._lock:
+            after = [s for s in self.served if 0 <= s.at_ms - timestamp_ms <= slack_ms]
+        return after[0].frame if after else None

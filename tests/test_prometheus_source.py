@@ -1,0 +1,191 @@
+"""The `prometheus` source against a real Prometheus scraping a dcgm-exporter stand-in that serves a recorded
+`dcgmi dmon` log: what it reads equals what was served at each scrape, only for this node's and run's GPUs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from radt.catalogue import MIB
+from radt.collectors.listeners import make_source, parse_listeners
+from radt.collectors.promql import PromError, query_range
+from radt.collectors.sampler import Sampler
+from radt.collectors.sources.base import SamplingContext, SourceUnavailable
+from radt.collectors.sources.prometheus import PrometheusSource, backfill
+from tests.support import prometheus as prom
+from tests.support.dcgm_exporter import COLUMNS, DcgmExporter, Device
+from tests.support.polling import wait_for
+from tests.support.ports import free_port
+
+LOG = Path(__file__).parent / "fixtures" / "real-tool-logs" / "mnist_dcgmi_dmon_18fields.txt"
+HOST = "node-a"
+# exporter metric -> (the catalogue key's suffix radt's nvml/dcgm sources write, scale from the exporter's unit)
+EXPECTED_KEYS = {
+    "DCGM_FI_PROF_SM_ACTIVE": ("sm_active", 1.0),
+    "DCGM_FI_PROF_SM_OCCUPANCY": ("sm_occupancy", 1.0),
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("gr_engine_active", 1.0),
+    "DCGM_FI_PROF_DRAM_ACTIVE": ("dram_active", 1.0),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("tensor_active", 1.0),
+    "DCGM_FI_DEV_POWER_USAGE": ("power_usage_watts", 1.0),
+    "DCGM_FI_DEV_FB_USED": ("memory_usage_megabytes", MIB),
+    "DCGM_FI_DEV_GPU_UTIL": ("utilization_percentage", 1.0),
+}
+NODE_A = [Device(HOST, gpu, gpu) for gpu in range(5)]
+SLICES = [Device(HOST, 1, 4, gi=2), Device(HOST, 1, 3, gi=5, profile="2g.20gb")]
+NODE_B = [Device("node-b", 0, 2), Device("node-b", 7, 0)]  # another node's GPU 0 (other values) and a GPU 7
+SCRAPES = 6
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """(exporter, Prometheus, time before the first scrape in ms) once at least SCRAPES scrapes are stored."""
+    assert prom.available(), "Debian's prometheus is not installed (apt-get install prometheus; .ci/run installs it)"
+    folder = tmp_path_factory.mktemp("prometheus")
+    start_ms = int(time.time() * 1000)
+    with DcgmExporter(LOG, NODE_A + SLICES + NODE_B, start=5) as exporter, prom.Prometheus(folder, [exporter.target]) as server:
+        server.wait_samples(f'DCGM_FI_PROF_SM_ACTIVE{{Hostname="{HOST}",gpu="0",GPU_I_ID=""}}[1h]', SCRAPES)
+        yield exporter, server, start_ms
+
+
+def expected(exporter: DcgmExporter, device: Device, metric: str, stamp: int) -> float | None:
+    frame = exporter.frame_at(stamp)
+    assert frame is not None, f"no scrape served near {stamp}: {exporter.served}"
+    value = exporter.value(device, metric, frame)
+    return None if value is None else value * EXPECTED_KEYS[metric][1]
+
+
+def key_of(device: Device, metric: str, gpu: int | None = None) -> str:
+    mig = f"mig_{device.gi}_" if device.gi is not None else ""
+    return f"system/gpu_{device.gpu if gpu is None else gpu}_{mig}{EXPECTED_KEYS[metric][0]}"
+
+
+def by_key(points) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for point in points:
+        out.setdefault(point.key, []).append(point)
+    return out
+
+
+def check_points(exporter: DcgmExporter, points, devices: dict[str, tuple[Device, str]]) -> None:
+    """Every point is the value served at its scrape; each key's timestamps are distinct (no second series merged in)."""
+    grouped = by_key(points)
+    assert set(grouped) == set(devices)
+    for where, series in grouped.items():
+        device, metric = devices[where]
+        stamps = [p.timestamp for p in series]
+        assert len(stamps) == len(set(stamps)) >= SCRAPES, (where, stamps)
+        assert [p.value for p in series] == [expected(exporter, device, metric, t) for t in stamps], where
+
+
+def served_keys(exporter: DcgmExporter, devices: list[Device], gpu: dict[Device, int] | None = None) -> dict[str, tuple[Device, str]]:
+    """The keys the run's devices must have: every exporter metric the log has a value for (not FB, not GPU 3's N/A power)."""
+    out = {}
+    for device in devices:
+        for metric in COLUMNS:
+            if any(exporter.value(device, metric, f) is not None for f in range(len(exporter.frames))):
+                out[key_of(device, metric, (gpu or {}).get(device))] = (device, metric)
+    return out
+
+
+def test_backfill_equals_what_was_served_for_the_runs_gpus_only(served):
+    exporter, server, start_ms = served
+    points = backfill(server.url, HOST, [0, 2], start_ms, int(time.time() * 1000), 1.0)
+    keys = served_keys(exporter, [NODE_A[0], NODE_A[2]])
+    assert "system/gpu_0_sm_active" in keys and "system/gpu_0_memory_usage_megabytes" not in keys
+    check_points(exporter, points, keys)  # node-b's GPU 0 and GPU 7, GPUs 1, 3, 4 and the slices: absent
+    smact = [p.value for p in points if p.key == "system/gpu_0_sm_active"]
+    assert any(v > 0 for v in smact), smact  # the training's real activity, not only idle zeros
+    assert all(p.step == round((p.timestamp - start_ms) / 1000) for p in points)
+    # the numbers Prometheus itself holds for GPU 0
+    data = server.api("/api/v1/query", query=f'DCGM_FI_DEV_POWER_USAGE{{Hostname="{HOST}",gpu="0"}}[1h]')
+    held = [(round(float(t) * 1000), float(v)) for t, v in data["result"][0]["values"]]
+    mine = [(p.timestamp, p.value) for p in points if p.key == "system/gpu_0_power_usage_watts"]
+    assert mine == [(t, v) for t, v in held if start_ms <= t <= mine[-1][0]]
+    # query_range resamples at its step: every value one that a scrape stored
+    resampled = query_range(server.url, f'DCGM_FI_DEV_POWER_USAGE{{Hostname="{HOST}",gpu="0"}}', start_ms / 1000, time.time(), 1.0)
+    assert len(resampled) == 1 and len(resampled[0].samples) >= SCRAPES - 1  # the step grid need not meet the first scrape
+    assert {v for _, v in resampled[0].samples} <= {v for _, v in held}
+
+
+def test_backfill_maps_mig_instances_and_uuids(served):
+    exporter, server, start_ms = served
+    end_ms = int(time.time() * 1000)
+    points = backfill(server.url, HOST, [1], start_ms, end_ms, 1.0, slices=[(1, 2)])
+    check_points(exporter, points, served_keys(exporter, [NODE_A[1], SLICES[0]]))  # GI 5 is not the run's
+    assert "system/gpu_1_mig_2_sm_active" in {p.key for p in points}
+    # the exporter's UUID names the GPU where its `gpu` label disagrees with NVML's index
+    uuids = {NODE_A[3].uuid: 6}
+    points = backfill(server.url, HOST, [6], start_ms, end_ms, 1.0, uuids=uuids)
+    check_points(exporter, points, served_keys(exporter, [NODE_A[3]], gpu={NODE_A[3]: 6}))
+
+
+def test_another_nodes_series_stay_its_own(served):
+    exporter, server, start_ms = served
+    end_ms = int(time.time() * 1000)
+    points = backfill(server.url, "node-b", [0, 7], start_ms, end_ms, 1.0)
+    check_points(exporter, points, served_keys(exporter, NODE_B))  # node-b's GPU 0 has GPU 2's values, not node-a's
+    # by the scrape target instead: both nodes sit behind the one exporter, so GPU 0 has two series; never merged
+    conflicts: list[str] = []
+    points = backfill(server.url, "127.0.0.1", [0, 7], start_ms, end_ms, 1.0, host_label="instance", conflicts=conflicts)
+    assert {p.key for p in points} == set(served_keys(exporter, NODE_B))
+    assert conflicts and all(c.startswith("system/gpu_0_") and "Hostname=node-a" in c and "Hostname=node-b" in c for c in conflicts)
+    for series in by_key(points).values():
+        assert len({p.timestamp for p in series}) == len(series)
+
+
+def test_source_samples_new_scrapes_of_this_node(served):
+    exporter, server, _ = served
+    lines: list[str] = []
+    source = PrometheusSource(server.url, host=HOST, report=lines.append, uuids={})
+    source.open(SamplingContext(interval=1.0, devices=[0], slices=[(1, 2)]))
+    first = source.sample()
+    keys = served_keys(exporter, [NODE_A[0], SLICES[0]])
+    assert set(first) == set(keys)
+    for where, value in first.items():
+        assert value == expected(exporter, *keys[where], source._last[where])
+    stamp = source._last["system/gpu_0_sm_active"]
+    again = wait_for(lambda: source.sample() or None, timeout=10, what="a newer scrape")
+    assert source._last["system/gpu_0_sm_active"] > stamp  # a scrape is returned once, not at every tick
+    for where, value in again.items():
+        assert value == expected(exporter, *keys[where], source._last[where])
+    facts = source.describe()
+    assert lines == [] and facts["errors"] == []
+    assert "DCGM_FI_PROF_SM_ACTIVE" in facts["read"] and "DCGM_FI_DEV_FB_USED" in facts["not_found"]
+
+
+def test_problems_are_one_line_each_and_never_raise(served):
+    exporter, server, _ = served
+    lines: list[str] = []
+    down = PrometheusSource(f"http://127.0.0.1:{free_port()}", host=HOST, report=lines.append, uuids={})
+    down.open(SamplingContext(devices=[0]))
+    points = []
+    sampler = Sampler([down], 0.01, points.extend, report=lines.append)
+    for _ in range(3):
+        sampler.tick()
+    assert points == [] and sampler.sources == [down]
+    assert len(lines) == 1 and lines[0].startswith("radt: listener 'prometheus': Prometheus at") and "did not answer" in lines[0], lines
+    with pytest.raises(PromError, match="did not answer"):
+        backfill(down.url, HOST, [0], 0, 1000, 1.0)
+
+    refused = PrometheusSource(f"http://{exporter.target}", host=HOST, report=lines.append, uuids={})  # no API there
+    refused.open(SamplingContext(devices=[0]))
+    assert refused.sample() == {} and refused.sample() == {}
+    assert len(lines) == 2 and "refused the query (HTTP 404" in lines[1], lines
+
+    missing = PrometheusSource(server.url, host=HOST, report=lines.append, uuids={})
+    missing.open(SamplingContext(devices=[0, 9]))
+    assert "system/gpu_0_sm_active" in missing.sample()
+    missing.sample()
+    assert len(lines) == 3 and "no dcgm-exporter series for GPU 9 on node-a" in lines[2], lines
+    assert missing.describe()["errors"] == [lines[2]]
+
+
+def test_listener_name_and_url_setting(monkeypatch):
+    assert parse_listeners("nvml+prometheus") == ["nvml", "prometheus"]
+    monkeypatch.delenv("RADT_PROMETHEUS_URL", raising=False)
+    with pytest.raises(SourceUnavailable, match="RADT_PROMETHEUS_URL"):
+        make_source("prometheus").open(SamplingContext())
+    monkeypatch.setenv("RADT_PROMETHEUS_URL", "http://prom.example:9090/")
+    assert make_source("prometheus").url == "http://prom.example:9090"
