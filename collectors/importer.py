@@ -1,4 +1,5 @@
-"""`radt import FILE...`: raw dcgmi dmon, nvidia-smi CSV and top -b logs into one MLflow run.
+"""`radt import FILE...`: raw dcgmi dmon, nvidia-smi CSV and top -b logs into one MLflow run;
+`radt import --prometheus URL --run RUN_ID`: a run's GPU series from the cluster's Prometheus.
 
 The format is detected from the content. Logs with their own timestamps (nvidia-smi's
 `timestamp` column, top's clock) keep them; top's clock goes on the date of --start, else of the
@@ -13,6 +14,7 @@ import json
 import math
 import re
 import sys
+import time
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
@@ -21,8 +23,8 @@ from radt.collectors.stores import open_metric_store
 from radt.collectors.toolmetrics import EnergyBaseline, dmon_metrics, smi_metrics, top_metrics
 from radt.collectors.tracking import connect, create_run, resolve_experiment, set_tags
 from radt.points import Point
-from radt.runmodel import GPUS_TAG, IMPORTED_TAG, POINTS_TAG, ROLE_TAG, RUN_ROLE
-from radt.settings import tracking_uri
+from radt.runmodel import GPUS_TAG, HOST_TAG, IMPORTED_TAG, INTERVAL_TAG, POINTS_TAG, ROLE_TAG, RUN_ROLE, gpu_entries
+from radt.settings import display_uri, tracking_uri
 
 CHUNK = 50_000
 
@@ -181,7 +183,110 @@ def build_points(
     return points, formats
 
 
+def _run_gpus(tags: dict[str, str], given: str | None) -> tuple[list[int] | None, list[tuple[int, int]], dict[str, int]]:
+    """(GPU indices or None for all, MIG slices, UUID -> index) from the radt.gpus tag, else --gpus 0+1, else all."""
+    entries = [e for e in gpu_entries(tags) if isinstance(e.get("index"), int)]
+    if entries:
+        gpus = sorted({e["index"] for e in entries})
+        slices = [(e["index"], e["gpu_instance"]) for e in entries if isinstance(e.get("gpu_instance"), int)]
+        return gpus, slices, {e["uuid"]: e["index"] for e in entries if e.get("uuid")}
+    if given:
+        parts = given.replace(",", "+").split("+")
+        if not all(p.strip().isdigit() for p in parts):
+            raise ValueError(f"--gpus '{given}' is not a list of GPU indices; give e.g. --gpus 0+1")
+        return sorted({int(p) for p in parts}), [], {}
+    return None, [], {}
+
+
+def _existing(client, run_id: str, keys: set[str]) -> set[tuple[str, int]]:
+    """(key, timestamp) of the run's points under `keys`, so a second import adds nothing."""
+    engine = getattr(client, "engine", None)
+    if engine is not None:  # radt's SQL client: one query
+        import sqlalchemy as sa
+
+        from radt import mlflowdb as db
+
+        found: set[tuple[str, int]] = set()
+        with engine.connect() as conn:
+            for chunk in (sorted(keys)[i : i + 500] for i in range(0, len(keys), 500)):
+                query = sa.select(db.metrics.c.key, db.metrics.c.timestamp).where(db.metrics.c.run_uuid == run_id, db.metrics.c.key.in_(chunk))
+                found.update((k, int(t)) for k, t in conn.execute(query))
+        return found
+    return {(k, m.timestamp) for k in keys for m in client.get_metric_history(run_id, k)}
+
+
+def _missing(points: list[Point], gpus: list[int] | None, host: str, url: str) -> str | None:
+    """One line when the run's host or one of its GPUs has no series in Prometheus over the run."""
+    from radt.catalogue import resolve
+
+    seen = {resolve(p.key).gpu for p in points}
+    if not points:
+        which = "any GPU" if gpus is None else "GPU " + ", ".join(map(str, gpus))
+        return f"no dcgm-exporter series for {which} of Hostname={host} at {url} over the run"
+    lost = sorted(set(gpus or []) - seen)
+    return f"no dcgm-exporter series for GPU {', '.join(map(str, lost))} of Hostname={host} at {url} over the run" if lost else None
+
+
+def prometheus_main(argv: list[str]) -> int:
+    """`radt import --prometheus URL --run RUN_ID`: a finished (or running) run's GPU series from the cluster's Prometheus."""
+    from radt.cli import OneLineParser
+    from radt.collectors.promql import PromError
+    from radt.collectors.sources.prometheus import PROMETHEUS_GAP_TAG, PROMETHEUS_TAG, backfill
+
+    parser = OneLineParser(prog="radt import", description="Fill a run with its GPUs' dcgm-exporter series from Prometheus.")
+    parser.add_argument("--prometheus", required=True, help="Prometheus server URL, e.g. http://prometheus:9090")
+    parser.add_argument("--run", required=True, help="the run's id")
+    parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
+    parser.add_argument("--host", help="the node the run ran on (its dcgm-exporter Hostname), where the run has no radt.host tag")
+    parser.add_argument("--gpus", help="GPU indices, e.g. 0+1, where the run has no radt.gpus tag (default: every GPU of the host)")
+    args = parser.parse_args(argv)
+    url = args.prometheus.rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        parser.error(f"--prometheus '{args.prometheus}' is not an http(s) URL; give e.g. --prometheus http://prometheus:9090")
+    uri = tracking_uri(args.store)
+    client = connect(uri)
+    try:
+        run = client.get_run(args.run)
+    except Exception:
+        raise ValueError(f"run '{args.run}' not found in {display_uri(uri)}; give a run id of that store (or --store)") from None
+    tags = dict(run.data.tags)
+    host = tags.get(HOST_TAG) or args.host
+    if not host:
+        raise ValueError(f"run {args.run} does not say its host (no {HOST_TAG} tag); give --host NODE, the exporter's Hostname")
+    gpus, slices, uuids = _run_gpus(tags, args.gpus)
+    start_ms = int(run.info.start_time)
+    end_ms = int(run.info.end_time) if run.info.end_time and run.info.status != "RUNNING" else int(time.time() * 1000)
+    try:
+        step_s = float(tags.get(INTERVAL_TAG) or 1.0)
+    except ValueError:
+        step_s = 1.0
+    try:
+        points = backfill(url, host, gpus, start_ms, end_ms, step_s if step_s > 0 else 1.0, slices=slices, uuids=uuids)
+    except PromError as exc:
+        set_tags(client, args.run, {PROMETHEUS_GAP_TAG: str(exc)})
+        print(f"radt import: {exc}; check --prometheus and that the server runs, then import again", file=sys.stderr)
+        return 1
+    have = _existing(client, args.run, {p.key for p in points})
+    new = [p for p in points if (p.key, p.timestamp) not in have]
+    store = open_metric_store(uri)
+    for offset in range(0, len(new), CHUNK):
+        store.write(args.run, new[offset : offset + CHUNK])
+    store.close()
+    tags = {PROMETHEUS_TAG: f"{url} {len(points)} points"}
+    gap = _missing(points, gpus, host, url)
+    if gap:
+        tags[PROMETHEUS_GAP_TAG] = gap
+        print(f"radt import: {gap}", file=sys.stderr)
+    set_tags(client, args.run, tags)
+    keys = len({p.key for p in points})
+    print(f"radt import: run {args.run}: {len(new)} new points ({len(points) - len(new)} already there), {keys} series from {url}", file=sys.stderr)
+    print(args.run)
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if any(a == "--prometheus" or a.startswith("--prometheus=") for a in argv):
+        return prometheus_main(argv)
     from radt.cli import OneLineParser  # mistakes in one line, like the rest of radt
 
     parser = OneLineParser(prog="radt import", description="Import raw dcgmi dmon / nvidia-smi CSV / top -b logs as one run.")

@@ -265,6 +265,20 @@ class Supervisor:
         return self.child.returncode
 
 
+def _prometheus_final(sources: list, start_ms: int, end_ms: int, put, client, run_id: str, node: str | None) -> None:
+    """The prometheus listener's scrapes stored after its last tick go into the run, its gap into a tag; never fails the run."""
+    try:
+        from radt.collectors.sources.prometheus import PROMETHEUS_GAP_TAG, PrometheusSource, final_backfill, gap
+
+        for source in sources:
+            if isinstance(source, PrometheusSource):
+                put(final_backfill(source, start_ms, end_ms))
+                if gap(source):
+                    set_tags(client, run_id, node_scoped({PROMETHEUS_GAP_TAG: gap(source)}, node))
+    except Exception as exc:
+        report(f"radt: listener 'prometheus': its last scrapes not read ({type(exc).__name__}: {exc})")
+
+
 def final_status(returncode: int, supervisor: Supervisor, stop_reason: str | None) -> str:
     """radt's --max-time interrupt, or the script's own stop at a limit (radt.run()) that exited 0: FINISHED."""
     if supervisor.time_limited or (stop_reason and returncode == 0):
@@ -428,6 +442,7 @@ def run_script(opts: RunOptions) -> int:
         for tee in tees:
             tee.join(5)
         sampler.stop()
+        _prometheus_final(sampler.sources, script_start_ms, script_end_ms, on_node(writer.put, member.node), client, run_id, member.node)
         stop_file = run_dir / STOP_REASON_FILE
         stop_reason = stop_file.read_text().strip() if stop_file.exists() else None
         status = final_status(returncode, supervisor, stop_reason)

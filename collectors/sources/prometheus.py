@@ -27,6 +27,8 @@ from radt.collectors.promql import (
 from radt.collectors.sources.base import MetricSource, SamplingContext, SourceUnavailable
 from radt.points import Point
 
+PROMETHEUS_TAG = "radt.prometheus"  # "<url> <n> points": what was read from Prometheus afterwards
+PROMETHEUS_GAP_TAG = "radt.prometheus_gap"  # the one-line reason series are missing (unreachable, refused, no series)
 WINDOW_S = 60  # seconds of raw samples each tick asks for: several scrapes at any usual scrape interval
 
 
@@ -70,11 +72,13 @@ class PrometheusSource(MetricSource):
         self._uuids = uuids
         self.wanted = Wanted()
         self.window = WINDOW_S
+        self.interval = 1.0  # the sampler's, for the steps of final_backfill's points
         self.selector = selector(self.host, host_label)
         self.problems: dict[str, str] = {}  # kind -> the line reported once for it
         self.read: set[str] = set()  # exporter metrics seen for the run's GPUs
         self.keys: set[str] = set()
         self._last: dict[str, int] = {}  # key -> timestamp of the newest sample already returned
+        self.returned: dict[str, set[int]] = {}  # key -> the scrape timestamps returned, for final_backfill
 
     def open(self, ctx: SamplingContext) -> None:
         if not self.url:
@@ -82,6 +86,7 @@ class PrometheusSource(MetricSource):
         uuids = self._uuids if self._uuids is not None else _uuids()
         self.wanted = Wanted(ctx.devices, list(ctx.slices), uuids)
         self.window = max(WINDOW_S, int(ctx.interval * 3))
+        self.interval = ctx.interval
         self.selector = selector(self.host, self.host_label)
 
     def _once(self, kind: str, line: str) -> None:
@@ -110,6 +115,7 @@ class PrometheusSource(MetricSource):
             stamp, value = samples[-1]
             if stamp > self._last.get(where, -1):  # a new scrape; an old one is not repeated
                 self._last[where] = stamp
+                self.returned.setdefault(where, set()).add(stamp)
                 values[where] = value
         if conflicts:
             self._once(
@@ -179,3 +185,34 @@ def backfill(
                     points[(where, stamp)] = Point(where, value, stamp, step)
         chunk_end -= span_ms
     return sorted(points.values(), key=lambda p: (p.timestamp, p.key))
+
+
+def final_backfill(source: PrometheusSource, run_start_ms: int, run_end_ms: int) -> list[Point]:
+    """The run's scrapes the live source never returned (between two ticks, or stored after the last one).
+
+    Their own timestamps are kept; a problem is added to `source.problems` (see `gap`), never raised."""
+    try:
+        points = backfill(
+            source.url,
+            source.host,
+            source.wanted.gpus,
+            run_start_ms,
+            run_end_ms,
+            source.interval,
+            slices=list(source.wanted.slices),
+            uuids=dict(source.wanted.uuids),
+            host_label=source.host_label,
+            timeout=source.timeout,
+        )
+    except PromError as exc:
+        source._once(exc.kind, f"radt: listener 'prometheus': {exc}; the run's last scrapes are missing")
+        return []
+    except Exception as exc:  # never into the run's end
+        source._once("error", f"radt: listener 'prometheus': {type(exc).__name__}: {exc}")
+        return []
+    return [p for p in points if p.timestamp not in source.returned.get(p.key, ())]
+
+
+def gap(source: PrometheusSource) -> str | None:
+    """The `radt.prometheus_gap` tag's value: the first problem the source met, None when it met none."""
+    return next(iter(source.problems.values()), None)
