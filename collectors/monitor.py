@@ -7,6 +7,7 @@ run's (sampler.py, sources/, writer.py, tracking.py, runner.finish_run), so the 
 same catalogue keys, the writer spools while the store is away, and `radt sync` sends what a
 stopped monitor left behind. SIGINT/SIGTERM end the current run FINISHED and exit 0. A RUNNING
 monitor run of this host whose radt is gone (killed, machine rebooted) is marked KILLED at start.
+`--prometheus-port` also serves the latest samples to Prometheus, labelled with each GPU's training run (exposition.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from radt.cli import OneLineParser
 from radt.collectors import gpus
 from radt.collectors.cli import parse_devices
 from radt.collectors.command import UsageError, first_line
+from radt.collectors.exposition import Exposition, bind, training_runs
 from radt.collectors.finish import describe_environment, finish_run, local_run_dir, mark_killed, report
 from radt.collectors.listeners import DEFAULT, ListenerError, make_source, parse_listeners, parse_profiler
 from radt.collectors.sampler import Sampler, open_sources
@@ -65,6 +67,13 @@ def monitor_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--rollover", choices=("daily", "never"), default="daily", help="daily (default): a new run at local midnight; never: one run until stopped"
     )
+    parser.add_argument(
+        "--prometheus-port",
+        type=int,
+        metavar="N",
+        help="also serve the latest samples at http://HOST:N/metrics for Prometheus, labelled with the training run on each GPU",
+    )
+    parser.add_argument("--prometheus-host", default="127.0.0.1", help="address for --prometheus-port (default 127.0.0.1; 0.0.0.0 for a cluster's Prometheus)")
     return parser
 
 
@@ -99,8 +108,10 @@ class Monitor:
         *,
         today=date.today,
         plan: gpus.Plan | None = None,
+        exposition: Exposition | None = None,
     ) -> None:
         self.store = store
+        self.exposition = exposition  # --prometheus-port: every batch goes there too
         self.plan = plan  # -d resolved on this machine (watch_plan): its MIG slices, the radt.gpus tag
         self.experiment = experiment
         self.listeners = listeners
@@ -196,7 +207,8 @@ class Monitor:
 
     def _record(self, recording: Recording, sources: list) -> None:
         recording.writer = MetricWriter(open_metric_store(self.store), recording.run_id, recording.run_dir / SPOOL_FILE, report=report).start()
-        recording.sampler = Sampler(sources, self.interval, recording.writer.put, report)
+        put = recording.writer.put if self.exposition is None else self.exposition.tee(recording.writer.put)
+        recording.sampler = Sampler(sources, self.interval, put, report)
         recording.sampler.start()
         self.current = recording
         report(f"radt monitor: recording {self.host} into run {recording.run_id} ('{self.host} {recording.day.isoformat()}', experiment {self.experiment_id})")
@@ -219,6 +231,10 @@ class Monitor:
         if not sources:
             raise UsageError(f"no listener of -l {'+'.join(self.listeners)} works on this machine (see above); choose others with -l")
         self._record(self._create_run(), sources)
+        if self.exposition is not None:
+            names: dict[str, str] = {}
+            devices = {e["series"]: e["uuid"] for e in gpus.series_entries(self.plan.watched)} if self.plan and self.plan.watched else {}
+            self.exposition.start(lambda: training_runs(self.client, self.host, names), lambda: self.current.run_id if self.current else "", devices)
 
     def roll(self) -> bool:
         """End the current run FINISHED and record into a new one; while the store is away, keep the current run."""
@@ -281,12 +297,15 @@ def main(argv: list[str]) -> int:
 
     # not SIGHUP: `nohup radt monitor &` must survive the terminal closing
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    exposition = None
     try:
         try:
             if opts.interval < 0.1:
                 raise UsageError(f"--interval {opts.interval} is too short; use 0.1 seconds or more")
             if opts.flush_timeout < 0:
                 raise UsageError(f"--flush-timeout {opts.flush_timeout} is negative; give seconds, e.g. 60")
+            if opts.prometheus_port is not None:  # the port first: taken, nothing else has started
+                exposition = bind(opts.prometheus_host, opts.prometheus_port, socket.gethostname(), report)
             listeners = parse_listeners(opts.listeners)
             if parse_profiler(opts.listeners):
                 raise UsageError(f"profiler listener '{parse_profiler(opts.listeners)}' wraps a training command; radt monitor has none, drop it from -l")
@@ -295,7 +314,7 @@ def main(argv: list[str]) -> int:
             watched = plan.indices if devices is not None else None  # radt.devices says "all" without -d
             store = tracking_uri(opts.store)
             configure_artifacts(opts.artifacts, store)
-            monitor = Monitor(store, opts.experiment, listeners, watched, opts.interval, opts.flush_timeout, argv, plan=plan)
+            monitor = Monitor(store, opts.experiment, listeners, watched, opts.interval, opts.flush_timeout, argv, plan=plan, exposition=exposition)
             monitor.end_stale_runs()
             monitor.begin()
         except (UsageError, ListenerError, StoreError, ValueError) as exc:
@@ -312,5 +331,7 @@ def main(argv: list[str]) -> int:
         report("radt monitor: forced to stop; run 'radt sync' to send what was left")
         return 130
     finally:
+        if exposition is not None:
+            exposition.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

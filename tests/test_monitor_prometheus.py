@@ -1,0 +1,128 @@
+"""`radt monitor --prometheus-port` scraped by a real Prometheus (Debian's `prometheus`): a real monitor
+process on fake GPUs (faked only below pynvml), a training run RUNNING on GPU 0 in the real store,
+and Prometheus' own HTTP API as the test's view. Every wait is on a condition, never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+
+import pytest
+from mlflow import MlflowClient
+
+from radt.collectors import gpus
+from tests.fakes.fake_nvml import A100, H100
+from tests.support import prometheus as prom
+from tests.support.polling import wait_for
+from tests.support.ports import free_port
+from tests.support.radtproc import radt_command, radt_env, run_radt
+from tests.support.runs import radt_run
+
+pytestmark = pytest.mark.skipif(
+    not prom.available() and os.environ.get("CI") != "true", reason="needs Debian's prometheus package (.ci/run installs it; under CI it must be there)"
+)
+
+UUID0 = "GPU-00008a1c-0d4e-4f0b-8e6a-000000000000"
+UUID1 = "GPU-a1000001-5ee6-4c1e-9d1a-000000000001"
+GPUS = json.dumps([{**H100, "uuid": UUID0, "load": 0.7}, {**A100, "uuid": UUID1, "load": 0.0}])
+RUN_NAME = 'resnet "A" \\ 1'  # a quote and a backslash: label escaping, undone by Prometheus' parser
+SMACT = "radt_sm_active"
+
+
+def _training_run(client: MlflowClient) -> str:
+    """A RUNNING run of this host on GPU 0, as `radt train.py` records it (radt.gpus names the GPU by UUID)."""
+    experiment = client.create_experiment("vision")
+    run_id = radt_run(client, experiment, RUN_NAME, start_time=int(time.time() * 1000), workload="resnet")
+    client.set_tag(run_id, "radt.gpus", gpus.gpus_tag([{"series": "gpu_0", "index": 0, "uuid": UUID0, "cuda": 0}]))
+    return run_id
+
+
+def _series(server: prom.Prometheus, query: str) -> list[dict]:
+    return server.api("/api/v1/query", query=query)["result"]
+
+
+def _raw(server: prom.Prometheus, selector: str, count: int) -> list[dict] | None:
+    """A range selector's raw samples once its one series holds `count` of them."""
+    result = _series(server, selector)
+    return result if len(result) == 1 and len(result[0]["values"]) >= count else None
+
+
+def test_prometheus_scrapes_the_monitor_with_the_training_run_on_each_gpu(store_uri, radt_home, tmp_path):
+    client = MlflowClient(store_uri)
+    training = _training_run(client)
+    port = free_port()
+    proc = subprocess.Popen(
+        radt_command("monitor", "--interval", "0.5", "--prometheus-port", str(port)),
+        env=radt_env(radt_home, store_uri, fake_gpus=GPUS),
+        cwd=radt_home,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with prom.Prometheus(tmp_path, [f"127.0.0.1:{port}"], job="radt-monitor") as server:
+            gpu0 = wait_for(
+                lambda: _series(server, f'{SMACT}{{gpu="0",run_id="{training}"}}'), timeout=30, what="GPU 0's SMACT with the training run", process=proc
+            )
+            gpu1 = wait_for(lambda: _series(server, 'radt_gpu_utilization_percentage{gpu="1"}'), timeout=30, what="GPU 1's utilization", process=proc)
+            host = wait_for(lambda: _series(server, "radt_system_memory_usage_megabytes"), timeout=30, what="host memory", process=proc)
+            # the raw samples Prometheus holds for GPU 0, at the timestamps radt gave them
+            held = wait_for(lambda: _raw(server, f'{SMACT}{{gpu="0"}}[1m]', 3), timeout=30, what="3 of GPU 0's raw samples", process=proc)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+                text = response.read().decode()
+                content_type = response.headers["Content-Type"]
+        monitor = next(r for r in client.search_runs([client.get_experiment_by_name("monitor").experiment_id]))
+        key = "system/gpu_0_sm_active"
+        scraped = {round(float(stamp) * 1000) for stamp, _ in held[0]["values"]}
+
+        def written() -> dict[int, float] | None:
+            history = {m.timestamp: m.value for m in client.get_metric_history(monitor.info.run_id, key)}
+            return history if scraped <= history.keys() else None
+
+        stored = wait_for(written, timeout=30, what="the scraped samples in the monitor's run")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    assert f"serving Prometheus metrics at http://127.0.0.1:{port}/metrics" in stderr
+
+    labels = gpu0[0]["metric"]
+    assert len(gpu0) == 1
+    assert labels["run_name"] == RUN_NAME and labels["experiment"] == "vision" and labels["workload"] == "resnet"
+    assert labels["Hostname"] == socket.gethostname() and labels["UUID"] == UUID0 and labels["gpu"] == "0"
+    assert labels["monitor_run"] == monitor.info.run_id and "GPU_I_ID" not in labels
+    # GPU 1 runs nothing: its series carries no run, and the training run's labels leak nowhere else
+    # (radt says run_id="", which Prometheus holds as no run_id label at all)
+    assert len(gpu1) == 1 and "run_id" not in gpu1[0]["metric"] and gpu1[0]["metric"]["UUID"] == UUID1
+    assert len(host) == 1 and "run_id" not in host[0]["metric"] and "gpu" not in host[0]["metric"]
+    assert host[0]["metric"]["Hostname"] == socket.gethostname()
+
+    # every value Prometheus scraped is the value radt wrote to the store at that very millisecond
+    values = held[0]["values"]
+    assert len(values) >= 3
+    for stamp, value in values:
+        assert float(value) == stored[round(float(stamp) * 1000)]
+
+    assert content_type.startswith("text/plain; version=0.0.4")
+    assert f"# TYPE {SMACT} gauge" in text and "# HELP radt_gpu_utilization_percentage GPU util" in text
+    assert 'run_name="resnet \\"A\\" \\\\ 1"' in text
+    assert f'gpu="1",UUID="{UUID1}",run_id="",run_name="",experiment="",workload=""' in text
+
+
+@pytest.mark.parametrize("store_uri", ["sqlite"], indirect=True)  # refused before any store work: one kind is enough
+def test_a_port_in_use_is_one_line_and_exit_2(store_uri, radt_home):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_radt(["monitor", "-l", "host", "--prometheus-port", str(port)], env=radt_env(radt_home, store_uri), cwd=radt_home, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert [line for line in done.stderr.splitlines() if line.strip()] == [f"radt monitor: port {port} is in use; choose another --prometheus-port"]
+    assert MlflowClient(store_uri).get_experiment_by_name("monitor") is None  # nothing started
