@@ -286,8 +286,8 @@ def find_or_create(client, experiment_id: str, identity: dict[str, str], tags: d
     """The first active run with the `identity` tags, or a new one with them and `tags`: (run, created).
 
     On a database store the lookup and the creation are one locked transaction. Through an MLflow server,
-    radts started together may each create one: each creator waits PARENT_SETTLE_S for the others' to show,
-    then keeps the first (start time, then id) and deletes its own if that is another."""
+    radts started together may each create one: each creator deletes its own once an earlier one (start time,
+    then id) shows, and takes the earliest once two looks PARENT_SETTLE_S apart (longer on a slow server) agree."""
     if isinstance(client, SqlTracking):
         return client.find_or_create_run(experiment_id, {**identity, **tags}, run_name=run_name, identity=list(identity))
 
@@ -295,15 +295,28 @@ def find_or_create(client, experiment_id: str, identity: dict[str, str], tags: d
         return min(find_runs(client, [experiment_id], identity, max_results=100), key=_order, default=None)
 
     found = first()
+    while found is not None and abs(time.time() * 1000 - (found.info.start_time or 0)) < 60_000:  # a new one may yet lose to another
+        time.sleep(PARENT_SETTLE_S)
+        again = first()
+        if again is not None and again.info.run_id == found.info.run_id:
+            break
+        found = again
     if found is not None:
         return found, False
+    began = time.monotonic()
     mine = client.create_run(experiment_id, run_name=run_name, tags={**identity, **tags})
-    time.sleep(PARENT_SETTLE_S)
-    winner = first() or mine
-    if winner.info.run_id != mine.info.run_id:
-        client.delete_run(mine.info.run_id)
-        return winner, False
-    return mine, True
+    settle = max(PARENT_SETTLE_S, 2 * (time.monotonic() - began))  # a loaded server creates slowly for the others too
+    winner, mine_deleted = None, False
+    for _look in range(6):  # the earliest run, once every creator sees it, never changes: look until two looks agree
+        time.sleep(settle)
+        now = first() or mine
+        if now.info.run_id != mine.info.run_id and not mine_deleted:
+            client.delete_run(mine.info.run_id)
+            mine_deleted = True
+        if winner is not None and now.info.run_id == winner.info.run_id:
+            break
+        winner = now
+    return winner, winner.info.run_id == mine.info.run_id
 
 
 def _order(run) -> tuple[int, str]:
