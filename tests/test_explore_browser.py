@@ -32,7 +32,9 @@ def test_pick_runs_group_and_reload(page, served, filled_store):
     traces = wait_for_traces(page, {"resnet50 2A · GPU 0", "resnet50 2B · GPU 0"})
     assert all(t["n"] > 100 for t in traces), traces
     assert chart_titles(page)[:4] == ["SMACT", "SMOCC", "GRACT", "DRAMA"]
-    page.wait_for_function("document.querySelectorAll('#summary tbody tr').length >= 3")  # header + 2 runs
+    page.wait_for_function(  # the table is filled in its own request after the charts: wait for both runs' rows
+        "() => Array.from(document.querySelectorAll('#summary tbody tr')).filter(r => r.innerText.includes('resnet50 2')).length >= 2"
+    )
     rows = page.locator("#summary tbody tr").all_inner_texts()
     assert sum("resnet50 2" in r for r in rows) == 2, rows
 
