@@ -28,8 +28,8 @@ def test_process_tree_cpu_of_a_busy_child_and_its_child():
             time.sleep(0.5)
             readings.append(source.sample()["system/process_cpu_utilization_percentage"])
         assert "system/process_cpu_utilization_percentage" in first
-        # two busy loops on a 2-core machine shared with other tests: well above zero on every tick
-        assert min(readings) > 20, readings
+        # two busy loops on a 2-core machine shared with other tests: above zero on every tick, more than a fifth of a core at least once
+        assert min(readings) > 5 and max(readings) > 20, readings
         assert source.sample()["system/process_memory_rss_megabytes"] > 5
     finally:
         for proc in tree.processes():

@@ -127,11 +127,20 @@ def test_the_radts_of_one_multi_node_slurm_step_share_one_run(store_uri, radt_ho
     ]
     try:
         wait_for(lambda: len(list(tmp_path.glob("go-started-*"))) == 2, what="both nodes' scripts", timeout=120)
+        experiment_id = client.get_experiment_by_name("slurm step").experiment_id
+
+        def both_nodes_sampled() -> bool:  # CPU is a difference of two readings: each node's second tick, not its script's end
+            found = client.search_runs([experiment_id])
+            return len(found) == 1 and all(
+                client.get_metric_history(found[0].info.run_id, f"system/{n}/cpu_utilization_percentage") for n in ("node01", "node02")
+            )
+
+        wait_for(both_nodes_sampled, what="both nodes' CPU series in the one run", timeout=60)
     finally:
         go.touch()
         ended = _finish(started)
     assert [code for code, _ in ended] == [0, 0], [err for _, err in ended]
-    runs = client.search_runs([client.get_experiment_by_name("slurm step").experiment_id])
+    runs = client.search_runs([experiment_id])
     assert len(runs) == 1, f"{len(runs)} runs for one step"
     tags = runs[0].data.tags
     assert (tags["radt.slurm.job_id"], tags["radt.slurm.step"], tags["radt.slurm.partition"]) == ("4242", "4242.0", "gpu")
