@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import sys
 from pathlib import Path
 
@@ -56,6 +57,12 @@ def run_parser() -> argparse.ArgumentParser:
         default=DEFAULT,
         help=f"sources joined with '+': nvml, dcgm, host (radT's smi, dcgmi, top, ps, iostat work too), plus at most one profiler that wraps the script: nsys, ncu, nsys-raw, ncu-raw; default {DEFAULT}",
     )
+    parser.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="the cluster's Prometheus server (http://prometheus:9090) whose dcgm-exporter series the prometheus listener reads "
+        "for this node's GPUs; adds that listener to a single run (a CSV's rows name it in Listeners); default RADT_PROMETHEUS_URL",
+    )
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples (0.1 or more; default 1)")
     parser.add_argument("--max-epoch", type=int, help="stop the training cleanly after this epoch (radt.run() context)")
     parser.add_argument("--max-time", type=float, help="stop the training cleanly after this many minutes")
@@ -96,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         check_numbers(opts.interval, opts.max_time, opts.max_epoch, opts.flush_timeout)
         store = tracking_uri(opts.store)
         configure_artifacts(opts.artifacts, store)  # RADT_ARTIFACT_URI, which the runs it starts inherit
+        if opts.prometheus is not None:
+            from radt.collectors.promql import check_url
+
+            os.environ["RADT_PROMETHEUS_URL"] = check_url(opts.prometheus)  # as the runs of a CSV experiment read it
         if opts.script.lower().endswith(".csv"):
             return _experiment(opts, store)
         if opts.dry_run or opts.rerun or opts.slurm:
@@ -106,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
             check_name(kind, value, label)
         devices = parse_devices(opts.devices)
         listeners = parse_listeners(opts.listeners)
+        if opts.prometheus is not None and "prometheus" not in listeners:
+            listeners.append("prometheus")
         profiler = parse_profiler(opts.listeners)
         if profiler:
             check_profiler(profiler)

@@ -24,7 +24,7 @@ from radt.collectors.command import UsageError, first_line
 from radt.collectors.sqltracking import SqlTracking
 from radt.collectors.tracking import find_runs
 from radt.points import Point
-from radt.runmodel import DEVICES_TAG, HOST_TAG, MONITOR_TAG, ROLE_TAG, RUN_ROLE, WORKLOAD_TAG, gpu_entries
+from radt.runmodel import DEVICES_TAG, HOST_TAG, MONITOR_TAG, ROLE_TAG, RUN_ROLE, WORKLOAD_TAG, gpu_entries, node_statuses, node_tag
 
 REFRESH = 10.0  # seconds between looks in the store for the training runs on this host's GPUs
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -67,16 +67,24 @@ def _experiment_ids(client) -> list[str]:
 
 
 def training_runs(client, host: str, names: dict[str, str] | None = None) -> list[Training]:
-    """This host's RUNNING training runs (not monitor runs), with their experiment's name (`names` caches them)."""
+    """This host's RUNNING training runs (not monitor runs), with their experiment's name (`names` caches them).
+
+    A run of several nodes counts where one of its RUNNING parts runs on this host (radt.node.<node>/host), with that part's GPUs."""
     names = {} if names is None else names
     found = []
-    for run in find_runs(client, _experiment_ids(client), {HOST_TAG: host, ROLE_TAG: RUN_ROLE}, status="RUNNING"):
+    for run in find_runs(client, _experiment_ids(client), {ROLE_TAG: RUN_ROLE}, status="RUNNING"):
         tags = run.data.tags
         if tags.get(MONITOR_TAG) == "true":
             continue
-        entries = gpu_entries(tags)
-        if not entries:  # recorded without NVML: the indices of -d, as radt.devices says them
-            entries = [{"index": int(i)} for i in tags.get(DEVICES_TAG, "").split("+") if i.isdigit()]
+        parts = [n for n, status in node_statuses(tags).items() if status == "RUNNING" and tags.get(node_tag(n, "host")) == host]
+        if parts:
+            entries = [entry for node in parts for entry in gpu_entries(tags, node)]
+        elif tags.get(HOST_TAG) == host and not node_statuses(tags):
+            entries = gpu_entries(tags)
+            if not entries:  # recorded without NVML: the indices of -d, as radt.devices says them
+                entries = [{"index": int(i)} for i in tags.get(DEVICES_TAG, "").split("+") if i.isdigit()]
+        else:
+            continue
         experiment = run.info.experiment_id
         if experiment not in names:
             names[experiment] = client.get_experiment(experiment).name

@@ -22,7 +22,17 @@ from radt.collectors.sources.nvml import gpu_inventory
 from radt.collectors.tracking import find_runs, set_tags
 from radt.collectors.writer import StoreTimeout, call_with_deadline
 from radt.rundir import DONE_FILE, LOGS_DIR, META_FILE, PENDING_FILE, claim_run_dir, owner_pid
-from radt.runmodel import EXIT_CODE_TAG, PARENT_TAG, POINTS_TAG, SCRIPT_END_TAG, SCRIPT_START_TAG, STOP_REASON_TAG, node_statuses, node_tag
+from radt.runmodel import (
+    EXIT_CODE_TAG,
+    PARENT_TAG,
+    POINTS_TAG,
+    PROMETHEUS_GAP_TAG,
+    SCRIPT_END_TAG,
+    SCRIPT_START_TAG,
+    STOP_REASON_TAG,
+    node_statuses,
+    node_tag,
+)
 from radt.settings import FINISH_TIMEOUT, radt_home, runs_dir
 
 
@@ -106,14 +116,16 @@ def finish_run(
     deadline: float | None = None,
     cancel: threading.Event | None = None,
     node: str | None = None,
+    tags: dict[str, str] | None = None,
 ) -> None:
     """Attach logs, tag and terminate the run (and its workload parent); on failure leave it to `radt sync`.
     A node's part (`node`) ends its part; the run ends with the last part (see complete_run).
 
     ``script_ms``: the script's own start and exit (epoch ms), the duration the comparison table uses.
     ``deadline`` (monotonic; at least a second from now) bounds the store calls, FINISH_TIMEOUT without
-    it; ``cancel`` (Ctrl-C at exit) stops them: what is not sent waits in pending.json for `radt sync`."""
-    tags = {EXIT_CODE_TAG: str(returncode), POINTS_TAG: str(points)}
+    it; ``cancel`` (Ctrl-C at exit) stops them: what is not sent waits in pending.json for `radt sync`.
+    ``tags``: further run tags written with these (a source's gap), node-scoped like them."""
+    tags = {**(tags or {}), EXIT_CODE_TAG: str(returncode), POINTS_TAG: str(points)}
     if script_ms:
         tags[SCRIPT_START_TAG], tags[SCRIPT_END_TAG] = str(script_ms[0]), str(script_ms[1])
     if stop_reason:
@@ -211,6 +223,10 @@ def run_tags_of_nodes(tags: dict[str, str]) -> dict[str, str]:
     reasons = sorted(set(each(STOP_REASON_TAG.removeprefix("radt."))))
     if reasons:
         found[STOP_REASON_TAG] = ",".join(reasons)
+    gap = PROMETHEUS_GAP_TAG.removeprefix("radt.")
+    gaps = {n: tags[node_tag(n, gap)] for n in nodes if node_tag(n, gap) in tags}
+    if gaps:
+        found[PROMETHEUS_GAP_TAG] = "; ".join(f"{n}: {reason}" for n, reason in gaps.items())
     return found
 
 

@@ -17,13 +17,27 @@ import sys
 import time
 from datetime import date, datetime, timedelta
 from pathlib import Path
+from typing import NamedTuple
 
 from radt.collectors.parsers import _smi_timestamp, detect_format, parse_dcgmi_dmon, parse_nvidia_smi_csv, parse_top_batch
 from radt.collectors.stores import open_metric_store
 from radt.collectors.toolmetrics import EnergyBaseline, dmon_metrics, smi_metrics, top_metrics
 from radt.collectors.tracking import connect, create_run, resolve_experiment, set_tags
 from radt.points import Point
-from radt.runmodel import GPUS_TAG, HOST_TAG, IMPORTED_TAG, INTERVAL_TAG, POINTS_TAG, ROLE_TAG, RUN_ROLE, gpu_entries
+from radt.runmodel import (
+    GPUS_TAG,
+    HOST_TAG,
+    IMPORTED_TAG,
+    INTERVAL_TAG,
+    POINTS_TAG,
+    PROMETHEUS_GAP_TAG,
+    PROMETHEUS_TAG,
+    ROLE_TAG,
+    RUN_ROLE,
+    gpu_entries,
+    node_statuses,
+    node_tag,
+)
 from radt.settings import display_uri, tracking_uri
 
 CHUNK = 50_000
@@ -183,19 +197,63 @@ def build_points(
     return points, formats
 
 
-def _run_gpus(tags: dict[str, str], given: str | None) -> tuple[list[int] | None, list[tuple[int, int]], dict[str, int]]:
-    """(GPU indices or None for all, MIG slices, UUID -> index) from the radt.gpus tag, else --gpus 0+1, else all."""
-    entries = [e for e in gpu_entries(tags) if isinstance(e.get("index"), int)]
+def _run_gpus(tags: dict[str, str], given: str | None, node: str | None = None) -> tuple[list[int] | None, list[tuple[int, int]], dict[str, int]]:
+    """(GPU indices or None for all, MIG slices, UUID -> index) from the radt.gpus tag (a node's own), else --gpus 0+1:3, else all."""
+    entries = [e for e in gpu_entries(tags, node) if isinstance(e.get("index"), int)]
     if entries:
         gpus = sorted({e["index"] for e in entries})
         slices = [(e["index"], e["gpu_instance"]) for e in entries if isinstance(e.get("gpu_instance"), int)]
         return gpus, slices, {e["uuid"]: e["index"] for e in entries if e.get("uuid")}
     if given:
-        parts = given.replace(",", "+").split("+")
-        if not all(p.strip().isdigit() for p in parts):
-            raise ValueError(f"--gpus '{given}' is not a list of GPU indices; give e.g. --gpus 0+1")
-        return sorted({int(p) for p in parts}), [], {}
+        return (*parse_gpus(given), {})
     return None, [], {}
+
+
+def parse_gpus(given: str) -> tuple[list[int], list[tuple[int, int]]]:
+    """'0+1:3' -> GPUs [0, 1] and GPU 1's MIG slice with GPU instance id 3 (dcgm-exporter's GPU_I_ID); ValueError names the fix."""
+    gpus: set[int] = set()
+    slices: list[tuple[int, int]] = []
+    for part in (p.strip() for p in given.replace(",", "+").split("+")):
+        gpu, _, gi = part.partition(":")
+        if not gpu.isdigit() or (gi and not gi.isdigit()) or (_ and not gi):
+            raise ValueError(f"--gpus '{given}' is not a list of GPU indices; give e.g. --gpus 0+1, or 1:3 for GPU 1's MIG slice GPU_I_ID 3")
+        gpus.add(int(gpu))
+        if gi:
+            slices.append((int(gpu), int(gi)))
+    return sorted(gpus), slices
+
+
+class Part(NamedTuple):
+    """One host's share of a run to read from Prometheus: the node's id (None: a run of one host), its host, GPUs and time."""
+
+    node: str | None
+    host: str
+    gpus: list[int] | None
+    slices: list[tuple[int, int]]
+    uuids: dict[str, int]
+    start_ms: int
+    end_ms: int
+
+
+def run_parts(run, host: str | None, gpus: str | None) -> list[Part]:
+    """A run's parts: each node of a multi-node run (its host, GPUs and script times from its radt.node.<node>/ tags), else the run."""
+    tags = dict(run.data.tags)
+    start_ms = int(run.info.start_time)
+    end_ms = int(run.info.end_time) if run.info.end_time and run.info.status != "RUNNING" else int(time.time() * 1000)
+    nodes = sorted(node_statuses(tags))
+    if not nodes:
+        found = tags.get(HOST_TAG) or host
+        if not found:
+            raise ValueError(f"run {run.info.run_id} does not say its host (no {HOST_TAG} tag); give --host NODE, the exporter's Hostname")
+        return [Part(None, found, *_run_gpus(tags, gpus), start_ms, end_ms)]
+    if host or gpus:
+        raise ValueError(f"run {run.info.run_id} ran on nodes {', '.join(nodes)}, each tagged with its host and GPUs; drop --host and --gpus")
+    parts = []
+    for node in nodes:
+        own = tags.get(node_tag(node, "script_start_ms"), ""), tags.get(node_tag(node, "script_end_ms"), "")
+        span = (int(own[0]), int(own[1])) if own[0].isdigit() and own[1].isdigit() else (start_ms, end_ms)
+        parts.append(Part(node, tags.get(node_tag(node, HOST_TAG.removeprefix("radt."))) or node, *_run_gpus(tags, None, node), *span))
+    return parts
 
 
 def _existing(client, run_id: str, keys: set[str]) -> set[tuple[str, int]]:
@@ -215,57 +273,71 @@ def _existing(client, run_id: str, keys: set[str]) -> set[tuple[str, int]]:
     return {(k, m.timestamp) for k in keys for m in client.get_metric_history(run_id, k)}
 
 
-def _missing(points: list[Point], gpus: list[int] | None, host: str, url: str) -> str | None:
-    """One line when the run's host or one of its GPUs has no series in Prometheus over the run."""
+def _missing(points: list[Point], part: Part, url: str, label: str) -> str | None:
+    """One line when the part's host or one of its GPUs has no series in Prometheus over the run."""
     from radt.catalogue import resolve
 
-    seen = {resolve(p.key).gpu for p in points}
+    where = f"{label}={part.host}" + (f" (node {part.node})" if part.node else "")
     if not points:
-        which = "any GPU" if gpus is None else "GPU " + ", ".join(map(str, gpus))
-        return f"no dcgm-exporter series for {which} of Hostname={host} at {url} over the run"
-    lost = sorted(set(gpus or []) - seen)
-    return f"no dcgm-exporter series for GPU {', '.join(map(str, lost))} of Hostname={host} at {url} over the run" if lost else None
+        which = "any GPU" if part.gpus is None else "GPU " + ", ".join(map(str, part.gpus))
+        return f"no dcgm-exporter series for {which} of {where} at {url} over the run"
+    seen = {resolve(p.key).gpu for p in points}
+    lost = sorted(set(part.gpus or []) - seen)
+    return f"no dcgm-exporter series for GPU {', '.join(map(str, lost))} of {where} at {url} over the run" if lost else None
 
 
 def prometheus_main(argv: list[str]) -> int:
-    """`radt import --prometheus URL --run RUN_ID`: a finished (or running) run's GPU series from the cluster's Prometheus."""
+    """`radt import --prometheus URL --run RUN_ID`: a finished (or running) run's GPU series from the cluster's Prometheus.
+
+    Each node of a multi-node run is read for its own host and GPUs into its system/<node>/ keys; a point already in
+    the run is not added again, and a gap tag an earlier import left goes once the series are all there."""
     from radt.cli import OneLineParser
-    from radt.collectors.promql import PromError
-    from radt.collectors.sources.prometheus import PROMETHEUS_GAP_TAG, PROMETHEUS_TAG, backfill
+    from radt.collectors.nodes import node_key, node_scoped
+    from radt.collectors.promql import PromError, check_label, check_url
+    from radt.collectors.sources.prometheus import backfill
+    from radt.settings import PROMETHEUS_HOST_LABEL
 
     parser = OneLineParser(prog="radt import", description="Fill a run with its GPUs' dcgm-exporter series from Prometheus.")
     parser.add_argument("--prometheus", required=True, help="Prometheus server URL, e.g. http://prometheus:9090")
     parser.add_argument("--run", required=True, help="the run's id")
     parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
     parser.add_argument("--host", help="the node the run ran on (its dcgm-exporter Hostname), where the run has no radt.host tag")
-    parser.add_argument("--gpus", help="GPU indices, e.g. 0+1, where the run has no radt.gpus tag (default: every GPU of the host)")
+    parser.add_argument(
+        "--gpus", help="GPU indices, e.g. 0+1 (1:3 for GPU 1's MIG slice GPU_I_ID 3), where the run has no radt.gpus tag (default: every GPU of the host)"
+    )
+    parser.add_argument("--host-label", help="the exporter's node label (default RADT_PROMETHEUS_HOST_LABEL, else Hostname; instance: the scrape target)")
     args = parser.parse_args(argv)
-    url = args.prometheus.rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        parser.error(f"--prometheus '{args.prometheus}' is not an http(s) URL; give e.g. --prometheus http://prometheus:9090")
+    try:
+        url = check_url(args.prometheus)
+        label = check_label(args.host_label or PROMETHEUS_HOST_LABEL.get().strip() or "Hostname", "--host-label")
+    except ValueError as exc:
+        parser.error(str(exc))
     uri = tracking_uri(args.store)
     client = connect(uri)
     try:
         run = client.get_run(args.run)
     except Exception:
         raise ValueError(f"run '{args.run}' not found in {display_uri(uri)}; give a run id of that store (or --store)") from None
-    tags = dict(run.data.tags)
-    host = tags.get(HOST_TAG) or args.host
-    if not host:
-        raise ValueError(f"run {args.run} does not say its host (no {HOST_TAG} tag); give --host NODE, the exporter's Hostname")
-    gpus, slices, uuids = _run_gpus(tags, args.gpus)
-    start_ms = int(run.info.start_time)
-    end_ms = int(run.info.end_time) if run.info.end_time and run.info.status != "RUNNING" else int(time.time() * 1000)
+    parts = run_parts(run, args.host, args.gpus)
     try:
-        step_s = float(tags.get(INTERVAL_TAG) or 1.0)
+        step_s = float(run.data.tags.get(INTERVAL_TAG) or 1.0)
     except ValueError:
         step_s = 1.0
-    try:
-        points = backfill(url, host, gpus, start_ms, end_ms, step_s if step_s > 0 else 1.0, slices=slices, uuids=uuids)
-    except PromError as exc:
-        set_tags(client, args.run, {PROMETHEUS_GAP_TAG: str(exc)})
-        print(f"radt import: {exc}; check --prometheus and that the server runs, then import again", file=sys.stderr)
-        return 1
+    points: list[Point] = []
+    gaps: dict[str | None, str] = {}
+    for part in parts:
+        try:
+            found = backfill(url, part.host, part.gpus, part.start_ms, part.end_ms, step_s if step_s > 0 else 1.0,
+                             slices=part.slices, uuids=part.uuids, host_label=label)  # fmt: skip
+        except PromError as exc:
+            set_tags(client, args.run, {PROMETHEUS_GAP_TAG: str(exc)})
+            print(f"radt import: {exc}; check --prometheus and that the server runs, then import again", file=sys.stderr)
+            return 1
+        gap = _missing(found, part, url, label)
+        if gap:
+            gaps[part.node] = gap
+            print(f"radt import: {gap}", file=sys.stderr)
+        points += [p._replace(key=node_key(p.key, part.node)) for p in found] if part.node else found
     have = _existing(client, args.run, {p.key for p in points})
     new = [p for p in points if (p.key, p.timestamp) not in have]
     store = open_metric_store(uri)
@@ -273,11 +345,16 @@ def prometheus_main(argv: list[str]) -> int:
         store.write(args.run, new[offset : offset + CHUNK])
     store.close()
     tags = {PROMETHEUS_TAG: f"{url} {len(points)} points"}
-    gap = _missing(points, gpus, host, url)
-    if gap:
-        tags[PROMETHEUS_GAP_TAG] = gap
-        print(f"radt import: {gap}", file=sys.stderr)
+    for part in parts:
+        if part.node and part.node in gaps:
+            tags |= node_scoped({PROMETHEUS_GAP_TAG: gaps[part.node]}, part.node)
+    if gaps:
+        tags[PROMETHEUS_GAP_TAG] = "; ".join(f"{node}: {gap}" if node else gap for node, gap in gaps.items())
     set_tags(client, args.run, tags)
+    stale = {PROMETHEUS_GAP_TAG} if not gaps else set()
+    stale |= {node_tag(part.node, PROMETHEUS_GAP_TAG.removeprefix("radt.")) for part in parts if part.node and part.node not in gaps}
+    for key in sorted(stale & set(run.data.tags)):  # an earlier import's (or the run's own) gap, now filled
+        client.delete_tag(args.run, key)
     keys = len({p.key for p in points})
     print(f"radt import: run {args.run}: {len(new)} new points ({len(points) - len(new)} already there), {keys} series from {url}", file=sys.stderr)
     print(args.run)

@@ -220,7 +220,7 @@ class Monitor:
         written = recording.writer.close(self.flush_timeout)
         recording.writer.store.close()
         logs = recording.run_dir / LOGS_DIR
-        (logs / "radt-sources.json").write_text(json.dumps({s.name: s.describe() for s in recording.sampler.sources}, indent=2))
+        (logs / "radt-sources.json").write_text(json.dumps(recording.sampler.describe(), indent=2))
         finish_run(self.client, recording.run_dir, recording.run_id, None, status, 0, stop_reason, written, recording.writer.written, deadline=exit_by)
         release_run_dir(recording.run_dir)  # ended, or waiting for `radt sync`, which may take it over now
         return (recording.run_dir / DONE_FILE).exists()

@@ -47,6 +47,22 @@ TIMEOUT = 5.0  # seconds for one HTTP call
 CHUNK_S = 3600  # seconds of raw samples asked for in one backfill query
 
 
+def check_url(text: str, source: str = "--prometheus") -> str:
+    """A Prometheus server's base URL without its trailing slash; ValueError in one line naming the fix."""
+    url = text.strip().rstrip("/")
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc or parsed.query or parsed.fragment:
+        raise ValueError(f"{source} '{text}' is not a Prometheus server's http(s) URL; give e.g. {source} http://prometheus:9090")
+    return url
+
+
+def check_label(name: str, source: str = "RADT_PROMETHEUS_HOST_LABEL") -> str:
+    """A Prometheus label name (Hostname, instance, node); ValueError in one line naming the fix."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ValueError(f"{source}={name!r} is not a Prometheus label name; give the exporter's node label, e.g. Hostname or instance")
+    return name
+
+
 class PromError(Exception):
     """Prometheus did not answer (`kind` "unreachable") or refused the query ("refused"); the message says which."""
 
@@ -122,7 +138,7 @@ class Wanted(NamedTuple):
     """Which of a node's series belong to the run: GPUs by NVML index (None: all), MIG slices, UUID -> NVML index."""
 
     gpus: list[int] | None = None
-    slices: tuple[tuple[int, int], ...] | list[tuple[int, int]] = ()  # (GPU, GPU instance id); empty: every slice of a wanted GPU
+    slices: tuple[tuple[int, int], ...] | list[tuple[int, int]] = ()  # (GPU, GPU instance id): the run's MIG slices, none besides
     uuids: Mapping[str, int] = {}
 
     def place(self, labels: Mapping[str, str]) -> tuple[int, int | None] | None:
@@ -136,11 +152,11 @@ class Wanted(NamedTuple):
             return None
         gi_text = labels.get("GPU_I_ID", "")
         mig = int(gi_text) if gi_text.isdigit() else None
-        if self.gpus is not None and gpu not in self.gpus and (mig is None or (gpu, mig) not in self.slices):
-            return None
-        if mig is not None and self.slices and (gpu, mig) not in self.slices:
-            return None
-        return gpu, mig
+        if self.gpus is None:  # every GPU of the node, and every slice
+            return gpu, mig
+        if mig is None:
+            return (gpu, None) if gpu in self.gpus else None
+        return (gpu, mig) if (gpu, mig) in self.slices else None  # another tenant's slice of a GPU in MIG mode is not the run's
 
 
 def series_key(labels: Mapping[str, str], wanted: Wanted) -> tuple[str, float] | None:

@@ -35,7 +35,7 @@ from radt.collectors.tracking import ADDED_ENV, connect, create_run, join_run, r
 from radt.collectors.watchdog import Guard, kill_recorded, read_record, remove_cgroup
 from radt.collectors.writer import MetricWriter
 from radt.rundir import CONTEXT_FILE, LOGS_DIR, SPOOL_FILE, STARTED_FILE, STOP_REASON_FILE
-from radt.runmodel import GPUS_TAG, INTERVAL_TAG, MIG_ACTIVITY_TAG
+from radt.runmodel import GPUS_TAG, INTERVAL_TAG, MIG_ACTIVITY_TAG, PROMETHEUS_GAP_TAG
 from radt.settings import POINTS_LOST_EXIT, display_uri, radt_home
 
 STOP_GRACE = 30.0  # seconds between SIGINT and SIGTERM, and SIGTERM and SIGKILL, at --max-time
@@ -265,18 +265,20 @@ class Supervisor:
         return self.child.returncode
 
 
-def _prometheus_final(sources: list, start_ms: int, end_ms: int, put, client, run_id: str, node: str | None) -> None:
-    """The prometheus listener's scrapes stored after its last tick go into the run, its gap into a tag; never fails the run."""
+def _prometheus_final(sampler: Sampler, start_ms: int, end_ms: int, put) -> dict[str, str]:
+    """The prometheus listener's scrapes stored after its last tick go into the run (its series only, see owners.py);
+    returns its gap tag for finish_run, if any. Never fails the run."""
     try:
-        from radt.collectors.sources.prometheus import PROMETHEUS_GAP_TAG, PrometheusSource, final_backfill, gap
+        from radt.collectors.sources.prometheus import PrometheusSource, final_backfill, gap
 
-        for source in sources:
+        for source in sampler.sources:
             if isinstance(source, PrometheusSource):
-                put(final_backfill(source, start_ms, end_ms))
+                put(sampler.owners.late(source, final_backfill(source, start_ms, end_ms)))
                 if gap(source):
-                    set_tags(client, run_id, node_scoped({PROMETHEUS_GAP_TAG: gap(source)}, node))
+                    return {PROMETHEUS_GAP_TAG: gap(source)}
     except Exception as exc:
         report(f"radt: listener 'prometheus': its last scrapes not read ({type(exc).__name__}: {exc})")
+    return {}
 
 
 def final_status(returncode: int, supervisor: Supervisor, stop_reason: str | None) -> str:
@@ -442,14 +444,14 @@ def run_script(opts: RunOptions) -> int:
         for tee in tees:
             tee.join(5)
         sampler.stop()
-        _prometheus_final(sampler.sources, script_start_ms, script_end_ms, on_node(writer.put, member.node), client, run_id, member.node)
+        source_tags = _prometheus_final(sampler, script_start_ms, script_end_ms, on_node(writer.put, member.node))
         stop_file = run_dir / STOP_REASON_FILE
         stop_reason = stop_file.read_text().strip() if stop_file.exists() else None
         status = final_status(returncode, supervisor, stop_reason)
         with flush_signals() as cancel:
             try:
                 freeze(logs)  # the writer keeps sending meanwhile
-                (logs / "radt-sources.json").write_text(json.dumps({s.name: s.describe() for s in sampler.sources}, indent=2))
+                (logs / "radt-sources.json").write_text(json.dumps(sampler.describe(), indent=2))
             except OSError as exc:  # a full disk must not cost the run its status
                 report(f"radt: cannot write the run's logs in {logs} ({exc.strerror or exc})")
             written = writer.close(max(0.0, exit_by - time.monotonic()), cancel)
@@ -467,6 +469,7 @@ def run_script(opts: RunOptions) -> int:
                 deadline=exit_by,
                 cancel=cancel,
                 node=member.node,
+                tags=source_tags,
             )
         if gate:
             gate.record(status)

@@ -1,7 +1,8 @@
 """One thread that reads every open source at a fixed interval and hands the points on.
 
 The sink must not block (the writer queues); a source that fails mid-run is reported once
-and dropped, the others carry on.
+and dropped, the others carry on. A series two sources read (nvml's and dcgm's power) is kept
+from one of them, the first named in -l (collectors/owners.py), so no series mixes two instruments.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from radt.collectors.owners import SeriesOwners
 from radt.collectors.sources.base import MetricSource, SamplingContext, SourceUnavailable
 from radt.points import Point
 
@@ -50,6 +52,7 @@ class Sampler(threading.Thread):
         self.start_gate = start_gate  # --manual: sample only once this returns True
         self.step = 0
         self._halt = threading.Event()
+        self.owners = SeriesOwners(self.sources, report)
 
     def run(self) -> None:
         if self.start_gate is not None:
@@ -69,28 +72,49 @@ class Sampler(threading.Thread):
 
     def tick(self) -> None:
         timestamp = int(time.time() * 1000)
-        points: list[Point] = []
+        offered: list[tuple[MetricSource, Point]] = []
         for source in list(self.sources):
             try:
-                values = source.sample()
+                readings = source.readings(timestamp)
             except Exception as exc:
                 self.report(f"radt: listener '{source.name}' stopped after an error: {type(exc).__name__}: {exc}")
                 self.sources.remove(source)
+                self.owners.drop(source)
                 try:
                     source.close()
                 except Exception:
                     pass
                 continue
-            points.extend(Point(k, float(v), timestamp, self.step) for k, v in values.items())
+            for where, value, stamp in readings:
+                step = self.step if stamp == timestamp else self._step_at(stamp, timestamp)
+                offered.append((source, Point(where, float(value), stamp, step)))
+        points = self.owners.sort(self.step, offered)
         if points:
             self.sink(points)
         self.step += 1
+
+    def _step_at(self, stamp: int, now: int) -> int:
+        """The step of a value measured before this tick (a scrape): this tick's step less the intervals since."""
+        return max(0, self.step - round((now - stamp) / (self.interval * 1000)))
+
+    def describe(self) -> dict[str, dict]:
+        """Each source's facts for radt-sources.json, with the series another source gave instead."""
+        out = {}
+        for source in self.sources:
+            facts = dict(source.describe())
+            if source.name in self.owners.shadowed:
+                facts["series_kept_from"] = {name: sorted(keys) for name, keys in self.owners.shadowed[source.name].items()}
+            out[source.name] = facts
+        return out
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop sampling, take no further sample, and close every source."""
         self._halt.set()
         if self.is_alive():
             self.join(timeout)
+        waiting = self.owners.flush()  # series still undecided at the end: their points are written, not lost
+        if waiting:
+            self.sink(waiting)
         for source in self.sources:
             try:
                 source.close()

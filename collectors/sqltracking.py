@@ -453,6 +453,13 @@ class SqlTracking:
     def set_tag(self, run_id: str, key: str, value, synchronous: bool | None = None) -> None:
         self.log_batch(run_id, tags=[KeyValue(key, str(value))])
 
+    def delete_tag(self, run_id: str, key: str) -> None:
+        """The tag removed, as MlflowClient.delete_tag does (a stale gap tag after a good import); NotFound if the run has none."""
+        with self.engine.begin() as conn:
+            self._active_run(conn, run_id)
+            if conn.execute(sa.delete(db.tags).where(db.tags.c.run_uuid == run_id, db.tags.c.key == key)).rowcount == 0:
+                raise NotFound(f"No tag with name: {key} in run with id {run_id}")
+
     def set_terminated(self, run_id: str, status: str | None = None, end_time: int | None = None) -> None:
         """The run's status (FINISHED by default) and end time (now by default)."""
         self._update_run(run_id, status=status or "FINISHED", end_time=end_time or now_ms())

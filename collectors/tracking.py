@@ -274,9 +274,15 @@ def find_or_create_workload(client, experiment_id: str, workload: str) -> str:
     """The parent run of a workload (tag radt.workload), created RUNNING if none exists yet; RUNNING again if it had ended."""
     identity = {WORKLOAD_TAG: workload, ROLE_TAG: WORKLOAD_ROLE}
     parent, created = find_or_create(client, experiment_id, identity, {USER_TAG: getpass.getuser()}, workload_run_name(workload))
-    if not created and parent.info.status != "RUNNING":  # a new run joins an ended workload: it runs again until its runs are done
-        client.update_run(parent.info.run_id, status="RUNNING")
+    if not created:  # a new run joins an ended workload: it runs again until its runs are done
+        run_again(client, parent)
     return parent.info.run_id
+
+
+def run_again(client, run) -> None:
+    """An ended run RUNNING again, because a new part joins it (a workload's run, a node); it ends again with its last part."""
+    if run.info.status != "RUNNING":
+        client.update_run(run.info.run_id, status="RUNNING")
 
 
 PARENT_SETTLE_S = 1.0  # longer than an MLflow server takes to create a run, so the creators started together all see each other's
@@ -445,8 +451,7 @@ def join_run(client, run_id: str, node: str, environ: Mapping[str, str] | None =
     if SLURM_JOB_TAG not in run.data.tags:  # the run's own Slurm tags are the first node's
         tags.update(slurm_tags(environ))
     set_tags(client, run_id, tags)
-    if run.info.status != "RUNNING":
-        client.update_run(run_id, status="RUNNING")
+    run_again(client, run)
     return run.info.experiment_id, run.data.tags.get(PARENT_TAG)
 
 

@@ -8,6 +8,7 @@ spell every one of these here, so a tag renamed is renamed for both.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Iterable, Mapping
 from string import ascii_uppercase
@@ -47,6 +48,8 @@ RUNS_TAG = "radt.runs"  # a CSV workload's parent: how many runs it has
 IMPORTED_TAG = "radt.imported"  # `radt import`: the files a run was made from
 MONITOR_TAG = "radt.monitor"  # `radt monitor`: a run without a training script
 DEMO_TAG = "radt.demo"  # `radt demo`: made-up data, marked as such
+PROMETHEUS_TAG = "radt.prometheus"  # `radt import --prometheus`: "<url> <n> points" read from the cluster's Prometheus
+PROMETHEUS_GAP_TAG = "radt.prometheus_gap"  # the one-line reason Prometheus series are missing (unreachable, refused, no series)
 
 # a run across nodes (MLflow's MLFLOW_SYSTEM_METRICS_NODE_ID): one tag per node says its part's status, others its host, GPUs, ...
 NODE_TAG = "radt.node."  # radt.node.<node> = RUNNING | FINISHED | FAILED | KILLED; radt.node.<node>/<what> = the node's own tags
@@ -63,8 +66,6 @@ def node_tag(node: str, what: str = "") -> str:
 
 def gpu_entries(tags: Mapping[str, str], node: str | None = None) -> list[dict]:
     """The radt.gpus entries ({"series": "gpu_0", "uuid": ...}) of the run, or of one node's part (radt.node.<node>/gpus)."""
-    import json
-
     try:
         listed = json.loads(tags.get(node_tag(node, "gpus") if node else GPUS_TAG) or "[]")
     except ValueError:

@@ -182,7 +182,14 @@ PROMETHEUS_URL = Setting(
     "RADT_PROMETHEUS_URL",
     str,
     "",
-    "the Prometheus server (http://host:9090) whose dcgm-exporter series the `prometheus` listener reads for this node's GPUs",
+    "the Prometheus server (http://host:9090) whose dcgm-exporter series the `prometheus` listener reads for this node's GPUs; `--prometheus URL` wins",
+)
+PROMETHEUS_HOST_LABEL = Setting(
+    "RADT_PROMETHEUS_HOST_LABEL",
+    str,
+    "Hostname",
+    "the exporter's label that names the node (dcgm-exporter's Hostname; `instance` matches the scrape target host:port; "
+    "Kubernetes relabelling often adds `node` or `kubernetes_node`), compared with this host's name",
 )
 MEMORY_POINTS = Setting(
     "RADT_MEMORY_POINTS",

@@ -17,7 +17,7 @@ import pytest
 from mlflow import MlflowClient
 
 from radt.collectors import gpus
-from tests.fakes.fake_nvml import A100, H100
+from tests.fakes.fake_nvml import A100, H100, mig_gpu
 from tests.support import prometheus as prom
 from tests.support.polling import wait_for
 from tests.support.ports import free_port
@@ -126,3 +126,53 @@ def test_a_port_in_use_is_one_line_and_exit_2(store_uri, radt_home):
     assert done.returncode == 2, done.stderr
     assert [line for line in done.stderr.splitlines() if line.strip()] == [f"radt monitor: port {port} is in use; choose another --prometheus-port"]
     assert MlflowClient(store_uri).get_experiment_by_name("monitor") is None  # nothing started
+
+
+def test_each_mig_slice_is_labelled_with_the_run_on_it_and_a_node_of_a_multinode_run_counts_here(store_uri, radt_home, tmp_path):
+    """An H100 in MIG mode with two slices: one run on slice 1 (a run of this host), another on slice 2 as node n2 of a
+    run whose first node is elsewhere. Each slice's series names its own run only; the whole GPU's series names both."""
+    h100 = mig_gpu(H100, (1, "3g.40gb", 0.6), (2, "1g.10gb", 0.2), uuid=UUID0)
+    slice1, slice2 = h100["mig"]
+    client = MlflowClient(store_uri)
+    experiment = client.create_experiment("mig")
+    here = socket.gethostname()
+
+    def entries(mig: dict) -> str:
+        gpu = {"series": "gpu_0", "index": 0, "uuid": UUID0}
+        return gpus.gpus_tag([gpu, {"series": f"gpu_0_mig_{mig['gi']}", "index": 0, "uuid": mig["uuid"], "gpu_instance": mig["gi"]}])
+
+    single = radt_run(client, experiment, "on slice 1", start_time=int(time.time() * 1000), workload="w")
+    client.set_tag(single, "radt.gpus", entries(slice1))
+    multi = radt_run(client, experiment, "two nodes", start_time=int(time.time() * 1000), workload="w", letter="B")
+    for key, value in {
+        "radt.host": "node-elsewhere",  # the run's first node
+        "radt.node.n1": "RUNNING",
+        "radt.node.n1/host": "node-elsewhere",
+        "radt.node.n1/gpus": gpus.gpus_tag([{"series": "gpu_0", "index": 0, "uuid": "GPU-elsewhere"}]),
+        "radt.node.n2": "RUNNING",
+        "radt.node.n2/host": here,
+        "radt.node.n2/gpus": entries(slice2),
+    }.items():
+        client.set_tag(multi, key, value)
+    port = free_port()
+    proc = subprocess.Popen(
+        radt_command("monitor", "--interval", "0.5", "--prometheus-port", str(port), "-d", f"{slice1['uuid']}+{slice2['uuid']}"),
+        env=radt_env(radt_home, store_uri, fake_gpus=json.dumps([h100])),
+        cwd=radt_home,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with prom.Prometheus(tmp_path, [f"127.0.0.1:{port}"], job="radt-monitor") as server:
+            on1 = wait_for(lambda: _series(server, f'{SMACT}{{GPU_I_ID="1"}}'), timeout=30, what="slice 1's SMACT", process=proc)
+            on2 = wait_for(lambda: _series(server, f'{SMACT}{{GPU_I_ID="2"}}'), timeout=30, what="slice 2's SMACT", process=proc)
+            whole = wait_for(lambda: _series(server, 'radt_gpu_power_usage_watts{gpu="0"}'), timeout=30, what="the GPU's power", process=proc)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert [s["metric"]["run_id"] for s in on1] == [single] and on1[0]["metric"]["UUID"] == slice1["uuid"]
+    assert [s["metric"]["run_id"] for s in on2] == [multi] and on2[0]["metric"]["UUID"] == slice2["uuid"]
+    assert float(on1[0]["value"][1]) == pytest.approx(0.6) and float(on2[0]["value"][1]) == pytest.approx(0.2)  # each slice its own activity
+    assert sorted(s["metric"]["run_id"] for s in whole) == sorted([single, multi]) and all("GPU_I_ID" not in s["metric"] for s in whole)

@@ -3,6 +3,7 @@ dcgm-exporter stand-in that serves a recorded `dcgmi dmon` log: the run holds ex
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import time
@@ -13,43 +14,41 @@ from mlflow.tracking import MlflowClient
 
 from radt.cli import main as radt_main
 from radt.collectors.promql import EXPORTER_METRICS
-from radt.collectors.sources.prometheus import PROMETHEUS_GAP_TAG, PROMETHEUS_TAG
-from radt.runmodel import SCRIPT_END_TAG, SCRIPT_START_TAG
+from radt.runmodel import PROMETHEUS_GAP_TAG, PROMETHEUS_TAG, SCRIPT_END_TAG, SCRIPT_START_TAG
+from tests.fakes.fake_nvml import A100
 from tests.support import prometheus as prom
-from tests.support.dcgm_exporter import DcgmExporter, Device
+from tests.support.dcgm_exporter import Device
 from tests.support.ports import free_port
 from tests.support.radtproc import radt_env, run_radt
 
 LOG = Path(__file__).parent / "fixtures" / "real-tool-logs" / "mnist_dcgmi_dmon_18fields.txt"
 HOST = "node-a"
 HERE = socket.gethostname()
-DEVICES = [Device(HOST, 0, 0), Device(HOST, 1, 2), Device("node-b", 0, 4), Device(HERE, 0, 2), Device(HERE, 1, 0)]
+DEVICES = [Device(HOST, 0, 0), Device(HOST, 1, 2), Device(HOST, 1, 3, gi=2), Device("node-b", 0, 4), Device(HERE, 0, 2), Device(HERE, 1, 0)]
 SCRAPES = 4
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """(exporter, Prometheus, time before the first scrape in ms) once SCRAPES scrapes are stored."""
-    assert prom.available(), "Debian's prometheus is not installed (apt-get install prometheus; .ci/run installs it)"
-    folder = tmp_path_factory.mktemp("prometheus")
     start_ms = int(time.time() * 1000)
-    with DcgmExporter(LOG, DEVICES, start=5) as exporter, prom.Prometheus(folder, [exporter.target]) as server:
-        server.wait_samples(f'DCGM_FI_PROF_SM_ACTIVE{{Hostname="{HOST}",gpu="0"}}[1h]', SCRAPES)
+    until = f'DCGM_FI_PROF_SM_ACTIVE{{Hostname="{HOST}",gpu="0"}}[1h]'
+    with prom.serving(tmp_path_factory.mktemp("prometheus"), LOG, DEVICES, until, SCRAPES) as (exporter, server):
         yield exporter, server, start_ms
 
 
-def held(server: prom.Prometheus, host: str, gpu: int, start_ms: int, end_ms: int) -> dict[str, dict[int, float]]:
-    """{catalogue key: {timestamp: value}}: what Prometheus itself holds for one GPU of `host` in [start_ms, end_ms]."""
+def held(server: prom.Prometheus, host: str, gpu: int, start_ms: int, end_ms: int, gi: int | None = None, node: str = "") -> dict[str, dict[int, float]]:
+    """{catalogue key: {timestamp: value}}: what Prometheus itself holds for one GPU (or MIG slice) of `host` in [start_ms, end_ms]."""
     names = "|".join(EXPORTER_METRICS)
     span = end_ms - start_ms + 1
-    data = server.api("/api/v1/query", query=f'{{__name__=~"{names}",Hostname="{host}",gpu="{gpu}"}}[{span}ms]', time=f"{end_ms / 1000:.3f}")
+    promql = f'{{__name__=~"{names}",Hostname="{host}",gpu="{gpu}",GPU_I_ID="{"" if gi is None else gi}"}}[{span}ms]'
+    data = server.api("/api/v1/query", query=promql, time=f"{end_ms / 1000:.3f}")
+    where = (f"{node}/" if node else "") + f"gpu_{gpu}_" + (f"mig_{gi}_" if gi is not None else "")
     out: dict[str, dict[int, float]] = {}
     for series in data["result"]:
         metric = series["metric"]["__name__"]
         name, scale = EXPORTER_METRICS[metric]
-        out[f"system/gpu_{gpu}_{name}"] = {
-            round(float(t) * 1000): float(v) * scale for t, v in series["values"] if start_ms <= round(float(t) * 1000) <= end_ms
-        }
+        out[f"system/{where}{name}"] = {round(float(t) * 1000): float(v) * scale for t, v in series["values"] if start_ms <= round(float(t) * 1000) <= end_ms}
     return {k: v for k, v in out.items() if v}
 
 
@@ -122,33 +121,89 @@ def test_import_from_a_prometheus_that_is_down(store_uri, radt_home, capsys):
     assert code == 2 and "not found" in err and err.count("\n") == 1, err
 
 
-def test_a_run_ends_with_every_scrape_prometheus_holds(served, tmp_path, sqlite_template, radt_home):
-    """`-l prometheus` at a 2 s interval returns every other scrape live; the final read adds the rest at their own times."""
+LIVE_TRAIN = """
+import sys, time
+from mlflow import MlflowClient
+import radt
+
+client = MlflowClient()
+with radt.run() as run:
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:
+        seen = len(client.get_metric_history(run.run_id, "system/gpu_0_sm_active"))
+        if seen >= int(sys.argv[1]):
+            break
+        time.sleep(0.1)
+print(f"saw {seen} live points", flush=True)
+"""
+
+
+def run_of(uri: str):
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], "tags.`radt.role` = 'run'")
+    assert len(runs) == 1, runs
+    return client, runs[0]
+
+
+def test_a_run_holds_every_scrape_at_its_own_time_live_and_at_its_end(served, tmp_path, sqlite_template, radt_home):
+    """`-l prometheus` at a 2 s interval: while the script trains, each tick writes the scrapes stored since the last at their
+    own timestamps (the script sees them in the store); at its end the rest. The run's series equal what Prometheus holds."""
     exporter, server, _ = served
     store = tmp_path / "store.db"
     shutil.copy(sqlite_template, store)
     uri = f"sqlite:///{store}"
-    script = tmp_path / "train.py"
-    script.write_text("import time\ntime.sleep(5)\n")
+    (tmp_path / "train.py").write_text(LIVE_TRAIN)
     env = radt_env(radt_home, uri, extra={"RADT_PROMETHEUS_URL": server.url})
-    done = run_radt(["-l", "prometheus+host", "--interval", "2", str(script)], env, tmp_path, timeout=60)
+    done = run_radt(["-l", "prometheus+host", "--interval", "2", "train.py", "3"], env, tmp_path, timeout=90)
     assert done.returncode == 0, done.stderr
     assert "'prometheus'" not in done.stderr, done.stderr
-    client = MlflowClient(tracking_uri=uri)
-    run = client.search_runs([e.experiment_id for e in client.search_experiments()])[0]
+    assert "saw 3 live points" in done.stdout or "saw 4 live points" in done.stdout, done.stdout  # written while it trained
+    client, run = run_of(uri)
     start, end = int(run.data.tags[SCRIPT_START_TAG]), int(run.data.tags[SCRIPT_END_TAG])
     got = {k: v for k, v in in_run(client, run.info.run_id).items() if k.startswith("system/gpu_")}
+    every = {}
     for gpu in (0, 1):
+        every |= held(server, HERE, gpu, start - 60_000, end + 5_000)  # the run's points may start before the script, at radt's start
         want = held(server, HERE, gpu, start, end)
-        assert want and set(k for k in got if k.startswith(f"system/gpu_{gpu}_")) == set(want)
+        assert want and {k for k in got if k.startswith(f"system/gpu_{gpu}_")} == set(want)
         for where, scrapes in want.items():
-            series = got[where]
-            live = sorted(v for t, v in series.items() if t not in scrapes)  # returned at the sampler's ticks
-            late = {t: v for t, v in series.items() if t in scrapes}  # the final read, at the scrapes' own times
-            assert late and all(scrapes[t] == v for t, v in late.items()), where
-            skipped = sorted(v for t, v in scrapes.items() if t not in late)  # the ones returned live
-            assert skipped, (where, series)  # nothing the live source returned is written twice
-            assert set(skipped) <= set(live) and len(skipped) <= len(live) <= len(skipped) + 3, (where, skipped, live)
+            assert scrapes.items() <= got[where].items(), where  # every scrape while the script ran, at its time, with its value
+    for where, series in got.items():
+        assert series.items() <= every[where].items(), where  # nothing at a tick's time, nothing made up
+
+
+def test_prometheus_option_adds_the_listener_and_nvml_keeps_the_series_it_reads(served, tmp_path, sqlite_template, radt_home):
+    """`radt --prometheus URL` on a host whose NVML (simulated below pynvml: an A100, no GPM) gives power and
+    utilisation: those stay NVML's, the exporter adds what NVML lacks (SMACT, SMOCC, ...), each series one instrument's."""
+    exporter, server, _ = served
+    store = tmp_path / "store.db"
+    shutil.copy(sqlite_template, store)
+    uri = f"sqlite:///{store}"
+    (tmp_path / "train.py").write_text(LIVE_TRAIN)
+    env = radt_env(radt_home, uri, fake_gpus=json.dumps([{**A100, "load": 0.5}, {**A100, "load": 0.5}]))
+    done = run_radt(["--prometheus", server.url + "/", "-d", "0", "--interval", "0.5", "train.py", "4"], env, tmp_path, timeout=90)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if "both read" in line]
+    assert len(said) == 1 and said[0].startswith("radt: listeners 'nvml' and 'prometheus' both read system/gpu_0_"), done.stderr
+    client, run = run_of(uri)
+    assert run.data.tags["radt.listeners"] == "nvml+host+prometheus"
+    got = in_run(client, run.info.run_id)
+    power = 60 + (400 * 0.8 - 60) * 0.5  # the simulated A100's at load 0.5
+    assert set(got["system/gpu_0_power_usage_watts"].values()) == {power}
+    assert set(got["system/gpu_0_utilization_percentage"].values()) == {50.0}
+    every = held(server, HERE, 0, int(run.info.start_time) - 60_000, int(run.info.end_time) + 5_000)
+    for name in ("sm_active", "sm_occupancy", "gr_engine_active", "dram_active"):
+        series = got[f"system/gpu_0_{name}"]
+        assert series and series.items() <= every[f"system/gpu_0_{name}"].items(), name
+    assert not [k for k in got if k.startswith("system/gpu_1_")]  # -d 0
+
+
+def test_a_prometheus_url_that_is_not_one_is_one_line(tmp_path, radt_home):
+    (tmp_path / "train.py").write_text("print('trained')\n")
+    env = radt_env(radt_home, f"sqlite:///{tmp_path / 'store.db'}")
+    done = run_radt(["--prometheus", "prometheus:9090", "train.py"], env, tmp_path, timeout=60)
+    assert done.returncode == 2 and "trained" not in done.stdout
+    assert done.stderr == "radt: --prometheus 'prometheus:9090' is not a Prometheus server's http(s) URL; give e.g. --prometheus http://prometheus:9090\n"
 
 
 def test_a_run_with_prometheus_down_ends_with_its_gap_tagged(tmp_path, sqlite_template, radt_home):
@@ -167,3 +222,72 @@ def test_a_run_with_prometheus_down_ends_with_its_gap_tagged(tmp_path, sqlite_te
     run = client.search_runs([e.experiment_id for e in client.search_experiments()])[0]
     assert run.info.status == "FINISHED" and run.data.tags[PROMETHEUS_GAP_TAG] == said[0]
     assert any(k.startswith("system/") for k in run.data.metrics)  # the host listener's series: nothing else lost
+
+
+def test_import_reads_each_node_of_a_multinode_run_and_mig_slices(served, store_uri, capsys):
+    """A run two nodes shared: each node's GPUs from its own host's series, under system/<node>/; a plain run's MIG slice by --gpus 1:2."""
+    _, server, start_ms = served
+    client = MlflowClient(tracking_uri=store_uri)
+    experiment = client.create_experiment("prom")
+    tags = {
+        "radt.node.n1": "FINISHED",
+        "radt.node.n1/host": HOST,
+        "radt.node.n1/gpus": '[{"series":"gpu_0","index":0}]',
+        "radt.node.n2": "FINISHED",
+        "radt.node.n2/host": "node-b",
+        "radt.node.n2/gpus": '[{"series":"gpu_0","index":0}]',
+    }
+    run_id = client.create_run(experiment, start_time=start_ms, tags=tags).info.run_id
+    end_ms = int(time.time() * 1000)
+    client.set_terminated(run_id, "FINISHED", end_time=end_ms)
+    code, err = radt_import(capsys, "--prometheus", server.url, "--run", run_id, "--store", store_uri, "--host", HOST)
+    assert code == 2 and err.count("\n") == 1 and "ran on nodes n1, n2" in err, err
+    code, err = radt_import(capsys, "--prometheus", server.url, "--run", run_id, "--store", store_uri)
+    assert code == 0, err
+    want = held(server, HOST, 0, start_ms, end_ms, node="n1") | held(server, "node-b", 0, start_ms, end_ms, node="n2")
+    assert want and in_run(client, run_id) == want
+    assert want["system/n1/gpu_0_sm_active"] != want["system/n2/gpu_0_sm_active"]  # each node its own GPU 0
+
+    plain = client.create_run(experiment, start_time=start_ms).info.run_id
+    client.set_terminated(plain, "FINISHED", end_time=end_ms)
+    code, err = radt_import(capsys, "--prometheus", server.url, "--run", plain, "--store", store_uri, "--host", HOST, "--gpus", "1:x")
+    assert code == 2 and err.count("\n") == 1 and "--gpus '1:x'" in err, err
+    code, err = radt_import(capsys, "--prometheus", server.url, "--run", plain, "--store", store_uri, "--host", HOST, "--gpus", "1:2")
+    assert code == 0, err
+    want = held(server, HOST, 1, start_ms, end_ms) | held(server, HOST, 1, start_ms, end_ms, gi=2)
+    assert "system/gpu_1_mig_2_sm_active" in want and in_run(client, plain) == want
+
+
+def test_a_good_import_clears_the_gap_an_earlier_one_tagged(served, store_uri, capsys):
+    _, server, start_ms = served
+    client = MlflowClient(tracking_uri=store_uri)
+    run_id = client.create_run(client.create_experiment("prom"), start_time=start_ms, tags={"radt.host": HOST}).info.run_id
+    client.set_terminated(run_id, "FINISHED", end_time=int(time.time() * 1000))
+    code, err = radt_import(capsys, "--prometheus", f"http://127.0.0.1:{free_port()}", "--run", run_id, "--store", store_uri, "--gpus", "0")
+    assert code == 1 and PROMETHEUS_GAP_TAG in client.get_run(run_id).data.tags
+    code, err = radt_import(capsys, "--prometheus", server.url, "--run", run_id, "--store", store_uri, "--gpus", "0")
+    assert code == 0, err
+    tags = client.get_run(run_id).data.tags
+    assert PROMETHEUS_GAP_TAG not in tags and tags[PROMETHEUS_TAG].startswith(server.url)
+
+
+def test_each_node_of_a_run_tags_its_own_prometheus_gap(tmp_path, sqlite_template, radt_home):
+    """Two nodes joining one run (MLFLOW_RUN_ID + MLFLOW_SYSTEM_METRICS_NODE_ID) with Prometheus down: each part's gap under
+    radt.node.<node>/prometheus_gap, the run's own tag naming both, written with the part's last tags."""
+    store = tmp_path / "store.db"
+    shutil.copy(sqlite_template, store)
+    uri = f"sqlite:///{store}"
+    client = MlflowClient(tracking_uri=uri)
+    run_id = client.create_run(client.create_experiment("nodes")).info.run_id
+    (tmp_path / "train.py").write_text("print('trained')\n")
+    down = f"http://127.0.0.1:{free_port()}"
+    for node in ("n1", "n2"):
+        env = radt_env(radt_home, uri, extra={"MLFLOW_RUN_ID": run_id, "MLFLOW_SYSTEM_METRICS_NODE_ID": node})
+        done = run_radt(["--prometheus", down, "-l", "host", "train.py"], env, tmp_path, timeout=60)
+        assert done.returncode == 0 and "trained" in done.stdout, done.stderr
+    run = client.get_run(run_id)
+    tags = run.data.tags
+    assert run.info.status == "FINISHED"
+    for node in ("n1", "n2"):
+        assert tags[f"radt.node.{node}/prometheus_gap"].startswith(f"radt: listener 'prometheus': Prometheus at {down} did not answer")
+    assert tags[PROMETHEUS_GAP_TAG] == f"n1: {tags['radt.node.n1/prometheus_gap']}; n2: {tags['radt.node.n2/prometheus_gap']}"

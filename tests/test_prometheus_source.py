@@ -41,11 +41,9 @@ SCRAPES = 6
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """(exporter, Prometheus, time before the first scrape in ms) once at least SCRAPES scrapes are stored."""
-    assert prom.available(), "Debian's prometheus is not installed (apt-get install prometheus; .ci/run installs it)"
-    folder = tmp_path_factory.mktemp("prometheus")
     start_ms = int(time.time() * 1000)
-    with DcgmExporter(LOG, NODE_A + SLICES + NODE_B, start=5) as exporter, prom.Prometheus(folder, [exporter.target]) as server:
-        server.wait_samples(f'DCGM_FI_PROF_SM_ACTIVE{{Hostname="{HOST}",gpu="0",GPU_I_ID=""}}[1h]', SCRAPES)
+    until = f'DCGM_FI_PROF_SM_ACTIVE{{Hostname="{HOST}",gpu="0",GPU_I_ID=""}}[1h]'
+    with prom.serving(tmp_path_factory.mktemp("prometheus"), LOG, NODE_A + SLICES + NODE_B, until, SCRAPES) as (exporter, server):
         yield exporter, server, start_ms
 
 
@@ -135,24 +133,51 @@ def test_another_nodes_series_stay_its_own(served):
         assert len({p.timestamp for p in series}) == len(series)
 
 
-def test_source_samples_new_scrapes_of_this_node(served):
+def test_source_reads_each_new_scrape_of_this_node_once_at_its_own_time(served):
+    """Each tick gives every scrape stored since the last one, stamped with the scrape's time: nothing at the tick's time,
+    nothing twice, nothing from before the run."""
     exporter, server, _ = served
     lines: list[str] = []
     source = PrometheusSource(server.url, host=HOST, report=lines.append, uuids={})
     source.open(SamplingContext(interval=1.0, devices=[0], slices=[(1, 2)]))
-    first = source.sample()
     keys = served_keys(exporter, [NODE_A[0], SLICES[0]])
-    assert set(first) == set(keys)
-    for where, value in first.items():
-        assert value == expected(exporter, *keys[where], source._last[where])
-    stamp = source._last["system/gpu_0_sm_active"]
-    again = wait_for(lambda: source.sample() or None, timeout=10, what="a newer scrape")
-    assert source._last["system/gpu_0_sm_active"] > stamp  # a scrape is returned once, not at every tick
-    for where, value in again.items():
-        assert value == expected(exporter, *keys[where], source._last[where])
+    got: list = []
+    wait_for(
+        lambda: got.extend(source.readings(int(time.time() * 1000))) or {r.key for r in got} >= set(keys) and got, timeout=15, what="a scrape of every key"
+    )
+    wait_for(lambda: got.extend(source.readings(int(time.time() * 1000))) or len(got) >= 3 * len(keys), timeout=15, what="three scrapes of every key")
+    assert {r.key for r in got} == set(keys)
+    for where in keys:
+        stamps = [r.timestamp for r in got if r.key == where]
+        assert stamps == sorted(set(stamps)) and stamps[0] >= source.since_ms, (where, stamps, source.since_ms)
+    for where, value, stamp in got:
+        assert value == expected(exporter, *keys[where], stamp), (where, stamp)
     facts = source.describe()
     assert lines == [] and facts["errors"] == []
     assert "DCGM_FI_PROF_SM_ACTIVE" in facts["read"] and "DCGM_FI_DEV_FB_USED" in facts["not_found"]
+
+
+def test_a_series_two_listeners_read_is_kept_from_the_first_named(served):
+    """Two sources giving one key (nvml's and the exporter's power): the sampler keeps the first-named one's points only,
+    at the second's own timestamps nothing, and says so once."""
+    exporter, server, _ = served
+    lines: list[str] = []
+    first = PrometheusSource(server.url, host=HOST, report=lines.append, uuids={})
+    second = PrometheusSource(server.url, host="node-b", report=lines.append, uuids={})  # node-b's GPU 0: other values, same keys
+    for source in (first, second):
+        source.open(SamplingContext(devices=[0, 7]))
+    points: list = []
+    sampler = Sampler([first, second], 0.1, points.extend, report=lines.append)
+    wait_for(lambda: sampler.tick() or len({p.key for p in points}) > len(served_keys(exporter, [NODE_A[0]])), timeout=15, what="both sources' keys")
+    node_a, node_b = served_keys(exporter, [NODE_A[0]]), served_keys(exporter, [NODE_B[1]])  # node-b's GPU 7 only it has
+    assert {p.key for p in points} == set(node_a) | set(node_b)
+    for point in points:
+        device, metric = node_a.get(point.key) or node_b[point.key]
+        assert point.value == expected(exporter, device, metric, point.timestamp), point
+    shared = [line for line in lines if "both read" in line]  # besides: node-a has no GPU 7
+    assert len(shared) == 1 and shared[0].startswith("radt: listeners 'prometheus' and 'prometheus' both read system/gpu_0_"), lines
+    assert set(sampler.describe()["prometheus"]) >= {"url", "read"}
+    assert sampler.owners.shadowed["prometheus"]["prometheus"] == set(node_a)
 
 
 def test_problems_are_one_line_each_and_never_raise(served):
@@ -176,16 +201,27 @@ def test_problems_are_one_line_each_and_never_raise(served):
 
     missing = PrometheusSource(server.url, host=HOST, report=lines.append, uuids={})
     missing.open(SamplingContext(devices=[0, 9]))
-    assert "system/gpu_0_sm_active" in missing.sample()
-    missing.sample()
+    wait_for(lambda: "system/gpu_0_sm_active" in missing.sample(), timeout=10, what="a scrape after open")
     assert len(lines) == 3 and "no dcgm-exporter series for GPU 9 on node-a" in lines[2], lines
     assert missing.describe()["errors"] == [lines[2]]
 
 
-def test_listener_name_and_url_setting(monkeypatch):
+def test_listener_name_url_and_host_label_settings(monkeypatch):
     assert parse_listeners("nvml+prometheus") == ["nvml", "prometheus"]
     monkeypatch.delenv("RADT_PROMETHEUS_URL", raising=False)
-    with pytest.raises(SourceUnavailable, match="RADT_PROMETHEUS_URL"):
+    with pytest.raises(SourceUnavailable, match="--prometheus http://<server>:9090 \\(or RADT_PROMETHEUS_URL\\)"):
         make_source("prometheus").open(SamplingContext())
     monkeypatch.setenv("RADT_PROMETHEUS_URL", "http://prom.example:9090/")
-    assert make_source("prometheus").url == "http://prom.example:9090"
+    source = make_source("prometheus")
+    assert source.url == "http://prom.example:9090" and source.host_label == "Hostname"
+    monkeypatch.setenv("RADT_PROMETHEUS_HOST_LABEL", "kubernetes_node")  # a Kubernetes relabelling's node label
+    source = make_source("prometheus")
+    source.open(SamplingContext(devices=[0]))
+    assert source.host_label == "kubernetes_node" and f'kubernetes_node="{source.host}"' in source.selector
+    monkeypatch.setenv("RADT_PROMETHEUS_HOST_LABEL", "node-name")
+    with pytest.raises(SourceUnavailable, match="RADT_PROMETHEUS_HOST_LABEL='node-name' is not a Prometheus label name"):
+        make_source("prometheus").open(SamplingContext())
+    monkeypatch.setenv("RADT_PROMETHEUS_URL", "prom.example:9090")
+    monkeypatch.delenv("RADT_PROMETHEUS_HOST_LABEL")
+    with pytest.raises(SourceUnavailable, match="RADT_PROMETHEUS_URL 'prom.example:9090' is not a Prometheus server's http\\(s\\) URL"):
+        make_source("prometheus").open(SamplingContext())

@@ -5,6 +5,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
+
+GPU_SERIES = "system/gpu_"  # what every per-GPU key starts with before a node id goes in (radt.catalogue.key)
 
 
 class SourceUnavailable(Exception):
@@ -21,10 +24,19 @@ class SamplingContext:
     pids: Callable[[], list] = field(default=lambda: [])  # psutil.Process objects of the run's tree
 
 
+class Reading(NamedTuple):
+    """One value a source read, at the moment it was measured (epoch ms)."""
+
+    key: str
+    value: float
+    timestamp: int
+
+
 class MetricSource(ABC):
     """One source of hardware metrics; `sample()` returns {metric key: value} for one tick."""
 
     name: str = ""
+    gives: str = "any"  # "gpu": only per-GPU series (system/gpu_...), "host": only the others; see covers()
 
     @abstractmethod
     def open(self, ctx: SamplingContext) -> None:
@@ -33,6 +45,16 @@ class MetricSource(ABC):
     @abstractmethod
     def sample(self) -> dict[str, float]:
         """Read the current values; skip (do not zero) what cannot be read."""
+
+    def covers(self, key: str) -> bool:
+        """Whether this source may give `key`: a series another listener gives waits only for earlier-named ones that may."""
+        if self.gives == "any":
+            return True
+        return key.startswith(GPU_SERIES) == (self.gives == "gpu")
+
+    def readings(self, now_ms: int) -> list[Reading]:
+        """One tick's values at the tick's time; a source whose values carry their own time (a Prometheus scrape) overrides it."""
+        return [Reading(k, v, now_ms) for k, v in self.sample().items()]
 
     def close(self) -> None:
         """Release handles and child processes."""

@@ -28,6 +28,7 @@ WHOLE = "the GPU-level series are the whole GPU's"
 
 class DcgmSource(MetricSource):
     name = "dcgm"
+    gives = "gpu"
 
     def __init__(self, executable: str = "dcgmi") -> None:
         self.executable = executable

@@ -14,6 +14,7 @@ MB = 1e6
 
 class HostSource(MetricSource):
     name = "host"
+    gives = "host"
 
     def __init__(self) -> None:
         self._pids = lambda: []

@@ -100,6 +100,7 @@ def _free_sample(sample) -> None:
 
 class NvmlSource(MetricSource):
     name = "nvml"
+    gives = "gpu"
 
     def __init__(self) -> None:
         self.handles: dict[int, object] = {}

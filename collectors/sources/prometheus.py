@@ -1,15 +1,17 @@
 """GPU metrics the cluster's dcgm-exporter already records, read back from its Prometheus server.
 
 Where a second DCGM client is unwelcome, the node's own exporter is the source: each tick reads the
-last raw samples of this node's series for the run's GPUs (and MIG slices) and names them with the
-catalogue keys radt's nvml/dcgm sources write. Prometheus away, a query refused, a GPU's series
-missing: one line each, the values simply missing; `backfill` reads a whole time range afterwards.
+raw samples of this node's series for the run's GPUs (and MIG slices) scraped since the last tick,
+at the scrapes' own timestamps, and names them with the catalogue keys radt's nvml/dcgm sources
+write. Prometheus away, a query refused, a GPU's series missing: one line each, the values simply
+missing; `final_backfill` reads at the run's end what was scraped after the last tick.
 """
 
 from __future__ import annotations
 
 import socket
 import sys
+import time
 from collections.abc import Callable
 
 from radt.catalogue import resolve
@@ -20,15 +22,15 @@ from radt.collectors.promql import (
     TIMEOUT,
     PromError,
     Wanted,
+    check_label,
+    check_url,
     keyed_samples,
     query,
     selector,
 )
-from radt.collectors.sources.base import MetricSource, SamplingContext, SourceUnavailable
+from radt.collectors.sources.base import MetricSource, Reading, SamplingContext, SourceUnavailable
 from radt.points import Point
 
-PROMETHEUS_TAG = "radt.prometheus"  # "<url> <n> points": what was read from Prometheus afterwards
-PROMETHEUS_GAP_TAG = "radt.prometheus_gap"  # the one-line reason series are missing (unreachable, refused, no series)
 WINDOW_S = 60  # seconds of raw samples each tick asks for: several scrapes at any usual scrape interval
 
 
@@ -50,12 +52,13 @@ def _uuids() -> dict[str, int]:
 
 class PrometheusSource(MetricSource):
     name = "prometheus"
+    gives = "gpu"
 
     def __init__(
         self,
         url: str | None = None,
         host: str | None = None,
-        host_label: str = DEFAULT_HOST_LABEL,
+        host_label: str | None = None,
         report: Callable[[str], None] = _stderr,
         timeout: float = TIMEOUT,
         uuids: dict[str, int] | None = None,
@@ -64,7 +67,11 @@ class PrometheusSource(MetricSource):
             from radt.settings import PROMETHEUS_URL
 
             url = PROMETHEUS_URL.get()
-        self.url = url.rstrip("/")
+        if host_label is None:
+            from radt.settings import PROMETHEUS_HOST_LABEL
+
+            host_label = PROMETHEUS_HOST_LABEL.get().strip() or DEFAULT_HOST_LABEL
+        self.url = url.strip().rstrip("/")
         self.host = host or socket.gethostname()
         self.host_label = host_label
         self.report = report
@@ -78,16 +85,23 @@ class PrometheusSource(MetricSource):
         self.read: set[str] = set()  # exporter metrics seen for the run's GPUs
         self.keys: set[str] = set()
         self._last: dict[str, int] = {}  # key -> timestamp of the newest sample already returned
+        self.since_ms = 0  # scrapes before the run (open) are not its
         self.returned: dict[str, set[int]] = {}  # key -> the scrape timestamps returned, for final_backfill
 
     def open(self, ctx: SamplingContext) -> None:
         if not self.url:
-            raise SourceUnavailable("no Prometheus URL; set RADT_PROMETHEUS_URL=http://<server>:9090 or drop 'prometheus' from -l")
+            raise SourceUnavailable("no Prometheus URL; give --prometheus http://<server>:9090 (or RADT_PROMETHEUS_URL), or drop 'prometheus' from -l")
+        try:
+            check_url(self.url, "RADT_PROMETHEUS_URL")
+            check_label(self.host_label)
+        except ValueError as exc:
+            raise SourceUnavailable(str(exc)) from None
         uuids = self._uuids if self._uuids is not None else _uuids()
         self.wanted = Wanted(ctx.devices, list(ctx.slices), uuids)
         self.window = max(WINDOW_S, int(ctx.interval * 3))
         self.interval = ctx.interval
         self.selector = selector(self.host, self.host_label)
+        self.since_ms = int(time.time() * 1000)
 
     def _once(self, kind: str, line: str) -> None:
         if kind not in self.problems:
@@ -95,35 +109,39 @@ class PrometheusSource(MetricSource):
             self.report(line)
 
     def sample(self) -> dict[str, float]:
+        """The newest of the new scrapes of each series (readings() gives them all, at their own times)."""
+        return {where: value for where, value, _ in self.readings(int(time.time() * 1000))}
+
+    def readings(self, now_ms: int) -> list[Reading]:
+        """Every scrape of the run's series stored since the last tick, at the scrape's timestamp; none twice."""
         try:
-            found = query(self.url, f"{self.selector}[{self.window}s]", timeout=self.timeout)
+            found = query(self.url, f"{self.selector}[{self.window}s]", timeout=self.timeout)  # on the server's clock
         except PromError as exc:
             self._once(exc.kind, f"radt: listener 'prometheus': {exc}; its GPU series are missing until it answers")
-            return {}
+            return []
         except Exception as exc:  # never into the sampler
             self._once("error", f"radt: listener 'prometheus': {type(exc).__name__}: {exc}")
-            return {}
+            return []
         for series in found:
             if self.wanted.place(series.labels) is not None and series.labels.get("__name__") in EXPORTER_METRICS:
                 self.read.add(series.labels["__name__"])
-        values: dict[str, float] = {}
+        out: list[Reading] = []
         conflicts: list[str] = []
         for where, samples in keyed_samples(found, self.wanted, conflicts).items():
             self.keys.add(where)
-            if not samples:  # only NaN in the window
-                continue
-            stamp, value = samples[-1]
-            if stamp > self._last.get(where, -1):  # a new scrape; an old one is not repeated
-                self._last[where] = stamp
-                self.returned.setdefault(where, set()).add(stamp)
-                values[where] = value
+            last = max(self._last.get(where, -1), self.since_ms - 1)
+            new = [(stamp, value) for stamp, value in samples if stamp > last]
+            if new:
+                self._last[where] = new[-1][0]
+                self.returned.setdefault(where, set()).update(stamp for stamp, _ in new)
+                out.extend(Reading(where, value, stamp) for stamp, value in new)
         if conflicts:
             self._once(
                 "conflict",
                 f"radt: listener 'prometheus': several series for one GPU ({conflicts[0]}); the first is read, narrow the host with {self.host_label}",
             )
         self._check_missing()
-        return values
+        return out
 
     def _check_missing(self) -> None:
         """One line when a watched GPU has no series at all on this node."""

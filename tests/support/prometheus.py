@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests.support.polling import wait_for, wait_http
@@ -81,3 +83,15 @@ class Prometheus:
             return data if result and all(float(r["value"][1]) >= count for r in result) else None
 
         return wait_for(enough, timeout=timeout, what=lambda: f"{count} samples of {promql} in Prometheus ({self.log()})", interval=0.2)
+
+
+@contextmanager
+def serving(folder: Path, log: Path, devices: list, until: str, scrapes: int, start: int = 5) -> Iterator[tuple]:
+    """(exporter, Prometheus): a dcgm-exporter stand-in serving `log` for `devices`, scraped by a real Prometheus,
+    once `until` (a range selector) holds `scrapes` samples."""
+    from tests.support.dcgm_exporter import DcgmExporter
+
+    assert available(), "Debian's prometheus is not installed (apt-get install prometheus; .ci/run installs it)"
+    with DcgmExporter(log, devices, start=start) as exporter, Prometheus(folder, [exporter.target]) as server:
+        server.wait_samples(until, scrapes)
+        yield exporter, server
