@@ -40,12 +40,6 @@ class Training(NamedTuple):
     entries: list[dict]  # radt.gpus entries: {"series", "index", "uuid", "gpu_instance", ...}
 
 
-def metric_name(metric: catalogue.Metric) -> str:
-    """radt_<catalogue name>; a per-GPU metric that does not say so itself gets gpu_ (radt_sm_active, radt_gpu_power_usage_watts)."""
-    gpu = metric.per_gpu and not metric.name.endswith(("_active", "_occupancy")) and not metric.name.startswith("gpu_")
-    return "radt_" + ("gpu_" if gpu else "") + metric.name
-
-
 def escape_label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
@@ -179,7 +173,7 @@ class Exposition:
             resolved = catalogue.resolve(key)
             if resolved is None:
                 continue
-            rows.append((metric_name(resolved.metric), resolved.device.sort_key(), resolved, value * resolved.scale, timestamp))
+            rows.append((catalogue.exposition_name(resolved.metric), resolved.device.sort_key(), resolved, value * resolved.scale, timestamp))
         for name, _order, resolved, value, timestamp in sorted(rows, key=lambda row: row[:2]):
             lines = families.setdefault(name, (resolved.metric, []))[1]
             for labels in self._label_sets(resolved, runs, monitor_run):

@@ -2,6 +2,8 @@
 
 dcgm-exporter publishes one series per GPU (labels `gpu`, `UUID`, `device`, `modelName`, `Hostname`)
 and per MIG slice (`GPU_I_ID`, `GPU_I_PROFILE` besides); Prometheus adds `job` and `instance`.
+An NVML/GPM exporter with the same labels is read too: `radt monitor --prometheus-port` (radt_sm_active,
+... in catalogue units); where a node runs both, dcgm-exporter's series is the one kept.
 The values are read raw (a range selector, `metric[30s]`), with the scrape's own timestamps, so
 nothing is resampled, repeated by the lookback window or dropped between steps as `query_range` would.
 """
@@ -17,7 +19,7 @@ import urllib.request
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from radt.catalogue import DCGM_TAGS, key
+from radt.catalogue import DCGM_TAGS, METRICS, exposition_name, key
 
 # dcgm-exporter metric -> the `dcgmi dmon` tag of the same DCGM field (DCGM's field names), whose
 # catalogue entry gives the metric and scale (FB_USED comes in MiB, as dmon's FBUSD does).
@@ -41,7 +43,10 @@ EXPORTER_TAGS: dict[str, str] = {
     "DCGM_FI_DEV_SM_CLOCK": "SMCLK",
     "DCGM_FI_DEV_FB_USED": "FBUSD",
 }
-EXPORTER_METRICS: dict[str, tuple[str, float]] = {metric: DCGM_TAGS[tag] for metric, tag in EXPORTER_TAGS.items()}
+DCGM_METRICS: dict[str, tuple[str, float]] = {metric: DCGM_TAGS[tag] for metric, tag in EXPORTER_TAGS.items()}
+# radt monitor's own exposition (collectors/exposition.py), an NVML/GPM exporter: per-GPU catalogue metrics, unit as stored
+RADT_METRICS: dict[str, tuple[str, float]] = {exposition_name(m): (m.name, 1.0) for m in METRICS.values() if m.per_gpu}
+EXPORTER_METRICS: dict[str, tuple[str, float]] = DCGM_METRICS | RADT_METRICS
 DEFAULT_HOST_LABEL = "Hostname"  # dcgm-exporter's own; "instance" matches the scrape target ("node-7:9400") instead
 TIMEOUT = 5.0  # seconds for one HTTP call
 CHUNK_S = 3600  # seconds of raw samples asked for in one backfill query
@@ -172,17 +177,17 @@ def series_key(labels: Mapping[str, str], wanted: Wanted) -> tuple[str, float] |
 def keyed_samples(found: Iterable[Series], wanted: Wanted, conflicts: list[str] | None = None) -> dict[str, list[tuple[int, float]]]:
     """{catalogue key: [(timestamp ms, value in the catalogue unit)]} of the watched series; NaN samples left out.
 
-    Two series for one key (two exporters on the node, a host label that matches two nodes) are never
-    merged: the first is kept and the clash said in `conflicts`."""
+    Two series for one key are never merged: dcgm-exporter's is kept over radt monitor's (both on the node); two of one
+    metric (a host label that matches two nodes, two dcgm-exporters) keep the first and say the clash in `conflicts`."""
     out: dict[str, list[tuple[int, float]]] = {}
     owner: dict[str, dict[str, str]] = {}
-    for series in found:
+    for series in sorted(found, key=lambda s: s.labels.get("__name__", "") not in DCGM_METRICS):  # dcgm-exporter's first
         named = series_key(series.labels, wanted)
         if named is None:
             continue
         where, scale = named
         if where in owner:
-            if conflicts is not None:
+            if conflicts is not None and owner[where].get("__name__") == series.labels.get("__name__"):  # not two exporters: two GPUs
                 conflicts.append(f"{where}: {_labels(owner[where])} and {_labels(series.labels)}")
             continue
         owner[where] = series.labels

@@ -122,6 +122,13 @@ class Device:
 HOST = Device()
 
 
+def exposition_name(metric: Metric) -> str:
+    """Its name in Prometheus (`radt monitor --prometheus-port`): radt_<name>, a per-GPU metric whose name does not say so
+    itself with gpu_ (radt_sm_active, radt_gpu_power_usage_watts); the prometheus listener reads these back too."""
+    gpu = metric.per_gpu and not metric.name.endswith(("_active", "_occupancy")) and not metric.name.startswith("gpu_")
+    return "radt_" + ("gpu_" if gpu else "") + metric.name
+
+
 def key(name: str, gpu: int | None = None, *, mig: int | None = None, node: str | None = None) -> str:
     """The MLflow metric key for a catalogue metric, e.g. key('sm_active', 0), key('sm_active', 0, mig=3)."""
     metric = METRICS[name]

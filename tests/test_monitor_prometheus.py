@@ -17,6 +17,7 @@ import pytest
 from mlflow import MlflowClient
 
 from radt.collectors import gpus
+from radt.collectors.sources.prometheus import backfill
 from tests.fakes.fake_nvml import A100, H100, mig_gpu
 from tests.support import prometheus as prom
 from tests.support.polling import wait_for
@@ -74,6 +75,9 @@ def test_prometheus_scrapes_the_monitor_with_the_training_run_on_each_gpu(store_
             host = wait_for(lambda: _series(server, "radt_system_memory_usage_megabytes"), timeout=30, what="host memory", process=proc)
             # the raw samples Prometheus holds for GPU 0, at the timestamps radt gave them
             held = wait_for(lambda: _raw(server, f'{SMACT}{{gpu="0"}}[1m]', 3), timeout=30, what="3 of GPU 0's raw samples", process=proc)
+            # radt monitor as a node's NVML/GPM exporter: the prometheus listener and `radt import` read its series back
+            first, last = (round(float(held[0]["values"][i][0]) * 1000) for i in (0, -1))
+            back = backfill(server.url, socket.gethostname(), [0], first, last, 0.5)
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
                 text = response.read().decode()
                 content_type = response.headers["Content-Type"]
@@ -109,6 +113,12 @@ def test_prometheus_scrapes_the_monitor_with_the_training_run_on_each_gpu(store_
     assert len(values) >= 3
     for stamp, value in values:
         assert float(value) == stored[round(float(stamp) * 1000)]
+
+    smact_back = {p.timestamp: p.value for p in back if p.key == key}
+    assert set(smact_back) == {round(float(t) * 1000) for t, _ in held[0]["values"]}  # every scrape, at its own time
+    assert smact_back == {t: stored[t] for t in smact_back}  # the value the monitor stored then
+    assert {p.key for p in back} >= {key, "system/gpu_0_utilization_percentage", "system/gpu_0_power_usage_watts"}
+    assert not [p for p in back if not p.key.startswith("system/gpu_0_")]  # GPU 1 and the host's series are not asked for
 
     assert content_type.startswith("text/plain; version=0.0.4")
     assert f"# TYPE {SMACT} gauge" in text and "# HELP radt_gpu_utilization_percentage GPU util" in text

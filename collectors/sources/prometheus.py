@@ -17,8 +17,10 @@ from collections.abc import Callable
 from radt.catalogue import resolve
 from radt.collectors.promql import (
     CHUNK_S,
+    DCGM_METRICS,
     DEFAULT_HOST_LABEL,
     EXPORTER_METRICS,
+    RADT_METRICS,
     TIMEOUT,
     PromError,
     Wanted,
@@ -159,12 +161,16 @@ class PrometheusSource(MetricSource):
         gpus = "every GPU" if self.wanted.gpus is None else "GPU " + ", ".join(map(str, self.wanted.gpus))
         return f"{gpus} of {self.host_label}={self.host}"
 
+    def _family(self) -> dict[str, tuple[str, float]]:
+        """The exporter this node runs, by what was read: radt monitor's names where only those came, else dcgm-exporter's."""
+        return RADT_METRICS if self.read and self.read <= set(RADT_METRICS) else DCGM_METRICS
+
     def describe(self) -> dict:
         return {
             "url": self.url,
             "host": {self.host_label: self.host},
             "read": sorted(self.read),
-            "not_found": sorted(set(EXPORTER_METRICS) - self.read),
+            "not_found": sorted(set(self._family()) - self.read),
             "keys": len(self.keys),
             "errors": list(self.problems.values()),
         }
