@@ -345,7 +345,8 @@ def plan(exp: ExperimentFile, machine: Machine, *, rerun: bool = False) -> tuple
                 if Path(resolved).exists():  # there, but it cannot run (no x bit, a bad #! line): build_command says why and the fix
                     problem(f"File '{file}': {str(exc).removeprefix('radt: ')}")
                 else:
-                    problem(f"File '{file}' not found (looked in {base} and {Path.cwd()}); fix the path or create the script")
+                    places = " and ".join(dict.fromkeys(str(Path(folder).resolve()) for folder in (base, Path.cwd())))
+                    problem(f"File '{file}' not found (looked in {places}); fix the path or create the script")
             if profiler:
                 from radt.collectors.profilers import EXECUTABLE
 

@@ -28,7 +28,7 @@ from radt.artifacts import configure as configure_artifacts
 from radt.cli import OneLineParser
 from radt.collectors import gpus
 from radt.collectors.cli import parse_devices
-from radt.collectors.command import UsageError, first_line
+from radt.collectors.command import UsageError, check_numbers, first_line
 from radt.collectors.exposition import Exposition, bind, training_runs
 from radt.collectors.finish import describe_environment, finish_run, local_run_dir, mark_killed, report
 from radt.collectors.listeners import DEFAULT, ListenerError, make_source, parse_listeners, parse_profiler
@@ -300,10 +300,7 @@ def main(argv: list[str]) -> int:
     exposition = None
     try:
         try:
-            if opts.interval < 0.1:
-                raise UsageError(f"--interval {opts.interval} is too short; use 0.1 seconds or more")
-            if opts.flush_timeout < 0:
-                raise UsageError(f"--flush-timeout {opts.flush_timeout} is negative; give seconds, e.g. 60")
+            check_numbers(opts.interval, None, None, opts.flush_timeout)  # NaN and inf too, as for a training run
             if opts.prometheus_port is not None:  # the port first: taken, nothing else has started
                 exposition = bind(opts.prometheus_host, opts.prometheus_port, socket.gethostname(), report)
             listeners = parse_listeners(opts.listeners)

@@ -215,11 +215,7 @@ def test_cli_prints_every_problem_and_starts_nothing(fake_tools):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.splitlines() == [
         "radt: experiment.csv row 2: unknown listener 'gpuz'; choose from dcgm, dcgmi, free, gpm, host, iostat, ncu, ncu-raw, nsys, nsys-raw, nvidia-smi, nvml, prometheus, ps, psutil, smi, top (join several with '+')",
-        "radt: experiment.csv row 3: File 'nothere.py' not found (looked in "
-        + str(fake_tools)
-        + " and "
-        + str(fake_tools)
-        + "); fix the path or create the script",
+        f"radt: experiment.csv row 3: File 'nothere.py' not found (looked in {fake_tools.resolve()}); fix the path or create the script",
         "radt: experiment.csv row 3: GPU 9 does not exist on this machine (GPUs: 0 to 3); fix Devices",
         "radt: 3 problem(s) in experiment.csv; nothing was started",
     ]

@@ -173,6 +173,8 @@ def test_store_outage_spools_and_replays_every_sample(pg_uri, radt_home):
         (["-l", "host+gpuz"], "radt monitor: unknown listener 'gpuz'"),
         (["--interval", "0.05"], "radt monitor: --interval 0.05 is too short"),
         (["--interval", "often"], "invalid float value: 'often'"),
+        (["--interval", "nan"], "radt monitor: --interval nan is not a finite number; use 0.1 seconds or more"),
+        (["--flush-timeout", "inf"], "radt monitor: --flush-timeout inf is not 0 or more seconds"),
         (["-d", "first"], "radt monitor: bad -d 'first'"),
         (["--rollover", "weekly"], "invalid choice: 'weekly'"),
         (["-d", "0+2"], "radt monitor: GPU 2 does not exist on this machine (GPUs: 0 to 1); fix -d"),
