@@ -34,6 +34,8 @@ from radt.runmodel import (
     PROMETHEUS_TAG,
     ROLE_TAG,
     RUN_ROLE,
+    SCRIPT_END_TAG,
+    SCRIPT_START_TAG,
     gpu_entries,
     node_statuses,
     node_tag,
@@ -245,6 +247,9 @@ def run_parts(run, host: str | None, gpus: str | None) -> list[Part]:
         found = tags.get(HOST_TAG) or host
         if not found:
             raise ValueError(f"run {run.info.run_id} does not say its host (no {HOST_TAG} tag); give --host NODE, the exporter's Hostname")
+        script = tags.get(SCRIPT_START_TAG, ""), tags.get(SCRIPT_END_TAG, "")
+        if script[0].isdigit() and script[1].isdigit():  # radt's run: the script's time, as its prometheus listener read
+            start_ms, end_ms = int(script[0]), int(script[1])
         return [Part(None, found, *_run_gpus(tags, gpus), start_ms, end_ms)]
     if host or gpus:
         raise ValueError(f"run {run.info.run_id} ran on nodes {', '.join(nodes)}, each tagged with its host and GPUs; drop --host and --gpus")

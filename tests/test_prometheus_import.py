@@ -145,7 +145,7 @@ def run_of(uri: str):
     return client, runs[0]
 
 
-def test_a_run_holds_every_scrape_at_its_own_time_live_and_at_its_end(served, tmp_path, sqlite_template, radt_home):
+def test_a_run_holds_every_scrape_at_its_own_time_live_and_at_its_end(served, tmp_path, sqlite_template, radt_home, capsys):
     """`-l prometheus` at a 2 s interval: while the script trains, each tick writes the scrapes stored since the last at their
     own timestamps (the script sees them in the store); at its end the rest. The run's series equal what Prometheus holds."""
     exporter, server, _ = served
@@ -170,6 +170,8 @@ def test_a_run_holds_every_scrape_at_its_own_time_live_and_at_its_end(served, tm
             assert scrapes.items() <= got[where].items(), where  # every scrape while the script ran, at its time, with its value
     for where, series in got.items():
         assert series.items() <= every[where].items(), where  # nothing at a tick's time, nothing made up
+    code, err = radt_import(capsys, "--prometheus", server.url, "--run", run.info.run_id, "--store", uri)
+    assert code == 0 and "0 new points" in err, err  # the import reads the script's time, as the listener did
 
 
 def test_prometheus_option_adds_the_listener_and_nvml_keeps_the_series_it_reads(served, tmp_path, sqlite_template, radt_home):
