@@ -232,6 +232,15 @@ def restore_interrupts() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def catch_stops(handler) -> dict:
+    """`handler` for Ctrl-C, SIGTERM and SIGHUP; the previous handlers, to put back. SIGHUP stays ignored where radt
+    started with it ignored (`nohup radt train.py &`): closing the terminal must not stop a three-day training."""
+    return {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS if not (sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN)}
+
+
 def _cgroup2_root() -> str | None:
     """Where the unified (v2) hierarchy is mounted (/sys/fs/cgroup, or /sys/fs/cgroup/unified on hybrid hosts)."""
     try:

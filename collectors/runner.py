@@ -26,7 +26,7 @@ from radt.collectors.command import UsageError, build_command, exec_failure
 from radt.collectors.finish import describe_environment, finish_run, freeze, local_run_dir, report
 from radt.collectors.listeners import make_source
 from radt.collectors.nodes import membership, node_scoped, on_node
-from radt.collectors.proctree import ProcessTree, become_subreaper, check_cgroup, child_setup, make_cgroup, restore_interrupts
+from radt.collectors.proctree import ProcessTree, become_subreaper, catch_stops, check_cgroup, child_setup, make_cgroup, restore_interrupts
 from radt.collectors.profilers import wrap
 from radt.collectors.sampler import Sampler, open_sources
 from radt.collectors.sources.base import SamplingContext
@@ -330,7 +330,7 @@ def run_script(opts: RunOptions) -> int:
     become_subreaper()
     gpu_plan = check_devices(opts.devices, opts.cuda_visible)
     gate = StartGate(opts.start_gate, opts.letter) if opts.start_gate else None
-    early = {sig: signal.signal(sig, gate.on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} if gate else {}
+    early = catch_stops(gate.on_signal) if gate else {}
     member = membership(os.environ)
     client = connect(opts.store)
     settings = {INTERVAL_TAG: str(opts.interval), "max_epoch": str(opts.max_epoch), "max_time": str(opts.max_time), "manual": str(opts.manual)}
@@ -429,7 +429,7 @@ def run_script(opts: RunOptions) -> int:
     sampler.start()
 
     supervisor = Supervisor(child, deadline, run_dir, tree.processes)
-    previous = {sig: signal.signal(sig, supervisor.on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    previous = catch_stops(supervisor.on_signal)
     previous.update(early)
     if gate and gate.signals:  # a signal between the gate opening and now
         supervisor.on_signal(gate.signals[0], None)
@@ -495,7 +495,7 @@ def flush_signals():
         received.append(signum)
         cancel.set()
 
-    saved = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    saved = catch_stops(on_signal)
     try:
         yield cancel
     finally:

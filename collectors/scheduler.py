@@ -25,7 +25,7 @@ from radt.collectors.collocation import CollocationError, MpsDaemon, Setup
 from radt.collectors.command import first_line
 from radt.collectors.experiment import ExperimentFile, Machine, PlannedRun, Workload, collocation_label, plan
 from radt.collectors.nodes import slurm_tags
-from radt.collectors.proctree import child_setup, restore_interrupts
+from radt.collectors.proctree import catch_stops, child_setup, restore_interrupts
 from radt.collectors.reaper import GATE_PREFIX, add_radts, reap, record_workload, update_workload
 from radt.runmodel import COLLOCATION_TAG, EXPERIMENT_FILE_TAG, RUNS_TAG, STOP_REASON_TAG
 
@@ -240,7 +240,7 @@ class WorkloadRunner:
 
     def execute(self) -> str:
         """Run the workload; its final status (FINISHED, FAILED or KILLED)."""
-        previous = {sig: signal.signal(sig, self.on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        previous = catch_stops(self.on_signal)
         try:
             self.start_parent()
         except Exception as exc:

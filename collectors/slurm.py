@@ -27,6 +27,7 @@ from pathlib import Path
 from radt.collectors.collocation import MigProfile
 from radt.collectors.command import UsageError, first_line
 from radt.collectors.experiment import ExperimentFile, Machine, Row, Workload, parse_devices_cell, plan
+from radt.collectors.proctree import catch_stops
 from radt.collectors.scheduler import ExperimentOptions, describe, report
 
 JOB_COLUMN = "SlurmJob"
@@ -270,7 +271,7 @@ class Submitter:
     # --- the experiment --------------------------------------------------------------------------
 
     def run(self, jobs: list[Job]) -> int:
-        previous = {sig: signal.signal(sig, self.on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        previous = catch_stops(self.on_signal)
         try:
             self.folder.mkdir(exist_ok=True)
             self.adopt(jobs)
