@@ -112,9 +112,11 @@ def chart_traces(keys: Sequence[str]) -> list[Trace]:
     return [trace for _d, _o, trace in found]
 
 
-def new_points(engine: sa.Engine, cursors: Mapping[str, int], keys: Mapping[str, Sequence[str]]) -> dict[str, dict[str, Series]]:
-    """run_id -> key -> (timestamps, values) of the points strictly after ``cursors[run_id]``, by timestamp.
+def new_points(engine: sa.Engine, cursors: Mapping[str, int | Mapping[str, int]], keys: Mapping[str, Sequence[str]]) -> dict[str, dict[str, Series]]:
+    """run_id -> key -> (timestamps, values) of the points strictly after the run's cursor, by timestamp.
 
+    A cursor is one timestamp for all the run's keys, or one per key: a series whose points are written after newer
+    points of other series (a Prometheus scrape, stored at its own time a tick later) is then never skipped.
     One range scan of MLflow's primary key per key, from the oldest cursor: what a poll reads
     depends on how far behind the browser is, not on how long the run has trained.
     """
@@ -126,7 +128,8 @@ def new_points(engine: sa.Engine, cursors: Mapping[str, int], keys: Mapping[str,
     out: dict[str, dict[str, Series]] = defaultdict(dict)
     with engine.connect() as conn:
         for key, run_ids in by_key.items():
-            since = min(int(cursors[r]) for r in run_ids)
+            after = {r: _cursor(cursors[r], key) for r in run_ids}
+            since = min(after.values())
             for chunk in chunks(run_ids):
                 stmt = (
                     sa.select(METRICS.c.run_uuid, METRICS.c.timestamp, METRICS.c.value, METRICS.c.is_nan)
@@ -135,13 +138,19 @@ def new_points(engine: sa.Engine, cursors: Mapping[str, int], keys: Mapping[str,
                 )
                 rows: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
                 for run_id, ts, value, is_nan in plain_rows(conn, stmt):
-                    if ts > cursors[run_id]:
+                    if ts > after[run_id]:
                         xs, ys = rows[run_id]
                         xs.append(int(ts))
                         ys.append(float("nan") if is_nan else float(value))
                 for run_id, (xs, ys) in rows.items():
                     out[run_id][key] = (np.asarray(xs, dtype=np.int64), np.asarray(ys, dtype=np.float64))
     return dict(out)
+
+
+def _cursor(cursor: int | Mapping[str, int], key: str) -> int:
+    if isinstance(cursor, Mapping):
+        return int(cursor[key])
+    return int(cursor)
 
 
 def idle_gpus(

@@ -72,10 +72,13 @@ def _latest(run_ids: list[str], now_ms: int) -> dict:
     return cached(("live-latest", now_ms // POLL_MS, *sorted(run_ids)), RUNNING_TIMEOUT, lambda: live.latest_values(STATE.engine, run_ids))
 
 
-def _new_points(run_id: str, cursor: int, keys: list[str]) -> dict:
-    """Points after the cursor; tabs that are up to date share one cursor, so one query serves them all."""
+def _new_points(run_id: str, after: dict[str, int]) -> dict:
+    """Points after each key's cursor; tabs that are up to date share the cursors, so one query serves them all."""
+    keys = list(after)
     return cached(
-        ("live-points", run_id, cursor, *keys), RUNNING_TIMEOUT, lambda: live.new_points(STATE.engine, {run_id: cursor}, {run_id: keys}).get(run_id, {})
+        ("live-points", run_id, *(f"{k}>{after[k]}" for k in keys)),
+        RUNNING_TIMEOUT,
+        lambda: live.new_points(STATE.engine, {run_id: after}, {run_id: keys}).get(run_id, {}),
     )
 
 
@@ -139,7 +142,8 @@ def _card(run: pd.Series, traces: list[live.Trace], window_min: int, now_ms: int
         found = load_series(STATE.engine, [run.run_id], trace.key, start_ms=start, budget=2000)
         if run.run_id in found:
             series[trace.key] = found[run.run_id]
-    cursor = max([int(xs[-1]) for xs, _ys in series.values() if len(xs)] or [start])
+    key_ts = {t.key: int(series[t.key][0][-1]) if t.key in series and len(series[t.key][0]) else start for t in traces}  # see live.new_points
+    cursor = max([*key_ts.values(), start])
     explore = "/?" + urlencode({"exp": run.experiment_id, "runs": run.run_id})
     title = [html.Span(run.status, className=f"status {STATUS_CLASS.get(run.status, '')}")]
     title += [html.Strong(run.run_name), html.Span(f" {run.letter}" if run.letter not in ("", "-") else "", className="letter")]
@@ -159,7 +163,7 @@ def _card(run: pd.Series, traces: list[live.Trace], window_min: int, now_ms: int
             ),
             dcc.Store(
                 id=ids.card(ids.LIVE_CURSOR, run.run_id),
-                data={"ts": cursor, "keys": [t.key for t in traces], "status": run.status, "interval": float(run.interval_s)},
+                data={"ts": cursor, "key_ts": key_ts, "keys": [t.key for t in traces], "status": run.status, "interval": float(run.interval_s)},
             ),
         ],
         className="live-run",
@@ -269,15 +273,16 @@ def tick(_tick, cursors, cursor_ids, window_min):
     extend, new_cursors, values, flags = [], [], [], []
     for run_id, cursor in zip(run_ids, cursors, strict=False):
         cursor = cursor or {"ts": now_ms, "keys": []}
-        found = _new_points(run_id, int(cursor["ts"]), list(cursor["keys"]))
+        key_ts = cursor.get("key_ts") or {}
+        found = _new_points(run_id, {key: int(key_ts.get(key, cursor["ts"])) for key in cursor["keys"]})
         if found:
             indices = [i for i, key in enumerate(cursor["keys"]) if key in found]
             xs = [pd.to_datetime(found[cursor["keys"][i]][0], unit="ms").strftime("%Y-%m-%d %H:%M:%S.%f").tolist() for i in indices]
             ys = [found[cursor["keys"][i]][1].tolist() for i in indices]
             keep = int(int(window_min or 5) * 60 / max(0.1, float(cursor.get("interval") or 1.0)) * 1.05) + 10
             extend.append(({"x": xs, "y": ys}, indices, keep))
-            newest = max(int(found[k][0][-1]) for k in found if len(found[k][0]))
-            new_cursors.append({**cursor, "ts": max(int(cursor["ts"]), newest)})
+            key_ts = {**key_ts, **{k: int(found[k][0][-1]) for k in found if len(found[k][0])}}
+            new_cursors.append({**cursor, "ts": max([int(cursor["ts"]), *key_ts.values()]), "key_ts": key_ts})
         else:
             extend.append(no_update)
             new_cursors.append(no_update)

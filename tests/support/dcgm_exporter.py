@@ -64,9 +64,10 @@ class Served(NamedTuple):
 class DcgmExporter:
     """Serves `devices` on 127.0.0.1:<port>/metrics, one log sample per scrape from `start` on, cycling at the log's end."""
 
-    def __init__(self, log: Path, devices: list[Device], start: int = 0) -> None:
+    def __init__(self, log: Path, devices: list[Device], start: int = 0, delay_s: float = 0.0) -> None:
         self.frames = load_frames(log)
         self.start = start  # the log sample the first scrape gets
+        self.delay_s = delay_s  # a slow exporter: Prometheus stamps the scrape at its start, stores it this much later
         self.devices = devices
         self.served: list[Served] = []
         self._lock = threading.Lock()
@@ -78,6 +79,7 @@ class DcgmExporter:
                     self.send_error(404)
                     return
                 body = exporter._scrape().encode()
+                time.sleep(exporter.delay_s)
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(body)))
