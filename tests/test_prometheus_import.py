@@ -157,7 +157,7 @@ def test_a_run_holds_every_scrape_at_its_own_time_live_and_at_its_end(served, tm
     done = run_radt(["-l", "prometheus+host", "--interval", "2", "train.py", "3"], env, tmp_path, timeout=90)
     assert done.returncode == 0, done.stderr
     assert "'prometheus'" not in done.stderr, done.stderr
-    assert "saw 3 live points" in done.stdout or "saw 4 live points" in done.stdout, done.stdout  # written while it trained
+    assert int(done.stdout.split("saw ")[1].split()[0]) >= 3, done.stdout  # written while it trained
     client, run = run_of(uri)
     start, end = int(run.data.tags[SCRIPT_START_TAG]), int(run.data.tags[SCRIPT_END_TAG])
     got = {k: v for k, v in in_run(client, run.info.run_id).items() if k.startswith("system/gpu_")}

@@ -33,7 +33,8 @@ from radt.collectors.promql import (
 from radt.collectors.sources.base import MetricSource, Reading, SamplingContext, SourceUnavailable
 from radt.points import Point
 
-WINDOW_S = 60  # seconds of raw samples each tick asks for: several scrapes at any usual scrape interval
+WINDOW_S = 60  # at most this many seconds of raw samples per tick: several scrapes at any usual scrape interval
+MARGIN_S = 5.0  # a tick asks back to this long before the newest scrape it has (clock skew between radt's host and Prometheus)
 
 
 def _stderr(line: str) -> None:
@@ -110,6 +111,12 @@ class PrometheusSource(MetricSource):
             self.problems[kind] = line
             self.report(line)
 
+    def _span_ms(self, now_ms: int) -> int:
+        """How far back this tick asks: from the oldest series' newest scrape already read (less a margin), at most the window."""
+        oldest = min(self._last.values(), default=self.since_ms)
+        margin = max(MARGIN_S, 2 * self.interval) * 1000
+        return int(min(max(now_ms - oldest + margin, margin), self.window * 1000))
+
     def sample(self) -> dict[str, float]:
         """The newest of the new scrapes of each series (readings() gives them all, at their own times)."""
         return {where: value for where, value, _ in self.readings(int(time.time() * 1000))}
@@ -117,7 +124,7 @@ class PrometheusSource(MetricSource):
     def readings(self, now_ms: int) -> list[Reading]:
         """Every scrape of the run's series stored since the last tick, at the scrape's timestamp; none twice."""
         try:
-            found = query(self.url, f"{self.selector}[{self.window}s]", timeout=self.timeout)  # on the server's clock
+            found = query(self.url, f"{self.selector}[{self._span_ms(now_ms)}ms]", timeout=self.timeout)  # on the server's clock
         except PromError as exc:
             self._once(exc.kind, f"radt: listener 'prometheus': {exc}; its GPU series are missing until it answers")
             return []

@@ -86,12 +86,12 @@ class Prometheus:
 
 
 @contextmanager
-def serving(folder: Path, log: Path, devices: list, until: str, scrapes: int, start: int = 5, delay_s: float = 0.0) -> Iterator[tuple]:
+def serving(folder: Path, log: Path, devices: list, until: str, scrapes: int, start: int = 5, delay_s: float = 0.0, timeout: float = 30) -> Iterator[tuple]:
     """(exporter, Prometheus): a dcgm-exporter stand-in serving `log` for `devices` (answering after `delay_s`), scraped by a
     real Prometheus, once `until` (a range selector) holds `scrapes` samples."""
     from tests.support.dcgm_exporter import DcgmExporter
 
     assert available(), "Debian's prometheus is not installed (apt-get install prometheus; .ci/run installs it)"
     with DcgmExporter(log, devices, start=start, delay_s=delay_s) as exporter, Prometheus(folder, [exporter.target]) as server:
-        server.wait_samples(until, scrapes)
+        server.wait_samples(until, scrapes, timeout=timeout)
         yield exporter, server
