@@ -293,3 +293,23 @@ def test_each_node_of_a_run_tags_its_own_prometheus_gap(tmp_path, sqlite_templat
     for node in ("n1", "n2"):
         assert tags[f"radt.node.{node}/prometheus_gap"].startswith(f"radt: listener 'prometheus': Prometheus at {down} did not answer")
     assert tags[PROMETHEUS_GAP_TAG] == f"n1: {tags['radt.node.n1/prometheus_gap']}; n2: {tags['radt.node.n2/prometheus_gap']}"
+
+
+def test_a_csv_experiment_reads_prometheus_from_the_option(served, tmp_path, sqlite_template, radt_home):
+    """`radt --prometheus URL experiment.csv`: a row whose Listeners name prometheus reads the URL the option gave."""
+    _, server, _ = served
+    store = tmp_path / "store.db"
+    shutil.copy(sqlite_template, store)
+    uri = f"sqlite:///{store}"
+    (tmp_path / "train.py").write_text(LIVE_TRAIN)
+    (tmp_path / "experiment.csv").write_text(
+        "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\nprom-csv,1,,,-,-,train.py,prometheus+host,3\n"
+    )
+    done = run_radt(["--prometheus", server.url, "--interval", "0.5", "experiment.csv"], radt_env(radt_home, uri), tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "'prometheus'" not in done.stderr, done.stderr
+    client, run = run_of(uri)
+    got = in_run(client, run.info.run_id)
+    every = held(server, HERE, 0, int(run.info.start_time) - 60_000, int(run.info.end_time) + 5_000)
+    assert len(got["system/gpu_0_sm_active"]) >= 3 and got["system/gpu_0_sm_active"].items() <= every["system/gpu_0_sm_active"].items()
+    assert "FINISHED" in (tmp_path / "experiment.csv").read_text()
