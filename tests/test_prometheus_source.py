@@ -13,7 +13,7 @@ from radt.collectors.listeners import make_source, parse_listeners
 from radt.collectors.promql import PromError, query_range
 from radt.collectors.sampler import Sampler
 from radt.collectors.sources.base import SamplingContext, SourceUnavailable
-from radt.collectors.sources.prometheus import PrometheusSource, backfill
+from radt.collectors.sources.prometheus import PrometheusSource, backfill, final_backfill
 from tests.support import prometheus as prom
 from tests.support.dcgm_exporter import COLUMNS, DcgmExporter, Device
 from tests.support.polling import wait_for
@@ -225,3 +225,31 @@ def test_listener_name_url_and_host_label_settings(monkeypatch):
     monkeypatch.delenv("RADT_PROMETHEUS_HOST_LABEL")
     with pytest.raises(SourceUnavailable, match="RADT_PROMETHEUS_URL 'prom.example:9090' is not a Prometheus server's http\\(s\\) URL"):
         make_source("prometheus").open(SamplingContext())
+
+
+def test_final_backfill_adds_exactly_the_scrapes_a_tick_too_late_missed(served):
+    """A tick that comes more than the window after the last (Prometheus away for minutes, a suspended host) misses
+    scrapes; the source remembers which stretches it returned whole, and the run's end reads exactly the rest."""
+    exporter, server, _ = served
+    source = PrometheusSource(server.url, host=HOST, report=print, uuids={})
+    source.open(SamplingContext(interval=0.5, devices=[0]))
+    source.window = 2  # seconds: short, so that a gap of a few scrapes stands for an outage
+    key = "system/gpu_0_sm_active"
+    got: list = []
+    wait_for(lambda: got.extend(source.readings(int(time.time() * 1000))) or len([r for r in got if r.key == key]) >= 3, timeout=20, what="3 scrapes")
+
+    def scrapes_after(stamp: int) -> int:
+        data = server.api("/api/v1/query", query=f'DCGM_FI_PROF_SM_ACTIVE{{Hostname="{HOST}",gpu="0",GPU_I_ID=""}}[30s]')
+        return sum(1 for t, _ in data["result"][0]["values"] if round(float(t) * 1000) > stamp)
+
+    wait_for(lambda: scrapes_after(source._last[key]) >= 5, timeout=20, what="5 scrapes the source has not read")  # more than the window
+    got += source.readings(int(time.time() * 1000))
+    assert len(source.returned[key]) == 2  # two stretches: before and after the gap
+    end_ms = int(time.time() * 1000)
+    late = final_backfill(source, source.since_ms, end_ms)
+    for where in {r.key for r in got}:
+        live = [r.timestamp for r in got if r.key == where]
+        added = [p.timestamp for p in late if p.key == where]
+        assert added and not set(added) & set(live), where  # the missed scrapes, none twice
+        held = [p.timestamp for p in backfill(server.url, HOST, [0], source.since_ms, end_ms, 0.5) if p.key == where]
+        assert sorted(live + added) == held, where  # together: every scrape Prometheus holds for the run

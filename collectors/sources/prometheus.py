@@ -89,7 +89,9 @@ class PrometheusSource(MetricSource):
         self.keys: set[str] = set()
         self._last: dict[str, int] = {}  # key -> timestamp of the newest sample already returned
         self.since_ms = 0  # scrapes before the run (open) are not its
-        self.returned: dict[str, set[int]] = {}  # key -> the scrape timestamps returned, for final_backfill
+        # key -> [first, last] scrape timestamps of stretches returned with nothing skipped between (few: one per outage
+        # longer than the window), for final_backfill; a set of every timestamp would grow by 56 a second for 8 GPUs
+        self.returned: dict[str, list[list[int]]] = {}
 
     def open(self, ctx: SamplingContext) -> None:
         if not self.url:
@@ -112,10 +114,12 @@ class PrometheusSource(MetricSource):
             self.report(line)
 
     def _span_ms(self, now_ms: int) -> int:
-        """How far back this tick asks: from the oldest series' newest scrape already read (less a margin), at most the window."""
-        oldest = min(self._last.values(), default=self.since_ms)
+        """How far back this tick asks: from the oldest series' newest scrape already read (less a margin), at most the
+        window; a series silent for longer (a GPU gone from the exporter) does not hold every tick at the window."""
+        window = self.window * 1000
+        oldest = min((t for t in self._last.values() if now_ms - t < window), default=self.since_ms)
         margin = max(MARGIN_S, 2 * self.interval) * 1000
-        return int(min(max(now_ms - oldest + margin, margin), self.window * 1000))
+        return int(min(max(now_ms - oldest + margin, margin), window))
 
     def sample(self) -> dict[str, float]:
         """The newest of the new scrapes of each series (readings() gives them all, at their own times)."""
@@ -123,8 +127,9 @@ class PrometheusSource(MetricSource):
 
     def readings(self, now_ms: int) -> list[Reading]:
         """Every scrape of the run's series stored since the last tick, at the scrape's timestamp; none twice."""
+        span = self._span_ms(now_ms)
         try:
-            found = query(self.url, f"{self.selector}[{self._span_ms(now_ms)}ms]", timeout=self.timeout)  # on the server's clock
+            found = query(self.url, f"{self.selector}[{span}ms]", timeout=self.timeout)  # on the server's clock
         except PromError as exc:
             self._once(exc.kind, f"radt: listener 'prometheus': {exc}; its GPU series are missing until it answers")
             return []
@@ -141,8 +146,12 @@ class PrometheusSource(MetricSource):
             last = max(self._last.get(where, -1), self.since_ms - 1)
             new = [(stamp, value) for stamp, value in samples if stamp > last]
             if new:
+                stretches = self.returned.setdefault(where, [])
+                if stretches and self._last.get(where, -1) >= now_ms - span:  # asked back past its last scrape: none skipped
+                    stretches[-1][1] = new[-1][0]
+                else:
+                    stretches.append([new[0][0], new[-1][0]])
                 self._last[where] = new[-1][0]
-                self.returned.setdefault(where, set()).update(stamp for stamp, _ in new)
                 out.extend(Reading(where, value, stamp) for stamp, value in new)
         if conflicts:
             self._once(
@@ -241,7 +250,7 @@ def final_backfill(source: PrometheusSource, run_start_ms: int, run_end_ms: int)
     except Exception as exc:  # never into the run's end
         source._once("error", f"radt: listener 'prometheus': {type(exc).__name__}: {exc}")
         return []
-    return [p for p in points if p.timestamp not in source.returned.get(p.key, ())]
+    return [p for p in points if not any(first <= p.timestamp <= last for first, last in source.returned.get(p.key, ()))]
 
 
 def gap(source: PrometheusSource) -> str | None:
