@@ -28,10 +28,11 @@ import sqlalchemy as sa
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from tests.support.drawrequest import DRAW_OUTPUT, draw_request  # noqa: E402  (the draw request the tests post too)
+
 PG = "postgresql://postgres@127.0.0.1:5432/"
 REDIS = "redis://127.0.0.1:6379/3"
 RESNET = "demo: resnet50 collocation"
-DRAW_OUTPUT = "charts.figure"  # the draw callback's first output: its request is the one to replay
 
 
 def ensure_database(uri: str) -> None:
@@ -237,38 +238,11 @@ def many_runs_store(uri: str, count: int, minutes: int) -> tuple[str, list[str]]
     return experiment, run_ids
 
 
-def draw_request(app, experiment: str, run_ids: list[str]) -> bytes:
-    """The draw callback's request as a browser sends it for these runs ticked and the default metrics."""
-    import json
-
-    from radt.app.data import DEFAULT_METRICS
-
-    deps = json.loads(app.server.test_client().get("/_dash-dependencies").data)
-    draw = next(d for d in deps if DRAW_OUTPUT in d["output"])
-    known = {("metrics", "value"): DEFAULT_METRICS, ("x-mode", "value"): "relative", ("group-mode", "value"): "runs", ("smoothing", "value"): 0,
-             ("log-y", "value"): [], ("zoom", "data"): {"axis": "relative-runs", "range": None}, ("gpu-filter", "value"): [],
-             ("gpu-mode", "value"): "each", ("experiments", "value"): [str(experiment)]}  # fmt: skip
-
-    def item(dep: dict):
-        if dep["id"].startswith("{"):  # the run tree's boxes: one workload holding the ticked runs
-            return [{"id": {"type": "wl-runs", "wl": "w"}, "property": "value", "value": run_ids}]
-        return {"id": dep["id"], "property": dep["property"], "value": known.get((dep["id"], dep["property"]))}
-
-    outputs = [{"id": o.rsplit(".", 1)[0], "property": o.rsplit(".", 1)[1]} for o in draw["output"].strip(".").split("...")]
-    body = {
-        "output": draw["output"],
-        "outputs": outputs,
-        "inputs": [item(d) for d in draw["inputs"]],
-        "changedPropIds": [],
-        "state": [item(d) for d in draw["state"]],
-    }
-    return json.dumps(body).encode()
-
-
 def many_runs_benchmark(args) -> None:
     """The run listing of an experiment of N runs, and the server time of the first chart of 20 ticked runs (cold cache)."""
     from radt.app.cache import CACHE
     from radt.app.dashboard import create_app
+    from radt.app.data import DEFAULT_METRICS
     from radt.app.runs import list_runs
     from radt.app.state import STATE
 
@@ -285,7 +259,7 @@ def many_runs_benchmark(args) -> None:
     client = app.server.test_client()
     client.get("/")  # the page's first load (Dash's own set-up), not part of a draw
     picked = run_ids[:: max(1, len(run_ids) // 20)][:20]
-    body = draw_request(app, experiment, picked)
+    body = draw_request(app, experiment, picked, DEFAULT_METRICS)
     draws, sizes = [], []
     for _ in range(args.rounds):
         CACHE.clear()  # cold: no listing, series or summary cached

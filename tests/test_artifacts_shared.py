@@ -22,6 +22,7 @@ from radt.app.state import connect_store
 from radt.collectors import tracking
 from tests.support.mlflowserver import MlflowServer
 from tests.support.radtproc import radt_env, run_radt
+from tests.test_run_e2e import TRAIN, _only_run, _steps
 
 SCRIPT = "print('epoch 1 loss 0.5 on node-a', flush=True)\n"
 RUN = ["-l", "host", "--interval", "0.2", "train.py"]
@@ -82,6 +83,23 @@ def test_logs_go_through_the_mlflow_server_and_every_host_reads_them(server, rad
     page = dashboard.get(f"/runs/{run_id}/artifacts")
     assert page.status_code == 200 and "loss 0.5 on node-a" in page.text  # the listing shows the log
     assert "loss 0.5 on node-a" in dashboard.get(f"/runs/{run_id}/artifacts/radt/stdout.log").text
+
+
+def test_through_an_mlflow_server(server, radt_home, tmp_path):
+    """radt tracking a script through the server's REST API (moved here from test_run_e2e.py: on this module's server,
+    in an experiment of its own, instead of starting a server of its own)."""
+    (tmp_path / "train.py").write_text(TRAIN)
+    args = ["-e", "http", "-l", "host", "--interval", "0.2", "train.py", "--epochs", "3"]
+    result = run_radt(args, env=radt_env(radt_home, server.uri), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    client = MlflowClient(server.uri)
+    run = _only_run(client, "http")
+    assert run.info.status == "FINISHED"
+    assert _steps(client, run.info.run_id, "loss") == [0, 1, 2]
+    cpu = client.get_metric_history(run.info.run_id, "system/cpu_utilization_percentage")
+    assert len(cpu) >= 5
+    assert int(run.data.tags["radt.points"]) >= 5 * 6
+    assert "radt/stdout.log" in {f.path for f in client.list_artifacts(run.info.run_id, "radt")}
 
 
 def test_an_experiment_the_server_made_keeps_its_location_and_radt_reaches_it_through_the_server_named(server, radt_home, tmp_path, monkeypatch):

@@ -324,7 +324,7 @@ def test_store_uri_forms(tmp_path, monkeypatch):
     assert display_uri("postgresql://u:secret@db/m?password=other") == "postgresql://u:***@db/m?password=***"
 
 
-def test_postgres_scheme_and_a_plain_path_work_everywhere(pg_uri, radt_home, tmp_path):
+def test_postgres_scheme_and_a_plain_path_work_everywhere(pg_uri, radt_home, tmp_path, empty_sqlite):
     """`postgres://` (SQLAlchemy's spelling) reaches the writer, MLflow's client and the dashboard as PostgreSQL; the start line names the store, password masked."""
     from mlflow import MlflowClient
 
@@ -339,6 +339,7 @@ def test_postgres_scheme_and_a_plain_path_work_everywhere(pg_uri, radt_home, tmp
     runs = MlflowClient(pg_uri).search_runs(["0"])
     assert [r.info.status for r in runs] == ["FINISHED"] and runs[0].data.metrics, "points written through the writer"
 
+    empty_sqlite(tmp_path / "plain.db")  # the path is the point here, not creating the store (test_sqltracking's)
     result = run_radt(["--store", "plain.db", "-l", "host", "ok.py"], env=radt_env(radt_home), cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stderr.splitlines()[0].endswith(f"(store sqlite:///{tmp_path / 'plain.db'})")

@@ -109,9 +109,9 @@ def test_collocated_runs_start_together_and_land_on_their_own_runs(experiment, p
     assert abs(starts["A"] - starts["B"]) < 0.5, starts
 
 
-def test_mps_mig_and_profilers_are_set_up_and_torn_down_around_the_runs(experiment, tmp_path, radt_home):
+def test_mps_mig_and_profilers_are_set_up_and_torn_down_around_the_runs(experiment, tmp_path, radt_home, empty_sqlite):
     folder, extra = experiment
-    store = f"sqlite:///{tmp_path / 'store.db'}"
+    store = empty_sqlite(tmp_path / "store.db")
     rows = (
         "colo,1,,,0,MPS,train.py,top+nsys,--name 1A\n"
         "colo,1,,,0,mps,train.py,top+ncu,--name 1B\n"
@@ -172,9 +172,9 @@ def _rows_with(csv_path: Path, status: str) -> list[tuple[int, str]]:
 _wait_for = functools.partial(wait_for, timeout=120.0)  # tests/support/polling.py, with the longer wait a workload needs
 
 
-def test_ctrl_c_in_the_second_workload_then_resume_runs_only_the_unfinished_work(experiment, tmp_path, radt_home):
+def test_ctrl_c_in_the_second_workload_then_resume_runs_only_the_unfinished_work(experiment, tmp_path, radt_home, empty_sqlite):
     folder, extra = experiment
-    store = f"sqlite:///{tmp_path / 'store.db'}"
+    store = empty_sqlite(tmp_path / "store.db")
     hold = folder / "hold"
     hold.touch()
     rows = (

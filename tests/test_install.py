@@ -60,10 +60,11 @@ def user_env(installed, somebody_elses, tmp_path_factory) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def demo_store(user_env, tmp_path_factory) -> str:
-    """A SQLite store the installed `radt demo` wrote."""
+    """A SQLite store the installed `radt demo` wrote (two minutes of run alone: the export below needs 100 rows, the
+    default 15 minutes would only write 7 times the points)."""
     folder = tmp_path_factory.mktemp("store")
     store = f"sqlite:///{folder / 'mlflow.db'}"
-    demo = radt(["demo", "--store", store], user_env, folder)
+    demo = radt(["demo", "--minutes", "2", "--store", store], user_env, folder)
     assert demo.returncode == 0, demo.stderr
     return store
 

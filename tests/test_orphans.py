@@ -128,8 +128,8 @@ def _recorded(run_dir: Path, pids) -> bool:
 
 
 @pytest.mark.parametrize("cgroup", [True, False], ids=["cgroup", "no-cgroup"])
-def test_sigkill_of_radt_leaves_no_process_and_sync_ends_the_run_killed(radt_home, tmp_path, cgroup):
-    store = f"sqlite:///{tmp_path / 'store.db'}"
+def test_sigkill_of_radt_leaves_no_process_and_sync_ends_the_run_killed(radt_home, tmp_path, cgroup, empty_sqlite):
+    store = empty_sqlite(tmp_path / "store.db")
     proc, pids, run_id = _start_tracked_tree(radt_home, tmp_path, store, cgroup)
     watchdog = [p.pid for p in _watchdogs(proc.pid)]
     assert len(watchdog) == 1, "one watchdog per run"
@@ -145,8 +145,8 @@ def test_sigkill_of_radt_leaves_no_process_and_sync_ends_the_run_killed(radt_hom
     assert run.info.status == "KILLED" and run.data.tags["radt.stop_reason"] == "radt_killed"
 
 
-def test_the_next_radt_finishes_the_job_when_radt_and_its_watchdog_were_killed(radt_home, tmp_path):
-    store = f"sqlite:///{tmp_path / 'store.db'}"
+def test_the_next_radt_finishes_the_job_when_radt_and_its_watchdog_were_killed(radt_home, tmp_path, empty_sqlite):
+    store = empty_sqlite(tmp_path / "store.db")
     proc, pids, run_id = _start_tracked_tree(radt_home, tmp_path, store)
     for watchdog in _watchdogs(proc.pid):  # the OOM killer took both
         watchdog.kill()
@@ -167,8 +167,8 @@ def test_the_next_radt_finishes_the_job_when_radt_and_its_watchdog_were_killed(r
     assert sorted(r.info.status for r in runs) == ["FINISHED", "KILLED"]
 
 
-def test_sync_never_touches_a_live_run_nor_a_reused_pid(radt_home, tmp_path):
-    store = f"sqlite:///{tmp_path / 'store.db'}"
+def test_sync_never_touches_a_live_run_nor_a_reused_pid(radt_home, tmp_path, empty_sqlite):
+    store = empty_sqlite(tmp_path / "store.db")
     proc, pids, run_id = _start_tracked_tree(radt_home, tmp_path, store)
     # a dead radt's folder whose record names a live process that is not its own (the pid was reused)
     stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])

@@ -4,7 +4,8 @@ run, back and forward through views, Live → explore adding a run to the view, 
 growing while the page is open.
 
 The store is written here as radt writes it (tracking.create_run, the SQL metric writer): an experiment with
-a finished run and a run still RUNNING, each with GPU and CPU series.
+a finished run and a run still RUNNING, each with GPU and CPU series; one store and one dashboard for the module,
+an experiment of its own for each test.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import pytest
 from mlflow import MlflowClient
 
 from radt.collectors import tracking
@@ -19,6 +21,7 @@ from radt.collectors.stores import SqlMetricStore
 from radt.points import Point
 from tests.support.browser import TRACES_JS, dashboard, new_page, relayout_chart, screenshot, wait_for_traces
 from tests.support.polling import wait_for
+from tests.support.postgres import pg_url
 from tests.support.radtproc import radt_env
 from tests.support.runs import radt_run
 
@@ -56,10 +59,25 @@ def _samples(run_id: str, start: int, seconds: range) -> list[Point]:
     return points
 
 
-def _store(uri: str) -> Runs:
-    """A finished run of ten minutes an hour ago and a run started two minutes ago that is still RUNNING, one workload."""
+@pytest.fixture(scope="module")
+def served_pg(pg_pool, tmp_path_factory):
+    """One PostgreSQL store and one `python app.py` on it for this module's tests, each test writing an experiment of its
+    own into it (starting a dashboard takes seconds); (store URI, the dashboard's base URL)."""
+    home = tmp_path_factory.mktemp("page-home")
+    database = pg_pool.take()
+    uri = pg_url(database)
+    try:
+        with dashboard(uri, radt_env(home, uri)) as base:
+            yield uri, base
+    finally:
+        pg_pool.give_back(database)
+
+
+def _store(uri: str, name: str) -> Runs:
+    """A finished run of ten minutes an hour ago and a run started two minutes ago that is still RUNNING, one workload,
+    in an experiment of the test's own, NAME."""
     client = MlflowClient(uri)
-    experiment = tracking.resolve_experiment(client, uri, "page")
+    experiment = tracking.resolve_experiment(client, uri, name)
     now = int(time.time() * 1000)
     done = radt_run(client, experiment, "finished run", start_time=now - 3_600_000, workload="pair", letter="A")
     live = radt_run(client, experiment, "running run", start_time=now - 120_000, workload="pair", letter="B")
@@ -82,9 +100,10 @@ def _x_domains(page) -> list[list[float]]:
     )
 
 
-def test_chart_columns_are_kept_in_the_url(browser, pg_uri, radt_home):
-    runs = _store(pg_uri)
-    with dashboard(pg_uri, radt_env(radt_home, pg_uri)) as base, _page(browser) as page:
+def test_chart_columns_are_kept_in_the_url(browser, served_pg):
+    uri, base = served_pg
+    runs = _store(uri, "columns")
+    with _page(browser) as page:
         page.goto(f"{base}?exp={runs.experiment}&runs={runs.done}&metrics={FOUR}")
         wait_for_traces(page, {DONE})
         assert len({tuple(d) for d in _x_domains(page)}) == 1, "one column by default"
@@ -98,9 +117,10 @@ def test_chart_columns_are_kept_in_the_url(browser, pg_uri, radt_home):
         assert len({tuple(d) for d in _x_domains(page)}) == 2 and "cols=2" in page.url
 
 
-def test_sidebar_bar_and_legend_stay_in_view_and_the_legend_highlights_a_run(browser, pg_uri, radt_home):
-    runs = _store(pg_uri)
-    with dashboard(pg_uri, radt_env(radt_home, pg_uri)) as base, _page(browser, height=800) as page:
+def test_sidebar_bar_and_legend_stay_in_view_and_the_legend_highlights_a_run(browser, served_pg):
+    uri, base = served_pg
+    runs = _store(uri, "sidebar")
+    with _page(browser, height=800) as page:
         page.goto(f"{base}?exp={runs.experiment}&runs={runs.done},{runs.live}")  # the eight default charts: a long page
         wait_for_traces(page, {DONE, LIVE})
         entries = page.locator("#chart-legend .legend-entry")
@@ -136,9 +156,10 @@ def test_sidebar_bar_and_legend_stay_in_view_and_the_legend_highlights_a_run(bro
         wait_for(lambda: "pinned" in (entry.get_attribute("class") or ""), what="the clicked legend entry pinned")
 
 
-def test_back_and_forward_step_through_views(browser, pg_uri, radt_home):
-    runs = _store(pg_uri)
-    with dashboard(pg_uri, radt_env(radt_home, pg_uri)) as base, _page(browser) as page:
+def test_back_and_forward_step_through_views(browser, served_pg):
+    uri, base = served_pg
+    runs = _store(uri, "back and forward")
+    with _page(browser) as page:
         page.goto(f"{base}?exp={runs.experiment}&runs={runs.done}&metrics=cat:sm_active")
         wait_for_traces(page, {DONE})
         first = page.url
@@ -162,13 +183,16 @@ def test_back_and_forward_step_through_views(browser, pg_uri, radt_home):
         wait_for_traces(page, {DONE, LIVE})
 
 
-def test_live_explore_link_adds_the_run_to_the_current_view(browser, pg_uri, radt_home):
-    runs = _store(pg_uri)
-    with dashboard(pg_uri, radt_env(radt_home, pg_uri)) as base, _page(browser) as page:
+def test_live_explore_link_adds_the_run_to_the_current_view(browser, served_pg):
+    uri, base = served_pg
+    runs = _store(uri, "live link")
+    with _page(browser) as page:
         page.goto(f"{base}?exp={runs.experiment}&runs={runs.done}&metrics=cat:sm_active,cat:cpu_utilization_percentage&cols=2&mode=runs")
         wait_for_traces(page, {DONE})
         page.locator(".topbar a", has_text="Live").click()
-        card = page.locator(".live-run", has=page.locator("header strong", has_text="running run"))
+        # the Live tab lists the running runs of every experiment in the store: this test's is under its experiment's heading
+        block = page.locator(".live-workload", has=page.locator("h4", has_text="live link · "))
+        card = block.locator(".live-run", has=page.locator("header strong", has_text="running run"))
         card.locator("a.explore-link").click()
         page.wait_for_function("() => location.pathname === '/' && location.search.includes('runs=')")
         wait_for_traces(page, {DONE, LIVE})
@@ -177,9 +201,10 @@ def test_live_explore_link_adds_the_run_to_the_current_view(browser, pg_uri, rad
         assert query["cols"] == "2" and query["metrics"] == "cat:sm_active,cat:cpu_utilization_percentage", query
 
 
-def test_a_running_run_grows_on_explore_with_a_live_marker(browser, pg_uri, radt_home):
-    runs = _store(pg_uri)
-    with dashboard(pg_uri, radt_env(radt_home, pg_uri)) as base, _page(browser) as page:
+def test_a_running_run_grows_on_explore_with_a_live_marker(browser, served_pg):
+    uri, base = served_pg
+    runs = _store(uri, "growing")
+    with _page(browser) as page:
         page.goto(f"{base}?exp={runs.experiment}&runs={runs.live}&metrics=cat:sm_active")
         traces = wait_for_traces(page, {LIVE})
         assert traces[0]["n"] == 100
@@ -202,7 +227,7 @@ def test_a_running_run_grows_on_explore_with_a_live_marker(browser, pg_uri, radt
         assert page.evaluate("() => document.querySelector('#charts .js-plotly-plot').layout.xaxis.range") == [0.2, 1.0]
 
         # the run ends: the marker goes, the redraws stop
-        MlflowClient(pg_uri).set_terminated(runs.live, "FINISHED")
+        MlflowClient(uri).set_terminated(runs.live, "FINISHED")
         page.wait_for_function("() => !document.querySelector('#live-badge').textContent.includes('live')", timeout=60_000)
 
 

@@ -21,6 +21,7 @@ from radt.app.responses import HIT_HEADER
 from radt.collectors import tracking
 from radt.collectors.stores import SqlMetricStore
 from radt.points import Point
+from tests.support.drawrequest import draw_request
 from tests.support.polling import wait_for
 from tests.support.runs import radt_run
 
@@ -52,36 +53,7 @@ def _store(uri: str, running: bool = False) -> dict:
 
 def draw_body(app, experiment: str, run_ids: list[str]) -> bytes:
     """The draw callback's request, from the dashboard's own callback list: the runs ticked, SMACT, defaults elsewhere."""
-    deps = json.loads(app.server.test_client().get("/_dash-dependencies").data)
-    draw = next(d for d in deps if "charts.figure" in d["output"])
-    known = {
-        ("metrics", "value"): ["cat:sm_active"],
-        ("x-mode", "value"): "relative",
-        ("group-mode", "value"): "runs",
-        ("smoothing", "value"): 0,
-        ("log-y", "value"): [],
-        ("zoom", "data"): {"axis": "relative-runs", "range": None},
-        ("gpu-filter", "value"): [],
-        ("gpu-mode", "value"): "each",
-        ("experiments", "value"): [experiment],
-    }
-
-    def item(dep: dict):
-        if dep["id"].startswith("{"):  # the run tree's pattern-matching boxes: one workload with the runs
-            pattern = json.loads(dep["id"])
-            assert pattern["type"] == "wl-runs", dep
-            return [{"id": {"type": "wl-runs", "wl": "w"}, "property": "value", "value": run_ids}]
-        return {"id": dep["id"], "property": dep["property"], "value": known.get((dep["id"], dep["property"]))}
-
-    outputs = [{"id": o.rsplit(".", 1)[0], "property": o.rsplit(".", 1)[1]} for o in draw["output"].strip(".").split("...")]
-    body = {
-        "output": draw["output"],
-        "outputs": outputs,
-        "inputs": [item(d) for d in draw["inputs"]],
-        "changedPropIds": [],
-        "state": [item(d) for d in draw["state"]],
-    }
-    return json.dumps(body).encode()
+    return draw_request(app, experiment, run_ids, ["cat:sm_active"])
 
 
 def _post(client, body: bytes, headers=GZIP):

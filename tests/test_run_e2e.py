@@ -1,4 +1,5 @@
-"""`radt train.py ...` end to end, as a user runs it: real MLflow, real SQLite/PostgreSQL/server.
+"""`radt train.py ...` end to end, as a user runs it: real MLflow, real SQLite/PostgreSQL (through a real `mlflow server`:
+tests/test_artifacts_shared.py, on its server).
 
 The only fake is the absence of a GPU: these runs use the host listener on CPU scripts.
 Every wait is on a condition (a file, a row in the store, a line on stderr), never a fixed sleep.
@@ -18,7 +19,6 @@ import pytest
 import sqlalchemy as sa
 from mlflow import MlflowClient
 
-from tests.support.mlflowserver import MlflowServer
 from tests.support.polling import wait_for
 from tests.support.ports import free_port
 from tests.support.postgres import address
@@ -174,8 +174,8 @@ def test_interrupt_kills_the_script_and_its_children(store_uri, radt_home, tmp_p
     assert "Traceback (most recent call last)" not in stderr.split("radt:")[-1]
 
 
-def test_max_time_stops_a_script_without_the_context_api(radt_home, tmp_path, sqlite_template):
-    store = f"sqlite:///{tmp_path / 'mt.db'}"
+def test_max_time_stops_a_script_without_the_context_api(radt_home, tmp_path, empty_sqlite):
+    store = empty_sqlite(tmp_path / "mt.db")
     _script(tmp_path, LOOP_FOREVER, "loop.py")
     result = run_radt(["-e", "mt", "-l", "host", "--max-time", "0.03", "loop.py"], env=radt_env(radt_home, store), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -187,8 +187,8 @@ def test_max_time_stops_a_script_without_the_context_api(radt_home, tmp_path, sq
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids.values())
 
 
-def test_manual_mode_samples_from_the_context_on(radt_home, tmp_path):
-    store = f"sqlite:///{tmp_path / 'manual.db'}"
+def test_manual_mode_samples_from_the_context_on(radt_home, tmp_path, empty_sqlite):
+    store = empty_sqlite(tmp_path / "manual.db")
     _script(
         tmp_path,
         """
@@ -265,27 +265,6 @@ def test_unreachable_store_is_one_line(radt_home, tmp_path):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("radt: cannot reach the tracking store postgresql://postgres@127.0.0.1") and "MLFLOW_TRACKING_URI" in lines[0]
-
-
-@pytest.fixture
-def mlflow_server(tmp_path, sqlite_template):
-    """A real `mlflow server` (one worker) on a fresh SQLite store."""
-    with MlflowServer(tmp_path, sqlite_template) as server:
-        yield server.uri
-
-
-def test_through_an_mlflow_server(mlflow_server, radt_home, tmp_path):
-    _script(tmp_path, TRAIN)
-    result = run_radt(["-e", "http", "-l", "host", "--interval", "0.2", "train.py", "--epochs", "3"], env=radt_env(radt_home, mlflow_server), cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    client = MlflowClient(mlflow_server)
-    run = _only_run(client, "http")
-    assert run.info.status == "FINISHED"
-    assert _steps(client, run.info.run_id, "loss") == [0, 1, 2]
-    cpu = client.get_metric_history(run.info.run_id, "system/cpu_utilization_percentage")
-    assert len(cpu) >= 5
-    assert int(run.data.tags["radt.points"]) >= 5 * 6
-    assert "radt/stdout.log" in {f.path for f in client.list_artifacts(run.info.run_id, "radt")}
 
 
 def test_store_outage_mid_run_loses_no_point(pg_uri, radt_home, tmp_path):
@@ -373,8 +352,8 @@ def test_store_down_at_exit_waits_for_radt_sync(pg_uri, radt_home, tmp_path):
     assert not list(radt_home.glob("runs/*/pending.json")) and not list(radt_home.glob("runs/*/spool.jsonl"))
 
 
-def test_radt_killed_hard_takes_the_script_along_and_sync_closes_the_run(radt_home, tmp_path):
-    store = f"sqlite:///{tmp_path / 'hard.db'}"
+def test_radt_killed_hard_takes_the_script_along_and_sync_closes_the_run(radt_home, tmp_path, empty_sqlite):
+    store = empty_sqlite(tmp_path / "hard.db")
     _script(tmp_path, LOOP_FOREVER, "loop.py")
     env = radt_env(radt_home, store)
     proc = subprocess.Popen(radt_command("-e", "hard", "-l", "host", "--interval", "0.2", "loop.py"), env=env, cwd=tmp_path, stderr=subprocess.DEVNULL)

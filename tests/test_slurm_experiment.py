@@ -91,11 +91,11 @@ def test_each_workload_is_one_slurm_job_and_the_csv_gets_its_job_and_statuses(fo
     assert one[1] == one[0] == runs[2].data.tags["radt.devices"], f"Devices 3 of a one-GPU workload is the job's one GPU: {one}"
 
 
-def test_mps_and_mig_are_set_up_and_torn_down_by_the_job_on_the_gpu_slurm_gave_it(folder, tmp_path, radt_home):
+def test_mps_and_mig_are_set_up_and_torn_down_by_the_job_on_the_gpu_slurm_gave_it(folder, tmp_path, radt_home, empty_sqlite):
     rows = "colo,1,,,2,MPS,train.py,host,\ncolo,1,,,2,MPS,train.py,host,\ncolo,2,,,3,3g.20gb,train.py,host,\n"
     (folder / "experiment.csv").write_text(HEADER + rows)
     tools = {**fake_tools_env(folder), "RADT_FAKE_MIG_GPUS": "0,1,2,3", **slurm.env()}  # the driver's tools faked, on every GPU of the node
-    env = radt_env(radt_home, f"sqlite:///{tmp_path / 'store.db'}", extra=tools)
+    env = radt_env(radt_home, empty_sqlite(tmp_path / "store.db"), extra=tools)
 
     result = run_radt(["--slurm", "--interval", "0.5", "experiment.csv"], env=env, cwd=folder, timeout=180)
 
@@ -142,8 +142,8 @@ def test_a_stopped_radt_leaves_its_jobs_to_slurm_and_the_same_command_picks_them
     assert [client.get_run(r).info.status for r in runs] == ["FINISHED"] * 2
 
 
-def test_ctrl_c_cancels_the_jobs_and_their_rows_say_killed(folder, tmp_path, radt_home):
-    store = f"sqlite:///{tmp_path / 'store.db'}"
+def test_ctrl_c_cancels_the_jobs_and_their_rows_say_killed(folder, tmp_path, radt_home, empty_sqlite):
+    store = empty_sqlite(tmp_path / "store.db")
     hold = folder / "hold"
     hold.touch()
     rows = f"cancel,1,,,0+1+2+3,-,train.py,host,--hold-while {hold}\ncancel,2,,,0,-,train.py,host\n"  # 2 waits for 1's four GPUs
@@ -198,9 +198,9 @@ def test_an_unknown_partition_is_refused_and_dry_run_prints_the_jobs(folder, rad
     assert alone.returncode == 2 and alone.stderr.startswith("radt: --slurm-time only apply with --slurm"), alone.stderr
 
 
-def test_an_sbatch_refusal_ends_in_one_line_and_submits_nothing(folder, tmp_path, radt_home):
+def test_an_sbatch_refusal_ends_in_one_line_and_submits_nothing(folder, tmp_path, radt_home, empty_sqlite):
     (folder / "experiment.csv").write_text(HEADER + "mem,1,,,0,-,train.py,host,\nmem,2,,,0,-,train.py,host,\n")
-    env = _env(radt_home, f"sqlite:///{tmp_path / 'store.db'}")
+    env = _env(radt_home, empty_sqlite(tmp_path / "store.db"))
 
     result = run_radt(["--slurm", "--sbatch=--mem=900G", "experiment.csv"], env=env, cwd=folder, timeout=180)
 
@@ -222,11 +222,11 @@ def test_a_job_slurm_has_forgotten_without_a_word_from_it_is_failed_not_submitte
     assert _cells(folder / "experiment.csv", "Status") == ["FAILED"] and _cells(folder / "experiment.csv", "SlurmJob") == [forgotten]
 
 
-def test_a_job_whose_id_never_reached_the_csv_is_found_in_squeue_not_submitted_again(folder, tmp_path, radt_home):
+def test_a_job_whose_id_never_reached_the_csv_is_found_in_squeue_not_submitted_again(folder, tmp_path, radt_home, empty_sqlite):
     hold = folder / "hold"
     hold.touch()
     (folder / "experiment.csv").write_text(HEADER + f"lost,1,,,0,-,train.py,host,--hold-while {hold}\n")
-    csv, env = folder / "experiment.csv", _env(radt_home, f"sqlite:///{tmp_path / 'store.db'}")
+    csv, env = folder / "experiment.csv", _env(radt_home, empty_sqlite(tmp_path / "store.db"))
     first = LiveRadt(["--slurm", "experiment.csv"], env=env, cwd=folder)
     try:
         wait_for(lambda: _cells(csv, "SlurmJob")[0], timeout=180, what=lambda: f"the job id in the CSV: {csv.read_text()}")

@@ -34,6 +34,12 @@ EPOCHS = """
 """
 
 
+@pytest.fixture(autouse=True)
+def _store(tmp_path, empty_sqlite):
+    """s.db, each test's store: MLflow's empty schema, as a SQLite file radt is given (how radt creates one is test_sqltracking's)."""
+    empty_sqlite(tmp_path / "s.db")
+
+
 def _script(folder: Path, body: str, name: str, mode: int | None = None) -> Path:
     path = folder / name
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -10,4 +10,5 @@ browser      headless Chromium, a real `python app.py` dashboard, the explore pa
 radtproc     `python -m radt` as a user runs it: its environment, run to the end or live in the background
 runs         a run as `radt train.py` creates it, for the tests that write its points themselves
 stores       stores filled once for the dashboard's read side and its browser tests
+drawrequest  the explore chart's draw callback request as a browser sends it (bench/dashboard_load.py uses it too)
 """
