@@ -253,3 +253,32 @@ def test_final_backfill_adds_exactly_the_scrapes_a_tick_too_late_missed(served):
         assert added and not set(added) & set(live), where  # the missed scrapes, none twice
         held = [p.timestamp for p in backfill(server.url, HOST, [0], source.since_ms, end_ms, 0.5) if p.key == where]
         assert sorted(live + added) == held, where  # together: every scrape Prometheus holds for the run
+
+
+def test_the_source_asks_prometheus_once_per_scrape_not_once_per_tick(served, monkeypatch):
+    """Ticking far faster than the exporter is scraped (0.05 s against 1 s) costs Prometheus about one query per scrape:
+    the source learns the scrape interval and asks only once a new scrape can be there; it still reads every scrape."""
+    import radt.collectors.sources.prometheus as module
+
+    _exporter, server, _ = served
+    asked: list[str] = []
+    real = module.query
+    monkeypatch.setattr(module, "query", lambda *a, **k: asked.append(a[1]) or real(*a, **k))
+    source = PrometheusSource(server.url, host=HOST, report=print, uuids={})
+    source.open(SamplingContext(interval=0.05, devices=[0]))
+    key, got, ticks = "system/gpu_0_sm_active", [], []
+
+    def tick(scrapes: int):
+        ticks.append(1)
+        got.extend(source.readings(int(time.time() * 1000)))
+        return len([r for r in got if r.key == key]) >= scrapes
+
+    wait_for(lambda: tick(2) and source.scrape_ms, timeout=30, interval=0.05, what="two scrapes: the interval learnt")
+    assert 800 <= source.scrape_ms <= 1200, source.scrape_ms  # Prometheus scrapes every second
+    asked.clear()
+    ticks.clear()
+    wait_for(lambda: tick(6), timeout=30, interval=0.05, what="4 scrapes more")
+    assert len(asked) <= 4 * 3 and len(asked) * 4 < len(ticks), (len(asked), len(ticks))  # was one query a tick
+    stamps = [r.timestamp for r in got if r.key == key]
+    held = [p.timestamp for p in backfill(server.url, HOST, [0], source.since_ms, stamps[-1], 1.0) if p.key == key]
+    assert stamps == held  # none missed, none twice

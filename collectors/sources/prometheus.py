@@ -92,6 +92,8 @@ class PrometheusSource(MetricSource):
         # key -> [first, last] scrape timestamps of stretches returned with nothing skipped between (few: one per outage
         # longer than the window), for final_backfill; a set of every timestamp would grow by 56 a second for 8 GPUs
         self.returned: dict[str, list[list[int]]] = {}
+        self.scrape_ms: int | None = None  # the shortest spacing of two scrapes of one series seen: the scrape interval
+        self._due_ms = 0  # no tick asks before then: no series can have a new scrape yet (at 15 s scrapes, 1 query in 15)
 
     def open(self, ctx: SamplingContext) -> None:
         if not self.url:
@@ -127,6 +129,8 @@ class PrometheusSource(MetricSource):
 
     def readings(self, now_ms: int) -> list[Reading]:
         """Every scrape of the run's series stored since the last tick, at the scrape's timestamp; none twice."""
+        if now_ms < self._due_ms:
+            return []
         span = self._span_ms(now_ms)
         try:
             found = query(self.url, f"{self.selector}[{span}ms]", timeout=self.timeout)  # on the server's clock
@@ -145,6 +149,10 @@ class PrometheusSource(MetricSource):
             self.keys.add(where)
             last = max(self._last.get(where, -1), self.since_ms - 1)
             new = [(stamp, value) for stamp, value in samples if stamp > last]
+            stamps = ([self._last[where]] if where in self._last else []) + [stamp for stamp, _ in new]
+            spacings = [b - a for a, b in zip(stamps, stamps[1:], strict=False) if b > a]
+            if spacings:
+                self.scrape_ms = min([*spacings, self.scrape_ms or spacings[0]])
             if new:
                 stretches = self.returned.setdefault(where, [])
                 if stretches and self._last.get(where, -1) >= now_ms - span:  # asked back past its last scrape: none skipped
@@ -153,6 +161,10 @@ class PrometheusSource(MetricSource):
                     stretches.append([new[0][0], new[-1][0]])
                 self._last[where] = new[-1][0]
                 out.extend(Reading(where, value, stamp) for stamp, value in new)
+        recent = [t for t in self._last.values() if now_ms - t < self.window * 1000]
+        self._due_ms = min(recent) + self.scrape_ms if recent and self.scrape_ms else 0
+        if not out and self.scrape_ms and self._due_ms <= now_ms:  # due, not stored yet (a scrape takes a while): ask 8 times a scrape
+            self._due_ms = now_ms + self.scrape_ms // 8
         if conflicts:
             self._once(
                 "conflict",
@@ -188,6 +200,7 @@ class PrometheusSource(MetricSource):
             "read": sorted(self.read),
             "not_found": sorted(set(self._family()) - self.read),
             "keys": len(self.keys),
+            "scrape_interval_s": self.scrape_ms / 1000 if self.scrape_ms else None,
             "errors": list(self.problems.values()),
         }
 
