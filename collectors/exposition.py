@@ -70,10 +70,11 @@ def training_runs(client, host: str, names: dict[str, str] | None = None) -> lis
         tags = run.data.tags
         if tags.get(MONITOR_TAG) == "true":
             continue
-        parts = [n for n, status in node_statuses(tags).items() if status == "RUNNING" and tags.get(node_tag(n, "host")) == host]
+        nodes = node_statuses(tags)
+        parts = [n for n, status in nodes.items() if status == "RUNNING" and tags.get(node_tag(n, "host")) == host]
         if parts:
             entries = [entry for node in parts for entry in gpu_entries(tags, node)]
-        elif tags.get(HOST_TAG) == host and not node_statuses(tags):
+        elif tags.get(HOST_TAG) == host and not nodes:
             entries = gpu_entries(tags)
             if not entries:  # recorded without NVML: the indices of -d, as radt.devices says them
                 entries = [{"index": int(i)} for i in tags.get(DEVICES_TAG, "").split("+") if i.isdigit()]

@@ -12,6 +12,9 @@ import socket
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import pytest
 from mlflow import MlflowClient
@@ -54,45 +57,69 @@ def _raw(server: prom.Prometheus, selector: str, count: int) -> list[dict] | Non
     return result if len(result) == 1 and len(result[0]["values"]) >= count else None
 
 
-def test_prometheus_scrapes_the_monitor_with_the_training_run_on_each_gpu(store_uri, radt_home, tmp_path):
-    client = MlflowClient(store_uri)
-    training = _training_run(client)
+@dataclass
+class Scraped:
+    """A `radt monitor --prometheus-port` process and the real Prometheus scraping it; the monitor's stderr once stopped."""
+
+    proc: subprocess.Popen
+    server: prom.Prometheus
+    port: int
+    stderr: str = ""
+
+
+@contextmanager
+def _scraped_monitor(store_uri: str, radt_home, tmp_path, fake_gpus: str, *args: str) -> Iterator[Scraped]:
+    """`radt monitor --interval 0.5 --prometheus-port PORT ARGS` on the fake GPUs, scraped by a real Prometheus; the
+    monitor ends with SIGINT (as Ctrl-C) when the block does."""
     port = free_port()
     proc = subprocess.Popen(
-        radt_command("monitor", "--interval", "0.5", "--prometheus-port", str(port)),
-        env=radt_env(radt_home, store_uri, fake_gpus=GPUS),
+        radt_command("monitor", "--interval", "0.5", "--prometheus-port", str(port), *args),
+        env=radt_env(radt_home, store_uri, fake_gpus=fake_gpus),
         cwd=radt_home,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
+    scraped = None
     try:
         with prom.Prometheus(tmp_path, [f"127.0.0.1:{port}"], job="radt-monitor") as server:
-            gpu0 = wait_for(
-                lambda: _series(server, f'{SMACT}{{gpu="0",run_id="{training}"}}'), timeout=30, what="GPU 0's SMACT with the training run", process=proc
-            )
-            gpu1 = wait_for(lambda: _series(server, 'radt_gpu_utilization_percentage{gpu="1"}'), timeout=30, what="GPU 1's utilization", process=proc)
-            host = wait_for(lambda: _series(server, "radt_system_memory_usage_megabytes"), timeout=30, what="host memory", process=proc)
-            # the raw samples Prometheus holds for GPU 0, at the timestamps radt gave them
-            held = wait_for(lambda: _raw(server, f'{SMACT}{{gpu="0"}}[1m]', 3), timeout=30, what="3 of GPU 0's raw samples", process=proc)
-            # radt monitor as a node's NVML/GPM exporter: the prometheus listener and `radt import` read its series back
-            first, last = (round(float(held[0]["values"][i][0]) * 1000) for i in (0, -1))
-            back = backfill(server.url, socket.gethostname(), [0], first, last, 0.5)
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-                text = response.read().decode()
-                content_type = response.headers["Content-Type"]
-        monitor = next(r for r in client.search_runs([client.get_experiment_by_name("monitor").experiment_id]))
-        key = "system/gpu_0_sm_active"
-        scraped = {round(float(stamp) * 1000) for stamp, _ in held[0]["values"]}
-
-        def written() -> dict[int, float] | None:
-            history = {m.timestamp: m.value for m in client.get_metric_history(monitor.info.run_id, key)}
-            return history if scraped <= history.keys() else None
-
-        stored = wait_for(written, timeout=30, what="the scraped samples in the monitor's run")
+            scraped = Scraped(proc, server, port)
+            yield scraped
     finally:
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=60)
+        if scraped is not None:
+            scraped.stderr = stderr
+
+
+def test_prometheus_scrapes_the_monitor_with_the_training_run_on_each_gpu(store_uri, radt_home, tmp_path):
+    client = MlflowClient(store_uri)
+    training = _training_run(client)
+    with _scraped_monitor(store_uri, radt_home, tmp_path, GPUS) as scraped:
+        proc, server, port = scraped.proc, scraped.server, scraped.port
+        gpu0 = wait_for(
+            lambda: _series(server, f'{SMACT}{{gpu="0",run_id="{training}"}}'), timeout=30, what="GPU 0's SMACT with the training run", process=proc
+        )
+        gpu1 = wait_for(lambda: _series(server, 'radt_gpu_utilization_percentage{gpu="1"}'), timeout=30, what="GPU 1's utilization", process=proc)
+        host = wait_for(lambda: _series(server, "radt_system_memory_usage_megabytes"), timeout=30, what="host memory", process=proc)
+        # the raw samples Prometheus holds for GPU 0, at the timestamps radt gave them
+        held = wait_for(lambda: _raw(server, f'{SMACT}{{gpu="0"}}[1m]', 3), timeout=30, what="3 of GPU 0's raw samples", process=proc)
+        # radt monitor as a node's NVML/GPM exporter: the prometheus listener and `radt import` read its series back
+        first, last = (round(float(held[0]["values"][i][0]) * 1000) for i in (0, -1))
+        back = backfill(server.url, socket.gethostname(), [0], first, last, 0.5)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+            content_type = response.headers["Content-Type"]
+        monitor = next(r for r in client.search_runs([client.get_experiment_by_name("monitor").experiment_id]))
+        key = "system/gpu_0_sm_active"
+        scrape_stamps = {round(float(stamp) * 1000) for stamp, _ in held[0]["values"]}
+
+        def written() -> dict[int, float] | None:
+            history = {m.timestamp: m.value for m in client.get_metric_history(monitor.info.run_id, key)}
+            return history if scrape_stamps <= history.keys() else None
+
+        stored = wait_for(written, timeout=30, what="the scraped samples in the monitor's run")
+    stderr = scraped.stderr
     assert proc.returncode == 0, stderr
     assert "Traceback" not in stderr
     assert f"serving Prometheus metrics at http://127.0.0.1:{port}/metrics" in stderr
@@ -164,24 +191,12 @@ def test_each_mig_slice_is_labelled_with_the_run_on_it_and_a_node_of_a_multinode
         "radt.node.n2/gpus": entries(slice2),
     }.items():
         client.set_tag(multi, key, value)
-    port = free_port()
-    proc = subprocess.Popen(
-        radt_command("monitor", "--interval", "0.5", "--prometheus-port", str(port), "-d", f"{slice1['uuid']}+{slice2['uuid']}"),
-        env=radt_env(radt_home, store_uri, fake_gpus=json.dumps([h100])),
-        cwd=radt_home,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        with prom.Prometheus(tmp_path, [f"127.0.0.1:{port}"], job="radt-monitor") as server:
-            on1 = wait_for(lambda: _series(server, f'{SMACT}{{GPU_I_ID="1"}}'), timeout=30, what="slice 1's SMACT", process=proc)
-            on2 = wait_for(lambda: _series(server, f'{SMACT}{{GPU_I_ID="2"}}'), timeout=30, what="slice 2's SMACT", process=proc)
-            whole = wait_for(lambda: _series(server, 'radt_gpu_power_usage_watts{gpu="0"}'), timeout=30, what="the GPU's power", process=proc)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 0, stderr
+    with _scraped_monitor(store_uri, radt_home, tmp_path, json.dumps([h100]), "-d", f"{slice1['uuid']}+{slice2['uuid']}") as scraped:
+        server, proc = scraped.server, scraped.proc
+        on1 = wait_for(lambda: _series(server, f'{SMACT}{{GPU_I_ID="1"}}'), timeout=30, what="slice 1's SMACT", process=proc)
+        on2 = wait_for(lambda: _series(server, f'{SMACT}{{GPU_I_ID="2"}}'), timeout=30, what="slice 2's SMACT", process=proc)
+        whole = wait_for(lambda: _series(server, 'radt_gpu_power_usage_watts{gpu="0"}'), timeout=30, what="the GPU's power", process=proc)
+    assert proc.returncode == 0, scraped.stderr
     assert [s["metric"]["run_id"] for s in on1] == [single] and on1[0]["metric"]["UUID"] == slice1["uuid"]
     assert [s["metric"]["run_id"] for s in on2] == [multi] and on2[0]["metric"]["UUID"] == slice2["uuid"]
     assert float(on1[0]["value"][1]) == pytest.approx(0.6) and float(on2[0]["value"][1]) == pytest.approx(0.2)  # each slice its own activity
