@@ -1,26 +1,40 @@
-"""Comparison figures the radT papers print: per-run aggregates grouped by workload or collocation method, and one run's activity.
+"""Comparison figures the radT papers print: per-run aggregates grouped by workload or collocation method, the
+collocation figure (normalised throughput and GPU SMACT per method, per command), and one run's activity.
 
 Pure functions from the comparison table (app/compare.py, one row per run) or a run's series to Plotly figures; the
-dashboard's comparison section and `radt export --figure` draw the same ones.
+dashboard's comparison section and `radt export --figure` draw the same ones. Like is compared with like: by
+collocation, each command (compare's "command" column) is its own series (a colour, a legend entry), so a bert run
+alone never stands beside resnet runs collocated; runs of several experiments are told apart by the experiment's name.
 """
 
 from __future__ import annotations
 
 import math
+import shlex
+import zlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from radt.app.compare import METHODS
+from radt.app.palette import PALETTE, colors, dash_of
+from radt.catalogue import METRICS, unit_text
+
+RATIO = unit_text(METRICS["sm_active"])  # '0–1': the unit of SMACT and SMOCC, as every page writes it
 
 # per-run aggregates: comparison-table column -> (label, unit)
 STATS = {
-    "smact_mean": ("mean SMACT", "ratio"),
-    "smact_p95": ("p95 SMACT", "ratio"),
-    "smocc_mean": ("mean SMOCC", "ratio"),
-    "smocc_p95": ("p95 SMOCC", "ratio"),
+    "smact_mean": ("mean SMACT", RATIO),
+    "smact_p95": ("p95 SMACT", RATIO),
+    "smocc_mean": ("mean SMOCC", RATIO),
+    "smocc_p95": ("p95 SMOCC", RATIO),
+    "smact_busiest": ("SMACT of the busiest GPU", RATIO),
+    "gract_mean": ("mean GRACT", RATIO),
+    "power_mean_w": ("mean power per GPU", "W"),
     "steps_per_h": ("throughput", "steps/h"),
     "normalised": ("normalised throughput", "× alone"),
     "energy_kj": ("energy", "kJ"),
@@ -29,17 +43,38 @@ STATS = {
 }
 BY = {"workload": "workload", "collocation": "collocation"}  # grouping -> comparison-table column
 KINDS = ("bar", "box", "cdf")
+COLLOCATION = "collocation"  # the seed papers' figure: normalised throughput and GPU SMACT per method, per command
+COLLOCATION_PANELS = (("normalised", "throughput ÷ same command alone"), ("smact_mean", f"GPU SMACT ({RATIO})"))
 ACTIVITY = (  # the activity figure's series: (catalogue name, label, scale to 0-1, dash)
     ("gr_engine_active", "GRACT", 1.0, "solid"),
     ("sm_active", "SMACT", 1.0, "dash"),
     ("sm_occupancy", "SMOCC", 1.0, "dot"),
     ("utilization_percentage", "nvidia-smi GPU util ÷ 100", 0.01, "dashdot"),
 )
-COLOURS = ("#6c3fb5", "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#8c564b", "#17becf", "#e377c2", "#7f7f7f", "#bcbd22")
+HEIGHT = 460  # px on the page: a plot area of 300 px or more under the title, beside the legend
+MARGIN = {"l": 72, "r": 24, "t": 72, "b": 64}  # t: the title's own band above the plot (and the panels' titles)
+LINE, LINES = 30, 3  # a legend entry's characters a line and lines at most; the tooltip has it whole
+NO_COMMAND = "(no command)"  # a run that recorded neither a command nor radT's model (a plain MLflow run)
+POINT_SPREAD = 0.28  # a run's point sits this share of its box's width either side of the centre (by its id: stable)
 
 
 class FigureError(ValueError):
     """A comparison figure that cannot be drawn from these runs; the message says what to pick instead."""
+
+
+@dataclass(frozen=True)
+class Group:
+    """The runs of one bar, box or CDF line: one series (a command by collocation, an experiment by workload) at one
+    category (a collocation method, a workload)."""
+
+    key: tuple[str, str]  # (experiment id, command) by collocation, (experiment id, "") by workload
+    series: str  # by collocation the command, short (short_commands), plain text; "" by workload
+    experiment: str  # the experiment's name where the runs come from several, else ""
+    category: str
+    values: np.ndarray
+    run_ids: tuple[str, ...]
+    runs: tuple[str, ...]
+    detail: str = ""  # the series in full, for the tooltip (the whole command, its experiment)
 
 
 def check(stat: str, by: str) -> None:
@@ -50,18 +85,120 @@ def check(stat: str, by: str) -> None:
         raise FigureError(f"grouping '{str(by)[:40]}' is not one of {', '.join(BY)}")
 
 
-def groups(table: pd.DataFrame, stat: str, by: str) -> dict[str, np.ndarray]:
-    """Group name -> the stat of each of its runs (NaN left out), in a stable order: collocation methods as the papers list them."""
-    check(stat, by)
+def _runs(table: pd.DataFrame) -> pd.DataFrame:
+    """The table's run rows (not its groups' rows), with every column the figures read."""
     runs = table[table["kind"] == "run"] if "kind" in table.columns else table
-    out: dict[str, np.ndarray] = {}
-    for name, members in runs.groupby(BY[by], sort=False, dropna=False):
-        values = pd.to_numeric(members[stat], errors="coerce").to_numpy(dtype=float)
-        values = values[~np.isnan(values)]
-        if len(values):
-            out[str(name)] = values
-    order = METHODS if by == "collocation" else sorted(out)
-    return {name: out[name] for name in [*[o for o in order if o in out], *[n for n in out if n not in order]]}
+    runs = runs.reset_index(drop=True)
+    for column, default in (("experiment_id", ""), ("command", ""), ("run", ""), ("run_id", "")):
+        if column not in runs.columns:
+            runs = runs.assign(**{column: default})
+    return runs.assign(experiment_id=runs["experiment_id"].fillna("").astype(str), command=runs["command"].fillna("").astype(str))
+
+
+def _number(runs: pd.DataFrame, column: str) -> pd.Series:
+    """A numeric column of the table (NaN where it has none)."""
+    return pd.to_numeric(runs[column], errors="coerce") if column in runs.columns else pd.Series(math.nan, index=runs.index)
+
+
+def normalised(table: pd.DataFrame) -> pd.Series:
+    """Per run row: steps/h ÷ the same command alone; for a run alone too where runs of its command that ran together are
+    shown (the comparison table leaves it empty, a baseline not being compared with itself): its steps/h over the same
+    baseline theirs are set against. The alone bar beside a command's collocated ones is then 1, its runs' spread around it."""
+    runs = _runs(table)
+    out, rate, base = _number(runs, "normalised"), _number(runs, "steps_per_h"), _number(runs, "alone_steps_per_h")
+    alone = runs["collocation"].eq("alone") if "collocation" in runs.columns else pd.Series(False, index=runs.index)
+    for _key, members in runs.groupby(["experiment_id", "command"], sort=False):
+        known = base[members.index].dropna()
+        if len(known) and float(known.iloc[0]) > 0:
+            lone = members.index[alone[members.index]]
+            out[lone] = rate[lone] / float(known.iloc[0])
+    return out
+
+
+def experiment_label(experiment_id: str, experiments: Mapping[str, str] | None) -> str:
+    """An experiment as the run picker names it (its id when the name is unknown)."""
+    return (experiments or {}).get(str(experiment_id)) or f"experiment {experiment_id}"
+
+
+def short_commands(commands: list[str]) -> dict[str, str]:
+    """Command -> its short name for a legend: what tells it apart from the other commands shown. The script where scripts
+    differ, and where one script runs with several argument lists, the arguments not all of them share; one command: all of it."""
+    parsed = {c: _words(c) for c in dict.fromkeys(commands)}
+    if len(parsed) < 2:
+        return {c: c or NO_COMMAND for c in parsed}
+    scripts: dict[str, list[str]] = {}
+    for command, words in parsed.items():
+        scripts.setdefault(words[0] if words else "", []).append(command)
+    out = {}
+    for command, words in parsed.items():
+        siblings = scripts[words[0] if words else ""]
+        shared = set.intersection(*(set(_pairs(parsed[c][1:])) for c in siblings)) if len(siblings) > 1 else set()
+        kept = [words[0]] if len(scripts) > 1 and words else []
+        kept += [" ".join(p) for p in _pairs(words[1:]) if p not in shared] if len(siblings) > 1 else []
+        out[command] = " ".join(kept) if kept else (command or NO_COMMAND)
+    if len(set(out.values())) < len(out):  # two that only the order of their arguments tells apart: say them whole
+        return {c: c or NO_COMMAND for c in parsed}
+    return out
+
+
+def _words(command: str) -> list[str]:
+    try:
+        return shlex.split(command)
+    except ValueError:
+        return command.split()
+
+
+def _pairs(words: list[str]) -> list[tuple[str, ...]]:
+    """Arguments as options with their values: ['--lr', '0.1', '--amp'] -> [('--lr', '0.1'), ('--amp',)]."""
+    out: list[tuple[str, ...]] = []
+    for word in words:
+        if out and not word.startswith("-") and len(out[-1]) == 1 and out[-1][0].startswith("-"):
+            out[-1] = (out[-1][0], word)
+        else:
+            out.append((word,))
+    return out
+
+
+def legend_text(text: str, width: int = LINE, lines: int = LINES) -> str:
+    """A legend entry as Plotly text: escaped, wrapped at words to `width` characters a line (a long command keeps the
+    legend narrow instead of squeezing the plot), at most `lines` lines, the rest '…' (the tooltip has it whole)."""
+    rows: list[str] = []
+    for word in str(text).split():
+        if rows and len(rows[-1]) + 1 + len(word) <= width:
+            rows[-1] += f" {word}"
+        else:
+            rows.append(word)
+    if len(rows) > lines:
+        rows = [*rows[: lines - 1], rows[lines - 1][: width - 2] + " …"]
+    return "<br>".join(_plain(r) for r in rows)
+
+
+def groups(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str, str] | None = None) -> list[Group]:
+    """The runs' stat (NaN left out) per series and category, in a stable order: series as they first appear, collocation
+    methods as the papers list them, workloads by name. By collocation a series is a command (with its experiment when
+    the runs come from several); by workload it is the experiment (one series, unnamed, when there is one)."""
+    check(stat, by)
+    runs = _runs(table)
+    if runs.empty:
+        return []
+    values = normalised(runs) if stat == "normalised" else pd.to_numeric(runs[stat], errors="coerce")
+    several = runs["experiment_id"].nunique() > 1
+    keys = list(zip(runs["experiment_id"], runs["command"] if by == COLLOCATION else [""] * len(runs), strict=True))
+    where = {k: experiment_label(k[0], experiments) if several else "" for k in keys}
+    short = short_commands(list(runs["command"])) if by == COLLOCATION else {}
+    names = {k: short.get(k[1], "") for k in keys}
+    details = {k: " · ".join(t for t in ((k[1] or NO_COMMAND) if by == COLLOCATION else "", where[k]) if t) for k in keys}
+    categories = [str(c) for c in runs[BY[by]].fillna("")]
+    order = list(METHODS) if by == COLLOCATION else sorted(set(categories))
+    order += [c for c in dict.fromkeys(categories) if c not in order]
+    out = []
+    for key in dict.fromkeys(keys):
+        for category in order:
+            rows = [i for i in runs.index if keys[i] == key and categories[i] == category and values[i] == values[i]]
+            if rows:
+                out.append(Group(key, names[key], where[key], category, values[rows].to_numpy(dtype=float), tuple(runs["run_id"][rows].astype(str)),
+                                 tuple(runs["run"][rows].astype(str)), details[key]))  # fmt: skip
+    return out
 
 
 def _axis_title(stat: str) -> str:
@@ -73,56 +210,151 @@ def _empty(stat: str, by: str) -> FigureError:
     return FigureError(f"no run of these has a {STATS[stat][0]} to group by {by}; pick other runs or another statistic")
 
 
-def _layout(figure: go.Figure, title: str, x_title: str, y_title: str, ratio: bool) -> go.Figure:
+def _series(found: list[Group]) -> dict[tuple[str, str], list[Group]]:
+    """The groups per series, in order: a series' groups are one trace (one colour, one legend entry)."""
+    out: dict[tuple[str, str], list[Group]] = {}
+    for group in found:
+        out.setdefault(group.key, []).append(group)
+    return out
+
+
+def _categories(found: list[Group]) -> list[str]:
+    return list(dict.fromkeys(g.category for g in found))
+
+
+def _side_by_side(found: list[Group]) -> bool:
+    """Whether some category holds groups of two series (they then stand side by side; else each is centred on its own)."""
+    return len({(g.key, g.category) for g in found}) > len({g.category for g in found})
+
+
+def _layout(figure: go.Figure, title: str, x_title: str, y_title: str, ratio: bool, legend: bool) -> go.Figure:
+    """The page's layout: a fixed height, the title in a band of its own, the legend right of the plot (it grows the right
+    margin, never covers a chart or a title), axis titles clear of their tick labels."""
     figure.update_layout(
-        title={"text": title, "x": 0, "xanchor": "left"}, template="simple_white", showlegend=False, margin={"l": 60, "r": 20, "t": 40, "b": 60}
-    )
-    figure.update_xaxes(title=x_title)
-    figure.update_yaxes(title=y_title, rangemode="tozero")
+        title={"text": title, "x": 0, "xref": "container", "xanchor": "left", "y": 1, "yref": "container", "yanchor": "top",
+               "pad": {"t": 14, "l": 12}, "font": {"size": 15}},
+        template="simple_white",
+        height=HEIGHT,
+        showlegend=legend,
+        legend={"orientation": "v", "x": 1.02, "xanchor": "left", "xref": "paper", "y": 1, "yanchor": "top", "yref": "paper"},
+        margin=MARGIN,
+    )  # fmt: skip
+    figure.update_xaxes(title={"text": x_title, "standoff": 12}, automargin=True)
+    figure.update_yaxes(title={"text": y_title, "standoff": 10}, automargin=True, rangemode="tozero")
     if ratio:
         figure.update_yaxes(range=[0, 1.02])
     return figure
 
 
-def bar_figure(table: pd.DataFrame, stat: str, by: str) -> go.Figure:
-    """One bar per group: the mean of its runs' stat; the whiskers its runs' minimum and maximum; n runs on hover."""
-    found = groups(table, stat, by)
+def _plain(text: str) -> str:
+    """Names as Plotly text, never as its pseudo-HTML."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def entry(group: Group) -> str:
+    """A series' legend entry as Plotly text: its command (wrapped), its experiment in italics under it; "" for none."""
+    lines = [legend_text(group.series)] if group.series else []
+    lines += [f"<i>{legend_text(group.experiment, lines=2)}</i>"] if group.experiment else []
+    return "<br>".join(lines)
+
+
+def _runs_text(group: Group) -> str:
+    return _plain(", ".join(group.runs[:6]) + (f" and {len(group.runs) - 6} more" if len(group.runs) > 6 else ""))
+
+
+def _bars(found: list[Group], colour: str, name: str, **extra) -> go.Bar:
+    """`name`: the legend entry, Plotly text already."""
+    """One series' bars: the mean of each category's runs, whiskers to their minimum and maximum; the runs on hover."""
+    means = [float(np.mean(g.values)) for g in found]
+    detail = _plain(found[0].detail)
+    return go.Bar(
+        x=[g.category for g in found],
+        y=means,
+        name=name,
+        marker_color=colour,
+        error_y={"type": "data", "symmetric": False, "array": [float(np.max(g.values)) - m for g, m in zip(found, means, strict=True)],
+                 "arrayminus": [m - float(np.min(g.values)) for g, m in zip(found, means, strict=True)], "thickness": 1, "width": 4},
+        customdata=[len(g.values) for g in found],
+        hovertext=[_runs_text(g) for g in found],
+        hovertemplate=("%{x}" + (f" · {detail}" if detail else "") + "<br>mean %{y:.4g} (min–max of %{customdata} runs)<br>%{hovertext}<extra></extra>"),
+        **extra,
+    )  # fmt: skip
+
+
+def _title(text: str, by: str, named: bool) -> str:
+    return text + (" · per command" if by == COLLOCATION and named else "")
+
+
+def bar_figure(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str, str] | None = None) -> go.Figure:
+    """Per series (command or experiment) a bar per category: the mean of its runs' stat; whiskers their minimum and maximum."""
+    found = groups(table, stat, by, experiments)
     if not found:
         raise _empty(stat, by)
-    names = list(found)
-    means = [float(np.mean(v)) for v in found.values()]
-    figure = go.Figure(
-        go.Bar(
-            x=names,
-            y=means,
-            marker_color=[COLOURS[i % len(COLOURS)] for i in range(len(names))],
-            error_y={
-                "type": "data",
-                "symmetric": False,
-                "array": [float(np.max(v)) - m for v, m in zip(found.values(), means, strict=True)],
-                "arrayminus": [m - float(np.min(v)) for v, m in zip(found.values(), means, strict=True)],
-                "thickness": 1,
-                "width": 4,
-            },  # fmt: skip
-            customdata=[len(v) for v in found.values()],
-            hovertemplate="%{x}<br>mean %{y:.4g}<br>%{customdata} runs<extra></extra>",
+    series = _series(found)
+    figure = go.Figure([_bars(members, PALETTE[j % len(PALETTE)], entry(members[0]) or STATS[stat][0]) for j, members in enumerate(series.values())])
+    figure.update_layout(barmode="group" if _side_by_side(found) else "overlay", bargap=0.25, bargroupgap=0.08)
+    figure.update_xaxes(categoryorder="array", categoryarray=_categories(found))
+    named = any(entry(g) for g in found)
+    title = _title(f"{STATS[stat][0]} by {by} (mean of runs, min–max)", by, named)
+    return _layout(figure, title, by, _axis_title(stat), STATS[stat][1] == RATIO, named)
+
+
+def _jitter(run_id: str) -> float:
+    """A run's place across its box, -1..1, from its id: the same on every redraw and export."""
+    return (zlib.crc32(str(run_id).encode("utf-8")) % 1001) / 500.0 - 1.0
+
+
+def box_figure(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str, str] | None = None,
+               colours: Mapping[str, str] | None = None) -> go.Figure:  # fmt: skip
+    """Per series a box per category over its runs' stat, every run a point on it in the run's own colour (`colours`:
+    run_id -> colour as palette.run_colors gives it for the view, so a run looks the same on Explore)."""
+    found = groups(table, stat, by, experiments)
+    if not found:
+        raise _empty(stat, by)
+    categories = _categories(found)
+    series = _series(found)
+    lanes = len(series) if _side_by_side(found) else 1  # boxes of several series at one category stand side by side
+    width = 0.8 / lanes
+    colours = dict(colours or {})
+    colours |= colors((r, None) for g in found for r in g.run_ids if r not in colours)
+    figure = go.Figure()
+    points: dict[str, list] = {"x": [], "y": [], "color": [], "customdata": [], "text": []}
+    for j, members in enumerate(series.values()):
+        lane = (j - (lanes - 1) / 2) * width if lanes > 1 else 0.0
+        centre = {g.category: categories.index(g.category) + lane for g in members}
+        figure.add_box(
+            x=[centre[g.category] for g in members for _v in g.values],
+            y=[float(v) for g in members for v in g.values],
+            name=entry(members[0]) or STATS[stat][0],
+            boxpoints=False,
+            width=width * 0.7,
+            line={"color": PALETTE[j % len(PALETTE)], "width": 1.5},
+            fillcolor="rgba(0,0,0,0)",
+            hoverinfo="y",
+            showlegend=bool(entry(members[0])),
         )
+        for g in members:
+            for run_id, run, value in zip(g.run_ids, g.runs, g.values, strict=True):
+                points["x"].append(centre[g.category] + _jitter(run_id) * width * POINT_SPREAD)
+                points["y"].append(float(value))
+                points["color"].append(colours[run_id])
+                points["customdata"].append([run_id, g.category])
+                points["text"].append(_plain(f"{run} · {g.detail}" if g.detail else run))
+    figure.add_scatter(
+        x=points["x"],
+        y=points["y"],
+        mode="markers",
+        marker={"color": points["color"], "size": 8, "line": {"color": "#ffffff", "width": 1}},
+        customdata=points["customdata"],
+        text=points["text"],
+        hovertemplate="%{text}<br>%{customdata[1]}: %{y:.4g}<extra></extra>",
+        showlegend=False,
+        meta={"points": "runs"},  # one point per run, customdata[0] its run id: its colour is its colour on every page
     )
-    return _layout(figure, f"{STATS[stat][0]} by {by} (mean of runs, min–max)", by, _axis_title(stat), STATS[stat][1] == "ratio")
-
-
-def box_figure(table: pd.DataFrame, stat: str, by: str) -> go.Figure:
-    """A box per group over its runs' stat, every run a point beside it."""
-    found = groups(table, stat, by)
-    if not found:
-        raise _empty(stat, by)
-    figure = go.Figure(
-        [
-            go.Box(y=values, name=name, boxpoints="all", jitter=0.3, pointpos=0, marker_color=COLOURS[i % len(COLOURS)], line_width=1)
-            for i, (name, values) in enumerate(found.items())
-        ]
-    )
-    return _layout(figure, f"{STATS[stat][0]} by {by} (runs)", by, _axis_title(stat), STATS[stat][1] == "ratio")
+    figure.update_xaxes(tickvals=list(range(len(categories))), ticktext=[_plain(c) for c in categories], range=[-0.5, len(categories) - 0.5],
+                        showgrid=False, zeroline=False)  # fmt: skip
+    named = any(entry(g) for g in found)
+    return _layout(figure, _title(f"{STATS[stat][0]} by {by} (runs)", by, named), by, _axis_title(stat), STATS[stat][1] == RATIO, named)
 
 
 def cdf_points(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -131,29 +363,73 @@ def cdf_points(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return xs, np.arange(1, len(xs) + 1) / len(xs)
 
 
-def cdf_figure(table: pd.DataFrame, stat: str, by: str) -> go.Figure:
-    """Per group the empirical CDF of its runs' stat (share of runs at or below a value)."""
-    found = groups(table, stat, by)
+def cdf_figure(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str, str] | None = None) -> go.Figure:
+    """Per category the empirical CDF of its runs' stat (share of runs at or below a value): a colour per category, a dash
+    per series, the legend's entries under their series' name."""
+    found = groups(table, stat, by, experiments)
     if not found:
         raise _empty(stat, by)
+    categories = _categories(found)
+    series = list(_series(found))
     figure = go.Figure()
-    for i, (name, values) in enumerate(found.items()):
-        xs, ys = cdf_points(values)
-        figure.add_scatter(x=xs, y=ys, name=f"{name} ({len(xs)})", mode="lines+markers", line={"shape": "hv", "color": COLOURS[i % len(COLOURS)]},
-                           marker={"size": 5}, hovertemplate=f"{name}<br>%{{x:.4g}}: %{{y:.0%}} of runs<extra></extra>")  # fmt: skip
-    figure = _layout(figure, f"CDF of {STATS[stat][0]} by {by}", _axis_title(stat), "share of runs", False)
+    for group in found:
+        xs, ys = cdf_points(group.values)
+        j = series.index(group.key)
+        label = _plain(f"{group.category} ({len(xs)})")
+        extra = {"legendgroup": f"series {j}", "legendgrouptitle": {"text": entry(group)}} if entry(group) else {}
+        figure.add_scatter(x=xs, y=ys, name=label, mode="lines+markers", marker={"size": 5},
+                           line={"shape": "hv", "color": PALETTE[categories.index(group.category) % len(PALETTE)], "dash": dash_of(j)},
+                           hovertemplate=f"{label}{' · ' + _plain(group.detail) if group.detail else ''}<br>%{{x:.4g}}: %{{y:.0%}} of runs<extra></extra>",
+                           **extra)  # fmt: skip
+    figure = _layout(figure, _title(f"CDF of {STATS[stat][0]} by {by}", by, len(series) > 1), _axis_title(stat), "share of runs", False, True)
     figure.update_yaxes(range=[0, 1.02])
-    if STATS[stat][1] == "ratio":
+    if STATS[stat][1] == RATIO:
         figure.update_xaxes(range=[0, 1.02])
-    figure.update_layout(showlegend=True, legend={"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"})
     return figure
 
 
-def aggregate_figure(kind: str, table: pd.DataFrame, stat: str, by: str) -> go.Figure:
-    """The bar, box or CDF figure of a comparison table."""
+def aggregate_figure(kind: str, table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str, str] | None = None,
+                     colours: Mapping[str, str] | None = None) -> go.Figure:  # fmt: skip
+    """The bar, box or CDF figure of a comparison table, or the collocation figure (`stat` and `by` unused there)."""
+    if kind == COLLOCATION:
+        return collocation_figure(table, experiments)
     if kind not in KINDS:
-        raise FigureError(f"figure '{str(kind)[:40]}' is not one of {', '.join(KINDS)}")
-    return {"bar": bar_figure, "box": box_figure, "cdf": cdf_figure}[kind](table, stat, by)
+        raise FigureError(f"figure '{str(kind)[:40]}' is not one of {', '.join((*KINDS, COLLOCATION))}")
+    if kind == "box":
+        return box_figure(table, stat, by, experiments, colours)
+    return {"bar": bar_figure, "cdf": cdf_figure}[kind](table, stat, by, experiments)
+
+
+def collocation_figure(table: pd.DataFrame, experiments: Mapping[str, str] | None = None) -> go.Figure:
+    """The seed papers' collocation figure, two panels side by side: per method (alone, same GPU, MPS, MIG) and per
+    command, the runs' throughput ÷ the same command alone (alone = 1) and their GPU SMACT; bars the mean of the runs,
+    whiskers their minimum and maximum. A command is one colour and one legend entry for both panels."""
+    panels = [groups(table, stat, COLLOCATION, experiments) for stat, _title in COLLOCATION_PANELS]
+    if not panels[0]:
+        raise FigureError(
+            "none of these runs ran together with a throughput to set against the same command alone; pick runs that shared a GPU (same GPU, MPS, MIG) and an alone run of their command"
+        )
+    both = [g for found in panels for g in found]
+    series = list(_series(both))
+    categories = [m for m in dict.fromkeys([*METHODS, *_categories(both)]) if m in _categories(both)]
+    figure = make_subplots(rows=1, cols=2, subplot_titles=[title for _stat, title in COLLOCATION_PANELS], horizontal_spacing=0.12)
+    in_legend: set[tuple[str, str]] = set()
+    for col, found in enumerate(panels, start=1):
+        for j, key in enumerate(series):
+            members = [g for g in found if g.key == key]
+            if members:
+                name = entry(members[0]) or "runs"
+                figure.add_trace(_bars(members, PALETTE[j % len(PALETTE)], name, legendgroup=f"command {j}", showlegend=key not in in_legend), row=1, col=col)
+                in_legend.add(key)
+    figure.add_hline(y=1, line={"color": "#57606a", "width": 1, "dash": "dot"}, row=1, col=1)  # the same command alone
+    figure.update_layout(barmode="group" if _side_by_side(both) else "overlay", bargap=0.25, bargroupgap=0.08)
+    figure.update_xaxes(categoryorder="array", categoryarray=categories)
+    title = "Collocation per command: throughput ÷ alone and GPU SMACT (mean of runs, min–max)"
+    figure = _layout(figure, title, "collocation", "", False, True)
+    figure.update_yaxes(title={"text": "× alone"}, row=1, col=1)
+    figure.update_yaxes(title={"text": f"SMACT ({RATIO})"}, range=[0, 1.02], row=1, col=2)
+    figure.update_layout(margin={"t": MARGIN["t"] + 16})  # the panels' own titles under the figure's
+    return figure
 
 
 def busiest(per_device: Mapping[object, tuple[np.ndarray, np.ndarray]]) -> object | None:
@@ -174,10 +450,8 @@ def activity_figure(series: Mapping[str, tuple[np.ndarray, np.ndarray]], title: 
         xs, values = series[name]
         mean = float(np.nanmean(values)) * scale if len(values) else math.nan
         figure.add_scatter(x=xs, y=np.asarray(values, dtype=float) * scale, name=f"{label} (mean {mean:.3f})", mode="lines",
-                           line={"color": COLOURS[i], "dash": dash, "width": 1.5}, meta={"metric": name},
+                           line={"color": PALETTE[i], "dash": dash, "width": 1.5}, meta={"metric": name},
                            hovertemplate=f"{label}<br>%{{x:.0f}} s: %{{y:.3f}}<extra></extra>")  # fmt: skip
     if not figure.data:
         raise FigureError("the run recorded none of GRACT, SMACT, SMOCC; pick a run with DCGM or GPM metrics")
-    figure = _layout(figure, title, "time since start (s)", "activity (0–1)", True)
-    figure.update_layout(showlegend=True, legend={"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"})
-    return figure
+    return _layout(figure, _plain(title), "time since start (s)", "activity (0–1)", True, True)

@@ -18,6 +18,8 @@ Every figure can be recomputed from the columns shown:
 - normalised = steps_per_h / alone_steps_per_h;
 - energy_per_step_j = energy / steps (joules per step of the run's own progress);
 - collocation: how the run shared its GPU (``collocation_method``): alone, same GPU, MPS or MIG.
+- command: what the run trained, as a reader names it (``command_text``): the script and its arguments, or radT's
+  model and params; the comparison figures compare runs of one command (app/aggregates.py).
 
 A together group's row ("workload", its run_id the workload's id): steps_per_h and normalised are the sums of its runs' (normalised
 only where every run has an alone baseline; above 1 the runs together did more work per hour than the
@@ -31,16 +33,23 @@ activity and CPU means are left empty there: no sum or mean of them would be the
 from __future__ import annotations
 
 import math
+import re
+import shlex
 from collections.abc import Iterable
 
 import pandas as pd
 
 from radt.runmodel import COLLOCATION_TAG, UNGROUPED, script_span, together
 
-RUN_COLUMNS = ["kind", "experiment_id", "workload", "run", "letter", "status", "together", "steps", "duration_min", "steps_per_h", "alone_runs",
-               "alone_steps_per_h", "normalised", "smact_mean", "smact_p95", "smocc_mean", "smocc_p95", "peak_memory_per_gpu_mb", "energy_kj",
-               "cpu_mean", "energy_per_step_j", "collocation", "run_id"]  # fmt: skip
+RUN_COLUMNS = ["kind", "experiment_id", "workload", "run", "command", "letter", "status", "together", "steps", "duration_min", "steps_per_h", "alone_runs",
+               "alone_steps_per_h", "normalised", "gpus_text", "smact_mean", "smact_p95", "smact_busiest", "smocc_mean", "smocc_p95", "gract_mean",
+               "power_mean_w", "peak_memory_per_gpu_mb", "energy_kj", "cpu_mean", "energy_per_step_j", "collocation", "gpus_used", "gpus_watched",
+               "gpu_basis", "run_id"]  # fmt: skip
+# a run's GPU figures, over the GPUs it used (summaries.run_summary), as the summary gives them; a together group's row has none
+GPU_COLUMNS = ("gpus_text", "smact_mean", "smact_p95", "smact_busiest", "smocc_mean", "smocc_p95", "gract_mean", "power_mean_w", "gpus_used", "gpus_watched",
+               "gpu_basis")  # fmt: skip
 METHODS = ("alone", "same GPU", "MPS", "MIG")  # how runs shared a GPU, in the order the papers print them
+_PYTHON = re.compile(r"^python[\d.]*$")  # an interpreter in front of the script: not part of what the command is
 
 
 def _command(params: dict) -> tuple:
@@ -49,6 +58,21 @@ def _command(params: dict) -> tuple:
     if params.get("command"):
         return ("command", params["command"])
     return ("radT", params.get("model"), params.get("params"))
+
+
+def command_text(params: dict | None) -> str:
+    """The run's command as a reader names it: the script and its arguments (the interpreter left out), or radT's model and
+    params; "" for a run that recorded neither (a plain MLflow run)."""
+    params = params or {}
+    if params.get("command"):
+        try:
+            words = shlex.split(str(params["command"]))
+        except ValueError:  # an unbalanced quote in a hand-made param: its words as they are
+            words = str(params["command"]).split()
+        while words and (_PYTHON.match(words[0].rsplit("/", 1)[-1]) or words[0] in ("-u", "-O", "-B")):
+            words.pop(0)
+        return shlex.join(words) if words else str(params["command"])
+    return " ".join(str(params[k]) for k in ("model", "params") if params.get(k))
 
 
 def collocation_method(tags: dict | None, params: dict | None, together_with: int) -> str:
@@ -149,6 +173,7 @@ def comparison(runs: pd.DataFrame, summary: pd.DataFrame, library: pd.DataFrame 
             "experiment_id": row.experiment_id,
             "workload": row.workload_label,
             "run": row.run_name,
+            "command": command_text(row.params),
             "letter": row.letter,
             "status": row.status,
             "together": sizes[row.run_id],
@@ -158,7 +183,7 @@ def comparison(runs: pd.DataFrame, summary: pd.DataFrame, library: pd.DataFrame 
             "alone_runs": len(partners) if sizes[row.run_id] > 1 else math.nan,
             "alone_steps_per_h": baseline,
             "normalised": mine / baseline if baseline == baseline and baseline else math.nan,
-            **{c: stat(row.run_id, c) for c in ("smact_mean", "smact_p95", "smocc_mean", "smocc_p95", "cpu_mean")},
+            **{c: stat(row.run_id, c) for c in GPU_COLUMNS + ("cpu_mean",)},
             "peak_memory_per_gpu_mb": stat(row.run_id, "gpu_memory_peak_mb"),
             "energy_kj": energy / 1000,
             "energy_per_step_j": energy / steps if steps == steps and steps > 0 else math.nan,
@@ -187,6 +212,7 @@ def _group_row(members: list, figures: list[dict], stats: pd.DataFrame) -> dict:
         "experiment_id": members[0].experiment_id,
         "workload": members[0].workload_label,
         "run": f"{len(members)} runs together ({'+'.join(_names(members))})",
+        "command": " + ".join(dict.fromkeys(f["command"] for f in figures)),
         "together": len(members),
         "duration_min": (max(ends) - min(starts)) / 60_000 if known else math.nan,
         "steps_per_h": _sum(f["steps_per_h"] for f in figures),

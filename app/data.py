@@ -21,7 +21,7 @@ from radt.app.runs import RUN_COLUMNS, list_runs
 from radt.app.series import load_devices, load_series, place_by_time, step_history, time_of_step
 from radt.app.state import STATE
 from radt.app.store import LIVE_STATUSES
-from radt.app.summaries import SUMMARY_COLUMNS, run_summary
+from radt.app.summaries import SUMMARY_COLUMNS, SUMMARY_VERSION, run_summary
 from radt.catalogue import HOST, METRICS, Device, Metric, display_name, missing_values, resolve
 
 DEFAULT_METRICS = [
@@ -193,7 +193,7 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
         return run_summary(STATE.engine, [])
     rows = _per_run(
         runs,
-        lambda run_id: ("summary", run_id),
+        lambda run_id: ("summary", SUMMARY_VERSION, run_id),
         lambda missing: {row["run_id"]: row for row in run_summary(STATE.engine, missing).to_dict("records")},
     )
     return pd.DataFrame(list(rows.values()), columns=SUMMARY_COLUMNS)

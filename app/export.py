@@ -40,7 +40,9 @@ MARKERS = ("circle", "square", "triangle-up", "diamond", "x", "cross", "star", "
 GREYS = ("#000000", "#555555", "#888888")
 DPI_RANGE = (30, 2400)  # PNG resolution, `radt export --dpi` and the dashboard's field alike
 FONT_RANGE = (4.0, 48.0)  # points
-PAGE_HEIGHT = 9.0  # inches: the default height a figure must fit (a double-column page's text block)
+PAGE_HEIGHT = 9.0  # inches: the default height a figure must fit (a single-column page's text block)
+PAGE_LIMITS = {"single-column": 9.0, "double-column": 9.5, "slide": None}  # inches a figure may grow to, legend included
+LEGEND_FONT_FLOOR = 6.0  # points: a legend that does not fit is set smaller down to this, then refused with the fix
 HEIGHT_RANGE = (1.0, 30.0)  # inches, `radt export --height` and the panel's field alike
 MIN_ROW = 1.5  # inches: a chart row shorter than this is unreadable, so more columns are used first
 MAX_COLUMNS = {"single-column": 1, "double-column": 2, "slide": 3}
@@ -125,37 +127,85 @@ def page_grid(charts: int, style: ExportStyle) -> int:
 
 
 def legend_names(figure: go.Figure) -> list[str]:
-    """The names the legend shows: one per legend group (a run's GPUs and bands share one)."""
+    """The names the legend shows: one per legend group (a run's GPU and host series, its envelopes and bands share one)."""
     names: dict[str, str] = {}
     for trace in figure.data:
-        if trace.showlegend is False or not trace.name:
+        if trace.showlegend is False or not trace.name or (trace.legend or "legend") != "legend":
             continue
         names.setdefault(trace.legendgroup or trace.name, str(trace.name))
     return list(names.values())
 
 
 def _text_px(text: str, font: float) -> float:
-    """About how wide a line of text is in pixels (DejaVu Sans averages 0.62 em a character, with its spaces and capitals)."""
-    return len(text) * 0.62 * font
+    """About how wide a line of text is in pixels (DejaVu Sans: 0.64 em a character on average, with digits and capitals)."""
+    return len(text) * 0.64 * font
+
+
+ITEM_PX = 46  # what Plotly adds to a legend entry's text width: the 40 px symbol and the gap to the next column
+LEGEND_PAD_PX = 12  # a legend's own padding above and below its rows
+BOTTOM_SLACK_PX = 10  # Plotly draws a legend placed in the bottom margin ~8 px lower than its y says: room kept under it
+
+
+def legend_rows(names: list[str], width_px: float, font: float) -> tuple[int, float]:
+    """(rows, text width in px) of a horizontal legend of `names` in `width_px`, entries of equal width: Plotly lays out
+    `entrywidth` columns exactly (each entrywidth + ITEM_PX wide), so the rows reserved are the rows drawn."""
+    if not names:
+        return 0, 0.0
+    text = max(_text_px(n, font) for n in names) + 4
+    columns = max(1, int(width_px // (text + ITEM_PX)))
+    return math.ceil(len(names) / columns), text
 
 
 def legend_lines(names: list[str], width_px: float, font: float) -> int:
-    """How many lines a horizontal legend of `names` takes in `width_px` (symbol and gap beside each entry)."""
-    lines, used = (1 if names else 0), 0.0
-    for name in names:
-        entry = _text_px(name, font) + 56  # Plotly's 40 px symbol and the gaps around an item
-        if used and used + entry > width_px:
-            lines, used = lines + 1, 0.0
-        used += entry
-    return lines
+    """How many lines a horizontal legend of `names` takes in `width_px`."""
+    return legend_rows(names, width_px, font)[0]
+
+
+def _row_px(font: float) -> float:
+    """A legend row's height: Plotly's 19 px up to 12 px text, the text's line above that."""
+    return max(19.0, 1.3 * font + 4)
+
+
+def _dash_key(out: go.Figure) -> list[str]:
+    """The small key of a view whose runs have several devices: which dash style is which GPU, node or slice, as a second
+    legend of grey lines under the charts (the runs' legend names each run once). The keys' labels, in order."""
+    by_dash: dict[str, list[str]] = {}
+    for trace in out.data:
+        meta = trace.meta if isinstance(trace.meta, dict) else {}
+        if meta.get("run_id") and not meta.get("band") and meta.get("device") and meta.get("dash"):
+            labels = by_dash.setdefault(str(meta["dash"]), [])
+            if str(meta["device"]) not in labels:
+                labels.append(str(meta["device"]))
+    if len(by_dash) < 2:  # every series solid: one device per run, nothing to tell apart
+        return []
+    labels = []
+    for dash, devices in by_dash.items():
+        label = " / ".join(devices[:3]) + (f" +{len(devices) - 3}" if len(devices) > 3 else "")
+        labels.append(label)
+        out.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="lines",
+                name=label,
+                legend="legend2",
+                showlegend=True,
+                hoverinfo="skip",
+                line={"color": "#555555", "width": 1.5, "dash": dash},
+                meta={"key": True},
+            )
+        )
+    return labels
 
 
 def restyle(figure: go.Figure, style: ExportStyle, charts: int, title: str | None = None) -> go.Figure:
     """The screen figure as a print figure: WebGL traces as SVG paths, fixed size, fonts, legend in its own margin, monochrome.
 
-    `charts` rows-worth of charts are the figure's grid rows (the figure is laid out in columns already); the height is
-    what the rows need, at most the style's height (default PAGE_HEIGHT), or exactly the style's height when it has one.
-    `title` becomes the PDF's title (kept in layout.meta)."""
+    `charts` rows-worth of charts are the figure's grid rows (the figure is laid out in columns already). The figure is
+    as tall as its rows (the size's row height, at least MIN_ROW) and its legend need, within the size's page
+    (PAGE_LIMITS), or exactly the style's height when it has one; a legend never overlaps a chart and is never cut:
+    one entry per run in equal-width columns whose rows are reserved exactly, set smaller (to LEGEND_FONT_FLOOR) when
+    the page is short, else ExportError naming the fix. `title` becomes the PDF's title (kept in layout.meta)."""
     if style.size not in SIZES:
         raise ExportError(f"size '{style.size}' is not one of {', '.join(SIZES)}")
     if style.legend not in LEGENDS:
@@ -174,41 +224,111 @@ def restyle(figure: go.Figure, style: ExportStyle, charts: int, title: str | Non
     width_in, row_in = SIZES[style.size]
     width_px = width_in * CSS_DPI
     names = legend_names(out) if style.legend != "none" else []
+    keys = _dash_key(out) if style.legend != "none" and not style.monochrome else []
     margin = {"l": 6 * font_size, "r": 10, "t": 3.5 * font_size, "b": 4.5 * font_size}  # t: the first row's chart titles
+    limit_in = style.height or PAGE_LIMITS.get(style.size) or width_in * 9 / 16
+    rows_in = (row_in or 0) * charts if row_in else None
     legend: dict = {}
+    legend_font = font_size
+    key_entry, key_px, reserved = 0.0, 0.0, 0.0
     if names and style.legend in ("top", "bottom"):
-        lines = legend_lines(names, width_px - margin["l"] - 10, font_size)
-        reserved = lines * (1.4 * font_size + 17) + 6  # Plotly's legend row: the text's line and the symbol's 16 px box, plus gaps
+        while True:
+            lines, entry = legend_rows(names, width_px - margin["l"] - margin["r"], legend_font)
+            reserved = lines * _row_px(legend_font) + LEGEND_PAD_PX
+            key_rows, key_entry = legend_rows(keys, width_px - margin["l"] - margin["r"], legend_font)
+            key_px = key_rows * _row_px(legend_font) + LEGEND_PAD_PX + BOTTOM_SLACK_PX if keys else 0
+            needed = (reserved + key_px) / CSS_DPI  # the legends may take half the figure; the charts keep the rest
+            if needed <= limit_in / 2 or legend_font <= LEGEND_FONT_FLOOR:
+                break
+            legend_font = max(LEGEND_FONT_FLOOR, legend_font - 1)
+        if needed > limit_in / 2:
+            raise ExportError(
+                f"the legend of {len(names)} runs does not fit a {limit_in:g} in {style.size} figure; "
+                "use --legend right or none, a larger --size or --height, or fewer runs"
+            )
+        spot = {"orientation": "h", "x": 0, "xanchor": "left", "entrywidth": entry, "entrywidthmode": "pixels", "yref": "container"}
         if style.legend == "top":
             margin["t"] += reserved
-            legend = {"orientation": "h", "x": 0, "xanchor": "left", "y": 1, "yanchor": "top", "yref": "container"}
+            legend = spot | {"y": 1, "yanchor": "top"}
         else:
+            reserved += BOTTOM_SLACK_PX
             margin["b"] += reserved
-            legend = {"orientation": "h", "x": 0, "xanchor": "left", "y": 0, "yanchor": "bottom", "yref": "container"}
+            legend = spot | {"y": 0, "yanchor": "top"}  # y: set once the height is known (top-anchored: Plotly draws it as reserved)
+        margin["b"] += key_px
     elif names:  # right: as wide as its longest name
-        margin["r"] = min(width_px * 0.45, max(_text_px(n, font_size) for n in names) + 4 * font_size)
+        longest = max(_text_px(n, font_size) for n in names) + ITEM_PX
+        margin["r"] = min(width_px * 0.45, longest + 10)
+        if names and len(names) * _row_px(font_size) > (limit_in * CSS_DPI - margin["t"] - margin["b"]):
+            raise ExportError(f"the legend of {len(names)} runs is taller than the {limit_in:g} in figure; use --legend top, or fewer runs")
         legend = {"orientation": "v", "x": 1, "xanchor": "right", "xref": "container", "y": 1, "yanchor": "top"}
+        key_rows, key_entry = legend_rows(keys, width_px - margin["l"] - margin["r"], font_size)
+        key_px = key_rows * _row_px(font_size) + LEGEND_PAD_PX + BOTTOM_SLACK_PX if keys else 0
+        margin["b"] += key_px
     if style.height:
         height_in = style.height
     elif row_in is None:
         height_in = width_in * 9 / 16
     else:
-        height_in = min(
-            PAGE_HEIGHT, math.ceil((charts * row_in + (margin["t"] + margin["b"]) / CSS_DPI) * 2) / 2
-        )  # whole half inches: whole pixels at any even DPI
+        wanted = rows_in + (margin["t"] + margin["b"]) / CSS_DPI
+        height_in = min(limit_in, math.ceil(wanted * 2) / 2)  # whole half inches: whole pixels at any even DPI
     out.update_layout(
         width=round(width_px),
         height=round(height_in * CSS_DPI),
         font={"size": font_size, "family": "DejaVu Sans, Arial, sans-serif", "color": "#000000"},
         showlegend=bool(names),
-        legend=legend | {"font": {"size": font_size}, "bgcolor": "rgba(0,0,0,0)"},
+        legend=legend | {"font": {"size": legend_font}, "bgcolor": "rgba(0,0,0,0)", "tracegroupgap": 0},
         margin=margin,
         template="simple_white",
         hovermode=False,
         meta={"title": title} if title else None,
     )
+    height_px = round(height_in * CSS_DPI)
+    below = reserved if style.legend == "bottom" else 0.0  # the runs' legend at the very bottom, the key above it
+    if names and style.legend == "bottom":
+        out.update_layout(legend_y=reserved / height_px)
+    if keys:
+        out.update_layout(
+            legend2={
+                "orientation": "h",
+                "x": 0,
+                "xanchor": "left",
+                "y": (key_px + below) / height_px,
+                "yanchor": "top",
+                "yref": "container",
+                "font": {"size": legend_font},
+                "bgcolor": "rgba(0,0,0,0)",
+                "entrywidth": key_entry,
+                "entrywidthmode": "pixels",
+            }
+        )
+    _row_gaps(out, font_size)
     out.update_annotations(font={"size": font_size})  # the charts' titles
     return out
+
+
+def _row_gaps(out: go.Figure, font: float) -> None:
+    """Room between stacked chart rows for the upper row's tick labels and the lower row's title, in pixels of the print
+    size (the screen's gaps are fractions of a taller figure): the rows' y domains laid out again, titles moved with them."""
+    axes = {name: axis for name, axis in out.layout.to_plotly_json().items() if name.startswith("yaxis") and axis.get("domain")}
+    tops = sorted({round(a["domain"][1], 6) for a in axes.values()}, reverse=True)
+    if len(tops) < 2:
+        return
+    plot_px = out.layout.height - out.layout.margin.t - out.layout.margin.b
+    gap = min(0.35, (4.2 * font + 6) / max(plot_px, 1))
+    rows = len(tops)
+    size = (1 - gap * (rows - 1)) / rows
+    if size <= 0:
+        return
+    new = {top: (1 - i * (size + gap) - size, 1 - i * (size + gap)) for i, top in enumerate(tops)}
+    moves = {}
+    for name, axis in axes.items():
+        low, high = new[round(axis["domain"][1], 6)]
+        moves[round(axis["domain"][1], 6)] = high
+        out.layout[name].domain = [max(0.0, low), min(1.0, high)]
+    for annotation in out.layout.annotations or ():  # make_subplots' titles sit at their row's top (yref paper, yanchor bottom)
+        if annotation.yref == "paper" and annotation.yanchor == "bottom" and annotation.y is not None:
+            nearest = min(moves, key=lambda top, y=annotation.y: abs(top - y))
+            annotation.y = moves[nearest]
 
 
 def _monochrome(trace, number: int) -> None:
@@ -257,8 +377,10 @@ def view_title(what: list[str], runs: pd.DataFrame) -> str:
 
 
 def comparison_figure(view: View, style: ExportStyle, kind: str, stat: str = "smact_mean", by: str = "workload", run_id: str | None = None) -> go.Figure:
-    """A comparison figure (app/aggregates.py: bar, box, cdf of a per-run statistic by workload or collocation; activity of one run), for print."""
-    from radt.app.aggregates import STATS, FigureError, activity_figure, aggregate_figure
+    """A comparison figure, for print (app/aggregates.py): bar, box, cdf of a per-run statistic by workload or collocation
+    (per command); the collocation figure (throughput ÷ alone and GPU SMACT per method, per command); activity of one run."""
+    from radt.app.aggregates import COLLOCATION, STATS, FigureError, activity_figure, aggregate_figure
+    from radt.app.palette import run_colors
 
     runs = chosen_runs(view)
     try:
@@ -267,12 +389,41 @@ def comparison_figure(view: View, style: ExportStyle, kind: str, stat: str = "sm
             series, title = activity_series(view, chosen)
             figure = activity_figure(series, title)
         else:
-            figure = aggregate_figure(kind, comparison_table(view, runs), stat, by)
-            title = f"{STATS.get(stat, (stat,))[0]} by {by} ({kind})"
+            figure = aggregate_figure(kind, comparison_table(view, runs), stat, by, experiment_names(), run_colors(runs))
+            what = f"{STATS.get(stat, (stat,))[0]} by {by} ({kind})"
+            title = "throughput ÷ alone and GPU SMACT by collocation, per command" if kind == COLLOCATION else what
     except FigureError as exc:
         raise ExportError(str(exc)) from exc
     figure.update_layout(title=None)  # the paper's caption says it; the PDF's metadata keeps it
-    return restyle(figure, style, 1, view_title([title], runs))
+    lines_only = all(trace.type == "scatter" and trace.mode != "markers" for trace in figure.data)  # what restyle's monochrome knows
+    printed = restyle(figure, style if lines_only else dataclasses.replace(style, monochrome=False), 1, view_title([title], runs))
+    return printed if lines_only or not style.monochrome else _grey_bars(printed)
+
+
+BAR_PATTERNS = ("", "/", "x", ".", "\\", "+", "-", "|")  # monochrome bars: a grey and a hatching per series
+
+
+def _grey_bars(figure: go.Figure) -> go.Figure:
+    """Bars and boxes in monochrome: a grey and a hatching per series (its legend group, one in both panels), run points black."""
+    series: dict[str, int] = {}
+    for trace in figure.data:
+        number = series.setdefault(trace.legendgroup or trace.name or "", len(series))
+        if trace.type == "bar":
+            trace.marker.color = GREYS[number % len(GREYS)]
+            trace.marker.pattern = {"shape": BAR_PATTERNS[number % len(BAR_PATTERNS)], "fgcolor": "#ffffff"}
+        elif trace.type == "box":
+            trace.line.color = GREYS[number % len(GREYS)]
+        elif trace.type == "scatter":
+            trace.marker.color = "#000000"
+    return figure
+
+
+def experiment_names() -> dict[str, str]:
+    """Experiment id -> name, for figures that compare runs of several experiments (app/aggregates.py names them)."""
+    from radt.app.runs import list_experiments
+    from radt.app.state import STATE
+
+    return {e["experiment_id"]: e["name"] for e in list_experiments(STATE.engine)} if STATE.engine is not None else {}
 
 
 def activity_series(view: View, run_id: str) -> tuple[dict[str, tuple], str]:

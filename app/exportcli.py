@@ -10,7 +10,7 @@ from radt.settings import tracking_uri
 
 
 def export_parser() -> argparse.ArgumentParser:
-    from radt.app.aggregates import BY, KINDS, STATS
+    from radt.app.aggregates import BY, COLLOCATION, KINDS, STATS
     from radt.app.export import FORMATS, HEIGHT_RANGE, LEGENDS, SIZES
     from radt.cli import OneLineParser  # mistakes in one line, like the rest of radt
 
@@ -37,9 +37,10 @@ def export_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--figure",
-        choices=("timeseries", *KINDS, "activity"),
+        choices=("timeseries", *KINDS, COLLOCATION, "activity"),
         default="timeseries",
-        help="timeseries: the charts over time (default); bar, box, cdf: a per-run statistic (--stat) by workload or collocation (--by); "
+        help="timeseries: the charts over time (default); bar, box, cdf: a per-run statistic (--stat) by workload or collocation (--by), "
+        "per command; collocation: throughput ÷ the same command alone and GPU SMACT per collocation method, per command; "
         "activity: GRACT vs SMACT vs SMOCC of one run (the first, or --run)",
     )
     parser.add_argument("--by", choices=tuple(BY), default="workload", help="group bar/box/cdf figures by workload (default) or collocation method")

@@ -12,18 +12,19 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from radt.app.downsample import Envelope
-from radt.catalogue import Device, Metric
+from radt.app.palette import colors, dash_of, run_colors
+from radt.catalogue import Device, Metric, unit_text
 from radt.runmodel import MIG_ACTIVITY_TAG, gpu_entries
 
-PALETTE = qualitative.D3 + qualitative.Set2
-DEVICE_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")  # a run's GPUs, when colour tells runs apart
 GROUP_GRID = 600  # points of a workload's mean and band
 X_TITLES = {"relative": "time since run start (min)", "wall": "wall clock (UTC)", "step": "step"}
 X_HOVERFORMAT = {"relative": ".2f", "wall": "%Y-%m-%d %H:%M:%S", "step": ",.1f"}  # the x value under the crosshair
+SECONDS_BELOW_MIN = 2.0  # "since start" in seconds when every shown run is shorter than this many minutes
+X_SECONDS_TITLE = "time since run start (s)"
+IDLE_MARGIN = 0.02  # share of an axis below 0: a series at 0 (an idle GPU) is drawn above the axis line, not on it
 X_STEP_PLACED = "training step (hardware samples placed by time)"  # hardware samples on the run's own logged steps
 MAX_COLUMNS = 3  # charts side by side
 LINE_WIDTH = 1.5
@@ -44,11 +45,6 @@ def plain(value) -> str:
     Plotly draws <a href>, <b>, <br> and entities in legend entries, titles, annotations and
     tooltips; escaped, `<a href="http://x">evil</a>` is that text, not a link."""
     return str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def in_template(text: str) -> str:
-    """Plain text (see plain()) inside a hovertemplate, where `%{...}` would be read as a variable: its % as an entity."""
-    return text.replace("%{", "&#37;{")
 
 
 @dataclass
@@ -88,10 +84,6 @@ def gpu_identity(meta: pd.Series, device: Device) -> str:
     return ""
 
 
-def run_colors(run_ids: list[str]) -> dict[str, str]:
-    return {run_id: PALETTE[i % len(PALETTE)] for i, run_id in enumerate(run_ids)}
-
-
 def ema(values: np.ndarray, smoothing: float) -> np.ndarray:
     """Exponential moving average like TensorBoard's slider: 0 = raw, 0.99 = very smooth."""
     if smoothing <= 0 or len(values) < 2:
@@ -113,14 +105,8 @@ def unit_label(metric: Metric) -> str:
 
 
 def unit_title(metric: Metric) -> str:
-    """A chart's y axis title: the unit its values are in (CPU: percent of one core, shown above 100)."""
-    if metric.unit == "ratio":
-        return "ratio (0–1)"
-    if metric.unit == "%" and "cpu" in metric.name:
-        return "% (100 = one core)" if metric.high is None else "% of all cores"
-    if metric.unit == "state":
-        return "P-state"
-    return metric.unit or "value"
+    """A chart's y axis title: the unit its values are in, as catalogue.unit_text names it everywhere ('ratio (0–1)')."""
+    return f"ratio ({unit_text(metric)})" if metric.unit == "ratio" else (unit_text(metric) or "value")
 
 
 def y_axis(metric: Metric, low: float | None, high: float | None, log_y: bool = False) -> dict:
@@ -130,36 +116,24 @@ def y_axis(metric: Metric, low: float | None, high: float | None, log_y: bool = 
     if log_y:
         return {"type": "log", "title": title}
     if metric.unit == "ratio":
-        return {"range": [0, 1.02], "title": title}
+        return {"range": _above_axis(0.0, 1.02), "title": title}
     top = 0.0 if high is None or not math.isfinite(high) else high
     if metric.unit == "%":
-        return {"range": [0, max(metric.high or 100.0, top) * 1.05], "title": title}
+        return {"range": _above_axis(0.0, max(metric.high or 100.0, top) * 1.05), "title": title}
     if metric.low is not None and metric.low >= 0:
         ceiling = metric.high if metric.high is not None else 0.0
-        return {"range": [metric.low, max(top * 1.05, ceiling, MIN_SPAN)], "title": title}
+        return {"range": _above_axis(metric.low, max(top * 1.05, ceiling, MIN_SPAN)), "title": title}
     if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
         return {"title": title}
     if low >= 0:
-        return {"range": [0, max(high * 1.05, MIN_SPAN)], "title": title}
+        return {"range": _above_axis(0.0, max(high * 1.05, MIN_SPAN)), "title": title}
     pad = max((high - low) * 0.05, abs(high) * MIN_SPAN_SHARE, MIN_SPAN)
     return {"range": [low - pad, high + pad], "title": title}
 
 
-def x_hover(x_mode: str, step_placed: bool = False) -> str:
-    """The x value in a tooltip: minutes since start, UTC wall clock or the training step."""
-    if x_mode == "wall":
-        return "%{x|%Y-%m-%d %H:%M:%S} UTC"
-    if x_mode == "step":
-        return "step %{x:,.1f}" if step_placed else "step %{x:,.0f}"
-    return "%{x:.2f} min since start"
-
-
-def value_hover(metric: Metric, what: str = "") -> str:
-    """The value line of a tooltip: metric, value and unit ('SMACT 0.532 ratio', 'Power mean 251 W')."""
-    unit = {"ratio": "", "state": ""}.get(metric.unit, metric.unit)
-    if metric.unit == "%" and "cpu" in metric.name:
-        unit = "% of one core" if metric.high is None else "% of all cores"
-    return in_template(f"{plain(metric.label)}{' ' + what if what else ''} ") + "%{y:.4g}" + in_template(f" {plain(unit)}" if unit else "")
+def _above_axis(low: float, high: float) -> list[float]:
+    """A range whose floor sits IDLE_MARGIN of the span below `low`: a series at its floor (an idle GPU's 0) shows as a line."""
+    return [low - (high - low) * IDLE_MARGIN, high]
 
 
 def grid(count: int, columns: int) -> tuple[int, int]:
@@ -182,15 +156,16 @@ def overlay_figure(
 ) -> go.Figure:
     """Charts, one per metric, in a grid of `columns` (1-3) sharing one x axis.
 
-    One trace per run and device ("run · GPU 1"), or with ``gpu_mode="mean"`` per run the mean
-    across its GPUs with a min-max band; ``grouped``: per workload, the mean of all its runs' series
-    with a min-max band. A series downsampled to an Envelope is its mean line inside a light
-    min-max envelope. Several runs: a colour per run, a dash style per GPU of a run; one run: a
-    colour per GPU. `x_range` zooms the shared x axis. Every trace's meta names its run (or workload).
+    One trace per run and device, or with ``gpu_mode="mean"`` per run the mean across its GPUs with a min-max band;
+    ``grouped``: per workload, the mean of all its runs' series with a min-max band. A series downsampled to an
+    Envelope is its mean line inside a light min-max envelope. A run is one colour (app/palette.py, from the run) and
+    one legend group in every chart, its GPU and host series alike; which GPU, node or slice a line is, is its dash
+    style (the same in every chart) and its tooltip. `x_range` zooms the shared x axis (minutes on "relative").
+    Every trace's meta names its run (or workload) and device; tooltips are drawn by assets/charts.js from it.
     """
     rows, cols = grid(len(panels), columns)
     spacing = (
-        min(0.04 * (1 + (cols > 1)), (CHART_GAP_PX + 20 * (cols > 1)) / (panel_height * rows)) if rows > 1 else 0.0
+        min(0.06 * (1 + (cols > 1)), (CHART_GAP_PX + 20 * (cols > 1)) / (panel_height * rows)) if rows > 1 else 0.0
     )  # Plotly refuses spacing × (rows - 1) > 1
     fig = make_subplots(
         rows=rows,
@@ -201,16 +176,16 @@ def overlay_figure(
         subplot_titles=[plain(unit_label(p.metric)) for p in panels],
     )
     runs = runs.set_index("run_id", drop=False) if "run_id" in runs else runs
-    colors = run_colors(list(runs.index))
-    workloads = list(dict.fromkeys(runs["workload_id"])) if len(runs) else []
-    wl_colors = {w: PALETTE[i % len(PALETTE)] for i, w in enumerate(workloads)}
-    gpus_of = _gpus_of(panels)
-    single_run = len({r for p in panels for r in p.series if r in runs.index}) == 1
+    run_colour = run_colors(runs)
+    workloads = _workload_starts(runs)
+    wl_colors = colors(workloads.items())
+    dashes = device_dashes(panels)
+    per_minute = 60.0 if x_mode == "relative" and not grouped and _short(panels, runs) else 1.0
     step_placed = x_mode == "step" and any(p.placed for p in panels)
-    in_legend: set[str] = set()  # a series is in the legend once, from the first chart it appears in
+    in_legend: set[str] = set()  # a run (or workload) is in the legend once, from the first chart it appears in
     for index, panel in enumerate(panels):
         cell = {"row": index // cols + 1, "col": index % cols + 1}
-        hover_x = x_hover(x_mode if not (grouped and x_mode == "wall") else "relative", panel.placed)
+        look = _value_look(panel.metric)
         if grouped:
             members = {}
             for run_id, devices in panel.series.items():
@@ -222,86 +197,183 @@ def overlay_figure(
                 count = len({run_id for run_id, _xs, _ys in found})
                 series = len(found)
                 what = f"mean of {count}" if series == count else f"mean of {count} runs, {series} GPU series"
-                band = Band(workload_id, plain(f"{label} ({what})"), wl_colors[workload_id], {"workload_id": workload_id}, GROUP_BAND_ALPHA, True)
-                _add_band(fig, runs, found, x_mode, smoothing, cell, in_legend, band, panel.metric, hover_x)
+                band_meta = {"workload_id": workload_id, "name": f"{label} ({what})", "device": "", "dash": "solid"} | look
+                band = Band(workload_id, plain(f"{label} ({what})"), wl_colors[workload_id], band_meta, GROUP_BAND_ALPHA, True)
+                _add_band(fig, runs, found, x_mode, smoothing, cell, in_legend, band)
         else:
             for run_id, devices in panel.series.items():
                 if run_id not in runs.index:
                     continue
                 meta = runs.loc[run_id]
+                run_name = plain(meta["run_name"])
                 if gpu_mode == "mean" and sum(1 for d in devices if d.gpu is not None) > 1:
                     found = [(run_id, *_points(values)) for values in devices.values()]
-                    name = plain(f"{meta['run_name']} · mean of {len(found)} GPUs")
-                    band = Band(f"{run_id}|mean", name, colors[run_id], {"run_id": run_id}, ENVELOPE_ALPHA, False)
-                    _add_band(fig, runs, found, x_mode, smoothing, cell, in_legend, band, panel.metric, hover_x)
+                    series_meta = {"run_id": run_id, "name": str(meta["run_name"]), "device": f"mean of {len(found)} GPUs", "dash": "solid"} | look
+                    band = Band(run_id, run_name, run_colour[run_id], series_meta | _details(meta, run_id, in_legend), ENVELOPE_ALPHA, False)
+                    _add_band(fig, runs, found, x_mode, smoothing, cell, in_legend, band, per_minute)
                     continue
                 for device, values in devices.items():
                     if len(values[0]) == 0:
                         continue
-                    tid = trace_id(run_id, device)
-                    position = gpus_of[run_id].index(device) if device in gpus_of[run_id] else 0
-                    color = PALETTE[position % len(PALETTE)] if single_run else colors[run_id]
-                    dash = "solid" if single_run else DEVICE_DASHES[position % len(DEVICE_DASHES)]
-                    name = plain(f"{meta['run_name']}{f' · {device.label}' if device.label else ''}")
-                    trace_meta = {"run_id": run_id, "device": device.label}
+                    dash = dashes.get(device, "solid")
+                    trace_meta = {"run_id": run_id, "name": str(meta["run_name"]), "device": device.label, "dash": dash} | look
+                    where = [gpu_identity(meta, device), _mig_caveat(meta) if device.gpu is not None and device.mig is None else ""]
+                    if any(where):
+                        trace_meta["where"] = " · ".join(w for w in where if w)
                     xs = x_values(values[0], meta["start_time"], x_mode)
+                    xs = xs * per_minute if per_minute != 1 else xs
                     if isinstance(values, Envelope):
-                        _add_envelope(fig, xs, ema(values.low, smoothing), ema(values.high, smoothing), name, tid, color, trace_meta, cell)
-                    identity = gpu_identity(meta, device)
-                    caveat = _mig_caveat(meta) if device.gpu is not None and device.mig is None else ""
-                    where = in_template((f"<br>{plain(identity)}" if identity else "") + caveat) + _run_context(meta)
+                        _add_envelope(fig, xs, ema(values.low, smoothing), ema(values.high, smoothing), run_name, run_id, run_colour[run_id], trace_meta, cell)
+                        trace_meta["mean"] = True  # the line is the mean of each bucket; the band its min-max
                     fig.add_trace(
                         go.Scattergl(
                             x=_compact(xs),
                             y=_compact(ema(values[1], smoothing)),
                             mode="lines",
-                            name=name,
-                            legendgroup=tid,
-                            showlegend=tid not in in_legend,
-                            line={"color": color, "width": LINE_WIDTH, "dash": dash},
-                            hovertemplate=f"<b>{in_template(name)}</b>{where}<br>"
-                            + value_hover(panel.metric, "mean" if isinstance(values, Envelope) else "")
-                            + f" · {hover_x}<extra></extra>",
-                            meta=trace_meta,
+                            name=run_name,
+                            legendgroup=run_id,
+                            showlegend=run_id not in in_legend,
+                            line={"color": run_colour[run_id], "width": LINE_WIDTH, "dash": dash},
+                            hoverinfo="none",  # assets/charts.js draws one small box per chart from the points and their meta
+                            meta=trace_meta | _details(meta, run_id, in_legend),
                         ),
                         **cell,
                     )
-                    in_legend.add(tid)
+                    in_legend.add(run_id)
         low, high = _extremes(fig, index + 1)
         fig.update_yaxes(**y_axis(panel.metric, low, high, log_y), **cell)
     axis = "relative" if grouped and x_mode == "wall" else x_mode
-    _x_axes(fig, len(panels), rows, cols, X_STEP_PLACED if step_placed else X_TITLES.get(axis, ""), X_HOVERFORMAT.get(axis, ""))
+    title = X_STEP_PLACED if step_placed else (X_SECONDS_TITLE if per_minute != 1 else X_TITLES.get(axis, ""))
+    _x_axes(fig, len(panels), rows, cols, title, X_HOVERFORMAT.get(axis, ""))
     if x_range is not None:
-        fig.update_xaxes(range=list(x_range))
+        low_x, high_x = x_range
+        fig.update_xaxes(range=[low_x * per_minute, high_x * per_minute] if per_minute != 1 else list(x_range))
     height = max(260, panel_height * rows)
     fig.update_layout(
         height=height,
         margin={"l": 60, "r": 20, "t": 40, "b": 50},
         template="plotly_white",
-        hovermode="x",  # with assets/charts.js: hovering one chart shows every chart's values at that x
+        hovermode="x",  # every run's point at the cursor's x, for assets/charts.js's one box per chart and its crosshair
         hoverlabel={"namelength": -1, "font": {"size": 11}},
         spikedistance=-1,
-        legend={"orientation": "h", "y": 1.0 + 40 / height, "x": 0, "yanchor": "bottom"},
-        uirevision=f"{x_mode}-{grouped}-{gpu_mode}-{cols}",  # keeps the user's zoom across redraws until the axis changes
+        legend={"orientation": "h", "y": 1.0 + 40 / height, "x": 0, "yanchor": "bottom", "groupclick": "togglegroup"},
+        meta={"x_per_minute": per_minute, "x_title": title},  # assets/zoom.js turns a zoom in seconds back into the view's minutes
+        uirevision=f"{x_mode}-{grouped}-{gpu_mode}-{cols}-{per_minute}",  # keeps the user's zoom across redraws until the axis changes
     )
     return fig
 
 
-def legend_entries(rendered) -> list[dict]:
-    """The legend of a drawn view (a Rendered or its figure), once per series: its run (or workload) id, name, colour, dash.
+def _workload_starts(runs: pd.DataFrame) -> dict[str, float | None]:
+    """workload id -> its first run's start (ms): what a workload's colour is chosen from, like a run's."""
+    if not len(runs) or "workload_id" not in runs:
+        return {}
+    starts = runs.groupby("workload_id", sort=False)["start_time"].min() if "start_time" in runs else None
+    return {str(w): (None if starts is None else starts.get(w)) for w in dict.fromkeys(runs["workload_id"])}
 
-    The page draws its own sticky legend from these; window.radtCharts.highlight(id) takes the id."""
+
+def _short(panels: list[Panel], runs: pd.DataFrame) -> bool:
+    """Whether every drawn run is shorter than SECONDS_BELOW_MIN minutes: then "since start" counts seconds. A run's length
+    is its own (duration_s), not what a zoom window loaded of it, so zooming into a long run keeps its minutes."""
+    longest = 0.0
+    for panel in panels:
+        for run_id, devices in panel.series.items():
+            if run_id not in runs.index:
+                continue
+            duration = runs.loc[run_id, "duration_s"] if "duration_s" in runs else math.nan
+            if duration == duration and duration is not None:
+                longest = max(longest, float(duration) / 60.0)
+                continue
+            start = runs.loc[run_id, "start_time"]
+            for values in devices.values():
+                xs = values.x if isinstance(values, Envelope) else values[0]
+                if len(xs) and start == start:
+                    longest = max(longest, (float(np.nanmax(xs)) - float(start)) / 60000.0)
+    return longest < SECONDS_BELOW_MIN
+
+
+def _value_look(metric: Metric) -> dict:
+    """How a tooltip and the legend print a chart's values: its label, unit text and a d3 format."""
+    unit = "" if metric.unit in ("ratio", "state") else unit_text(metric)
+    return {"metric": metric.label, "unit": unit, "fmt": ".3f" if metric.unit == "ratio" else (".0f" if metric.unit == "state" else ",.4~g")}
+
+
+def _details(meta: pd.Series, run_id: str, in_legend: set[str]) -> dict:
+    """The run's details, on its first trace only (the tooltip shows them on a click): workload, letter, status, parameters."""
+    if run_id in in_legend:
+        return {}
+    params = meta.get("params") if hasattr(meta, "get") else None
+    params = {str(k): str(v)[:200] for k, v in (params.items() if isinstance(params, dict) else []) if not str(k).startswith("radt.")}
+    head = " ".join(str(x) for x in (meta.get("workload_label") or "", meta.get("letter") or "") if x).strip()
+    return {"detail": {"run": str(meta.get("run_name") or run_id), "workload": head, "status": str(meta.get("status") or ""), "params": params}}
+
+
+def legend_entries(rendered) -> list[dict]:
+    """The legend of a drawn view (a Rendered or its figure): one entry per run (or workload), its id, name, colour and dash,
+    and, from a Rendered, per chart the mean / max / last of the shown window over the run's series and per device.
+
+    The page draws its sticky table legend from these (pages/legend.py); window.radtCharts.highlight(id) takes the id."""
     figure = getattr(rendered, "figure", rendered)
     out, seen = [], set()
     for trace in figure.data:
         meta = trace.meta if isinstance(trace.meta, dict) else {}
-        key = trace.legendgroup or trace.name
-        if trace.showlegend is False or meta.get("band") or key in seen or not (meta.get("run_id") or meta.get("workload_id")):
+        owner = meta.get("run_id") or meta.get("workload_id")
+        if meta.get("band") and not meta.get("mean"):
             continue
-        seen.add(key)
+        if not owner or owner in seen:
+            continue
+        seen.add(owner)
         line = trace.line
-        out.append({"id": meta.get("run_id") or meta.get("workload_id"), "name": trace.name, "color": line.color, "dash": line.dash or "solid"})
+        out.append({"id": owner, "name": trace.name, "color": line.color, "dash": "solid"})
+    panels = getattr(rendered, "panels", None)
+    if panels and not any("workload_id" in (t.meta or {}) for t in figure.data if isinstance(t.meta, dict)):
+        dashes = device_dashes(panels)
+        for entry in out:
+            entry["stats"], entry["devices"] = _run_stats(panels, entry["id"], dashes)
     return out
+
+
+def window_stats(values) -> tuple[float, float, float]:
+    """(mean, max, last) of one drawn series over the shown window, NaN left out: an Envelope's bucket means (equal-width
+    buckets: a time-weighted mean) and its true maximum; NaN when the window holds no value."""
+    line = np.asarray(values.mean if isinstance(values, Envelope) else values[1], dtype=np.float64)
+    peak = np.asarray(values.high if isinstance(values, Envelope) else values[1], dtype=np.float64)
+    finite, peaks = line[np.isfinite(line)], peak[np.isfinite(peak)]
+    if not len(finite):
+        return math.nan, math.nan, math.nan
+    return float(finite.mean()), float(peaks.max()) if len(peaks) else math.nan, float(finite[-1])
+
+
+def _run_stats(panels: list[Panel], run_id: str, dashes: dict[Device, str]) -> tuple[list[dict], list[dict]]:
+    """Per chart a run's mean / max / last over its devices (the mean of each device's mean, the highest max, the mean of the
+    lasts), and the same per device: a GPU lying on the axis reads 0.000 in the legend."""
+    stats, devices = [], {}
+    for panel in panels:
+        look = _value_look(panel.metric)
+        found = panel.series.get(run_id) or {}
+        per = {d: window_stats(v) for d, v in found.items() if len(v[0])}
+        cell = {"metric": look["metric"], "unit": look["unit"], "fmt": look["fmt"]}
+        if per:
+            means, peaks, lasts = zip(*per.values(), strict=True)
+            cell |= {"mean": _nan_mean(means), "max": _nan_max(peaks), "last": _nan_mean(lasts), "series": len(per)}
+        stats.append(cell)
+        for device, (mean, peak, last) in per.items():
+            row = devices.setdefault(device, {"label": device.label or "host", "dash": dashes.get(device, "solid"), "stats": {}})
+            row["stats"][look["metric"] + "|" + look["unit"]] = {"mean": mean, "max": peak, "last": last, "fmt": look["fmt"]}
+    ordered = [devices[d] for d in sorted(devices, key=Device.sort_key)]
+    keys = [s["metric"] + "|" + s["unit"] for s in stats]
+    for row in ordered:  # one cell per chart, in the charts' order (empty where the device has no series there)
+        row["stats"] = [row["stats"].get(k, {}) for k in keys]
+    return stats, ordered if sum(1 for d in devices if d.gpu is not None) > 1 or len(devices) > 2 else []
+
+
+def _nan_mean(values) -> float:
+    finite = [v for v in values if v == v]
+    return float(sum(finite) / len(finite)) if finite else math.nan
+
+
+def _nan_max(values) -> float:
+    finite = [v for v in values if v == v]
+    return float(max(finite)) if finite else math.nan
 
 
 def _points(values) -> Series:
@@ -321,8 +393,18 @@ def _extremes(fig: go.Figure, number: int) -> tuple[float | None, float | None]:
 
 
 def _x_axes(fig: go.Figure, count: int, rows: int, cols: int, title: str, hoverformat: str) -> None:
-    """Crosshair spikes across every chart; tick labels and the title under each column's last chart."""
-    fig.update_xaxes(showspikes=True, spikemode="across", spikesnap="cursor", spikethickness=1, spikedash="dot", spikecolor="#888", hoverformat=hoverformat)
+    """Crosshair spikes across every chart; tick labels under every chart (a screen shows a few rows at once), the title
+    under each column's last chart."""
+    fig.update_xaxes(
+        showspikes=True,
+        spikemode="across",
+        spikesnap="cursor",
+        spikethickness=1,
+        spikedash="dot",
+        spikecolor="#888",
+        hoverformat=hoverformat,
+        showticklabels=True,
+    )
     for col in range(1, cols + 1):
         last = max((i for i in range(count) if i % cols + 1 == col), default=None)
         if last is None:
@@ -359,30 +441,20 @@ def _add_envelope(fig: go.Figure, xs, low: np.ndarray, high: np.ndarray, name: s
     )
 
 
-def _run_context(row: pd.Series) -> str:
-    """A tooltip's line on the run's workload, letter and first params, as text ready for a hovertemplate."""
-    params = row.get("params") or {}
-    params = params if isinstance(params, dict) else {}
-    shown = ", ".join(f"{k}={v}" for k, v in list(params.items())[:6] if not str(k).startswith("radt."))
-    letter = f" {row['letter']}" if row.get("letter") else ""
-    line = f"{row.get('workload_label') or ''}{letter}" + (f" · {shown}" if shown else "")
-    return in_template(f"<br>{plain(line)}") if line.strip() else ""
-
-
 def _mig_caveat(meta: pd.Series) -> str:
     """A MIG run whose slice's own activity could not be read: its GPU series are the whole GPU's, say so in its tooltip."""
     tags = meta.get("tags") if hasattr(meta, "get") else None
     reason = tags.get(MIG_ACTIVITY_TAG) if isinstance(tags, dict) else None
-    return f"<br>⚠ the whole GPU, not the run's MIG slice ({plain(reason)})" if reason else ""
+    return f"⚠ the whole GPU, not the run's MIG slice ({reason})" if reason else ""
 
 
-def _gpus_of(panels: list[Panel]) -> dict[str, list[Device]]:
-    """Per run, every device it has in any chart, sorted: a device's place gives it the same colour or dash in each chart."""
-    found: dict[str, set[Device]] = {}
-    for panel in panels:
-        for run_id, devices in panel.series.items():
-            found.setdefault(run_id, set()).update(d for d in devices if d.gpu is not None)
-    return {run_id: sorted(devices, key=Device.sort_key) for run_id, devices in found.items()}
+def device_dashes(panels: list[Panel]) -> dict[Device, str]:
+    """Every device any run has in any chart, sorted, each with its dash style: GPU 1 is the same dash in every run and chart.
+
+    The run's own host (no node, no GPU) is solid; so is the first device, so a view of one-GPU runs is all solid lines."""
+    found = {d for panel in panels for devices in panel.series.values() for d in devices if d != Device()}
+    ordered = sorted(found, key=Device.sort_key)
+    return {device: dash_of(i) for i, device in enumerate(ordered)}
 
 
 @dataclass
@@ -397,9 +469,7 @@ class Band:
     border: bool
 
 
-def _add_band(
-    fig, runs: pd.DataFrame, found: list, x_mode: str, smoothing: float, cell: dict, in_legend: set, band: Band, metric: Metric, hover_x: str
-) -> None:
+def _add_band(fig, runs: pd.DataFrame, found: list, x_mode: str, smoothing: float, cell: dict, in_legend: set, band: Band, per_minute: float = 1.0) -> None:
     """The mean and min-max band of several series (runs of a workload, GPUs of a run) on a shared grid.
 
     The grid is time since each run's start (or steps): runs started at different wall-clock
@@ -410,7 +480,7 @@ def _add_band(
     for run_id, xs, ys in found:
         if len(xs) == 0:
             continue
-        grid_x = np.asarray(x_values(xs, runs.loc[run_id, "start_time"], mode), dtype=np.float64)
+        grid_x = np.asarray(x_values(xs, runs.loc[run_id, "start_time"], mode), dtype=np.float64) * per_minute
         members.append(pd.Series(ema(ys, smoothing), index=grid_x))
     if not members:
         return
@@ -422,8 +492,8 @@ def _add_band(
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns (a gap in every series) stay NaN
         mean, low, high = np.nanmean(stacked, axis=0), np.nanmin(stacked, axis=0), np.nanmax(stacked, axis=0)
     edge = {"width": BAND_BORDER_WIDTH, "color": _alpha(band.color, 0.7)} if band.border else {"width": 0}
-    meta = band.meta | {"band": True}
-    common = {"mode": "lines", "legendgroup": band.group, "showlegend": False, "hoverinfo": "skip", "name": band.name, "meta": meta}
+    owner = {k: v for k, v in band.meta.items() if k in ("run_id", "workload_id")}
+    common = {"mode": "lines", "legendgroup": band.group, "showlegend": False, "hoverinfo": "skip", "name": band.name, "meta": owner | {"band": True}}
     fig.add_trace(go.Scatter(x=grid_x, y=high, line=edge, **common), **cell)
     fig.add_trace(go.Scatter(x=grid_x, y=low, line=edge, fill="tonexty", fillcolor=_alpha(band.color, band.alpha), **common), **cell)
     fig.add_trace(
@@ -435,8 +505,8 @@ def _add_band(
             legendgroup=band.group,
             showlegend=band.group not in in_legend,
             line={"color": band.color, "width": 2},
-            hovertemplate=f"<b>{in_template(band.name)}</b><br>{value_hover(metric, 'mean')} · {hover_x}<extra></extra>",
-            meta=band.meta,
+            hoverinfo="none",
+            meta=band.meta | {"mean": True},
         ),
         **cell,
     )

@@ -30,6 +30,7 @@ from radt.app import data
 from radt.app.cache import LISTING_TIMEOUT
 from radt.app.state import STATE
 from radt.app.store import LATEST, chunks, plain_rows
+from radt.catalogue import METRICS, unit_text
 
 
 class FilterError(ValueError):
@@ -72,17 +73,22 @@ class Field:
 _SECONDS = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 _RATIO = {"": 1.0, "%": 0.01}
 _PLAIN = {"": 1.0}
-FIELDS = {
-    "smact.mean": Field("smact_mean", "summary", _RATIO, "0-1 or %"),
-    "smact.p95": Field("smact_p95", "summary", _RATIO, "0-1 or %"),
-    "smocc.mean": Field("smocc_mean", "summary", _RATIO, "0-1 or %"),
-    "smocc.p95": Field("smocc_p95", "summary", _RATIO, "0-1 or %"),
+_RATIO_TEXT = f"{unit_text(METRICS['sm_active'])} or %"
+FIELDS = {  # the GPU figures are over the GPUs the run used (summaries.run_summary; README, "Summary table")
+    "smact.mean": Field("smact_mean", "summary", _RATIO, _RATIO_TEXT),
+    "smact.p95": Field("smact_p95", "summary", _RATIO, _RATIO_TEXT),
+    "smact.busiest": Field("smact_busiest", "summary", _RATIO, _RATIO_TEXT),  # the mean SMACT of the run's busiest GPU
+    "smocc.mean": Field("smocc_mean", "summary", _RATIO, _RATIO_TEXT),
+    "smocc.p95": Field("smocc_p95", "summary", _RATIO, _RATIO_TEXT),
+    "gract.mean": Field("gract_mean", "summary", _RATIO, _RATIO_TEXT),
+    "power.mean": Field("power_mean_w", "summary", {"": 1.0, "w": 1.0, "kw": 1000.0}, f"{unit_text(METRICS['power_usage_watts'])} or kW"),
+    "gpus.used": Field("gpus_used", "summary", _PLAIN, "GPUs or MIG slices"),
     "duration": Field("duration_s", "runs", _SECONDS, "s, m or h"),  # the run's time, as the run tree shows it
     "steps": Field("own_steps", "summary", _PLAIN, "the script's highest step + 1"),
     "throughput": Field("throughput", "summary", _PLAIN, "steps/h"),
     "memory.peak": Field("gpu_memory_peak_mb", "summary", {"": 1.0, "mb": 1.0, "gb": 1024.0}, "MB or GB"),
     "energy": Field("energy_j", "summary", {"": 1000.0, "j": 1.0, "kj": 1000.0, "mj": 1e6, "wh": 3600.0, "kwh": 3.6e6}, "kJ, J, MJ, Wh or kWh"),
-    "cpu.mean": Field("cpu_mean", "summary", {"": 1.0, "%": 1.0}, "% of one core"),
+    "cpu.mean": Field("cpu_mean", "summary", {"": 1.0, "%": 1.0}, unit_text(METRICS["cpu_utilization_percentage"])),  # the host's
 }
 TEXT_FIELDS = {"letter": "letter"}  # radt's own words for a run (its radt.letter tag or radT's letter param), compared like attributes
 FIELD_NAMES = ", ".join([*FIELDS, *TEXT_FIELDS])

@@ -74,11 +74,27 @@ def whole_gpus(run_keys: Iterable[str], metric_name: str) -> dict[catalogue.Devi
     return {d: kr for d, kr in device_keys(run_keys, metric_name).items() if d.gpu is not None and d.mig is None}
 
 
-def own_devices(run_keys: Iterable[str], metric_name: str) -> list[tuple[str, float]]:
-    """(key, scale) of every device of the run: its GPUs, a GPU's MIG slices instead of the whole GPU where it has them."""
+def own_devices(run_keys: Iterable[str], metric_name: str) -> dict[catalogue.Device, tuple[str, catalogue.Resolved]]:
+    """device_keys of the run's own devices: its GPUs, a GPU's MIG slices instead of the whole GPU where it has them."""
     found = device_keys(run_keys, metric_name)
-    sliced = {(d.node, d.gpu) for d in found if d.mig is not None}
-    return [(key, res.scale) for d, (key, res) in found.items() if d.mig is not None or (d.node, d.gpu) not in sliced]
+    return {d: found[d] for d in _sliced(found)}
+
+
+def gpu_devices(run_keys: Iterable[str]) -> list[catalogue.Device]:
+    """Every GPU (or MIG slice, in place of its GPU) the run recorded any per-GPU metric of: the devices radt watched, sorted."""
+    found = set()
+    for key in run_keys:
+        resolved = catalogue.resolve(key)
+        if resolved is not None and resolved.metric.per_gpu:
+            found.add(resolved.device)
+    return sorted(_sliced(found), key=catalogue.Device.sort_key)
+
+
+def _sliced(devices: Iterable[catalogue.Device]) -> list[catalogue.Device]:
+    """The devices, a GPU left out where its MIG slices are among them (the slices stand for it)."""
+    devices = list(devices)
+    sliced = {(d.node, d.gpu) for d in devices if d.mig is not None}
+    return [d for d in devices if d.mig is not None or (d.node, d.gpu) not in sliced]
 
 
 def cumulative_legacy(key: str) -> bool:

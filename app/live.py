@@ -47,11 +47,14 @@ OWN_LIMIT = 8  # a run's own metrics (loss, accuracy) shown on its card, by name
 
 @dataclass(frozen=True)
 class Trace:
-    """One line of a live chart: the stored key, its legend name, and its axis."""
+    """One line of a live chart: the stored key, its metric's name with its unit (the legend entry, one per metric), the
+    device it measured (its dash style and tooltip), and its axis."""
 
     key: str
     name: str
     axis: str  # "y" (0-1 activity) or "y2" (percent)
+    metric: str = ""  # catalogue name: the line's colour
+    device: str = ""  # "GPU 0", "node-7 · GPU 1 · MIG 3", "" for the host
 
 
 def live_runs(engine: sa.Engine, now_ms: int | None = None, linger_ms: int = LINGER_MS) -> pd.DataFrame:
@@ -106,8 +109,8 @@ def chart_traces(keys: Sequence[str]) -> list[Trace]:
         if metric.name == "utilization_percentage" and device in has_gpm:
             continue  # GRACT says it better where GPM is there
         axis = "y" if metric.unit == "ratio" else "y2"
-        name = f"{metric.label} {device.label}" if device.label else metric.label
-        found.append(((device.gpu is None, device.sort_key()), order[metric.name], Trace(key, name, axis)))
+        name = metric.label if metric.unit == "ratio" else f"{metric.label} ({catalogue.unit_text(metric)})"
+        found.append(((device.gpu is None, device.sort_key()), order[metric.name], Trace(key, name, axis, metric.name, device.label)))
     found.sort(key=lambda item: (item[0], item[1]))  # per GPU, the host last
     return [trace for _d, _o, trace in found]
 

@@ -1,22 +1,23 @@
-"""One row of numbers per run for the comparison table: the script's duration, SMACT and SMOCC, peak
-GPU memory, energy per physical GPU, CPU, and the run's own steps.
+"""One row of numbers per run for the comparison table: the script's duration, GPU activity and power over the GPUs the run
+used, peak GPU memory, energy per physical GPU, CPU, and the run's own steps.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
 from radt import catalogue
-from radt.app.keys import cumulative_legacy, matching, own_devices, whole_gpus
+from radt.app.keys import cumulative_legacy, gpu_devices, matching, own_devices, whole_gpus
 from radt.app.runs import durations, key_values, keys_by_run, run_rows
 from radt.app.series import raw_by_pair
-from radt.app.store import LATEST, METRICS, TAGS, chunks, not_nan, plain_rows, unique
+from radt.app.store import LATEST, METRICS, RUNS, TAGS, Series, chunks, not_nan, plain_rows, unique
 from radt.runmodel import GPUS_TAG, HOST_TAG, NODE_TAG, SCRIPT_END_TAG, SCRIPT_START_TAG, gpu_entries, script_span
 
 SUMMARY_COLUMNS = [
@@ -24,8 +25,15 @@ SUMMARY_COLUMNS = [
     "duration_s",
     "smact_mean",
     "smact_p95",
+    "smact_busiest",  # the mean SMACT of the used GPU with the highest mean
     "smocc_mean",
     "smocc_p95",
+    "gract_mean",
+    "power_mean_w",
+    "gpus_used",  # how many GPUs (MIG slices) the GPU figures are over
+    "gpus_watched",  # how many GPUs (MIG slices) radt recorded for the run
+    "gpu_basis",  # PROCESSES or WATCHED: how the used GPUs were told ("" without a GPU)
+    "gpus_text",  # "1 of 5 used", "5 watched", "2 of 4 used · node-a"
     "gpu_memory_peak_mb",
     "energy_j",
     "cpu_mean",
@@ -33,8 +41,56 @@ SUMMARY_COLUMNS = [
     "own_steps",  # the highest step of the run's own metrics (its loss per epoch...) + 1: the work it did
     "gpu_energy_j",  # {physical GPU (gpu_identity): joules}: the energy of each GPU the run recorded
 ]
+TEXT_COLUMNS = ("run_id", "gpu_basis", "gpus_text")
+COUNT_COLUMNS = ("gpus_used", "gpus_watched")
+SUMMARY_VERSION = 2  # part of the summaries' cache key (data.summary): a shared cache never serves rows of an older definition
+PROCESSES = "processes"  # NVML's per-process lists showed which GPUs the run's processes used
+WATCHED = "watched"  # radt could not tell: every GPU it watched counts
+ACTIVITY = {"sm_active": "smact", "sm_occupancy": "smocc"}  # summarised from their raw points: mean and p95
 
 # The run tags read here (the script's own start and exit, the GPUs' identities, the host) are spelled in radt/runmodel.py.
+
+
+# --- which GPUs -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuUse:
+    """The GPUs (MIG slices) radt watched for a run and the ones it used, which its GPU figures are over."""
+
+    watched: tuple[catalogue.Device, ...]
+    used: tuple[catalogue.Device, ...]
+    basis: str  # PROCESSES, WATCHED, or "" for a run without a GPU
+    unseen: tuple[str, ...] = ()  # nodes whose every watched GPU counts although another node's processes were seen
+
+    def counts(self, device: catalogue.Device) -> bool:
+        """Whether a series of this device (a whole GPU or one of its slices) is one the summaries are over."""
+        return any(d.node == device.node and d.gpu == device.gpu for d in self.used)
+
+    @property
+    def text(self) -> str:
+        """What the table says beside the figures: '1 of 5 used', '5 watched', '2 of 4 used · node-a'."""
+        if not self.watched:
+            return ""
+        parts = [f"{len(self.used)} of {len(self.watched)} used" if self.basis == PROCESSES or self.unseen else f"{len(self.watched)} watched"]
+        nodes = sorted({d.node or "" for d in self.watched})
+        if any(nodes):
+            parts.append(nodes[0] if len(nodes) == 1 else f"{len(nodes)} nodes")
+        parts += [f"{node}: all watched" for node in self.unseen]
+        return " · ".join(parts)
+
+
+def gpu_use(watched: Sequence[catalogue.Device], held: Iterable[catalogue.Device]) -> GpuUse:
+    """Per node, the GPUs on which the run's processes ever held memory (``held``: NVML's per-process lists,
+    process_memory_megabytes > 0); a node where they never did on any GPU (no such series: radT, imported logs, DCGM alone,
+    plain MLflow; or lists radt could not match to the run's processes) counts every GPU it watched."""
+    told = {(d.node, d.gpu) for d in held}
+    told_nodes = {node for node, _gpu in told}
+    nodes = {d.node for d in watched}
+    used = tuple(d for d in watched if d.node not in told_nodes or (d.node, d.gpu) in told)
+    basis = "" if not watched else PROCESSES if nodes <= told_nodes else WATCHED
+    unseen = tuple(sorted(n or "host" for n in nodes - told_nodes)) if told_nodes else ()
+    return GpuUse(tuple(watched), used, basis, unseen)
 
 
 # --- summary --------------------------------------------------------------------------------------
@@ -44,18 +100,22 @@ def run_summary(engine: sa.Engine, run_ids: list[str], *, now_ms: int | None = N
     """Per run, NaN where absent:
 
     - duration_s: the script's own time (``script_span``: radt's script start/exit tags, else the run's start and end);
-    - smact_mean / smact_p95, smocc_mean / smocc_p95 (0-1): mean and 95th percentile of every point of every GPU
-      the run recorded, pooled (a GPU's MIG slices stand for it where the run recorded them);
+    - the GPU figures are over the GPUs (MIG slices) the run used: those on which NVML's per-process lists showed its
+      processes holding memory at some point (``gpu_use``); where radt could not tell, every GPU it watched, and
+      gpu_basis says so ("watched" against "processes"); gpus_used, gpus_watched and gpus_text count them;
+    - smact_mean / smact_p95, smocc_mean / smocc_p95 (0-1): mean and 95th percentile of every point of the used GPUs,
+      pooled (a GPU's MIG slices stand for it where the run recorded them); smact_busiest: the highest of the used
+      GPUs' own SMACT means; gract_mean (0-1) and power_mean_w (W, per GPU) the mean of every point of the used GPUs;
     - gpu_memory_peak_mb: the highest peak of a single GPU (one GPU's, never a sum);
     - energy_j: the sum over the run's GPUs of each GPU's energy (``gpu_energy_j``);
     - gpu_energy_j: {physical GPU (``gpu_identity``): joules} per whole GPU: energy_joules' last value, else radT's
       counter (last minus first), else power integrated over time;
-    - cpu_mean (system CPU %), process_cpu_mean (the run's processes, 100 = one core; radT's TOP key);
+    - cpu_mean: the host's CPU in % of all cores; process_cpu_mean: the run's processes in % of one core (radT's TOP key);
     - own_steps: the highest step of the script's own metrics + 1.
     """
     run_ids = unique(run_ids)
     if not run_ids:
-        return pd.DataFrame({c: pd.Series(dtype="object" if c in ("run_id", "gpu_energy_j") else "float64") for c in SUMMARY_COLUMNS})
+        return pd.DataFrame({c: pd.Series(dtype=_dtype(c)) for c in SUMMARY_COLUMNS})
     keys = keys_by_run(engine, run_ids)
     rows = {r: dict.fromkeys(SUMMARY_COLUMNS, math.nan) | {"run_id": r, "gpu_energy_j": {}} for r in run_ids}
     with engine.connect() as conn:
@@ -69,11 +129,13 @@ def run_summary(engine: sa.Engine, run_ids: list[str], *, now_ms: int | None = N
         memory = {r: matching(keys.get(r, ()), "memory_usage_megabytes") for r in run_ids}
         cpu = {r: matching(keys.get(r, ()), "cpu_utilization_percentage") for r in run_ids}
         process_cpu = {r: matching(keys.get(r, ()), "process_cpu_utilization_percentage") for r in run_ids}
+        process_memory = {r: whole_gpus(keys.get(r, ()), "process_memory_megabytes") for r in run_ids}
         energy = {r: whole_gpus(keys.get(r, ()), "energy_joules") for r in run_ids}
-        aggregate_pairs = {r: [k for k, _ in memory[r] + cpu[r] + process_cpu[r]] for r in run_ids}
-        aggregates = _aggregates(conn, aggregate_pairs)
+        aggregates = _aggregates(conn, {r: [k for k, _ in memory[r] + cpu[r] + process_cpu[r]] for r in run_ids})
+        held = _ever_positive(conn, {r: [k for k, _ in process_memory[r].values()] for r in run_ids})
         latest = _latest(conn, {r: [k for k, _ in energy[r].values() if not cumulative_legacy(k)] for r in run_ids})
 
+        use = {}
         for run_id in run_ids:
             row = rows[run_id]
             peaks = [aggregates[(run_id, k)][1] * res.scale for k, res in memory[run_id] if (run_id, k) in aggregates]
@@ -81,6 +143,8 @@ def run_summary(engine: sa.Engine, run_ids: list[str], *, now_ms: int | None = N
             for column, found in (("cpu_mean", cpu), ("process_cpu_mean", process_cpu)):
                 means = [aggregates[(run_id, k)][0] * res.scale for k, res in found[run_id] if (run_id, k) in aggregates]
                 row[column] = means[0] if means else math.nan
+            use[run_id] = gpu_use(gpu_devices(keys.get(run_id, ())), [d for d, (k, _res) in process_memory[run_id].items() if (run_id, k) in held])
+            row.update(gpus_used=len(use[run_id].used), gpus_watched=len(use[run_id].watched), gpu_basis=use[run_id].basis, gpus_text=use[run_id].text)
 
     joules: dict[str, dict[catalogue.Device, float]] = {r: {} for r in run_ids}
     for run_id in run_ids:
@@ -89,21 +153,28 @@ def run_summary(engine: sa.Engine, run_ids: list[str], *, now_ms: int | None = N
             if not math.isnan(value):
                 joules[run_id][device] = value * res.scale
     _legacy_energy(engine, {(r, d): kr for r in run_ids for d, kr in energy[r].items() if d not in joules[r] and cumulative_legacy(kr[0])}, joules)
-    power = {(r, d): kr for r in run_ids for d, kr in whole_gpus(keys.get(r, ()), "power_usage_watts").items() if d not in joules[r]}
-    _power_energy(engine, power, joules)
+    power = {r: whole_gpus(keys.get(r, ()), "power_usage_watts") for r in run_ids}
+    integrated = {(r, d): kr for r in run_ids for d, kr in power[r].items() if d not in joules[r]}
+    power_series = _power_energy(engine, integrated, joules)
     for run_id, per_device in joules.items():
         if per_device:
             rows[run_id]["energy_j"] = float(sum(per_device.values()))
             rows[run_id]["gpu_energy_j"] = {gpu_identity(d, tags.get(run_id, {})): j for d, j in per_device.items()}
 
-    for name, prefix in (("sm_active", "smact"), ("sm_occupancy", "smocc")):
-        _series_stats(engine, {r: own_devices(keys.get(r, ()), name) for r in run_ids}, rows, prefix)
+    _activity(engine, {r: [kr for m in ACTIVITY for d, kr in own_devices(keys.get(r, ()), m).items() if use[r].counts(d)] for r in run_ids}, rows)
+    gract = {r: {d: kr for d, kr in own_devices(keys.get(r, ()), "gr_engine_active").items() if use[r].counts(d)} for r in run_ids}
+    watts = {r: {d: kr for d, kr in power[r].items() if use[r].counts(d)} for r in run_ids}
+    _means(engine, {"gract_mean": gract, "power_mean_w": watts}, power_series, rows)
     _own_steps(engine, run_ids, rows)
     frame = pd.DataFrame([rows[r] for r in run_ids], columns=SUMMARY_COLUMNS)
-    for column in SUMMARY_COLUMNS[1:]:
-        if column != "gpu_energy_j":
-            frame[column] = frame[column].astype("float64")
-    return frame
+    return frame.astype({c: _dtype(c) for c in SUMMARY_COLUMNS if _dtype(c) != "object"})  # text keeps the dtype pandas gives it
+
+
+def _dtype(column: str) -> str:
+    """A summary column's pandas dtype: text, a count, the per-GPU energies (a dict), else a float."""
+    if column in TEXT_COLUMNS or column == "gpu_energy_j":
+        return "object"
+    return "int64" if column in COUNT_COLUMNS else "float64"
 
 
 def gpu_identity(device: catalogue.Device, tags: Mapping[str, str]) -> str:
@@ -137,23 +208,41 @@ def _trapezoid(xs_ms: np.ndarray, values: np.ndarray) -> float:
 
 
 def _aggregates(conn: sa.Connection, pairs: Mapping[str, Iterable[str]]) -> dict[tuple[str, str], tuple[float, float, int]]:
-    """(run_id, key) -> (mean, max, count) over non-NaN points."""
-    by_key: dict[str, list[str]] = defaultdict(list)
-    for run_id, keys in pairs.items():
-        for key in keys:
-            by_key[key].append(run_id)
+    """(run_id, key) -> (mean, max, count) over the points that hold a reading (NaN and radT's "no reading" values left out)."""
     out = {}
     m = METRICS
-    for key, runs in by_key.items():
+    for key, runs in _by_key(pairs).items():
+        missing = catalogue.missing_values(key)
+        readings = [not_nan(), m.c.value.not_in(missing)] if missing else [not_nan()]
         for chunk in chunks(runs):
             stmt = (
                 sa.select(m.c.run_uuid, sa.func.avg(m.c.value), sa.func.max(m.c.value), sa.func.count())
-                .where(m.c.key == key, m.c.run_uuid.in_(chunk), not_nan())
+                .where(m.c.key == key, m.c.run_uuid.in_(chunk), *readings)
                 .group_by(m.c.run_uuid)
             )
             for run_id, mean, peak, count in plain_rows(conn, stmt):
                 if count:
                     out[(run_id, key)] = (float(mean), float(peak), int(count))
+    return out
+
+
+def _by_key(pairs: Mapping[str, Iterable[str]]) -> dict[str, list[str]]:
+    """run_id -> keys turned into key -> run_ids: one statement per key."""
+    by_key: dict[str, list[str]] = defaultdict(list)
+    for run_id, keys in pairs.items():
+        for key in keys:
+            by_key[key].append(run_id)
+    return by_key
+
+
+def _ever_positive(conn: sa.Connection, pairs: Mapping[str, Iterable[str]]) -> set[tuple[str, str]]:
+    """(run_id, key) of the series that were ever above 0: an index probe per series that stops at the first such point."""
+    out = set()
+    m = METRICS
+    for key, runs in _by_key(pairs).items():
+        positive = sa.exists().where(m.c.run_uuid == RUNS.c.run_uuid, m.c.key == key, m.c.value > 0, not_nan())
+        for chunk in chunks(runs):
+            out.update((run_id, key) for (run_id,) in plain_rows(conn, sa.select(RUNS.c.run_uuid).where(RUNS.c.run_uuid.in_(chunk), positive)))
     return out
 
 
@@ -171,16 +260,48 @@ def _latest(conn: sa.Connection, pairs: Mapping[str, Iterable[str]]) -> dict[tup
     return out
 
 
-def _series_stats(engine: sa.Engine, found: Mapping[str, list[tuple[str, float]]], rows: dict[str, dict], prefix: str) -> None:
-    """Mean and p95 of every point of every listed series of a run, pooled (NaN left out)."""
-    series = raw_by_pair(engine, [(r, key) for r, keys in found.items() for key, _scale in keys])
-    for run_id, keys in found.items():
-        parts = [series[(run_id, key)][1] * scale for key, scale in keys if (run_id, key) in series]
-        values = np.concatenate(parts) if parts else np.empty(0)
-        values = values[~np.isnan(values)]
-        if len(values):
-            rows[run_id][f"{prefix}_mean"] = float(np.mean(values))
-            rows[run_id][f"{prefix}_p95"] = float(np.percentile(values, 95))
+def _readings(key: str, values: np.ndarray, scale: float) -> np.ndarray:
+    """A raw series' readings in the catalogue unit: NaN and radT's "no reading" values left out."""
+    kept = ~np.isnan(values) & ~np.isin(values, catalogue.missing_values(key))
+    return values[kept] * scale
+
+
+def _activity(engine: sa.Engine, found: Mapping[str, list[tuple[str, catalogue.Resolved]]], rows: dict[str, dict]) -> None:
+    """ACTIVITY's mean and p95 over every point of the listed series (one per device), pooled, and SMACT's busiest device; one read of each."""
+    series = raw_by_pair(engine, [(r, key) for r, listed in found.items() for key, _res in listed])
+    for run_id, listed in found.items():
+        parts: dict[str, list[np.ndarray]] = defaultdict(list)
+        for key, res in listed:
+            if (run_id, key) in series:
+                parts[res.metric.name].append(_readings(key, series[(run_id, key)][1], res.scale))
+        for metric, prefix in ACTIVITY.items():
+            values = np.concatenate(parts[metric]) if parts[metric] else np.empty(0)
+            if len(values):
+                rows[run_id][f"{prefix}_mean"] = float(np.mean(values))
+                rows[run_id][f"{prefix}_p95"] = float(np.percentile(values, 95))
+        means = [float(np.mean(v)) for v in parts["sm_active"] if len(v)]
+        rows[run_id]["smact_busiest"] = max(means) if means else math.nan
+
+
+def _means(
+    engine: sa.Engine, columns: Mapping[str, Mapping[str, Mapping[catalogue.Device, tuple[str, catalogue.Resolved]]]], read: Mapping, rows: dict[str, dict]
+) -> None:
+    """column -> the mean of every point of its listed devices, pooled: from series already read (``read``) where they
+    were, else from one SQL aggregate per key (no second scan of a series)."""
+    asked = {r: [key for found in columns.values() for key, _res in found.get(r, {}).values() if (r, key) not in read] for r in rows}
+    with engine.connect() as conn:
+        aggregates = _aggregates(conn, asked)
+    for column, found in columns.items():
+        for run_id, devices in found.items():
+            total, count = 0.0, 0
+            for key, res in devices.values():
+                if (run_id, key) in read:
+                    values = _readings(key, read[(run_id, key)][1], res.scale)
+                    total, count = total + float(np.sum(values)), count + len(values)
+                elif (run_id, key) in aggregates:
+                    mean, _peak, n = aggregates[(run_id, key)]
+                    total, count = total + mean * res.scale * n, count + n
+            rows[run_id][column] = total / count if count else math.nan
 
 
 def _own_steps(engine: sa.Engine, run_ids: list[str], rows: dict[str, dict]) -> None:
@@ -212,12 +333,13 @@ def _legacy_energy(engine: sa.Engine, found: DeviceKeys, joules: dict[str, dict[
                 joules[run_id][device] = float((values[-1] - values[0]) * res.scale)
 
 
-def _power_energy(engine: sa.Engine, found: DeviceKeys, joules: dict[str, dict[catalogue.Device, float]]) -> None:
-    """A GPU's energy as the integral of its power over time."""
+def _power_energy(engine: sa.Engine, found: DeviceKeys, joules: dict[str, dict[catalogue.Device, float]]) -> dict[tuple[str, str], Series]:
+    """A GPU's energy as the integral of its power over time; the series read, for the power means."""
     series = raw_by_pair(engine, [(r, key) for (r, _d), (key, _res) in found.items()])
     for (run_id, device), (key, res) in found.items():
         if (run_id, key) in series:
             xs, values = series[(run_id, key)]
-            value = _trapezoid(xs, values * res.scale)
+            value = _trapezoid(xs, np.where(np.isin(values, catalogue.missing_values(key)), np.nan, values) * res.scale)
             if not math.isnan(value):
                 joules[run_id][device] = value
+    return series

@@ -30,6 +30,7 @@ EXPERIMENT_ID = re.compile(r"^[0-9]{1,18}$")
 GPU_INDEX = re.compile(r"^[0-9]{1,4}$")
 KEY_LIMIT = 250  # MLflow's longest metric key
 QUERY_LIMIT = 1000  # characters of a run filter in a link
+DEFAULT_COLUMNS = 1  # charts per row when the link does not say (cols) and no screen does: an export, a script
 ZOOM_LIMITS = {"relative": 1e9, "step": 9e15}  # |x| of a zoom: minutes (1,900 years) and steps (exact as float64, inside int64)
 WALL_LIMITS = (pd.Timestamp("1970-01-01"), pd.Timestamp("2200-01-01"))  # a wall-clock zoom: MLflow's epoch ms, in pandas' ns range
 
@@ -155,11 +156,12 @@ def _query(value, notes: list[str]) -> str:
     return text
 
 
-def _cols(value, notes: list[str]) -> int:
-    """Charts side by side: 1 to MAX_COLUMNS; a number out of range is clamped, anything else is 1, with a note."""
+def _cols(value, notes: list[str]) -> int | None:
+    """Charts side by side: 1 to MAX_COLUMNS; a number out of range is clamped, anything else is 1, with a note; None when
+    the link does not say (the explore page asks the screen: two per row at 1400 px or wider, assets/page.js)."""
     text = _one(value)
     if text is None or text == "":
-        return 1
+        return None
     try:
         number = int(float(text))
     except (ValueError, OverflowError):
@@ -182,7 +184,7 @@ class View:
     zoom: str | None = None  # "low,high" on the view's axis, as the URL writes it
     gpus: list[int] | None = None  # only these GPU indices (None: every GPU the runs used)
     gpu_mode: str = "each"  # "each": a trace per GPU; "mean": per run the mean across its GPUs, with a min-max band
-    cols: int = 1  # charts side by side (URL key cols, 1-3)
+    cols: int | None = None  # charts side by side (URL key cols, 1-3); None: the link did not say (DEFAULT_COLUMNS, or the screen's)
     query: str = ""  # the run filter (URL key q): words, or MLflow's search syntax and radt's summaries (app/filters.py)
     notes: list[str] = field(default_factory=list, compare=False)  # what from_dict left out of the link, said on the page
 
@@ -219,11 +221,16 @@ class View:
             out["gpu"] = ",".join(map(str, self.gpus))
         if self.gpu_mode != "each":
             out["gpuagg"] = self.gpu_mode
-        if self.cols != 1:
+        if self.cols is not None:  # 1 included: a one-column choice survives a reload on a wide screen
             out["cols"] = str(self.cols)
         if self.query:
             out["q"] = self.query
         return out
+
+    @property
+    def columns(self) -> int:
+        """Charts per row as drawn without a screen to ask: the link's, else DEFAULT_COLUMNS."""
+        return self.cols or DEFAULT_COLUMNS
 
     @property
     def axis(self) -> str:
@@ -283,7 +290,7 @@ def render(view: View, budget: int = SCREEN_BUDGET, runs: pd.DataFrame | None = 
             panels.append(Panel(spec_metric(spec), found, placed=view.x == "step" and data.hardware(spec)))
     grouped = view.mode == "grouped"
     figure = overlay_figure(
-        panels, runs, x_mode=view.x, grouped=grouped, smoothing=view.smoothing, log_y=view.log_y, x_range=limits, gpu_mode=view.gpu_mode, columns=view.cols
+        panels, runs, x_mode=view.x, grouped=grouped, smoothing=view.smoothing, log_y=view.log_y, x_range=limits, gpu_mode=view.gpu_mode, columns=view.columns
     )
     return Rendered(figure, runs, panels, missing, _step_notes(view, runs))
 

@@ -1,6 +1,10 @@
 // The explore charts read like one instrument: a run highlighted everywhere (window.radtCharts.highlight, also from
-// the page's legend and the summary table), and one crosshair: hovering any chart shows every chart's values at that x.
+// the page's legend and the summary table), one crosshair across every chart, and one small tooltip box for the chart
+// under the cursor: the runs at that x sorted by value (as W&B does), names only; a click pins the nearest run's details
+// (workload, status, parameters). Traces carry what the box prints in their meta (app/figures.py); Plotly draws no label.
 (function () {
+  const TIP_ROWS = 12; // series listed in the box; the rest are counted
+  const NUMBER = new Intl.NumberFormat("en-US", {maximumSignificantDigits: 4});
   const DIM = 0.15; // opacity of the runs not highlighted
   const WIDER = 1.8; // the highlighted run's lines, times their own width
   const state = {current: null};
@@ -46,13 +50,151 @@
     }
   }
 
-  // Hovering one chart: the same x in every chart, each showing its own values (Plotly's hovermode "x").
+  // Hovering one chart: the same x in every chart (the spike lines; the traces draw no label of their own).
   function crosshair(gd, event) {
     if (!event || !Array.isArray(event.xvals) || !event.xvals.length || !gd._fullLayout) { return; }
     const subplots = Object.keys(gd._fullLayout._plots || {});
     if (subplots.length < 2) { return; }
     window.Plotly.Fx.hover(gd, {xval: event.xvals[0]}, subplots, true); // true: no plotly_hover of its own
   }
+
+  function number(value, fmt) {
+    if (typeof value !== "number" || !isFinite(value)) { return "–"; }
+    if (fmt === ".3f") { return value.toFixed(3); }
+    if (fmt === ".0f") { return value.toFixed(0); }
+    return NUMBER.format(value);
+  }
+
+  function xText(gd, x) {
+    const meta = (gd.layout && gd.layout.meta) || {};
+    const title = String(meta.x_title || "");
+    if (typeof x !== "number") { return String(x).replace("T", " ").slice(0, 19) + " UTC"; }
+    if (title.indexOf("(s)") >= 0) { return x.toFixed(1) + " s since start"; }
+    if (title.indexOf("(min)") >= 0) { return x.toFixed(2) + " min since start"; }
+    return "step " + NUMBER.format(x);
+  }
+
+  function swatch(color, dash) {
+    const span = document.createElement("span");
+    span.className = "legend-swatch";
+    span.style.borderTopColor = color;
+    span.style.borderTopStyle = dash === "dot" ? "dotted" : (dash && dash !== "solid" ? "dashed" : "solid");
+    return span;
+  }
+
+  function box(className) {
+    let el = document.querySelector("." + className);
+    if (!el) {
+      el = document.createElement("div");
+      el.className = className;
+      document.body.appendChild(el);
+    }
+    return el;
+  }
+
+  function place(el, x, y) {
+    const pad = 14, w = el.offsetWidth, h = el.offsetHeight;
+    const left = x + pad + w > window.innerWidth ? Math.max(4, x - pad - w) : x + pad;
+    const top = Math.min(Math.max(4, y - h / 2), Math.max(4, window.innerHeight - h - 4));
+    el.style.left = left + "px";
+    el.style.top = top + "px";
+  }
+
+  // The one box of the hovered chart: a line per series at the cursor, highest value first, at most TIP_ROWS.
+  function tooltip(gd, event) {
+    const points = (event && Array.isArray(event.points) ? event.points : []).filter(function (p) {
+      const meta = p.data && p.data.meta;
+      return meta && !meta.band && (meta.run_id || meta.workload_id) && typeof p.y === "number" && isFinite(p.y);
+    });
+    const tip = box("radt-tip");
+    if (!points.length) { tip.style.display = "none"; return; }
+    points.sort(function (a, b) { return b.y - a.y; });
+    const first = points[0].data.meta;
+    tip.replaceChildren();
+    const head = document.createElement("div");
+    head.className = "tip-head";
+    head.textContent = first.metric + (first.unit ? " (" + first.unit + ")" : "") + " · " + xText(gd, points[0].x);
+    tip.appendChild(head);
+    points.slice(0, TIP_ROWS).forEach(function (p) {
+      const meta = p.data.meta;
+      const row = document.createElement("div");
+      row.className = "tip-row";
+      const name = document.createElement("span");
+      name.className = "tip-name";
+      name.textContent = meta.name + (meta.device ? " · " + meta.device : "") + (meta.mean ? " (mean)" : "");
+      const value = document.createElement("span");
+      value.className = "tip-value";
+      value.textContent = number(p.y, meta.fmt);
+      row.append(swatch(p.data.line && p.data.line.color, meta.dash), name, value);
+      if (meta.where) { row.title = meta.where; }
+      tip.appendChild(row);
+    });
+    const hint = document.createElement("div");
+    hint.className = points.length > TIP_ROWS ? "tip-more" : "tip-hint";
+    hint.textContent = (points.length > TIP_ROWS ? "+" + (points.length - TIP_ROWS) + " more lower · " : "") + "click: the nearest run's details";
+    tip.appendChild(hint);
+    tip.style.display = "block";
+    const mouse = event.event || {};
+    place(tip, mouse.clientX || 0, mouse.clientY || 0);
+  }
+
+  function hideTip() {
+    const tip = document.querySelector(".radt-tip");
+    if (tip) { tip.style.display = "none"; }
+  }
+
+  // A click: the run whose point at that x lies nearest the cursor, its details in a box that stays until closed.
+  function details(gd, event) {
+    const mouse = event && event.event;
+    const points = (event && Array.isArray(event.points) ? event.points : []).filter(function (p) {
+      return p.data && p.data.meta && p.data.meta.run_id && !p.data.meta.band && typeof p.y === "number";
+    });
+    if (!points.length || !mouse) { return; }
+    const top = gd.getBoundingClientRect().top;
+    let nearest = points[0], best = Infinity;
+    points.forEach(function (p) {
+      const y = top + p.yaxis._offset + p.yaxis.l2p(p.y);
+      if (Math.abs(y - mouse.clientY) < best) { best = Math.abs(y - mouse.clientY); nearest = p; }
+    });
+    const id = nearest.data.meta.run_id;
+    const info = (gd.data.find(function (t) { return t.meta && t.meta.run_id === id && t.meta.detail; }) || {meta: {}}).meta.detail || {};
+    const panel = box("radt-details");
+    panel.replaceChildren();
+    const close = document.createElement("button");
+    close.className = "close";
+    close.textContent = "×";
+    close.title = "close (Esc)";
+    close.addEventListener("click", function () { panel.style.display = "none"; });
+    const title = document.createElement("strong");
+    title.textContent = info.run || nearest.data.meta.name;
+    const list = document.createElement("dl");
+    const rows = [["workload", info.workload], ["status", info.status], ["series", nearest.data.meta.device], ["GPU", nearest.data.meta.where]];
+    Object.entries(info.params || {}).forEach(function (kv) { rows.push(kv); });
+    rows.forEach(function (kv) {
+      if (!kv[1]) { return; }
+      const dt = document.createElement("dt");
+      dt.textContent = kv[0];
+      const dd = document.createElement("dd");
+      dd.textContent = kv[1];
+      list.append(dt, dd);
+    });
+    panel.append(close, title, list);
+    panel.style.display = "block";
+    place(panel, mouse.clientX, mouse.clientY);
+    api.highlight(id);
+  }
+
+  document.addEventListener("keydown", function (event) {
+    if (event.key === "Escape") {
+      const panel = document.querySelector(".radt-details");
+      if (panel) { panel.style.display = "none"; }
+    }
+  });
+  // "per GPU" in the legend's header: each device's row, kept across redraws (the legend is drawn anew with the charts)
+  document.addEventListener("click", function (event) {
+    const toggle = event.target instanceof Element ? event.target.closest(".legend-devices-toggle") : null;
+    if (toggle) { document.body.classList.toggle("radt-legend-devices"); event.stopPropagation(); }
+  }, true);
 
   function legendItems(gd) {
     gd.querySelectorAll(".legend .traces").forEach(function (item) {
@@ -77,7 +219,12 @@
       legendItems(gd);
       apply(gd);
     });
-    gd.on("plotly_hover", function (event) { crosshair(gd, event); });
+    gd.on("plotly_hover", function (event) {
+      tooltip(gd, event);
+      crosshair(gd, event);
+    });
+    gd.on("plotly_unhover", hideTip);
+    gd.on("plotly_click", function (event) { details(gd, event); });
     gd.on("plotly_legendclick", function (event) {
       const id = owner(event && event.data ? event.data[event.curveNumber] : null);
       if (!id) { return true; }

@@ -10,6 +10,26 @@
     document.addEventListener(kind, function () { state.acted = performance.now(); }, true);
   });
 
+  // --- charts per row: an explore link that does not say (cols) gets WIDE_COLUMNS on a window of WIDE_SCREEN px or more,
+  // app/views.py's default (one) below. Decided before Dash reads the URL (this file runs before the renderer starts, and
+  // in-app links go through pushState), so the first draw is the right one; a link with cols=N keeps N.
+  const WIDE_COLUMNS = 2, WIDE_SCREEN = 1400; // px of window; README's dashboard section says the same
+
+  function isExplore(path) { return path === "/" || path.endsWith("/"); }
+
+  function withColumns(url) {
+    if (url === undefined || url === null) { return url; }
+    const target = new URL(String(url), window.location.href);
+    if (!isExplore(target.pathname) || target.searchParams.has("cols") || window.innerWidth < WIDE_SCREEN) { return url; }
+    target.searchParams.set("cols", String(WIDE_COLUMNS));
+    return target.pathname + target.search + target.hash;
+  }
+
+  const loaded = withColumns(window.location.href);
+  if (loaded !== window.location.href) { window.history.replaceState(window.history.state, "", loaded); }
+  const pushState = window.history.pushState.bind(window.history);
+  window.history.pushState = function (data, title, url) { return pushState(data, title, withColumns(url)); };
+
   function saved() {
     try { return window.sessionStorage.getItem(SAVED) || window.localStorage.getItem(SAVED); } catch (e) { return null; }
   }

@@ -12,17 +12,22 @@ Two experiments, both named "demo: ..." and tagged `radt.demo=true` (every run t
 Workloads are radt parent runs (tag `radt.workload`) with their runs as children, tagged and
 parametrised as `radt` tags real runs. Every run holds 1 Hz series of the keys a real `nvml+host`
 run writes for GPU 0 (SMACT, SMOCC, GRACT, DRAMA, tensor activity, GPU util, memory, power,
-cumulative energy, temperature; system CPU and memory, the run's CPU and RSS) with an increasing
-step and real timestamps, plus its loss and accuracy per epoch (step = epoch). The shapes follow
-real training: start-up with the GPU idle, warm-up, steady epochs with noise, an evaluation pause
-and a checkpoint at each epoch end, data-loader stalls (GPU activity near zero, CPU up), GPU
-memory ramping then flat, power and temperature following activity.
+cumulative energy, temperature; system CPU and memory, the run's CPU and RSS; a MIG run: its
+slice's, below) with an increasing step and real timestamps, plus its loss and accuracy per epoch
+(step = epoch). The shapes follow real training: start-up with the GPU idle, warm-up, steady epochs
+with noise, an evaluation pause and a checkpoint at each epoch end, data-loader stalls (GPU activity
+near zero, CPU up), GPU memory ramping then flat, power and temperature following activity.
 
-Collocated runs show each run's share of the GPU, as a per-process attribution would: each is
-lower than the run alone and the pair together reaches or exceeds it, MPS more than time-slicing,
-and MIG values are fractions of the whole GPU, so a 3g.40gb instance tops out at 3/7 of the SMs
-and 40 GB. (NVML and DCGM count per device, or per MIG instance: on a real shared GPU without MIG
-both runs record the device's totals.)
+Collocated runs record what NVML and DCGM record, which count per device: on a GPU shared by
+time-slicing or MPS both runs' SMACT, SMOCC, GRACT, DRAMA, utilisation, memory and power series are
+the GPU's totals, the same values at the same moment in both, at or above the run alone's (two runs
+leave the GPU idle less than one: MPS, whose kernels run at once, more than time-slicing), capped at
+1; while each run's own throughput drops (it takes 1.5 to 1.8 times as long, so its steps/h ÷ the
+run alone's is below 1, the pair's sum above 1, MPS's the most). A MIG run records its slice under
+the slice's keys (`system/gpu_0_mig_<gi>_...`, GPU instances 1 and 2): its own activity as
+fractions of the whole GPU, so a 3g.40gb instance tops out at 3/7 of the SMs, and its own memory of
+40 GB; the GPU's power, energy, temperature and memory stay under the GPU's keys (the whole GPU's:
+both slices), and it has no GPU utilisation (NVML gives none in MIG mode).
 
 All values come from a seeded generator (`--seed`), so the same seed and `--minutes` give the same
 values; only the timestamps move: the workloads run one after another and the last one ends shortly
@@ -88,7 +93,19 @@ GPU_METRICS = [
     "temperature_celsius",
 ]
 HOST_METRICS = ["cpu_utilization_percentage", "system_memory_usage_megabytes", "process_cpu_utilization_percentage", "process_memory_rss_megabytes"]
+ACTIVITY = ["sm_active", "sm_occupancy", "gr_engine_active", "dram_active", "tensor_active"]  # GPM's, per device or per MIG slice
+DEVICE_ONLY = ["power_usage_watts", "energy_joules", "temperature_celsius"]  # physically the whole GPU's, also under MIG
 HARDWARE_KEYS = [key(name, GPU) for name in GPU_METRICS] + [key(name) for name in HOST_METRICS]
+
+
+def hardware_keys(run: RunSpec) -> list[str]:
+    """The hardware keys a run writes: a whole GPU's (HARDWARE_KEYS), or for a MIG run its slice's activity and memory, the
+    GPU's power, energy, temperature and memory, and no GPU utilisation (NVML has none in MIG mode)."""
+    if run.mig is None:
+        return HARDWARE_KEYS
+    memory = ["memory_usage_megabytes", "memory_usage_percentage"]
+    own = [key(name, GPU, mig=run.mig) for name in ACTIVITY + memory]
+    return own + [key(name, GPU) for name in memory + DEVICE_ONLY] + [key(name) for name in HOST_METRICS]
 
 
 @dataclass(frozen=True)
@@ -119,6 +136,7 @@ class RunSpec:
     fail_at: float | None = None  # fraction of the planned length where the run crashes
     delay_s: int = 0  # start after the workload's first run
     model: Model | None = None  # another model than the experiment's
+    mig: int | None = None  # the GPU instance id of its MIG slice (nvidia-smi's "GI ID"); None: the whole GPU
 
 
 @dataclass(frozen=True)
@@ -195,8 +213,8 @@ EXPERIMENTS = (
                 "3g.40gb",
                 "Two runs in MIG 3g.40gb instances of GPU 0: each capped at 3/7 of the SMs and 40 GB.",
                 (
-                    RunSpec("A", _resnet_args(), level=0.55, slowdown=1.95),
-                    RunSpec("B", _resnet_args(), level=0.54, slowdown=2.0, delay_s=2),
+                    RunSpec("A", _resnet_args(), level=0.55, slowdown=1.95, mig=1),
+                    RunSpec("B", _resnet_args(), level=0.54, slowdown=2.0, delay_s=2, mig=2),
                 ),
                 cap=3 / 7,
                 memory_cap_mb=40_960 * MIB,
@@ -240,7 +258,8 @@ class RunData:
     model: Model
     samples: int
     planned: int
-    series: dict[str, np.ndarray] = field(default_factory=dict)
+    series: dict[str, np.ndarray] = field(default_factory=dict)  # key -> what the run records, one value per sample
+    demand: dict[str, np.ndarray] = field(default_factory=dict)  # its own activity and memory on the GPU, as if alone on it
     epochs: list[tuple[int, int, float, float]] = field(default_factory=list)  # (epoch, sample index, loss, accuracy)
 
     @property
@@ -327,17 +346,18 @@ def _stalls(rng: np.random.Generator, act: np.ndarray, phase: np.ndarray, begin:
 
 
 def generate_run(seed: int, experiment: ExperimentSpec, workload: WorkloadSpec, run: RunSpec, minutes: float) -> RunData:
-    """One run's series, deterministic for (seed, names, minutes)."""
+    """One run's own part, deterministic for (seed, names, minutes): what it asks of the GPU alone (`demand`: its activity
+    and memory) and its host series; what its GPU records (`record_gpu`) depends on the runs beside it."""
     rng = _rng(seed, experiment.name, workload.name, run.letter)
     model = run.model or experiment.model
     planned = _planned_samples(minutes, run)
     act, phase, ends = timeline(rng, planned, model.epochs, run)
     n = planned if run.fail_at is None else max(10, round(planned * run.fail_at))
     act, phase = act[:n], phase[:n]
-    others = len(workload.runs)  # runs sharing the GPU (and the host)
-    share = 1.0 / others
+    others = len(workload.runs)  # runs sharing the host
     cap = workload.cap
 
+    # its own work on the GPU: `level` is how much of its work alone it gets done per second beside the others
     busy = act * run.level
     wobble = 1 + _smooth_noise(rng, n, 0.035) + 0.025 * rng.standard_normal(n)
     sm = np.clip(model.smact * busy * wobble, 0.0, cap)
@@ -345,7 +365,6 @@ def generate_run(seed: int, experiment: ExperimentSpec, workload: WorkloadSpec, 
     gract = np.clip(sm * model.gract * (1 + 0.02 * rng.standard_normal(n)) + 0.004 * (act > 0), sm, cap)
     dram = np.clip(model.dram * busy * (wobble + 0.03 * rng.standard_normal(n)), 0.0, cap)
     tensor = np.clip(model.tensor * busy * (wobble + 0.03 * rng.standard_normal(n)), 0.0, sm)
-    util = np.round(np.clip(100 * (gract * 1.06 + 0.02 * (act > 0.01)), 0, 100 * cap if cap < 1 else 100))
 
     # GPU memory: the CUDA context, the model and the allocator's cache during warm-up, then flat;
     # a little more at the first evaluation (its buffers); the failing run creeps to the limit.
@@ -366,12 +385,6 @@ def generate_run(seed: int, experiment: ExperimentSpec, workload: WorkloadSpec, 
         memory[after] = np.linspace(peak, GPU_TOTAL_MB * 0.985, int(after.sum()))
     memory[phase == TEARDOWN] = 0.0
     memory = np.round(memory / MIB) * MIB  # NVML counts bytes; these are whole MiB
-    memory_pct = 100 * memory / GPU_TOTAL_MB
-
-    power = IDLE_W * share + CONTEXT_W * share * (memory > 0) + 660 * (0.55 * sm + 0.45 * dram)
-    power = np.clip(power * (1 + 0.015 * rng.standard_normal(n)), IDLE_W * share * 0.9, MAX_W * cap if cap < 1 else MAX_W)
-    energy = np.concatenate([[0.0], np.cumsum(power[:-1] * INTERVAL_S)])
-    temperature = np.round(_lag(30 + 0.075 * power / share, 33 + rng.uniform(0, 3), 90 / INTERVAL_S))
 
     # host: the data loader's CPU work, more while the GPU waits for it
     cpu_level = np.select(
@@ -402,8 +415,9 @@ def generate_run(seed: int, experiment: ExperimentSpec, workload: WorkloadSpec, 
     system_memory = HOST_MEMORY_MB + rss * others + _smooth_noise(rng, n, 120.0)
 
     data = RunData(run, model, n, planned)
-    values = [sm, occupancy, gract, dram, tensor, util, memory, memory_pct, power, energy, temperature]
-    data.series = dict(zip(HARDWARE_KEYS, values + [cpu, system_memory, proc_cpu, rss]))
+    data.demand = dict(zip(ACTIVITY + ["memory_usage_megabytes"], [sm, occupancy, gract, dram, tensor, memory]))
+    data.demand["working"] = (act > 0.01).astype(float)
+    data.series = dict(zip([key(name) for name in HOST_METRICS], [cpu, system_memory, proc_cpu, rss]))
     first, floor, decay = model.loss
     ceiling, rise = model.accuracy
     for epoch, index in enumerate(ends, start=1):
@@ -413,6 +427,54 @@ def generate_run(seed: int, experiment: ExperimentSpec, workload: WorkloadSpec, 
         accuracy = ceiling * (1 - math.exp(-rise * epoch)) + 0.004 * rng.standard_normal()
         data.epochs.append((epoch, index, loss, accuracy))
     return data
+
+
+def generate_workload(seed: int, experiment: ExperimentSpec, workload: WorkloadSpec, minutes: float) -> list[RunData]:
+    """Every run of a workload, each with the GPU series it records (record_gpu); deterministic for (seed, names, minutes)."""
+    runs = [generate_run(seed, experiment, workload, run, minutes) for run in workload.runs]
+    record_gpu(_rng(seed, experiment.name, workload.name, "gpu"), workload, runs)
+    return runs
+
+
+def record_gpu(rng: np.random.Generator, workload: WorkloadSpec, runs: list[RunData]) -> None:
+    """What NVML and DCGM record for each run: they count per device, so every run on a shared GPU (time-slicing, MPS)
+    records the device's totals over its own seconds (the sum of the runs' work then, capped at a whole GPU); a MIG run
+    records its slice's own activity and memory, and the whole GPU's power, energy, temperature and memory."""
+    offsets = [run.spec.delay_s // INTERVAL_S for run in runs]  # sample i of a run is device second offset + i
+    length = max(offset + run.samples for offset, run in zip(offsets, runs))
+
+    def total(name: str) -> np.ndarray:
+        out = np.zeros(length)
+        for offset, run in zip(offsets, runs):
+            out[offset : offset + run.samples] += run.demand[name]
+        return out
+
+    sm = np.clip(total("sm_active"), 0.0, 1.0)
+    dram = np.clip(total("dram_active"), 0.0, 1.0)
+    memory = np.minimum(total("memory_usage_megabytes"), GPU_TOTAL_MB)
+    contexts = np.zeros(length)
+    for offset, run in zip(offsets, runs):
+        contexts[offset : offset + run.samples] += run.demand["memory_usage_megabytes"] > 0
+    power = IDLE_W + CONTEXT_W * (contexts > 0) + 660 * (0.55 * sm + 0.45 * dram)
+    power = np.clip(power * (1 + 0.015 * rng.standard_normal(length)), IDLE_W * 0.9, MAX_W)
+    temperature = np.round(_lag(30 + 0.075 * power, 33 + rng.uniform(0, 3), 90 / INTERVAL_S))
+    device = {"power_usage_watts": power, "temperature_celsius": temperature, "memory_usage_megabytes": memory,
+              "memory_usage_percentage": 100 * memory / GPU_TOTAL_MB}  # fmt: skip
+    if workload.cap >= 1:  # the whole GPU: the device's own activity, the same for every run on it
+        gract = np.clip(total("gr_engine_active"), sm, 1.0)
+        device |= {"sm_active": sm, "sm_occupancy": np.minimum(total("sm_occupancy"), sm * 0.97), "gr_engine_active": gract, "dram_active": dram,
+                   "tensor_active": np.minimum(total("tensor_active"), sm),
+                   "utilization_percentage": np.round(np.clip(100 * (gract * 1.06 + 0.02 * (total("working") > 0)), 0, 100))}  # fmt: skip
+    for offset, run in zip(offsets, runs):
+        mine = slice(offset, offset + run.samples)
+        recorded = {key(name, GPU): values[mine] for name, values in device.items()}
+        recorded[key("energy_joules", GPU)] = np.concatenate([[0.0], np.cumsum(power[mine][:-1] * INTERVAL_S)])  # since the run began
+        if run.spec.mig is not None:  # its slice: its own work and memory, as fractions of the whole GPU; 100 % = the slice's memory
+            recorded |= {key(name, GPU, mig=run.spec.mig): run.demand[name] for name in ACTIVITY}
+            own = run.demand["memory_usage_megabytes"]
+            recorded[key("memory_usage_megabytes", GPU, mig=run.spec.mig)] = own
+            recorded[key("memory_usage_percentage", GPU, mig=run.spec.mig)] = 100 * own / workload.memory_cap_mb
+        run.series = {k: recorded[k] if k in recorded else run.series[k] for k in hardware_keys(run.spec)}
 
 
 def run_points(data: RunData, first_ms: int, rng: np.random.Generator) -> tuple[list[Point], list[int]]:
@@ -471,7 +533,7 @@ def write_demo(
         report("radt demo: writing the demo again (the one in this store was incomplete or deleted)")
 
     # generate first (deterministic), then lay the workloads out back to back, ending before now
-    generated = [[[generate_run(seed, exp, wl, run, minutes) for run in wl.runs] for wl in exp.workloads] for exp in EXPERIMENTS]
+    generated = [[generate_workload(seed, exp, wl, minutes) for wl in exp.workloads] for exp in EXPERIMENTS]
     spans = [max(run.spec.delay_s + run.samples * INTERVAL_S + 6 for run in runs) for workloads in generated for runs in workloads]
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     start_ms = now_ms - 1000 * (END_BEFORE_NOW_S + sum(spans) + GAP_S * (len(spans) - 1))

@@ -1,17 +1,21 @@
 """The explore page's comparison figures, under the charts: per-run aggregates as bars, boxes or CDFs by workload or
-collocation method, or one run's GRACT vs SMACT vs SMOCC. Drawn from the summary table's rows (no second query)."""
+collocation method (per command), the collocation figure (throughput ÷ alone and GPU SMACT per method, per command), or
+one run's GRACT vs SMACT vs SMOCC. Drawn from the summary table's rows (no second query); a run's points keep the colour
+its lines have on the charts (palette.run_colors over the view's runs)."""
 
 from __future__ import annotations
 
 import pandas as pd
 from dash import Input, Output, State, callback, dcc, html
 
-from radt.app.aggregates import BY, KINDS, STATS, FigureError, activity_figure, aggregate_figure
+from radt.app.aggregates import BY, COLLOCATION, KINDS, STATS, FigureError, activity_figure, aggregate_figure
 from radt.app.figures import empty_figure
-from radt.app.views import View
+from radt.app.palette import run_colors
+from radt.app.views import View, view_runs
 from radt.pages import ids
 
-KIND_LABELS = {"bar": "bars", "box": "box plots", "cdf": "CDFs", "activity": "GRACT vs SMACT vs SMOCC (one run)"}
+KIND_LABELS = {"bar": "bars", "box": "box plots", "cdf": "CDFs", COLLOCATION: "collocation (throughput ÷ alone, SMACT)",
+               "activity": "GRACT vs SMACT vs SMOCC (one run)"}  # fmt: skip
 
 
 def layout() -> list:
@@ -20,7 +24,9 @@ def layout() -> list:
         html.H3("Comparison"),
         html.Div(
             [
-                dcc.RadioItems(id=ids.COMPARE_KIND, options=[{"label": KIND_LABELS[k], "value": k} for k in (*KINDS, "activity")], value="bar", inline=True),
+                dcc.RadioItems(
+                    id=ids.COMPARE_KIND, options=[{"label": KIND_LABELS[k], "value": k} for k in (*KINDS, COLLOCATION, "activity")], value="bar", inline=True
+                ),
                 html.Span("by", className="label"),
                 dcc.RadioItems(id=ids.COMPARE_BY, options=[{"label": b, "value": b} for b in BY], value="workload", inline=True),
                 dcc.Dropdown(
@@ -47,10 +53,13 @@ def draw(rows, kind, by, stat, run_id, view_data):
     if not runs:
         return empty_figure("Pick runs on the left."), options
     try:
+        from radt.app.export import experiment_names
+
+        view = View.from_dict(view_data if isinstance(view_data, dict) else {})
         if kind == "activity":
             chosen = run_id if run_id in {o["value"] for o in options} else options[0]["value"]
-            return _activity(View.from_dict(view_data if isinstance(view_data, dict) else {}), chosen), options
-        return aggregate_figure(kind, pd.DataFrame(runs), stat, by), options
+            return _activity(view, chosen), options
+        return aggregate_figure(kind, pd.DataFrame(runs), stat, by, experiment_names(), run_colors(view_runs(view))), options
     except FigureError as exc:
         return empty_figure(str(exc)), options
 

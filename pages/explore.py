@@ -19,7 +19,7 @@ from radt.app.runs import list_experiments, list_metric_keys, present_metrics
 from radt.app.state import STATE, store_error
 from radt.app.store import LIVE_STATUSES
 from radt.app.views import View
-from radt.catalogue import METRICS, display_name, resolve
+from radt.catalogue import METRICS, Metric, display_name, resolve, unit_text
 from radt.pages import comparison, export_panel, ids, legend, run_picker, summary_table
 
 dash.register_page(__name__, path="/", name="Explore", title="radt · explore", order=0)
@@ -31,10 +31,16 @@ def _runs(experiment_ids: list[str]) -> pd.DataFrame:
     return data.runs(experiment_ids or [])
 
 
+def metric_label(metric: Metric) -> str:
+    """A catalogue metric in the picker: its name and unit (radt.catalogue.unit_text), and "every GPU" for a per-GPU one, whose
+    chart draws each GPU of each run (a host metric, CPU or disk, is the host's: no GPU in its label)."""
+    return f"{metric.label} · {unit_text(metric)}" + (" · every GPU" if metric.per_gpu else "")
+
+
 def metric_options(run_ids: list[str]) -> list[dict]:
-    """Catalogue metrics first (common ones preselected; each chart draws every GPU), then every stored key of
-    the runs: one GPU's, one MIG slice's or one node's series alone (`SMACT (GPU 1)`), and the runs' own metrics."""
-    options = [{"label": f"{METRICS[s[4:]].label} · {METRICS[s[4:]].unit} · every GPU", "value": s} for s in DEFAULT_METRICS]
+    """Catalogue metrics first (common ones preselected), then every stored key of the runs: one GPU's, one MIG
+    slice's or one node's series alone (`SMACT (GPU 1)`), and the runs' own metrics."""
+    options = [{"label": metric_label(METRICS[s[4:]]), "value": s} for s in DEFAULT_METRICS]
     if not run_ids or STATE.engine is None:
         return options
     seen = {o["value"] for o in options}
@@ -44,9 +50,7 @@ def metric_options(run_ids: list[str]) -> list[dict]:
         spec = f"cat:{resolved.metric.name}" if resolved else f"key:{key}"
         if spec not in seen:
             seen.add(spec)
-            every = " · every GPU" if resolved and resolved.metric.per_gpu else ""
-            label = f"{resolved.metric.label} · {resolved.metric.unit}{every}" if resolved else key
-            options.append({"label": label, "value": spec})
+            options.append({"label": metric_label(resolved.metric) if resolved else key, "value": spec})
         if resolved and resolved.device.label:  # the one series, findable by its key or its device
             single.append({"label": f"{display_name(key)} · {key}", "value": f"key:{key}"})
     return options + single
@@ -150,7 +154,7 @@ def layout(
                                         [
                                             html.Span("charts per row", className="label"),
                                             dcc.RadioItems(
-                                                id=ids.COLUMNS, options=[{"label": str(n), "value": n} for n in (1, 2, 3)], value=view.cols, inline=True
+                                                id=ids.COLUMNS, options=[{"label": str(n), "value": n} for n in (1, 2, 3)], value=view.columns, inline=True
                                             ),
                                         ],
                                         className="columns-choice",

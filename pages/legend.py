@@ -1,31 +1,109 @@
-"""The explore charts' legend as HTML above the grid: sticky, so it stays in view however far the charts scroll.
+"""The explore charts' legend as an HTML table above the grid: sticky, so it stays in view however far the charts scroll.
 
-Plotly's own legend sits at the top of one tall figure and scrolls away; this one is a row of entries
-(a colour swatch and the series' name) that point at a run or workload by id. assets/page.js makes
-hovering an entry call ``window.radtCharts.highlight(id)`` and a click keep the highlight.
+One row per run (Grafana's table legend): its colour, its name, and per chart the mean / max / last of the shown window,
+so an idle GPU reads 0.000 even where its line lies on the axis. A multi-GPU run's devices (each in its dash style: the
+small key of which line is which GPU, node or slice) are rows under it, shown on demand ("per GPU", assets/charts.js
+keeps the choice). assets/page.js makes hovering a row call ``window.radtCharts.highlight(id)`` and a click keep it.
 """
 
 from __future__ import annotations
 
+import math
 from html import unescape
 
 from dash import html
 
+DEVICES_TOGGLE = "legend-devices-toggle"  # the button assets/charts.js listens to (body class radt-legend-devices)
+
+
+def value_text(value: float | None, fmt: str) -> str:
+    """A legend number as the tooltip prints it: ratios with 3 decimals, the rest with 4 significant figures, '–' for none."""
+    if value is None or not isinstance(value, int | float) or not math.isfinite(value):
+        return "–"
+    if fmt == ".3f":
+        return f"{value:.3f}"
+    if fmt == ".0f" or abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
+
+
+def _swatch(color: str, dash: str) -> html.Span:
+    style = {"borderTopColor": color, "borderTopStyle": "solid" if dash in (None, "solid") else ("dotted" if dash == "dot" else "dashed")}
+    return html.Span(className="legend-swatch", style=style, **{"data-dash": dash or "solid"})
+
+
+def _cells(stats: list[dict]) -> list:
+    out = []
+    for cell in stats:
+        fmt = cell.get("fmt", ",.4~g")
+        out.extend(
+            html.Td(value_text(cell.get(k), fmt), className=f"legend-num legend-{k}" + (" legend-first" if k == "mean" else ""))
+            for k in ("mean", "max", "last")
+        )
+    return out
+
+
+def _header(stats: list[dict], toggle: bool) -> html.Thead:
+    """One header row (a table of colspans lost its alignment in Chromium): each chart's name over its mean, then max, last."""
+    first = html.Th(
+        html.Button("per GPU", className=DEVICES_TOGGLE, title="show each GPU's, node's or slice's own row and line style") if toggle else "run",
+        className="legend-name",
+    )
+    cells = []
+    for c in stats:
+        chart = f"{c['metric']}" + (f" ({c['unit']})" if c.get("unit") else "")
+        for i, k in enumerate(("mean", "max", "last")):
+            cells.append(
+                html.Th([html.Div(chart if i == 0 else "\u00a0", className="legend-chart"), k], className="legend-num" + (" legend-first" if i == 0 else ""))
+            )
+    return html.Thead(html.Tr([first, *cells]))
+
 
 def children(found: list[dict]) -> list:
-    """The entries of figures.legend_entries: one per series: a swatch in its colour and dash, its name; data-id is what the highlight gets."""
-    return [
-        html.Button(
-            [
-                html.Span(
-                    className="legend-swatch",
-                    style={"borderTopColor": e["color"], "borderTopStyle": "dashed" if e.get("dash") not in (None, "solid") else "solid"},
-                ),
-                unescape(e["name"]),  # the figure's names are escaped for Plotly's pseudo-HTML; here they are text
-            ],
-            className="legend-entry",
-            title=f"{unescape(e['name'])}: hover to highlight, click to keep it highlighted",
-            **{"data-id": e["id"]},
+    """The legend of figures.legend_entries: a table with a row per run (and its devices' rows), or, without figures
+    (workloads, grouped mode), a row of entries: a swatch in the run's colour and its name. data-id is what the highlight gets."""
+    if not found:
+        return []
+    if not any(e.get("stats") for e in found):
+        return [_entry(e) for e in found]
+    stats = next(e["stats"] for e in found if e.get("stats"))
+    rows = []
+    for e in found:
+        name = unescape(e["name"])  # the figure's names are escaped for Plotly's pseudo-HTML; here they are text
+        devices = e.get("devices") or []
+        more = f" · {len(devices)} series" if devices else ""
+        rows.append(
+            html.Tr(
+                [
+                    html.Td(
+                        [_swatch(e["color"], "solid"), html.Span(name, className="legend-label"), html.Span(more, className="legend-more")],
+                        title=name,
+                        className="legend-name",
+                    )
+                ]
+                + _cells(e.get("stats") or [{} for _ in stats]),
+                className="legend-entry",
+                title=f"{name}: hover to highlight, click to keep it highlighted",
+                **{"data-id": e["id"]},
+            )
         )
-        for e in found
-    ]
+        rows.extend(
+            html.Tr(
+                [html.Td([_swatch(e["color"], d["dash"]), html.Span(d["label"], className="legend-label")], className="legend-name")] + _cells(d["stats"]),
+                className="legend-entry legend-device",
+                **{"data-id": e["id"], "data-device": d["label"]},
+            )
+            for d in devices
+        )
+    toggle = any(e.get("devices") for e in found)
+    return [html.Table([_header(stats, toggle), html.Tbody(rows)], className="legend-table")]
+
+
+def _entry(e: dict) -> html.Button:
+    name = unescape(e["name"])
+    return html.Button(
+        [_swatch(e["color"], e.get("dash")), name],
+        className="legend-entry",
+        title=f"{name}: hover to highlight, click to keep it highlighted",
+        **{"data-id": e["id"]},
+    )

@@ -25,6 +25,8 @@ from radt import catalogue
 from radt.app import live
 from radt.app.cache import RUNNING_TIMEOUT
 from radt.app.data import cached
+from radt.app.figures import plain
+from radt.app.palette import dash_of, run_colors
 from radt.app.series import load_series
 from radt.app.state import STATE, store_error
 from radt.app.store import LIVE_STATUSES
@@ -35,7 +37,10 @@ dash.register_page(__name__, path="/live", name="Live", title="radt · live", or
 WINDOWS = {1: "1 min", 5: "5 min", 15: "15 min", 60: "60 min"}
 POLL_MS = 1000
 STATUS_CLASS = {"RUNNING": "st-running", "SCHEDULED": "st-running", "FINISHED": "st-finished", "FAILED": "st-failed", "KILLED": "st-killed"}
-TRACE_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+# A card is one run (its colour, app/palette.py, on the card's edge); its lines are metrics, one colour each (the activity
+# figure's), and its GPUs, nodes and slices one dash style each, as on Explore.
+METRIC_COLORS = {"gr_engine_active": "#6c3fb5", "sm_active": "#1f77b4", "sm_occupancy": "#d62728", "utilization_percentage": "#2ca02c",
+                 "cpu_utilization_percentage": "#7f7f7f", "process_cpu_utilization_percentage": "#ff7f0e"}  # fmt: skip
 
 
 def layout(**_query):
@@ -96,19 +101,30 @@ def _idle(running: dict[str, list[str]], now_ms: int) -> dict[str, list[int]]:
 
 def _figure(traces: list[live.Trace], series: dict) -> go.Figure:
     fig = go.Figure()
-    for i, trace in enumerate(traces):
+    devices = list(dict.fromkeys(t.device for t in traces if t.device))
+    shown: set[str] = set()
+    for trace in traces:
         xs, ys = series.get(trace.key, ([], []))
+        where = f" · {trace.device}" if trace.device else ""
         fig.add_trace(
             go.Scatter(
                 x=pd.to_datetime(list(xs), unit="ms"),
                 y=list(ys),
                 mode="lines",
                 name=trace.name,
+                legendgroup=trace.metric or trace.name,
+                showlegend=(trace.metric or trace.name) not in shown,
                 yaxis=trace.axis,
-                line={"color": TRACE_COLORS[i % len(TRACE_COLORS)], "width": 1.5, "dash": "dot" if trace.axis == "y2" else "solid"},
-                hovertemplate=f"{trace.name}: %{{y:.3g}}<extra></extra>",
+                line={
+                    "color": METRIC_COLORS.get(trace.metric, "#57606a"),
+                    "width": 1.5,
+                    "dash": dash_of(devices.index(trace.device)) if trace.device else "solid",
+                },
+                hovertemplate=f"{plain(trace.name)}{plain(where)}: %{{y:.3g}}<extra></extra>",
+                meta={"key": trace.key, "device": trace.device},
             )
         )
+        shown.add(trace.metric or trace.name)
     fig.update_layout(
         height=230,
         margin={"l": 8, "r": 8, "t": 8, "b": 8},  # every label makes its own room (automargin): the date line, both axis titles
@@ -116,7 +132,8 @@ def _figure(traces: list[live.Trace], series: dict) -> go.Figure:
         showlegend=True,
         legend={"orientation": "h", "y": -0.22, "yanchor": "top", "font": {"size": 10}},
         yaxis={"range": [0, 1.02], "title": {"text": "GPU activity", "font": {"size": 10}}, "fixedrange": True, "automargin": True},
-        # CPU in % of one core: a run's process tree on 4 cores reads 400 %, so the axis grows past 100 (and never below 0-100)
+        # percent of different wholes: GPU util, the host's CPU (% of all cores), the run's CPU (% of one core: a process tree on
+        # 4 cores reads 400 %, so the axis grows past 100 and never below 0-100); each line's name says which
         yaxis2={
             "autorange": True,
             "autorangeoptions": {"include": [0, 100]},
@@ -125,7 +142,7 @@ def _figure(traces: list[live.Trace], series: dict) -> go.Figure:
             "side": "right",
             "showgrid": False,
             "ticksuffix": "%",
-            "title": {"text": "CPU (100 % = 1 core)", "font": {"size": 10}},
+            "title": {"text": "%", "font": {"size": 10}},
             "fixedrange": True,
             "automargin": True,
         },
@@ -135,7 +152,7 @@ def _figure(traces: list[live.Trace], series: dict) -> go.Figure:
     return fig
 
 
-def _card(run: pd.Series, traces: list[live.Trace], window_min: int, now_ms: int) -> html.Section:
+def _card(run: pd.Series, traces: list[live.Trace], window_min: int, now_ms: int, color: str) -> html.Section:
     start = now_ms - window_min * 60_000
     series = {}
     for trace in traces:
@@ -167,7 +184,8 @@ def _card(run: pd.Series, traces: list[live.Trace], window_min: int, now_ms: int
             ),
         ],
         className="live-run",
-        **{"data-run": run.run_id},
+        style={"borderLeft": f"4px solid {color}"},  # the run's colour on Explore and in exports
+        **{"data-run": run.run_id, "data-color": color},
     )
 
 
@@ -175,12 +193,13 @@ def _cards(runs: pd.DataFrame, traces: dict[str, list[live.Trace]], window_min: 
     if runs.empty:
         return [html.P("No run is training now. Start one with `radt train.py` (or `radt monitor` on a GPU host) and it appears here.", className="hint")]
     out = []
+    colors = run_colors(runs)
     for host, by_host in runs.groupby("host", sort=False):
         blocks = []
         for (_exp, _wl), group in by_host.groupby(["experiment_name", "workload_id"], sort=False):
             first = group.iloc[0]
             heading = f"{first.experiment_name} · {first.workload_label}" + (f" · {len(group)} collocated runs" if len(group) > 1 else "")
-            cards = [_card(run, traces[run.run_id], window_min, now_ms) for run in group.itertuples()]
+            cards = [_card(run, traces[run.run_id], window_min, now_ms, colors[run.run_id]) for run in group.itertuples()]
             blocks.append(html.Div([html.H4(heading), html.Div(cards, className="workload-runs")], className="live-workload"))
         out.append(html.Div([html.H3(host, className="host")] + blocks, className="live-host"))
     return out

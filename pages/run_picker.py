@@ -14,6 +14,8 @@ from dash import ALL, MATCH, Input, Output, State, callback, dcc, html, no_updat
 
 from radt.app import data
 from radt.app.filters import FIELDS, Narrowed, narrow
+from radt.app.runs import list_experiments
+from radt.app.state import STATE
 from radt.app.views import View
 from radt.pages import ids
 from radt.pages.summary_table import duration_text  # the table and the tree write a duration the same way
@@ -45,8 +47,9 @@ def _label(r) -> str:
     return f"{STATUS_ICON.get(r.status, '?')} {(r.letter + ' · ') if r.letter else ''}{r.run_name} · {duration_text(r.duration_s)}{_caveat(r.tags)}"
 
 
-def _blocks(runs: pd.DataFrame, matched: pd.DataFrame, selected: set[str], filtered: bool) -> list:
-    """One collapsible block per workload with a matching run: its select-all box and the boxes of its matching runs (one pass over the list)."""
+def _blocks(runs: pd.DataFrame, matched: pd.DataFrame, selected: set[str], filtered: bool, names: dict[str, str]) -> list:
+    """Under each experiment's name, one collapsible block per workload with a matching run: its select-all box and the
+    boxes of its matching runs (one pass over the list, which list_runs sorts by experiment)."""
     totals: dict[tuple, int] = defaultdict(int)
     for key in zip(runs["experiment_id"], runs["workload_id"], strict=False):
         totals[key] += 1
@@ -54,8 +57,13 @@ def _blocks(runs: pd.DataFrame, matched: pd.DataFrame, selected: set[str], filte
     for r in matched.itertuples():
         groups.setdefault((r.experiment_id, r.workload_id), []).append(r)
     unfold = len(matched) <= (OPEN_LIMIT_FILTERED if filtered else OPEN_LIMIT)
-    blocks = []
-    for (experiment_id, workload_id), rows in groups.items():
+    first = {e: i for i, e in enumerate(dict.fromkeys(e for e, _w in groups))}  # each experiment's workloads together, under one heading
+    blocks, heading = [], None
+    for (experiment_id, workload_id), rows in sorted(groups.items(), key=lambda item: first[item[0][0]]):
+        if experiment_id != heading:
+            heading = experiment_id
+            name = names.get(str(experiment_id), f"experiment {experiment_id}")
+            blocks.append(html.H4(name, className="experiment-heading", title=name, **{"data-experiment": experiment_id}))
         options = [{"label": _label(r), "value": r.run_id} for r in rows]
         values = [r.run_id for r in rows if r.run_id in selected]
         total = totals[(experiment_id, workload_id)]
@@ -82,22 +90,28 @@ def _blocks(runs: pd.DataFrame, matched: pd.DataFrame, selected: set[str], filte
     return blocks
 
 
-def picker(runs: pd.DataFrame, selected: set[str], query: str = "") -> tuple[list, str, str]:
-    """The tree of the runs the filter leaves, the count line ("12 of 500 runs match") and the filter's error line ('' when it reads)."""
+def picker(runs: pd.DataFrame, selected: set[str], query: str = "", names: dict[str, str] | None = None) -> tuple[list, str, str]:
+    """The tree of the runs the filter leaves, under their experiments' names (``names``: experiment id -> name), the count
+    line ("12 of 500 runs match") and the filter's error line ('' when it reads)."""
     if runs.empty:
         return [html.P("Tick an experiment to list its workloads and runs.", className="hint")], "", ""
     narrowed: Narrowed = narrow(runs, query)
     filtered = bool((query or "").strip()) and not narrowed.error
-    blocks = _blocks(runs, narrowed.runs, selected, filtered)
+    blocks = _blocks(runs, narrowed.runs, selected, filtered, names or {})
     count = f"{len(narrowed.runs)} of {len(runs)} runs match" if filtered else f"{len(runs)} runs"
     if not blocks:
         blocks = [html.P(narrowed.hint or "No run matches the filter.", className="hint")]
     return blocks, count, narrowed.error
 
 
+def experiment_names(experiments: list[dict]) -> dict[str, str]:
+    """Experiment id -> name, from runs.list_experiments."""
+    return {str(e["experiment_id"]): e["name"] for e in experiments}
+
+
 def sidebar(experiments: list[dict], experiment_ids: list[str], runs: pd.DataFrame, selected: set[str], query: str) -> list:
     """The picker's part of the explore page: experiments, the filter with its error and count lines, the tree."""
-    tree, count, error = picker(runs, selected, query)
+    tree, count, error = picker(runs, selected, query, experiment_names(experiments))
     return [
         html.H3("Experiments"),
         dcc.Checklist(
@@ -124,7 +138,8 @@ def sidebar(experiments: list[dict], experiment_ids: list[str], runs: pd.DataFra
 def refresh_tree(experiment_ids, text, current):
     selected = set(View.from_dict({"runs": current if isinstance(current, list) else []}).runs)
     query = View.from_dict({"q": text}).query
-    return picker(_runs(View.from_dict({"exp": experiment_ids}).experiments), selected, query)
+    names = experiment_names(list_experiments(STATE.engine)) if STATE.engine is not None else {}
+    return picker(_runs(View.from_dict({"exp": experiment_ids}).experiments), selected, query, names)
 
 
 def select_workload(all_value, options):

@@ -1,107 +1,201 @@
 """The explore page's summary table: the columns that answer "which run is better" first, sortable on the numbers.
 
-Rows are app/compare.py's comparison table (the same as `radt export --table`), rounded for the screen; each
-row's ``id`` is its run (a together group's: its workload), so a click highlights it in the charts.
+Rows are app/compare.py's comparison table (the same as `radt export --table`); each row's ``id`` is its run
+(a together group's: its workload), so a click highlights it in the charts. The numbers travel unrounded and
+DataTable writes them with a fixed number of decimals per column (a ratio is always 0.310, never 0.31). The
+default columns fit a 1440 px screen; the "columns" control beside the heading shows the others (kept for the
+browser tab's session).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from typing import NamedTuple
 
 import pandas as pd
-from dash import Input, Output, State, callback, clientside_callback, dash_table, html
+from dash import Input, Output, State, callback, clientside_callback, dash_table, dcc, html
+from dash.dash_table.Format import Format, Scheme
 
 from radt.app.compare import RUN_COLUMNS
 from radt.app.state import store_error
 from radt.app.views import View, view_runs
+from radt.catalogue import METRICS, unit_text
 from radt.pages import ids
 
-# (header, column id, how it is computed: the header's tooltip; None for a column read straight from the store)
-SUMMARY_COLUMNS = [
-    ("run", "run", None),
-    ("steps/h", "steps_per_h", "Throughput: steps ÷ duration, in steps per hour. A row of runs together: the sum of its runs'."),
-    (
+COLUMN_PICKER = "summary-columns"  # the "columns" control: which of COLUMNS the table shows
+RATIO = unit_text(METRICS["sm_active"])  # '0–1'
+CPU = unit_text(METRICS["cpu_utilization_percentage"])  # the host's CPU: '% of all cores'
+USED = "over the GPUs the run used (see GPUs)"
+
+
+class Column(NamedTuple):
+    """One column: its header, its id in the comparison table, the header's tooltip (how it is computed), its decimals
+    (None: text) and whether the default set, the one that fits 1440 px, shows it."""
+
+    header: str
+    id: str
+    how: str | None
+    decimals: int | None = None
+    shown: bool = False
+
+
+COLUMNS = [
+    Column("run", "run", None, shown=True),
+    Column("command", "command", "What the run trained: its command, or radT's model and params. Runs compare like with like on this.", shown=True),
+    Column("steps/h", "steps_per_h", "Throughput: steps ÷ duration, in steps per hour. A row of runs together: the sum of its runs'.", 0, True),
+    Column(
         "normalised",
         "normalised",
         "Steps/h ÷ alone steps/h: 1 = as fast as the same command running alone. A row of runs together: the sum "
         "(above 1: more work per hour than the same runs one after another).",
-    ),  # fmt: skip
-    ("SMACT", "smact_mean", "Mean SM activity (0–1) over every point of every GPU of the run."),
-    ("J/step", "energy_per_step_j", "Energy per step: GPU energy (J, all GPUs) ÷ steps. Lower is better."),
-    ("workload", "workload", None),
-    ("colloc.", "collocation", "How the run shared its GPU: alone, same GPU (time-sliced, ran together), MPS or MIG (radt.collocation tag)."),
-    ("status", "status", None),
-    ("tog.", "together", "How many runs of the workload ran at the same time (overlapping script times); 1: it ran alone."),
-    ("steps", "steps", "The highest step the script logged + 1 (epochs, iterations)."),
-    ("duration", "duration", "The script's own time, start to exit (not radt's set-up). Sorted on the number of hours."),
-    ("alone", "alone_runs", "How many finished runs of the same command in this experiment ran by themselves (the baseline)."),
-    ("alone steps/h", "alone_steps_per_h", "Mean steps/h of those alone runs."),
-    ("SMACT p95", "smact_p95", "95th percentile of SM activity over every point of every GPU."),
-    ("SMOCC", "smocc_mean", "Mean SM occupancy (0–1) over every point of every GPU."),
-    ("SMOCC p95", "smocc_p95", "95th percentile of SM occupancy over every point of every GPU."),
-    ("peak mem. MB", "peak_memory_per_gpu_mb", "Highest memory used on a single GPU (MB), not a sum."),
-    ("energy kJ", "energy_kj", "GPU energy over all GPUs (kJ): energy counter, else power integrated over time. Together: each GPU counted once."),
-    ("CPU %", "cpu_mean", "Mean system CPU utilisation (%)."),
-    ("letter", "letter", None),
-    ("logs", "logs", "The run's logs and reports (stdout, stderr, nsys/ncu), read from its artifact location."),
+        3,
+        True,
+    ),
+    Column("SMACT", "smact_mean", f"Mean SM activity ({RATIO}) {USED}: every point of each of those GPUs.", 3, True),
+    Column(
+        "SMACT busiest GPU",
+        "smact_busiest",
+        f"Mean SM activity ({RATIO}) of the run's busiest GPU: near 1 beside a low SMACT means one GPU worked while the others waited.",
+        3,
+        True,
+    ),
+    Column(
+        "GPUs",
+        "gpus_text",
+        "The GPUs the summaries are taken over: '1 of 5 used' when NVML's per-process lists showed which watched GPUs the run's "
+        "processes used; '5 watched' when radt could not tell, and every watched GPU counts.",
+        shown=True,
+    ),
+    Column("peak mem. MB", "peak_memory_per_gpu_mb", "Highest memory used on a single GPU (MB), not a sum.", 0, True),
+    Column("J/step", "energy_per_step_j", "Energy per step: the energy of the run's GPUs (J, summed) ÷ steps. Lower is better.", 1, True),
+    Column("colloc.", "collocation", "How the run shared its GPU: alone, same GPU (time-sliced, ran together), MPS or MIG (radt.collocation tag).", shown=True),
+    Column("status", "status", None, shown=True),
+    Column("duration", "duration", "The script's own time, start to exit (not radt's set-up). Sorted on the number of minutes.", shown=True),
+    Column("logs", "logs", "The run's logs and reports (stdout, stderr, nsys/ncu), read from its artifact location.", shown=True),
+    Column("workload", "workload", None),
+    Column("tog.", "together", "How many runs of the workload ran at the same time (overlapping script times); 1: it ran alone.", 0),
+    Column("steps", "steps", "The highest step the script logged + 1 (epochs, iterations).", 0),
+    Column("alone", "alone_runs", "How many finished runs of the same command in this experiment ran by themselves (the baseline).", 0),
+    Column("alone steps/h", "alone_steps_per_h", "Mean steps/h of those alone runs.", 0),
+    Column("SMACT p95", "smact_p95", f"95th percentile of SM activity ({RATIO}) {USED}.", 3),
+    Column("SMOCC", "smocc_mean", f"Mean SM occupancy ({RATIO}) {USED}.", 3),
+    Column("SMOCC p95", "smocc_p95", f"95th percentile of SM occupancy ({RATIO}) {USED}.", 3),
+    Column("GRACT", "gract_mean", f"Mean graphics engine activity ({RATIO}) {USED}.", 3),
+    Column("power W", "power_mean_w", f"Mean power of one GPU (W) {USED}: every point of each of those GPUs.", 0),
+    Column(
+        "energy kJ", "energy_kj", "Energy of the run's GPUs (kJ, summed): energy counter, else power integrated over time. Together: each GPU counted once.", 1
+    ),
+    Column(f"CPU {CPU}", "cpu_mean", f"Mean host CPU utilisation, in {CPU} (100 = every core of the host busy).", 1),
+    Column(
+        "GPUs used",
+        "gpus_used",
+        "How many GPUs the summaries count as the run's: those its processes used (NVML's per-process lists), else every watched GPU (see GPUs).",
+        0,
+    ),
+    Column("GPUs watched", "gpus_watched", "How many GPUs radt watched for the run.", 0),
+    Column("letter", "letter", None),
 ]
-DIGITS = {"together": 0, "steps": 0, "duration_min": 2, "steps_per_h": 2, "alone_runs": 0, "alone_steps_per_h": 2, "normalised": 3, "smact_mean": 3,
-          "smact_p95": 3, "smocc_mean": 3, "smocc_p95": 3, "peak_memory_per_gpu_mb": 0, "energy_kj": 1, "cpu_mean": 1, "energy_per_step_j": 1}  # fmt: skip
 SORT_KEYS = {"duration": "duration_min"}  # a text column sorts on the number beside it
-TEXT = {"run", "workload", "collocation", "status", "duration", "letter", "logs"}
 MARKDOWN = {"logs"}
+NAMES = ("run", "command", "workload")  # cut with an ellipsis, whole in their tooltip
+LEFT = (*NAMES, "collocation", "status", "letter", "gpus_text")
+# Widths (px) that keep the default columns within 1440 px (1,064 px beside the sidebar) whatever the names: a name is cut
+# with an ellipsis; the other columns are as wide as their header (wrapped) or their widest number.
+WIDTHS = {"run": 170}
+MAX_WIDTHS = {"command": 130, "workload": 130, "gpus_text": 84, "collocation": 70, "status": 72}
+
+
+def present(columns: list[Column] = COLUMNS) -> list[Column]:
+    """The columns the comparison table holds now (app/compare.py RUN_COLUMNS), and the table's own (duration, logs)."""
+    return [c for c in columns if c.id in RUN_COLUMNS or c.id in ("duration", "logs")]
 
 
 def duration_text(seconds: float | None) -> str:
-    """A duration as the sidebar writes it: '45 min' under two hours, '2.5 h' from there, '–' when unknown."""
-    if seconds is None or not math.isfinite(seconds):
+    """A duration as the tree and the table write it: '1.5 s' and '45 s' under a minute, '12 min' under two hours, '2.5 h' from there, '–' unknown."""
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
         return "–"
+    if seconds < 9.95:
+        return f"{seconds:.1f} s"
+    if seconds < 59.5:
+        return f"{seconds:.0f} s"
     minutes = seconds / 60
-    return f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
+    return f"{max(minutes, 1):.0f} min" if minutes < 119.5 else f"{minutes / 60:.1f} h"
+
+
+def table_column(column: Column) -> dict:
+    """The DataTable column: text, markdown (logs) or a number with DataTable's fixed decimals (0.31 shows as 0.310)."""
+    out = {"name": column.header, "id": column.id}
+    if column.id in MARKDOWN:
+        out["presentation"] = "markdown"
+    if column.decimals is not None:
+        out |= {"type": "numeric", "format": Format(precision=column.decimals, scheme=Scheme.fixed).group(column.decimals == 0).to_plotly_json()}
+    return out
 
 
 def layout() -> list:
-    """The table and its explanation, for the explore page's content column."""
-    numeric = {"type": "numeric"}
+    """The table, its explanation and its "columns" control, for the explore page's content column."""
+    columns = present()
+    shown = [c.id for c in columns if c.shown]
     return [
-        html.H3("Summary"),
+        html.Div(
+            [
+                html.H3("Summary"),
+                html.Details(
+                    [
+                        html.Summary("columns"),
+                        dcc.Checklist(
+                            id=COLUMN_PICKER,
+                            options=[{"label": c.header, "value": c.id} for c in columns if c.id != "run"],  # the run always shows
+                            value=[i for i in shown if i != "run"],
+                            persistence=True,
+                            persistence_type="session",
+                            inline=True,
+                        ),
+                    ],
+                    className="table-columns",
+                ),
+            ],
+            className="summary-head",
+        ),
         html.P(
             "Hover a column's header for how it is computed; click a header to sort, a row to highlight its run in the charts. "
             "A shaded row is runs that ran together: its steps/h and normalised are the sums of its runs'.",
             className="hint",
         ),
-        dash_table.DataTable(
-            id=ids.SUMMARY,
-            columns=[
-                {"name": n, "id": i, **({} if i in TEXT else numeric), **({"presentation": "markdown"} if i in MARKDOWN else {})}
-                for n, i, _how in SUMMARY_COLUMNS
-            ],
-            markdown_options={"link_target": "_blank"},
-            tooltip_header={i: how for _n, i, how in SUMMARY_COLUMNS if how},
-            tooltip_delay=200,
-            tooltip_duration=None,
-            data=[],
-            sort_action="custom",
-            sort_mode="single",
-            sort_by=[],
-            fixed_columns={"headers": True, "data": 1},
-            style_table={"overflowX": "auto", "minWidth": "100%"},
-            style_cell={
-                "fontFamily": 'system-ui, -apple-system, "Segoe UI", Roboto, sans-serif',
-                "fontSize": 12,
-                "padding": "2px 6px",
-                "textAlign": "right",
-                "minWidth": 44,
-                "maxWidth": 120,
-            },
-            style_cell_conditional=[{"if": {"column_id": c}, "textAlign": "left"} for c in ("run", "workload", "collocation", "status", "letter")]
-            + [{"if": {"column_id": "run"}, "minWidth": 150, "maxWidth": 220, "overflow": "hidden", "textOverflow": "ellipsis"}],
-            style_data={"whiteSpace": "nowrap", "height": "24px", "lineHeight": "18px"},  # one height in the fixed and the scrolling part
-            style_header={"whiteSpace": "nowrap", "height": "28px", "fontWeight": "600", "textDecoration": "underline dotted"},
-            style_data_conditional=[{"if": {"filter_query": '{kind} = "workload"'}, "fontWeight": "600", "backgroundColor": "#f4f0fa"}],
-            css=[{"selector": ".dash-table-tooltip", "rule": "font-size: 12px; max-width: 320px;"}],
-            cell_selectable=True,
+        html.Div(
+            dash_table.DataTable(
+                id=ids.SUMMARY,
+                columns=[table_column(c) for c in columns if c.shown],
+                markdown_options={"link_target": "_blank"},
+                tooltip_header={c.id: c.how for c in columns if c.how},
+                tooltip_delay=200,
+                tooltip_duration=None,
+                data=[],
+                sort_action="custom",
+                sort_mode="single",
+                sort_by=[],
+                style_table={"overflowX": "auto", "minWidth": "100%", "maxWidth": "100%"},
+                style_cell={
+                    "fontFamily": 'system-ui, -apple-system, "Segoe UI", Roboto, sans-serif',
+                    "fontSize": 12,
+                    "padding": "2px 5px",
+                    "textAlign": "right",
+                    "minWidth": 36,
+                    "maxWidth": 110,
+                    "overflow": "hidden",
+                    "textOverflow": "ellipsis",
+                },
+                style_cell_conditional=[{"if": {"column_id": c}, "textAlign": "left"} for c in LEFT]
+                + [{"if": {"column_id": c}, "minWidth": w, "width": w, "maxWidth": w} for c, w in WIDTHS.items()]
+                + [{"if": {"column_id": c}, "maxWidth": w} for c, w in MAX_WIDTHS.items()],
+                style_data={"whiteSpace": "nowrap", "height": "24px", "lineHeight": "18px"},  # one height in the fixed and the scrolling part
+                style_header={"whiteSpace": "normal", "fontSize": 11, "lineHeight": "13px", "fontWeight": "600", "textDecoration": "underline dotted"},
+                style_data_conditional=[{"if": {"filter_query": '{kind} = "workload"'}, "fontWeight": "600", "backgroundColor": "#f4f0fa"}],
+                css=[{"selector": ".dash-table-tooltip", "rule": "font-size: 12px; max-width: 320px;"}],
+                cell_selectable=True,
+            ),
+            className="summary-table",  # its own stacking context: the fixed column never paints over the sticky bar (table.css)
         ),
         html.Div(id=ids.SUMMARY_SINK, hidden=True),
     ]
@@ -125,12 +219,10 @@ def rows_of_view(view_data) -> list[dict]:
 
 
 def table_rows(table: pd.DataFrame) -> list[dict]:
-    """The table's records as the DataTable shows them: numbers rounded, NaN empty, durations as text, a unique ``id`` per row."""
+    """The table's records as the DataTable shows them: numbers unrounded (each column's format writes them), NaN empty,
+    durations as text, a unique ``id`` per row."""
     out, seen = [], set()
     for record in table.to_dict("records"):
-        for column, digits in DIGITS.items():
-            value = record.get(column)
-            record[column] = None if value is None or value != value else (round(float(value), digits) if digits else int(round(float(value))))
         row = {k: (None if isinstance(v, float) and v != v else v) for k, v in record.items() if k in RUN_COLUMNS}
         minutes = row.get("duration_min")
         row["duration"] = duration_text(None if minutes is None else minutes * 60)
@@ -169,6 +261,31 @@ def register() -> None:
         Input(ids.SUMMARY, "sort_by"),
         Input(ids.SUMMARY, "data"),
         prevent_initial_call=True,
+    )
+
+    # The "columns" control: the table shows the ticked columns in COLUMNS' order (the run first, always).
+    clientside_callback(
+        """
+        function(ticked) {
+            const all = __COLUMNS__;
+            const keep = new Set(["run", ...(ticked || [])]);
+            return all.filter((c) => keep.has(c.id));
+        }
+        """.replace("__COLUMNS__", json.dumps([table_column(c) for c in present()])),
+        Output(ids.SUMMARY, "columns"),
+        Input(COLUMN_PICKER, "value"),
+    )
+    # A name cut with an ellipsis is whole in its cell's tooltip; built from the rows as shown, so a sort keeps them together.
+    clientside_callback(
+        """
+        function(data) {
+            const names = __NAMES__;
+            return (data || []).map((row) => Object.fromEntries(
+                names.filter((n) => row[n]).map((n) => [n, {value: String(row[n]), type: "text"}])));
+        }
+        """.replace("__NAMES__", json.dumps(NAMES)),
+        Output(ids.SUMMARY, "tooltip_data"),
+        Input(ids.SUMMARY, "data"),
     )
 
     # A click on a row highlights its run (a together group: its workload) in the charts (assets/charts.js); a second click on it restores all.

@@ -78,7 +78,7 @@ METRICS: dict[str, Metric] = {
         _m("network_transmit_bytes_per_second", "Net TX", "B/s", False),
         _m("network_receive_megabytes", "Net RX total", "MB", False),
         _m("network_transmit_megabytes", "Net TX total", "MB", False),
-        _m("process_cpu_utilization_percentage", "Run CPU", "%", False, description="100 = one core"),
+        _m("process_cpu_utilization_percentage", "Run CPU", "%", False, description="the run's processes; 100 = one core"),
         _m("process_memory_rss_megabytes", "Run memory", "MB", False),
         # MLflow's disk monitor.
         _m("disk_usage_percentage", "Disk used", "%", False, **_PCT),
@@ -120,6 +120,22 @@ class Device:
 
 
 HOST = Device()
+
+ONE_CORE = "% of one core"  # a process tree's CPU: 100 = one core busy, 400 on four cores
+ALL_CORES = "% of all cores"  # the host's CPU (psutil.cpu_percent, MLflow's cpu_utilization_percentage): 100 = every core busy
+
+
+def unit_text(metric: Metric) -> str:
+    """The one name of a metric's unit, the same in axis titles, tooltips, table headers, filter help, README and exports.
+
+    Ratios are '0–1', CPU says which hundred it counts (ONE_CORE or ALL_CORES), a P-state is a 'P-state'."""
+    if metric.unit == "ratio":
+        return "0–1"
+    if metric.unit == "state":
+        return "P-state"
+    if metric.unit == "%" and "cpu" in metric.name:
+        return ALL_CORES if metric.high is not None else ONE_CORE
+    return metric.unit
 
 
 def exposition_name(metric: Metric) -> str:

@@ -1,11 +1,14 @@
-"""The comparison figures (app/aggregates.py) on a known store, SQLite and PostgreSQL: every bar, box and CDF point
+"""The comparison figures (app/aggregates.py) on known stores, SQLite and PostgreSQL: every bar, box and CDF point
 against the comparison table and a hand computation; the GRACT vs SMACT vs SMOCC view of the recorded microbenchmark.
 
-One experiment, one command, four workloads of two runs each (SMACT constant per run, 10 steps, energy from a counter):
+`built`: one experiment, one command, four workloads of two runs each (SMACT constant per run, 10 steps, energy from a counter):
 - alone: two runs one after another, 1 h each;
 - timeslice: two overlapping runs on one GPU (collocation "-");
 - mps: two overlapping runs under MPS;
 - mig: two overlapping runs in MIG 3g.40gb instances.
+
+`mixed`: what the issue found compared unlike with like: two experiments, two commands (MIXED), resnet alone, time-sliced
+and under MPS in "vision", bert alone and time-sliced in "language", both with a workload "1 alone".
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 
-from radt.app.aggregates import activity_figure, bar_figure, box_figure, cdf_figure, groups
+from radt.app.aggregates import activity_figure, bar_figure, box_figure, cdf_figure, collocation_figure, groups, legend_text, short_commands
 from radt.app.export import ExportError, activity_series, comparison_table
 from radt.app.exportcli import _open_store
-from radt.app.views import View
+from radt.app.palette import run_colors
+from radt.app.views import View, view_runs
 from radt.collectors.importer import main as import_main
 from radt.collectors.stores import open_metric_store
 from radt.collectors.tracking import PROCESS_ONLY_ENV
@@ -104,8 +108,11 @@ def test_bars_are_the_tables_means_per_collocation_method(built):
 
 def test_boxes_hold_every_run_and_cdfs_end_at_the_extremes(built):
     table = _table(built)
-    boxes = {trace.name: sorted(trace.y) for trace in box_figure(table, "energy_per_step_j", "workload").data}
-    assert boxes["workload mps"] == pytest.approx(sorted(j / s for _a, _b, _c, j, s in WORKLOADS["mps"][1]))
+    figure = box_figure(table, "energy_per_step_j", "workload")
+    (box,) = [t for t in figure.data if t.type == "box"]
+    categories = dict(zip(figure.layout.xaxis.tickvals, figure.layout.xaxis.ticktext, strict=True))
+    mps = sorted(y for x, y in zip(box.x, box.y, strict=True) if categories[round(x)] == "workload mps")
+    assert mps == pytest.approx(sorted(j / s for _a, _b, _c, j, s in WORKLOADS["mps"][1]))
     lines = {trace.name: trace for trace in cdf_figure(table, "smact_mean", "collocation").data}
     assert set(lines) == {"alone (2)", "same GPU (2)", "MPS (2)", "MIG (2)"}
     mig = lines["MIG (2)"]
@@ -117,9 +124,137 @@ def test_group_rows_and_unknown_runs_stay_out_of_the_figures(built):
     table = _table(built)
     assert (table["kind"] == "workload").any(), "runs together have their group's row"
     found = groups(table, "smact_mean", "workload")
-    assert sum(len(v) for v in found.values()) == 8, "only the runs, not their groups' rows"
+    assert sum(len(g.values) for g in found) == 8, "only the runs, not their groups' rows"
     with pytest.raises(ValueError, match="statistic 'nope' is not one of"):
         bar_figure(table, "nope", "workload")
+
+
+RESNET = ("--model", "resnet50", "--lr", "0.1")
+BERT = ("--model", "bert", "--lr", "0.1")
+# experiment -> [(run, workload, collocation tag, arguments, start min, end min, SMACT)]; every run 10 steps
+MIXED = {
+    "vision": [
+        ("resnet 1A", "1 alone", "-", RESNET, 0, 60, 0.60),
+        ("resnet 2A", "2 same GPU", "-", RESNET, 100, 200, 0.70),
+        ("resnet 2B", "2 same GPU", "-", RESNET, 101, 221, 0.72),
+        ("resnet 3A", "3 MPS", "mps", RESNET, 300, 375, 0.80),
+        ("resnet 3B", "3 MPS", "mps", RESNET, 300, 380, 0.82),
+    ],
+    "language": [
+        ("bert 1A", "1 alone", "-", BERT, 0, 30, 0.50),
+        ("bert 2A", "2 same GPU", "-", BERT, 100, 160, 0.66),
+        ("bert 2B", "2 same GPU", "-", BERT, 100, 150, 0.64),
+    ],
+}
+
+
+def _build_mixed(uri: str) -> tuple[dict[str, str], dict[str, str]]:
+    client, writer = MlflowClient(uri), open_metric_store(uri)
+    experiments, runs = {}, {}
+    for experiment, specs in MIXED.items():
+        exp = experiments[experiment] = client.create_experiment(experiment)
+        for name, workload, collocation, args, start, end, smact in specs:
+            t0 = BASE + start * MIN
+            run_id = runs[name] = radt_run(client, exp, name, start_time=t0, workload=workload, letter=name[-1], script_args=args)
+            points = [Point("loss", 1.0 / (i + 1), t0 + 1000 * i, i) for i in range(10)]
+            writer.write(run_id, points + [Point("system/gpu_0_sm_active", smact, t0 + 1000 * i, i) for i in range(20)])
+            client.set_tag(run_id, COLLOCATION_TAG, collocation)
+            client.set_terminated(run_id, "FINISHED", end_time=BASE + end * MIN)
+    writer.close()
+    return experiments, runs
+
+
+@pytest.fixture
+def mixed(store_uri, snapshots):
+    """The comparison table of every run of MIXED, the experiments' names by id, the runs' ids by name."""
+    experiments, runs = snapshots.restore(_build_mixed, store_uri)
+    _open_store(store_uri)
+    view = View(list(experiments.values()), list(runs.values()))
+    return comparison_table(view), {i: n for n, i in experiments.items()}, runs, view
+
+
+def _per_hour(name: str) -> float:
+    (start, end) = next((s, e) for specs in MIXED.values() for n, *_r, s, e, _smact in specs if n == name)
+    return 10 / ((end - start) / 60)
+
+
+def _smact(*names: str) -> float:
+    return float(np.mean([smact for specs in MIXED.values() for n, *_r, smact in specs if n in names]))
+
+
+def test_by_collocation_each_command_is_compared_with_itself(mixed):
+    """The bug: bert's alone run averaged into one "alone" bar with resnet's, beside resnet's collocated runs, no name saying so."""
+    table, names, _runs, _view = mixed
+    bars = {trace.name.split("<br>")[0]: trace for trace in bar_figure(table, "smact_mean", "collocation", names).data}
+    assert set(bars) == {"--model resnet50", "--model bert"}, "a series per command, named by what tells it apart"
+    resnet, bert = bars["--model resnet50"], bars["--model bert"]
+    assert list(resnet.x) == ["alone", "same GPU", "MPS"] and list(bert.x) == ["alone", "same GPU"]
+    assert list(resnet.y) == pytest.approx([_smact("resnet 1A"), _smact("resnet 2A", "resnet 2B"), _smact("resnet 3A", "resnet 3B")])
+    assert list(bert.y) == pytest.approx([_smact("bert 1A"), _smact("bert 2A", "bert 2B")])
+    assert "<i>vision</i>" in resnet.name and "<i>language</i>" in bert.name, "runs of two experiments: each series says which"
+
+    one = table[table["experiment_id"] == mixed[3].experiments[0]]  # one experiment, one command: one series, the command whole
+    (figure,) = bar_figure(one, "smact_mean", "collocation", names).data
+    assert figure.name.replace("<br>", " ") == "train.py --model resnet50 --lr 0.1", figure.name
+
+
+def test_the_collocation_figure_sets_each_command_against_itself_alone(mixed):
+    table, names, _runs, _view = mixed
+    figure = collocation_figure(table, names)
+    panels = {axis: {t.name.split("<br>")[0]: t for t in figure.data if t.xaxis == axis} for axis in ("x", "x2")}
+    throughput, smact = panels["x"], panels["x2"]
+    assert list(throughput["--model resnet50"].x) == ["alone", "same GPU", "MPS"]
+    alone = _per_hour("resnet 1A")
+    expected = [1.0, np.mean([_per_hour("resnet 2A"), _per_hour("resnet 2B")]) / alone, np.mean([_per_hour("resnet 3A"), _per_hour("resnet 3B")]) / alone]
+    assert list(throughput["--model resnet50"].y) == pytest.approx(expected), "steps/h ÷ the same command alone; alone = 1"
+    bert = _per_hour("bert 1A")
+    assert list(throughput["--model bert"].y) == pytest.approx([1.0, np.mean([_per_hour("bert 2A"), _per_hour("bert 2B")]) / bert])
+    runs = table[table["kind"] == "run"].set_index("run")
+    assert throughput["--model bert"].y[1] == pytest.approx(runs.loc[["bert 2A", "bert 2B"], "normalised"].mean()), "the table's own normalised"
+    assert list(smact["--model resnet50"].y) == pytest.approx([_smact("resnet 1A"), _smact("resnet 2A", "resnet 2B"), _smact("resnet 3A", "resnet 3B")])
+    assert list(smact["--model bert"].y) == pytest.approx([_smact("bert 1A"), _smact("bert 2A", "bert 2B")])
+    assert sorted(t.name.split("<br>")[0] for t in figure.data if t.showlegend is not False) == ["--model bert", "--model resnet50"], "a command once"
+    colours = {t.name: t.marker.color for t in figure.data}
+    assert len(set(colours.values())) == 2, "a command has one colour in both panels"
+    titles = [a.text for a in figure.layout.annotations]
+    assert "throughput ÷ same command alone" in titles and any(t.startswith("GPU SMACT") for t in titles)
+
+
+def test_runs_of_several_experiments_are_named_and_keep_their_colour(mixed):
+    """By workload, "1 alone" of vision and "1 alone" of language are two bars, each named by its experiment; a box's
+    points are its runs, each in the colour the run has on every page."""
+    table, names, runs, view = mixed
+    bars = {trace.name: trace for trace in bar_figure(table, "steps_per_h", "workload", names).data}
+    assert set(bars) == {"<i>vision</i>", "<i>language</i>"}
+    assert list(bars["<i>language</i>"].x) == ["workload 1 alone", "workload 2 same GPU"]
+    assert bars["<i>language</i>"].y[0] == pytest.approx(_per_hour("bert 1A")) and bars["<i>vision</i>"].y[0] == pytest.approx(_per_hour("resnet 1A"))
+    unnamed = bar_figure(table, "steps_per_h", "workload")
+    assert {t.name for t in unnamed.data} == {f"<i>experiment {i}</i>" for i in names}, "an experiment known only by its id"
+
+    colours = run_colors(view_runs(view))
+    figure = box_figure(table, "smact_mean", "collocation", names, colours)
+    (points,) = [t for t in figure.data if t.type == "scatter"]
+    drawn = {run_id: colour for (run_id, _method), colour in zip(points.customdata, points.marker.color, strict=True)}
+    assert drawn == {run_id: colours[run_id] for run_id in runs.values()}, "every run once, in its own colour"
+    lines = cdf_figure(table, "smact_mean", "collocation", names).data
+    assert {t.legendgrouptitle.text.split("<br>")[0] for t in lines} == {"--model resnet50", "--model bert"}
+
+
+def test_short_command_names_say_what_differs():
+    assert short_commands(["train.py --model a --lr 0.1", "train.py --model b --lr 0.1"]) == {
+        "train.py --model a --lr 0.1": "--model a",
+        "train.py --model b --lr 0.1": "--model b",
+    }
+    found = short_commands(["vit.py --lr 1", "bert.py --workers 1 --amp", "bert.py --workers 8 --amp"])
+    assert found == {"vit.py --lr 1": "vit.py", "bert.py --workers 1 --amp": "bert.py --workers 1", "bert.py --workers 8 --amp": "bert.py --workers 8"}
+    assert short_commands(["train.py --a 1 --b 2", "train.py --b 2 --a 1"]) == {
+        "train.py --a 1 --b 2": "train.py --a 1 --b 2",
+        "train.py --b 2 --a 1": "train.py --b 2 --a 1",
+    }
+    assert short_commands(["", "x.py"])[""] == "(no command)"
+    wrapped = legend_text("train_imagenet.py --model resnet50 --batch-size 256 --lr 0.1 --epochs 10 --workers 8 --amp <b>")
+    assert wrapped.count("<br>") == 2 and wrapped.endswith(" …") and all(len(line) <= 30 for line in wrapped.split("<br>"))
+    assert legend_text("a <b>bold</b> name") == "a &lt;b&gt;bold&lt;/b&gt; name", "a name is text, never Plotly's markup"
 
 
 def test_activity_view_of_the_recorded_microbenchmark(store_uri, fixtures_dir, monkeypatch, capsys):

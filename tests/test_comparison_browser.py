@@ -1,6 +1,8 @@
 """The summary table and the comparison figures in real headless Chromium against a real `python app.py` (conftest.py's
-filled_store: `radt demo`'s ResNet-50 alone, time-sliced, under MPS and MIG). The bars are checked against the store's
-own comparison table; a row click highlights its run in the charts; the table's key columns fit a 1440 px screen."""
+filled_store: `radt demo`'s ResNet-50 alone, time-sliced, under MPS and MIG, and its BERT runs). The bars are checked
+against the store's own comparison table; a row click highlights its run in the charts; the table's key columns fit a
+1440 px screen; every comparison figure lays out its title, legend and axis titles apart from each other and from its
+plots at 1440 and 1920 px, and a run's point has the colour of its line on the charts."""
 
 from __future__ import annotations
 
@@ -10,8 +12,39 @@ from mlflow import MlflowClient
 from radt.app.export import comparison_table
 from radt.app.exportcli import _open_store
 from radt.app.views import View
+from radt.collectors import demo
+from radt.pages.summary_table import present
 from tests.support.browser import new_page, screenshot, wait_for_traces
 from tests.support.stores import RESNET
+
+BERT = "demo: bert fine-tuning"
+SLICES = {f"resnet50 {w.name.split()[0]}{r.letter}": r.mig for w in demo.EXPERIMENTS[0].workloads for r in w.runs}  # a MIG run's GPU instance
+# the boxes of the comparison figure's parts, in page pixels: its title, legend, axis and panel titles, plot areas
+LAYOUT_JS = """
+() => {
+  const g = document.querySelector('#compare-figure .js-plotly-plot');
+  if (!g || !g._fullLayout) { return null; }
+  const boxes = (selector) => Array.from(g.querySelectorAll(selector)).map(e => e.getBoundingClientRect())
+    .filter(r => r.width > 0 && r.height > 0).map(r => ({x: r.x, y: r.y, w: r.width, h: r.height}));
+  return {
+    title: boxes('.gtitle'), legend: boxes('.legend > .bg'), panels: boxes('.annotation'),
+    axes: boxes('.xtitle, .ytitle, .x2title, .y2title'), plots: boxes('.draglayer .nsewdrag'),
+    kind: g.data.map(t => t.type).join(','), axesCount: Object.keys(g._fullLayout._plots).length,
+  };
+}
+"""
+# a run's colour: its points on the box plot, its lines on the explore charts (by the run id in each trace's meta)
+COLOURS_JS = """
+() => {
+  const box = document.querySelector('#compare-figure .js-plotly-plot');
+  const charts = document.querySelector('#charts .js-plotly-plot');
+  const points = box && box._fullData.find(t => t.meta && t.meta.points === 'runs');
+  if (!points || !charts || !charts._fullData) { return null; }
+  const lines = {};
+  charts._fullData.filter(t => t.meta && t.meta.run_id && t.line).forEach(t => { (lines[t.meta.run_id] = lines[t.meta.run_id] || []).push(t.line.color); });
+  return {points: points.customdata.map((c, i) => [c[0], points.marker.color[i]]), lines};
+}
+"""
 
 FIGURE_JS = """
 () => {
@@ -72,9 +105,9 @@ def test_the_tables_key_columns_come_first_and_a_row_click_highlights_its_run(br
     experiment, runs = _runs(filled_store["uri"])
     with new_page(browser, width=1440, height=900) as page:
         _open(page, served, experiment, list(runs.values()))
-        wait_for_traces(page, {f"{name} · GPU 0" for name in runs})
+        wait_for_traces(page, {f"{name} · GPU 0" + (f" · MIG {SLICES[name]}" if SLICES.get(name) else "") for name in runs})
         headers = page.locator("#summary th .column-header-name").all_inner_texts()
-        assert headers[:5] == ["run", "steps/h", "normalised", "SMACT", "J/step"], headers
+        assert headers[:5] == [c.header for c in present() if c.shown][:5] and headers[0] == "run", headers  # the page's default set, in its order
         for name in headers[:5]:
             box = page.locator("#summary th", has_text=name).first.bounding_box()
             assert box and box["x"] + box["width"] <= 1440, f"{name} is on screen at 1440 px"
@@ -103,3 +136,47 @@ def test_the_tables_key_columns_come_first_and_a_row_click_highlights_its_run(br
 def _minutes(text: str) -> float:
     number, unit = text.split()
     return float(number) * (60 if unit == "h" else 1)
+
+
+def _overlap(a: dict, b: dict) -> float:
+    """The area two boxes share (px²); touching edges share none."""
+    return max(0.0, min(a["x"] + a["w"], b["x"] + b["w"]) - max(a["x"], b["x"])) * max(0.0, min(a["y"] + a["h"], b["y"] + b["h"]) - max(a["y"], b["y"]))
+
+
+def _collisions(layout: dict) -> list[str]:
+    """Which of the figure's texts (title, legend, axis titles, panel titles) cover another or a plot area."""
+    parts = [(name, box) for name in ("title", "legend", "panels", "axes") for box in layout[name]]
+    found = [f"{a} × {b}" for i, (a, x) in enumerate(parts) for b, y in parts[i + 1 :] if _overlap(x, y) > 1]
+    return found + [f"{name} × plot" for name, box in parts for plot in layout["plots"] if _overlap(box, plot) > 1]
+
+
+def test_comparison_figures_lay_out_apart_and_keep_each_runs_colour(browser, served, filled_store):
+    """The bug: the legend covered the title, a y-axis title ran into the chart title, the bar chart's plot was ~80 px
+    tall; a run had another colour on Comparison than on Explore."""
+    client = MlflowClient(filled_store["uri"])
+    experiments = [client.get_experiment_by_name(name).experiment_id for name in (RESNET, BERT)]
+    runs = [r.info.run_id for r in client.search_runs(experiments, filter_string="tags.`radt.role` = 'run'")]
+    for width, height in ((1440, 900), (1920, 1080)):
+        with new_page(browser, width=width, height=height) as page:
+            page.goto(f"{served}?exp={','.join(experiments)}&runs={','.join(runs)}&metrics=cat:sm_active&x=relative&mode=runs&smooth=0&log=0")
+            page.wait_for_function(FIGURE_JS)
+            page.locator("#compare-by label", has_text="collocation").locator("input").check()
+            for kind, label, drawn in (("bar", "bars", "bar"), ("box", "box plots", "box"), ("cdf", "CDFs", "scatter"), ("collocation", "collocation", "bar")):
+                page.locator("#compare-kind label", has_text=label).locator("input").check()
+                want = 2 if kind == "collocation" else 1  # the collocation figure's two panels
+                page.wait_for_function(
+                    "([kind, want]) => { const l = (" + LAYOUT_JS + ")(); return l && l.kind.split(',')[0] === kind && l.axesCount === want"
+                    " && l.legend.length === 1 && l.plots.length === want; }",
+                    arg=[drawn, want],
+                )
+                layout = page.evaluate(LAYOUT_JS)
+                assert layout["title"] and len(layout["axes"]) == 2 * want, (width, kind, layout)
+                assert not _collisions(layout), (width, kind, _collisions(layout))
+                assert min(p["h"] for p in layout["plots"]) >= 250, (width, kind, layout["plots"])
+                if kind == "box":
+                    page.wait_for_function("(n) => { const c = (" + COLOURS_JS + ")(); return c && c.points.length === n"
+                                           " && c.points.every(([r, _c]) => c.lines[r]); }", arg=len(runs))  # fmt: skip
+                    colours = page.evaluate(COLOURS_JS)
+                    for run_id, colour in colours["points"]:
+                        assert set(colours["lines"][run_id]) == {colour}, f"{run_id}: its point {colour}, its lines {colours['lines'][run_id]}"
+            screenshot(page, f"comparison-collocation-{width}-{filled_store['kind']}")

@@ -194,16 +194,20 @@ def page(browser, junk):
 
 def test_names_are_text_in_the_legend_the_tooltip_and_the_run_tree(page, junk):
     url = f"{junk['base']}?exp={junk['experiment']}&runs={junk['evil']},{junk['other']}&metrics=cat:sm_active"
-    escaped = EVIL.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    _open(page, url, [f"{escaped} · GPU 0", "plain run · GPU 0"])
+    _open(page, url, [f"{EVIL} · GPU 0", "plain run · GPU 0"])
     page.wait_for_function("() => document.querySelectorAll('#chart-legend .legend-entry').length >= 2")
-    legend = page.locator("#chart-legend .legend-entry").all_text_contents()  # the sticky legend above the charts (Plotly's is hidden on screen)
-    assert f"{EVIL} · GPU 0" in legend, legend
+    legend = page.locator("#chart-legend .legend-entry .legend-label").all_text_contents()  # the sticky legend (Plotly's is hidden on screen)
+    assert EVIL in legend, legend
     assert page.locator("#chart-legend a, #chart-legend script").count() == 0, "the names are text in the legend, not markup"
-    page.evaluate("() => Plotly.Fx.hover(document.querySelector('#charts .js-plotly-plot'), {xval: 0.2, yval: 0.55}, 'xy')")  # 12 s into the runs
-    page.wait_for_function("() => document.querySelector('#charts .hoverlayer .hovertext')")
-    tooltip = " | ".join(page.locator("#charts .hoverlayer .hovertext").all_text_contents())  # one label per run at that time
-    assert EVIL in tooltip and WORKLOAD in tooltip and "<script>alert(1)</script>" in tooltip, tooltip
+    box = page.locator("#charts .nsewdrag").first.bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.5)
+    page.wait_for_function("() => { const t = document.querySelector('.radt-tip'); return t && getComputedStyle(t).display !== 'none'; }")
+    tooltip = page.locator(".radt-tip").inner_text()  # one line per run at that time
+    assert EVIL in tooltip and page.locator(".radt-tip a, .radt-tip script, .radt-tip b").count() == 0, tooltip
+    page.mouse.click(box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.5)  # the details: its workload, as text
+    page.locator(".radt-details").wait_for()
+    details = page.locator(".radt-details").inner_text()
+    assert (WORKLOAD in details or "plain run" in details) and page.locator(".radt-details a, .radt-details script").count() == 0, details
     assert page.locator("#charts a").count() == 0, "no link in the chart: not in the legend, the tooltip or a title"
     tree = page.locator("#run-tree").inner_text()
     assert EVIL in tree and page.locator("#run-tree a").count() == 0
@@ -214,7 +218,7 @@ def test_an_export_past_the_limits_answers_with_a_message(page, junk):
     downloads: list = []
     page.on("download", lambda download: downloads.append(download))
     url = f"{junk['base']}?exp={junk['experiment']}&runs={junk['evil']}&metrics=cat:sm_active"
-    _open(page, url, [f"{EVIL.replace('&', '&amp;').replace('<', '&lt;').replace('>', '&gt;')} · GPU 0"])
+    _open(page, url, [f"{EVIL} · GPU 0"])
     page.get_by_text("Export", exact=True).click()
     page.fill("#export-dpi", "3000")
     page.get_by_role("button", name="PNG").click()

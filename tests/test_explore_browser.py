@@ -87,8 +87,8 @@ def test_every_gpu_of_a_run_is_drawn_averaged_filtered_and_exported(page, served
     names = {f"mnist (PMDLT) · GPU {g}" for g in range(5)}
     traces = wait_for_traces(page, names)
     assert {t["name"]: t["n"] for t in traces} == {f"mnist (PMDLT) · GPU {g}": stored[f"system/gpu_{g}_sm_active"] for g in range(5)}
-    hover = page.evaluate("() => document.querySelector('#charts .js-plotly-plot')._fullData.filter(t => t.name === 'mnist (PMDLT) · GPU 3')[0].hovertemplate")
-    assert "GPU 3" in hover and "DGX Display" in hover, "the tooltip names the physical GPU the series is"
+    hover = page.evaluate("() => document.querySelector('#charts .js-plotly-plot')._fullData.filter(t => t.meta && t.meta.device === 'GPU 3')[0].meta.where")
+    assert "DGX Display" in hover, "the tooltip names the physical GPU the series is"
     screenshot(page, f"explore-five-gpus-{filled_store['kind']}")
 
     # per run, the mean across its GPUs with a min-max band
@@ -96,7 +96,7 @@ def test_every_gpu_of_a_run_is_drawn_averaged_filtered_and_exported(page, served
     page.wait_for_function(
         "() => { const g = document.querySelector('#charts .js-plotly-plot'); if (!g || !g._fullData) return false;"
         " const y = g._fullData.filter(t => (t.yaxis || 'y') === 'y');"
-        " return y.some(t => t.name === 'mnist (PMDLT) · mean of 5 GPUs') && y.some(t => t.fill === 'tonexty') && !y.some(t => (t.name || '').endsWith('GPU 0')); }"
+        " return y.some(t => t.meta && t.meta.device === 'mean of 5 GPUs') && y.some(t => t.fill === 'tonexty') && !y.some(t => t.meta && t.meta.device === 'GPU 0'); }"
     )
     page.wait_for_function("location.search.includes('gpuagg=mean')")
 

@@ -41,26 +41,41 @@ def _lines(figure) -> list:
     return [t for t in figure.data if not (t.meta or {}).get("band")]
 
 
-def test_each_gpu_of_each_run_is_a_line_named_run_and_gpu():
+def test_each_gpu_of_each_run_is_a_line_in_its_runs_colour_and_legend_entry():
+    """A run's GPU and host series are one legend entry and one colour; which GPU a line is, is its dash style and meta."""
     runs = _runs("A", "B")
-    panel = Panel(METRICS["sm_active"], {"r0": {Device(None, 0): _series(0.1), Device(None, 1): _series(0.2)}, "r1": {Device(None, 0): _series(0.3)}})
-    figure = overlay_figure([panel], runs)
+    gpus = Panel(METRICS["sm_active"], {"r0": {Device(None, 0): _series(0.1), Device(None, 1): _series(0.2)}, "r1": {Device(None, 0): _series(0.3)}})
+    host = Panel(METRICS["cpu_utilization_percentage"], {"r0": {Device(): _series(30.0)}, "r1": {Device(): _series(40.0)}})
+    figure = overlay_figure([gpus, host], runs)
     lines = _lines(figure)
-    assert [t.name for t in lines] == ["A · GPU 0", "A · GPU 1", "B · GPU 0"]
-    a0, a1, b0 = lines
-    assert a0.line.color == a1.line.color != b0.line.color, "several runs: a colour per run"
-    assert a0.line.dash != a1.line.dash, "and a dash style per GPU of a run"
-    assert [float(np.mean(t.y)) for t in lines] == pytest.approx([0.1, 0.2, 0.3], rel=1e-6)
+    assert [(t.name, t.meta["device"]) for t in lines] == [("A", "GPU 0"), ("A", "GPU 1"), ("B", "GPU 0"), ("A", ""), ("B", "")]
+    a0, a1, b0, a_host, b_host = lines
+    assert a0.line.color == a1.line.color == a_host.line.color != b0.line.color == b_host.line.color, "a colour per run, host series too"
+    assert a0.line.dash == b0.line.dash == "solid" != a1.line.dash, "GPU 1 is one dash style in every run"
+    assert [t.showlegend for t in lines] == [True, False, True, False, False], "each run once in the legend (it held 'A · GPU 0' and 'A')"
+    assert {t.legendgroup for t in lines} == {"r0", "r1"}
+    assert [float(np.mean(t.y)) for t in lines[:3]] == pytest.approx([0.1, 0.2, 0.3], rel=1e-6)
 
 
-def test_one_run_gets_a_colour_per_gpu_and_its_gpus_mean_with_a_band():
+def test_a_runs_colour_comes_from_the_run_not_its_place_in_the_selection():
+    panel = lambda ids: Panel(METRICS["sm_active"], {r: {Device(None, 0): _series(0.5)} for r in ids})  # noqa: E731
+    forward = _runs("A", "B", "C")
+    backward = forward.iloc[::-1].reset_index(drop=True)
+    colour = lambda fig: {t.meta["run_id"]: t.line.color for t in _lines(fig)}  # noqa: E731
+    assert colour(overlay_figure([panel(["r0", "r1", "r2"])], forward)) == colour(overlay_figure([panel(["r2", "r1", "r0"])], backward))
+    alone = colour(overlay_figure([panel(["r1"])], forward.iloc[[1]]))
+    assert len(set(colour(overlay_figure([panel(["r0", "r1", "r2"])], forward)).values())) == 3, "three runs, three colours"
+    assert alone["r1"] == __import__("radt.app.palette", fromlist=["color_of"]).color_of("r1")
+
+
+def test_one_run_gets_a_dash_per_gpu_and_its_gpus_mean_with_a_band():
     runs = _runs("solo")
     devices = {Device(None, g): _series(0.1 * (g + 1)) for g in range(4)}
     each = _lines(overlay_figure([Panel(METRICS["sm_active"], {"r0": devices})], runs))
-    assert len({t.line.color for t in each}) == 4
+    assert len({t.line.color for t in each}) == 1 and len({t.line.dash for t in each}) == 4
     mean = overlay_figure([Panel(METRICS["sm_active"], {"r0": devices})], runs, gpu_mode="mean")
     lines = _lines(mean)
-    assert [t.name for t in lines] == ["solo · mean of 4 GPUs"]
+    assert [(t.name, t.meta["device"]) for t in lines] == [("solo", "mean of 4 GPUs")]
     assert np.allclose(lines[0].y, 0.25)
     band = [t for t in mean.data if t.fill == "tonexty"]
     assert len(band) == 1 and np.allclose(band[0].y, 0.1), "the band's lower edge is the least busy GPU"
@@ -71,9 +86,9 @@ def test_the_tooltip_names_the_physical_gpu_and_warns_when_a_mig_slice_was_not_r
     gpus = [{"series": "gpu_3", "index": 3, "name": "DGX Display", "uuid": "GPU-0a1b2c3d-0000-1111-2222-333344445555", "pci_bus_id": "00000000:C2:00.0"}]
     runs = _runs("mig run", tags={"mig run": {GPUS_TAG: json.dumps(gpus), MIG_ACTIVITY_TAG: "unavailable: no GPM on A100"}})
     figure = overlay_figure([Panel(METRICS["sm_active"], {"r0": {Device(None, 3): _series(0.5)}})], runs)
-    hover = _lines(figure)[0].hovertemplate
-    assert "GPU 3" in hover and "DGX Display" in hover and "GPU-0a1b2c3d-" in hover and "00000000:C2:00.0" in hover
-    assert "whole GPU, not the run's MIG slice" in hover and "no GPM on A100" in hover
+    meta = _lines(figure)[0].meta
+    assert meta["device"] == "GPU 3" and "DGX Display" in meta["where"] and "GPU-0a1b2c3d-" in meta["where"] and "00000000:C2:00.0" in meta["where"]
+    assert "whole GPU, not the run's MIG slice" in meta["where"] and "no GPM on A100" in meta["where"]
 
 
 def _envelope(n: int = 10_800, budget: int = 2000) -> Envelope:
@@ -87,14 +102,14 @@ def test_a_downsampled_run_is_its_mean_in_a_light_envelope_and_a_short_one_a_pla
     panel = Panel(METRICS["sm_active"], {"r0": {Device(None, 0): _envelope()}, "r1": {Device(None, 0): _series(0.3)}})
     figure = overlay_figure([panel], runs)
     band = [t for t in figure.data if t.fill == "toself"]
-    assert len(band) == 1 and band[0].meta == {"run_id": "r0", "device": "GPU 0", "band": True}, "one envelope, for the long run only"
+    assert len(band) == 1 and band[0].meta["run_id"] == "r0" and band[0].meta["band"], "one envelope, for the long run only"
     assert band[0].hoverinfo == "skip" and band[0].showlegend is False and band[0].line.width == 0
     line = next(t for t in _lines(figure) if t.meta["run_id"] == "r0")
     assert band[0].fillcolor == _alpha(line.line.color, 0.18), "the run's own colour, light"
     assert float(np.max(band[0].y)) == pytest.approx(0.99) and float(np.max(line.y)) < 0.9, "the peak widens the band; the line is the mean"
     assert len(band[0].x) == 2 * len(line.x) and 3 * len(line.x) <= 2000
     assert list(figure.data).index(band[0]) < list(figure.data).index(line), "the band under its line"
-    assert "mean" in line.hovertemplate and [t.name for t in _lines(figure)] == ["long · GPU 0", "short · GPU 0"]
+    assert line.meta["mean"] and [t.name for t in _lines(figure)] == ["long", "short"]
 
 
 def test_grouped_bands_are_clearly_visible():
@@ -103,7 +118,7 @@ def test_grouped_bands_are_clearly_visible():
     figure = overlay_figure([panel], runs, grouped=True)
     fill = next(t for t in figure.data if t.fill == "tonexty")
     assert fill.fillcolor.endswith(",0.3)") and fill.line.width >= 1, "a stronger fill than an envelope, with a border"
-    assert next(t for t in figure.data if t.name.endswith("(mean of 2)") and t.showlegend).meta == {"workload_id": "w"}
+    assert next(t for t in figure.data if t.name.endswith("(mean of 2)") and t.showlegend).meta["workload_id"] == "w"
 
 
 @pytest.mark.parametrize("columns,beside", [(1, None), (2, 2), (3, 3)])
@@ -122,8 +137,8 @@ def test_charts_in_a_grid_of_columns_share_one_x_axis(columns, beside):
         assert axes[0].domain[1] - axes[0].domain[0] < 1 / columns
     last_in_column = {c: max(i for i in range(4) if i % columns == c) for c in range(columns)}
     for i, axis in enumerate(axes):
-        shown = i in last_in_column.values()
-        assert (axis.showticklabels is not False) == shown and bool(axis.title.text) == shown, "tick labels under each column's last chart"
+        assert axis.showticklabels is True, "tick labels under every chart: a screen of 900 px shows two rows and no bottom axis"
+        assert bool(axis.title.text) == (i in last_in_column.values()), "the axis title under each column's last chart"
     if columns == 3:
         assert layout.xaxis5.visible is False and layout.xaxis6.visible is False, "the grid's empty cells draw nothing"
 
@@ -136,27 +151,68 @@ def _y(metric: str, values: np.ndarray, **kw) -> dict:
 
 def test_every_axis_has_a_unit_and_a_floor_saturated_metrics_do_not_autoscale():
     ratio = _y("sm_active", np.full(60, 0.98))
-    assert list(ratio.range) == [0, 1.02] and ratio.title.text == "ratio (0–1)"
+    assert list(ratio.range) == pytest.approx([-0.0204, 1.02]) and ratio.title.text == "ratio (0–1)"
     busy = _y("cpu_utilization_percentage", np.linspace(97, 100, 60))
-    assert list(busy.range) == pytest.approx([0, 105]) and "%" in busy.title.text, "a saturated CPU is a flat line near the top, not a swing"
+    assert busy.range[1] == pytest.approx(105) and busy.title.text == "% of all cores", "a saturated CPU is a flat line near the top, not a swing"
     tree = _y("process_cpu_utilization_percentage", np.linspace(80, 250, 60))
-    assert list(tree.range) == pytest.approx([0, 262.5]) and tree.title.text == "% (100 = one core)", "250 % (2.5 cores) is on the chart"
+    assert tree.range[1] == pytest.approx(262.5) and tree.title.text == "% of one core", "250 % (2.5 cores) is on the chart"
     power = _y("power_usage_watts", np.linspace(240, 250, 60))
-    assert list(power.range) == pytest.approx([0, 262.5]) and power.title.text == "W"
+    assert power.range[1] == pytest.approx(262.5) and power.title.text == "W"
     memory = _y("memory_usage_megabytes", np.zeros(60))
-    assert memory.range[0] == 0 and memory.range[1] > 0 and memory.title.text == "MB"
+    assert memory.range[0] < 0 < memory.range[1] and memory.title.text == "MB"
     loss = overlay_figure([Panel(Metric("delta", "delta", "", False, None, None), {"r0": {Device(): _series(-3.0)}})], _runs("A")).layout.yaxis
     assert loss.range[0] < -3.0 < loss.range[1] and loss.range[1] - loss.range[0] >= 0.29 and loss.title.text == "value"
     assert _y("sm_active", np.full(60, 0.5), log_y=True).type == "log"
 
 
-@pytest.mark.parametrize("x_mode,shown", [("relative", "%{x:.2f} min since start"), ("wall", "%{x|%Y-%m-%d %H:%M:%S} UTC"), ("step", "step %{x:,.0f}")])
-def test_the_tooltip_says_run_device_metric_value_unit_and_x(x_mode, shown):
+@pytest.mark.parametrize("x_mode", ["relative", "wall", "step"])
+def test_the_tooltip_gets_run_device_metric_unit_and_format_and_plotly_draws_no_box_of_its_own(x_mode):
     runs = _runs("A")
     figure = overlay_figure([Panel(METRICS["power_usage_watts"], {"r0": {Device(None, 1): _series(250.0)}})], runs, x_mode=x_mode)
-    hover = _lines(figure)[0].hovertemplate
-    assert "A · GPU 1" in hover and "Power" in hover and "%{y:.4g} W" in hover and shown in hover
+    line = _lines(figure)[0]
+    assert {k: line.meta[k] for k in ("name", "device", "metric", "unit")} == {"name": "A", "device": "GPU 1", "metric": "Power", "unit": "W"}
+    assert line.hoverinfo == "none" and not line.hovertemplate, "assets/charts.js draws one small box per chart; Plotly's boxes buried the page"
+    assert line.meta["detail"]["workload"] == "workload 1 A", "the run's details (parameters) on a click, not in every box"
     assert figure.layout.hovermode == "x" and figure.layout.xaxis.showspikes and figure.layout.xaxis.spikemode == "across"
+
+
+def test_a_run_shorter_than_two_minutes_is_drawn_in_seconds():
+    """The README's first tracked run (1.5 s) showed x ticks of '0.005 min'."""
+    runs = _runs("quick")
+    ts = START + np.arange(4) * 500.0
+    figure = overlay_figure([Panel(METRICS["sm_active"], {"r0": {Device(None, 0): (ts, np.full(4, 0.5))}})], runs, x_range=(0.0, 0.025))
+    assert figure.layout.xaxis.title.text == "time since run start (s)" and figure.layout.meta["x_per_minute"] == 60
+    assert float(np.max(_lines(figure)[0].x)) == pytest.approx(1.5) and list(figure.layout.xaxis.range) == pytest.approx([0, 1.5])
+    long = overlay_figure([Panel(METRICS["sm_active"], {"r0": _envelope_series()})], runs)
+    assert long.layout.xaxis.title.text == "time since run start (min)"
+
+
+def test_a_zoom_into_a_long_run_keeps_its_minutes():
+    """A 10-minute run zoomed to its first minute loads only that minute: the axis stays in minutes (the zoom is in minutes)."""
+    runs = _runs("ten minutes").assign(duration_s=600.0)
+    ts = START + np.arange(12, 60) * 1000.0
+    figure = overlay_figure([Panel(METRICS["sm_active"], {"r0": {Device(None, 0): (ts, np.full(len(ts), 0.5))}})], runs, x_range=(0.2, 1.0))
+    assert figure.layout.meta["x_per_minute"] == 1 and list(figure.layout.xaxis.range) == [0.2, 1.0]
+
+
+def _envelope_series() -> dict:
+    return {Device(None, 0): (START + np.arange(600) * 1000.0, np.full(600, 0.5))}
+
+
+def test_an_idle_gpu_is_drawn_above_the_axis_line_and_reads_zero_in_the_legend():
+    """The 5-GPU microbench run: GPUs 1-4 lay on the x axis line, five legend entries and one line seen, nothing said why."""
+    runs = _runs("five")
+    devices = {Device(None, 0): _series(1.0)} | {Device(None, g): _series(0.0) for g in range(1, 5)}
+    panel = Panel(METRICS["sm_active"], {"r0": devices})
+    figure = overlay_figure([panel], runs)
+    assert figure.layout.yaxis.range[0] < 0, "0 is above the axis line"
+    rendered = type("Rendered", (), {"figure": figure, "panels": [panel]})()
+    (entry,) = legend_entries(rendered)
+    assert entry["stats"][0] | {} == {"metric": "SMACT", "unit": "", "fmt": ".3f", "mean": 0.2, "max": 1.0, "last": 0.2, "series": 5}
+    assert all(d["stats"][0]["fmt"] == ".3f" for d in entry["devices"]), "a GPU's own figures printed as the run's"
+    assert [(d["label"], d["dash"], d["stats"][0]["max"]) for d in entry["devices"]] == [
+        ("GPU 0", "solid", 1.0), ("GPU 1", "dash", 0.0), ("GPU 2", "dot", 0.0), ("GPU 3", "dashdot", 0.0), ("GPU 4", "longdash", 0.0)
+    ]  # fmt: skip
 
 
 def test_legend_entries_name_each_series_once_with_its_run_colour_and_dash():
@@ -165,9 +221,15 @@ def test_legend_entries_name_each_series_once_with_its_run_colour_and_dash():
         Panel(METRICS["sm_active"], {"r0": {Device(None, 0): _envelope(), Device(None, 1): _series(0.2)}, "r1": {Device(None, 0): _series(0.3)}}),
         Panel(METRICS["power_usage_watts"], {"r0": {Device(None, 0): _series(200.0)}}),
     ]
-    entries = legend_entries(overlay_figure(panels, runs))
-    assert [(e["id"], e["name"], e["dash"]) for e in entries] == [("r0", "A · GPU 0", "solid"), ("r0", "A · GPU 1", "dash"), ("r1", "B · GPU 0", "solid")]
-    assert entries[0]["color"] == entries[1]["color"] != entries[2]["color"]
+    figure = overlay_figure(panels, runs)
+    entries = legend_entries(figure)
+    assert [(e["id"], e["name"]) for e in entries] == [("r0", "A"), ("r1", "B")], "one entry per run (it was one per run and GPU)"
+    assert entries[0]["color"] != entries[1]["color"]
+    rendered = type("Rendered", (), {"figure": figure, "panels": panels})()
+    stats = legend_entries(rendered)
+    assert [c["metric"] for c in stats[0]["stats"]] == ["SMACT", "Power"] and stats[1]["stats"][1] == {"metric": "Power", "unit": "W", "fmt": ",.4~g"}
+    assert stats[0]["stats"][1]["mean"] == pytest.approx(200.0) and stats[1]["stats"][0]["max"] == pytest.approx(0.3)
+    assert stats[0]["stats"][0]["max"] == pytest.approx(0.99), "an envelope's peak, not its bucket means'"
     grouped = legend_entries(overlay_figure(panels, runs, grouped=True))
     assert [e["id"] for e in grouped] == ["w"]
 

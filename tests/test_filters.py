@@ -179,19 +179,21 @@ def test_a_filter_that_cannot_be_read_keeps_every_run_and_says_why(store):
     runs = data.runs([store.experiment])
     narrowed = narrow(runs, "foo.bar = 1")
     assert len(narrowed.runs) == 5
-    assert narrowed.error.startswith("unknown field 'foo.bar': use params., tags., attributes., metrics. or one of smact.mean, smact.p95, smocc.mean")
+    assert narrowed.error.startswith("unknown field 'foo.bar': use params., tags., attributes., metrics. or one of smact.mean, smact.p95, smact.busiest")
 
 
 # --- errors: one line each, saying what to change ----------------------------------------------------
 
 ERRORS = {
-    "foo.bar = 1": "unknown field 'foo.bar': use params., tags., attributes., metrics. or one of smact.mean, smact.p95, smocc.mean, smocc.p95, "
-    "duration, steps, throughput, memory.peak, energy, cpu.mean, letter",
+    "foo.bar = 1": "unknown field 'foo.bar': use params., tags., attributes., metrics. or one of smact.mean, smact.p95, smact.busiest, smocc.mean, "
+    "smocc.p95, gract.mean, power.mean, gpus.used, duration, steps, throughput, memory.peak, energy, cpu.mean, letter",
     "foo < 3": "unknown field 'foo': use params.",
     "params.batch_size < '3'": "params.batch_size: '<' is not one of =, !=, LIKE, ILIKE, IN, NOT IN, IS NULL, IS NOT NULL (params and tags are text",
     "metrics.loss LIKE '1%'": "metrics.loss: 'LIKE' is not one of =, !=, <, <=, >, >=",
     "metrics.loss < abc": "metrics.loss < abc: expected a number",
     "duration > 10x": "duration > 10x: expected a number (s, m or h)",
+    "cpu.mean > 5cores": "cpu.mean > 5cores: expected a number (% of all cores)",  # the host's CPU (cpu_utilization_percentage)
+    "power.mean > 3x": "power.mean > 3x: expected a number (W or kW)",
     "smact.mean <": "expected a value after 'smact.mean <'",
     "params.model = 'resnet": "unclosed quote ' at character 16",
     "tags.`mlflow.runName = 'a'": "unclosed backtick at character 6",

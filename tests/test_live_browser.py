@@ -97,6 +97,8 @@ def test_a_training_run_appears_grows_and_ends_on_the_live_tab(pg_uri, radt_home
             watcher = page.locator(".live-run", has=page.locator(".value-row .where", has_text="GPU 1"))
             watcher.locator(".status", has_text="RUNNING").wait_for()
             watcher.locator(".value-row", has_text="GPU 0").locator(".value[data-metric=sm_active]").wait_for()
+            # the idle GPU's row waits for its own values (under load they came a poll after GPU 0's; an immediate count failed once)
+            watcher.locator(".value-row", has_text="GPU 1").locator(".value-low[data-metric=utilization_percentage]").wait_for()
             assert watcher.locator(".value-row", has_text="GPU 1").locator(".value-low[data-metric=utilization_percentage]").count() == 1
             page.wait_for_function("() => document.querySelectorAll('.live-run .live-chart .js-plotly-plot').length === 2")
             screenshot(page, "live-running")

@@ -69,6 +69,10 @@ def test_live_runs_values_and_incremental_points(store_uri):
     # the live chart's lines: GPU activity first, the host's CPU on the percent axis
     traces = live.chart_traces([SMACT, CPU, "system/gpu_0_utilization_percentage", "loss"])
     assert [(t.key, t.axis) for t in traces] == [(SMACT, "y"), (CPU, "y2")], "GRACT/SMACT make GPU util redundant; loss is not drawn"
+    # each percent line says which hundred it counts (the card's one percent axis held "100 % = 1 core" over the host's CPU)
+    named = {t.metric: t.name for t in live.chart_traces([CPU, "system/process_cpu_utilization_percentage", "system/gpu_1_utilization_percentage"])}
+    assert named == {"cpu_utilization_percentage": "CPU (% of all cores)", "process_cpu_utilization_percentage": "Run CPU (% of one core)",
+                     "utilization_percentage": "GPU util (%)"}, named  # fmt: skip
     engine.dispose()
 
 

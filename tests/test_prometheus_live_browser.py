@@ -34,7 +34,7 @@ TRAIN = textwrap.dedent(
 CHART_X = """(name) => {
   const card = Array.from(document.querySelectorAll('.live-run')).find(c => c.querySelector('header strong')?.textContent === name);
   const g = card && card.querySelector('.live-chart .js-plotly-plot');
-  const t = g && g._fullData && g._fullData.find(t => t.name === 'SMACT GPU 0');
+  const t = g && g._fullData && g._fullData.find(t => t.meta && t.meta.key === 'system/gpu_0_sm_active');
   return t && t.x ? Array.from(t.x) : null;
 }"""
 

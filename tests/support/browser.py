@@ -21,13 +21,15 @@ from tests.support.ports import free_port
 CHROMIUM = os.environ.get("RADT_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
-# JavaScript helpers evaluated in the page: the traces Plotly drew on the explore charts.
+# JavaScript helpers evaluated in the page: the traces Plotly drew on the explore charts, each named as its tooltip names
+# it ("run · GPU 1", from the trace's meta: the legend names the run once).
 TRACES_JS = """
 (axis) => {
   const g = document.querySelector('#charts .js-plotly-plot');
   if (!g || !g._fullData) { return null; }
   return g._fullData.filter(t => (t.yaxis || 'y') === axis && t.visible !== false)
-    .map(t => ({name: t.name, n: t.x ? t.x.length : 0, x: Array.from(t.x || []), showlegend: t.showlegend}));
+    .map(t => ({name: t.meta && t.meta.name !== undefined ? t.meta.name + (t.meta.device ? ' · ' + t.meta.device : '') : t.name,
+                n: t.x ? t.x.length : 0, x: Array.from(t.x || []), showlegend: t.showlegend}));
 }
 """
 

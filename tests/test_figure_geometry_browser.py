@@ -1,0 +1,145 @@
+"""Figures a researcher can publish as they are, measured in Chromium, not eyeballed: the 10 demo runs and the real
+5-GPU run (tests/support/stores.fill_browser_store) on the explore page and in `radt export`'s SVG.
+
+- every run is one legend entry (its GPU and host series used to be one each: 20 entries for 10 runs);
+- the tooltip of a 10-run view is one small box (it was ~20 boxes with every parameter, a quarter to half the screen);
+- an exported legend never overlaps a chart and is never cut, and the figure stays within a page.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from radt.app.export import ExportStyle, figure_for, image_bytes
+from radt.app.exportcli import _open_store
+from radt.app.views import View, view_runs
+from tests.support.browser import new_page
+
+DEMO = ("demo: resnet50 collocation", "demo: bert fine-tuning")
+
+pytestmark = pytest.mark.parametrize("filled_store", ["sqlite"], indirect=True)
+
+
+def _experiments(uri: str) -> dict[str, str]:
+    from radt.app.runs import list_experiments
+    from radt.app.state import STATE
+
+    _open_store(uri)
+    return {str(e["name"]): str(e["experiment_id"]) for e in list_experiments(STATE.engine)}
+
+
+def _all_runs(uri: str, names: tuple[str, ...], metrics: list[str]) -> View:
+    """Every run of the experiments (a workload's parent run is not a run of its own)."""
+    from radt.app import data
+
+    experiments = _experiments(uri)
+    ids = [experiments[n] for n in names]
+    listed = data.runs(ids)
+    return View(ids, list(listed["run_id"]), metrics)
+
+
+SVG_GEOMETRY = """() => {
+  const svg = document.querySelector('svg');
+  const box = (el) => { const r = el.getBoundingClientRect(); return {l: r.left, t: r.top, r: r.right, b: r.bottom}; };
+  const plots = Array.from(document.querySelectorAll('g.overplot > g[clip-path]')).map(g => {
+    const id = (g.getAttribute('clip-path') || '').match(/#([^)]+)/);
+    const rect = id && document.getElementById(id[1]).querySelector('rect');
+    const m = g.getCTM();
+    return {l: m.e, t: m.f, r: m.e + Number(rect.getAttribute('width')), b: m.f + Number(rect.getAttribute('height'))};
+  });
+  const legends = Array.from(document.querySelectorAll('g.legend, g.legend2')).map(g => ({cls: g.getAttribute('class'), box: box(g.querySelector('rect.bg')),
+    names: Array.from(g.querySelectorAll('text.legendtext, text.legend2text')).map(t => t.textContent)}));
+  return {width: Number(svg.getAttribute('width')), height: Number(svg.getAttribute('height')), plots, legends};
+}"""
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return a["l"] < b["r"] and b["l"] < a["r"] and a["t"] < b["b"] and b["t"] < a["b"]
+
+
+@pytest.mark.parametrize("size,page_in", [("single-column", 9.0), ("double-column", 9.5)])
+def test_the_exported_legend_names_each_run_once_and_touches_no_chart(filled_store, browser, size, page_in):
+    """11 runs (the demo's 10 and the real 5-GPU run), SMACT and CPU: the legend had 2 entries per run (5 for the 5-GPU
+    run), the figure was cut at 9 in with the legend clipped at half of it and one run's entries gone."""
+    view = _all_runs(filled_store["uri"], (*DEMO, "imported 5 GPUs"), ["cat:sm_active", "cat:cpu_utilization_percentage"])
+    figure, _missing = figure_for(view, ExportStyle(size=size, legend="top"))
+    svg = image_bytes(figure, "svg", 96).decode()
+    with new_page(browser, width=1200, height=1200) as page:
+        page.set_content(svg)
+        shown = page.evaluate(SVG_GEOMETRY)
+    names = sorted(view_runs(view)["run_name"].astype(str))
+    runs_legend = next(lg for lg in shown["legends"] if lg["cls"] == "legend")
+    assert sorted(runs_legend["names"]) == names, "every run in the legend exactly once"
+    key = next(lg for lg in shown["legends"] if lg["cls"] == "legend2")
+    keyed = {label for name in key["names"] for label in name.split(" / ")}
+    assert {f"GPU {g}" for g in range(5)} <= keyed, ("the small key: which dash style is which GPU", key["names"])
+    assert len(shown["plots"]) == 2
+    for legend in (runs_legend, key):
+        inside = (
+            legend["box"]["l"] >= -0.5
+            and legend["box"]["t"] >= -0.5
+            and legend["box"]["r"] <= shown["width"] + 0.5
+            and legend["box"]["b"] <= shown["height"] + 0.5
+        )
+        assert inside, ("the legend is inside the figure, not clipped", legend["box"], shown["width"], shown["height"])
+        for plot in shown["plots"]:
+            assert not _overlap(legend["box"], plot), ("a legend over a chart", legend, plot)
+    assert shown["height"] / 96 <= page_in + 0.01, f"within a {size} page"
+    assert shown["plots"][0]["b"] - shown["plots"][0]["t"] >= 1.2 * 96 * 0.8, "a chart keeps room to be read"
+
+
+TABLE_LEGEND = """() => Array.from(document.querySelectorAll('.chart-legend .legend-table tr.legend-entry')).map(r => ({
+  id: r.dataset.id, device: r.dataset.device || null, shown: getComputedStyle(r).display !== 'none',
+  cells: Array.from(r.querySelectorAll('td.legend-num')).map(c => c.textContent)}))"""
+TRACES = """() => document.querySelector('#charts .js-plotly-plot')._fullData.filter(t => t.meta && t.meta.run_id && !t.meta.band)
+  .map(t => ({id: t.meta.run_id, device: t.meta.device, axis: t.yaxis || 'y', max: Math.max(...Array.from(t.y).filter(v => v !== null && isFinite(v)))}))"""
+TIP = """() => {
+  const tips = Array.from(document.querySelectorAll('.radt-tip, #charts .hoverlayer .hovertext')).filter(e => getComputedStyle(e).display !== 'none');
+  const area = tips.reduce((sum, e) => { const r = e.getBoundingClientRect(); return sum + Math.max(0, Math.min(r.right, innerWidth) - Math.max(r.left, 0)) * Math.max(0, Math.min(r.bottom, innerHeight) - Math.max(r.top, 0)); }, 0);
+  const rows = Array.from(document.querySelectorAll('.radt-tip .tip-row .tip-value')).map(v => Number(v.textContent));
+  return {boxes: tips.length, share: area / (innerWidth * innerHeight), rows, plotly: document.querySelectorAll('#charts .hoverlayer .hovertext').length};
+}"""
+
+
+def _draw(page, base: str, view: View) -> None:
+    page.goto(base + "?" + "&".join(f"{k}={v}" for k, v in view.to_dict().items()))
+    page.wait_for_function("() => { const g = document.querySelector('#charts .js-plotly-plot'); return g && g._fullData && g._fullData.length > 2; }")
+    page.locator(".chart-legend .legend-table").wait_for()
+
+
+@pytest.mark.parametrize("width,height", [(1440, 900), (1920, 1080)])
+def test_ten_runs_are_ten_legend_rows_and_one_small_sorted_tooltip(filled_store, served, browser, width, height):
+    view = _all_runs(filled_store["uri"], DEMO, ["cat:sm_active", "cat:sm_occupancy", "cat:gr_engine_active", "cat:cpu_utilization_percentage"])
+    assert len(view.runs) == 10
+    with new_page(browser, width=width, height=height) as page:
+        _draw(page, served, view)
+        rows = page.evaluate(TABLE_LEGEND)
+        runs = [r for r in rows if r["device"] is None]
+        assert sorted(r["id"] for r in runs) == sorted(view.runs), "one legend row per run (there were 20 entries for 10 runs)"
+        assert all(len(r["cells"]) == 12 for r in runs), "mean, max and last of each of the 4 charts"
+        plot = page.locator("#charts .nsewdrag").first.bounding_box()
+        page.mouse.move(plot["x"] + plot["width"] * 0.1, plot["y"] + plot["height"] * 0.5)  # a minute in: every run trains
+        page.wait_for_function("() => { const t = document.querySelector('.radt-tip'); return t && getComputedStyle(t).display !== 'none'; }")
+        tip = page.evaluate(TIP)
+        assert tip["plotly"] == 0 and tip["boxes"] == 1, tip
+        assert tip["share"] < 0.25, f"the tooltip covers {tip['share']:.0%} of the screen (it covered 15-25 % with ~20 boxes)"
+        assert len(tip["rows"]) == 10 and tip["rows"] == sorted(tip["rows"], reverse=True), "every run at the cursor, highest first"
+        assert "model=" not in page.locator(".radt-tip").inner_text(), "parameters only on demand"
+        page.mouse.click(plot["x"] + plot["width"] * 0.1, plot["y"] + plot["height"] * 0.5)
+        page.locator(".radt-details dt", has_text="model").wait_for()  # a click: the nearest run's parameters
+
+
+def test_the_five_gpu_run_is_one_legend_row_with_each_gpus_figures_on_demand(filled_store, served, browser):
+    view = _all_runs(filled_store["uri"], ("imported 5 GPUs",), ["cat:sm_active"])
+    with new_page(browser, width=1440, height=900) as page:
+        _draw(page, served, view)
+        rows = page.evaluate(TABLE_LEGEND)
+        assert [r["device"] for r in rows] == [None, "GPU 0", "GPU 1", "GPU 2", "GPU 3", "GPU 4"]
+        assert not any(r["shown"] for r in rows[1:]), "a GPU's own row only on demand"
+        page.locator(".legend-devices-toggle").click()
+        page.wait_for_function("() => Array.from(document.querySelectorAll('tr.legend-device')).every(r => getComputedStyle(r).display !== 'none')")
+        peaks = {t["device"]: t["max"] for t in page.evaluate(TRACES)}
+        for row in page.evaluate(TABLE_LEGEND)[1:]:
+            assert row["cells"][1] == f"{peaks[row['device']]:.3f}", ("each GPU's max, even one lying on the axis", row, peaks)
+        low = page.evaluate("() => document.querySelector('#charts .js-plotly-plot')._fullLayout.yaxis.range[0]")
+        assert low < 0, "an idle GPU's line is drawn above the axis line"
