@@ -74,11 +74,22 @@
     return "step " + NUMBER.format(x);
   }
 
+  // Plotly's dash styles as CSS stops, as pages/legend.py draws them: the box's line looks like the chart's
+  const DASH_STOPS = {dash: [5, 3], dot: [2, 2], dashdot: [5, 2, 2, 2], longdash: [8, 3], longdashdot: [8, 2, 2, 2]};
+
   function swatch(color, dash) {
     const span = document.createElement("span");
     span.className = "legend-swatch";
-    span.style.borderTopColor = color;
-    span.style.borderTopStyle = dash === "dot" ? "dotted" : (dash && dash !== "solid" ? "dashed" : "solid");
+    const stops = DASH_STOPS[dash];
+    let at = 0;
+    const parts = (stops || []).map(function (length, i) {
+      const part = (i % 2 === 0 ? color : "transparent") + " " + at + "px " + (at + length) + "px";
+      at += length;
+      return part;
+    });
+    span.style.borderTop = "none";
+    span.style.height = "3px";
+    span.style.background = stops ? "repeating-linear-gradient(90deg, " + parts.join(", ") + ")" : color;
     return span;
   }
 

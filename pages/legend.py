@@ -27,8 +27,24 @@ def value_text(value: float | None, fmt: str) -> str:
     return f"{value:.4g}"
 
 
+# Plotly's dash styles as CSS stops (px of colour and gap): the legend's line looks like the chart's (assets/charts.js: the same)
+DASH_STOPS = {"dash": (5, 3), "dot": (2, 2), "dashdot": (5, 2, 2, 2), "longdash": (8, 3), "longdashdot": (8, 2, 2, 2)}
+
+
+def dash_background(color: str, dash: str | None) -> str:
+    """A CSS background that draws a line of `color` in Plotly's `dash` style."""
+    stops = DASH_STOPS.get(dash or "solid")
+    if not stops:
+        return color
+    parts, at = [], 0
+    for i, length in enumerate(stops):
+        parts.append(f"{color if i % 2 == 0 else 'transparent'} {at}px {at + length}px")
+        at += length
+    return f"repeating-linear-gradient(90deg, {', '.join(parts)})"
+
+
 def _swatch(color: str, dash: str) -> html.Span:
-    style = {"borderTopColor": color, "borderTopStyle": "solid" if dash in (None, "solid") else ("dotted" if dash == "dot" else "dashed")}
+    style = {"background": dash_background(color, dash), "borderTop": "none", "height": "3px"}
     return html.Span(className="legend-swatch", style=style, **{"data-dash": dash or "solid"})
 
 
