@@ -101,7 +101,8 @@ def x_values(xs: np.ndarray, start_ms: float, mode: str):
 
 
 def unit_label(metric: Metric) -> str:
-    return f"{metric.label} ({metric.unit})" if metric.unit not in ("", "ratio", "state") else metric.label
+    """A chart's title: the metric and its unit as catalogue.unit_text names it ('CPU (% of all cores)', 'Power (W)')."""
+    return f"{metric.label} ({unit_text(metric)})" if metric.unit not in ("", "ratio", "state") else metric.label
 
 
 def unit_title(metric: Metric) -> str:

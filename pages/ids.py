@@ -68,7 +68,8 @@ OPEN_VIEW_SINK = "open-view-sink"
 # --- explore: the summary table and the comparison figures (TABLE, issue #14: pages/summary_table.py, pages/comparison.py) ---
 
 SUMMARY_SINK = "summary-sink"  # the run a table row click highlighted ('' for none)
-COMPARE_KIND = "compare-kind"  # bar, box, cdf, activity
+COMPARE_KIND = "compare-kind"  # bar, box, cdf, collocation, activity
+SUMMARY_COLUMNS = "summary-columns"  # the table's "columns" control: which of its columns it shows
 COMPARE_BY = "compare-by"  # workload or collocation
 COMPARE_STAT = "compare-stat"  # the per-run aggregate drawn
 COMPARE_RUN = "compare-run"  # the run of the activity figure

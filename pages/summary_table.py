@@ -23,7 +23,7 @@ from radt.app.views import View, view_runs
 from radt.catalogue import METRICS, unit_text
 from radt.pages import ids
 
-COLUMN_PICKER = "summary-columns"  # the "columns" control: which of COLUMNS the table shows
+COLUMN_PICKER = ids.SUMMARY_COLUMNS  # the "columns" control: which of COLUMNS the table shows
 RATIO = unit_text(METRICS["sm_active"])  # '0–1'
 CPU = unit_text(METRICS["cpu_utilization_percentage"])  # the host's CPU: '% of all cores'
 USED = "over the GPUs the run used (see GPUs)"

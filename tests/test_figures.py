@@ -54,6 +54,7 @@ def test_each_gpu_of_each_run_is_a_line_in_its_runs_colour_and_legend_entry():
     assert a0.line.dash == b0.line.dash == "solid" != a1.line.dash, "GPU 1 is one dash style in every run"
     assert [t.showlegend for t in lines] == [True, False, True, False, False], "each run once in the legend (it held 'A · GPU 0' and 'A')"
     assert {t.legendgroup for t in lines} == {"r0", "r1"}
+    assert [a.text for a in figure.layout.annotations] == ["SMACT", "CPU (% of all cores)"], "the title names the unit as the axis does"
     assert [float(np.mean(t.y)) for t in lines[:3]] == pytest.approx([0.1, 0.2, 0.3], rel=1e-6)
 
 
