@@ -1,8 +1,13 @@
 """A run's artifacts (its logs, nsys/ncu reports) as the dashboard reads them, from wherever the run keeps them.
 
-A local or shared folder is read in place. Any other location (an `mlflow server`'s proxied artifacts, a
-bucket) goes through MLflow's artifact repository, imported on the first such read, and a file is downloaded
-once into RADT_HOME/cache/artifacts: radt uploads a run's files when the run ends and does not change them.
+A local or shared folder is read in place, and only inside the run's artifact root: every path is resolved
+(symlinks too) and one that leaves the root is "no such artifact". Another location is read only when it is
+the dashboard's own: its tracking server's proxied artifacts (mlflow-artifacts:, or that server's
+http(s)://.../api/2.0/mlflow-artifacts/artifacts) or the bucket RADT_ARTIFACT_URI names; it goes through
+MLflow's artifact repository, imported on the first such read, and a file is downloaded once into
+RADT_HOME/cache/artifacts (radt uploads a run's files when the run ends and does not change them). Any other
+location (an `http://` URL an MLflow user gave their experiment) is never fetched by the dashboard: the page
+shows it as a link for the browser.
 Served at /runs/<run id>/artifacts (a listing with the logs shown) and /runs/<run id>/artifacts/<path>.
 """
 
@@ -12,9 +17,12 @@ import os
 import posixpath
 import re
 import shutil
+import stat
 import tempfile
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import flask
 import sqlalchemy as sa
@@ -34,6 +42,17 @@ _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
 class ArtifactMissing(LookupError):
     """No such run, or no such file in its artifacts; the message is one line for the page."""
+
+
+class ArtifactElsewhere(ArtifactMissing):
+    """The run keeps its artifacts at a location the dashboard does not fetch; the page links to it instead."""
+
+    def __init__(self, run_id: str, uri: str):
+        self.uri = display_uri(uri)
+        super().__init__(
+            f"run {run_id} keeps its artifacts at {self.uri}, which this dashboard does not fetch "
+            "(it reads folders, its tracking server's artifacts and RADT_ARTIFACT_URI); open it yourself"
+        )
 
 
 @dataclass(frozen=True)
@@ -59,8 +78,8 @@ def list_files(run_id: str, path: str = "") -> list[Entry]:
     path = _relative(path)
     root = artifacts.local_dir(uri)
     if root is not None:
-        return _local_files(Path(root), path)
-    repo = _repository(uri)
+        return _local_files(_local_root(run_id, root), path)
+    repo = _repository(run_id, uri)
     found: list[Entry] = []
     pending = [path or None]
     while pending:
@@ -73,54 +92,135 @@ def list_files(run_id: str, path: str = "") -> list[Entry]:
 
 
 def _local_files(root: Path, path: str) -> list[Entry]:
-    base = root / path if path else root
+    """The regular files under root/path whose real path stays inside root (a symlink out of it is not listed)."""
+    base = _inside(root, root / path)
+    if base is None:
+        return []
     found = []
-    for dirpath, _dirs, names in os.walk(base):
+    for dirpath, _dirs, names in os.walk(base):  # symlinked folders are not walked into
         for name in names:
             full = Path(dirpath) / name
-            if not name.startswith(".artifact.uploading."):  # a copy under way (collectors/sqltracking.py)
-                found.append(Entry(full.relative_to(root).as_posix(), full.stat().st_size))
+            real = _inside(root, full)
+            if real is None or name.startswith(".artifact.uploading."):  # outside, or a copy under way (collectors/sqltracking.py)
+                continue
+            try:
+                info = real.stat()
+            except OSError:  # gone meanwhile
+                continue
+            if stat.S_ISREG(info.st_mode):
+                found.append(Entry(full.relative_to(root).as_posix(), info.st_size))
     return sorted(found, key=lambda entry: entry.path)
 
 
-def fetch(run_id: str, path: str) -> Path:
-    """A readable local copy of one artifact file: the file itself in a folder, else downloaded once into the cache."""
+def open_artifact(run_id: str, path: str) -> BinaryIO:
+    """One artifact file, open for reading: from the run's folder (never outside it), else downloaded once into the cache."""
     uri = artifact_uri(run_id)
     path = _relative(path)
     if not path:
         raise ArtifactMissing("give a file of the run's artifacts")
     root = artifacts.local_dir(uri)
     if root is not None:
-        found = Path(root) / path
-        if not found.is_file():
-            raise ArtifactMissing(f"run {run_id} has no artifact {path}")
-        return found
+        return _open_inside(_local_root(run_id, root), path, run_id)
     cached = radt_home() / "cache" / "artifacts" / run_id / path
-    if cached.is_file():
-        return cached
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cached.parent) as tmp:
-        try:
-            downloaded = _repository(uri).download_artifacts(path, dst_path=tmp)
-        except Exception as exc:  # not there, or the artifact store is away: one line for the page
-            raise ArtifactMissing(f"cannot read {path} of run {run_id} from {display_uri(uri)}: {_first_line(exc)}") from exc
-        if not os.path.isfile(downloaded):
-            raise ArtifactMissing(f"{path} of run {run_id} is a folder")
-        shutil.move(downloaded, cached)  # whole or not at all: another reader never sees half a file
-    return cached
+    if not cached.is_file():
+        repo = _repository(run_id, uri)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=cached.parent) as tmp:
+            try:
+                downloaded = repo.download_artifacts(path, dst_path=tmp)
+            except Exception as exc:  # not there, or the artifact store is away: one line for the page
+                raise ArtifactMissing(f"cannot read {path} of run {run_id} from {display_uri(uri)}: {_first_line(exc)}") from exc
+            if not os.path.isfile(downloaded):
+                raise ArtifactMissing(f"{path} of run {run_id} is a folder")
+            shutil.move(downloaded, cached)  # whole or not at all: another reader never sees half a file
+    return open(cached, "rb")
 
 
 def read_text(run_id: str, path: str, limit: int | None = None) -> str:
     """An artifact's text (its last `limit` bytes when given), undecodable bytes replaced."""
-    with open(fetch(run_id, path), "rb") as handle:
+    with open_artifact(run_id, path) as handle:
         if limit is not None:
             handle.seek(max(0, os.fstat(handle.fileno()).st_size - limit))
         return handle.read().decode("utf-8", errors="replace")
 
 
-def _repository(uri: str):
-    """MLflow's repository for the dashboard's store; a host-less mlflow-artifacts: location uses RADT_ARTIFACT_URI's server."""
+def _local_root(run_id: str, folder: str) -> Path:
+    """The run's artifact folder, resolved; under a configured root (RADT_ARTIFACT_URI's folder, RADT_HOME/artifacts)
+    it must resolve inside that root too, so that a run folder replaced by a symlink to /etc is not a root."""
+    lexical = Path(os.path.abspath(folder))
+    real = Path(os.path.realpath(lexical))
+    for anchor in _configured_folders():
+        if lexical.is_relative_to(anchor) and _inside(Path(os.path.realpath(anchor)), real) is None:
+            raise ArtifactMissing(f"the artifact folder of run {run_id} leaves {anchor}")
+    return real
+
+
+def _configured_folders() -> list[Path]:
+    folders = [radt_home() / "artifacts"]
+    configured = artifacts.local_dir(ARTIFACT_URI.get()) if ARTIFACT_URI.get() else None
+    if configured:
+        folders.append(Path(configured))
+    return [Path(os.path.abspath(folder)) for folder in folders]
+
+
+def _inside(root: Path, path: Path) -> Path | None:
+    """path's real path (every symlink followed) when it is root or inside it, else None."""
+    real = Path(os.path.realpath(path))
+    return real if real.is_relative_to(root) else None
+
+
+def _open_inside(root: Path, path: str, run_id: str) -> BinaryIO:
+    """root/path opened, when it is a regular file whose real path stays inside root.
+
+    The check is made on what was opened (/proc/self/fd), so a symlink swapped in after the check is caught too;
+    O_NONBLOCK: a FIFO planted there is refused, not waited on."""
+    missing = ArtifactMissing(f"run {run_id} has no artifact {path}")
+    real = _inside(root, root / path)
+    if real is None:
+        raise missing
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        raise missing from None
+    try:
+        opened = os.readlink(f"/proc/self/fd/{fd}") if os.path.isdir("/proc/self/fd") else str(real)
+        if not Path(opened).is_relative_to(root) or not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise missing
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _repository(run_id: str, uri: str):
+    """MLflow's repository for a location the dashboard may fetch (ArtifactElsewhere for any other); a host-less
+    mlflow-artifacts: location resolves against the tracking server, else RADT_ARTIFACT_URI's server."""
+    if not _own_location(uri):
+        raise ArtifactElsewhere(run_id, uri)
     return artifacts.repository(uri, STATE.store_uri, artifacts.server_of(ARTIFACT_URI.get()))
+
+
+def _own_location(uri: str) -> bool:
+    """Whether a non-folder location is the dashboard's own: its tracking server's (or RADT_ARTIFACT_URI's server's)
+    proxied artifacts, or the bucket RADT_ARTIFACT_URI names. Any other is an address an MLflow user chose."""
+    parsed = urllib.parse.urlparse(uri)
+    scheme = parsed.scheme.lower()
+    configured = ARTIFACT_URI.get() or ""
+    tracking = STATE.store_uri if urllib.parse.urlparse(STATE.store_uri or "").scheme.lower() in ("http", "https") else None
+    servers = {_server_key(server) for server in (tracking, artifacts.server_of(configured)) if server}
+    if scheme == artifacts.PROXY_SCHEME:
+        return not parsed.netloc or parsed.netloc.lower() in {netloc for _scheme, netloc, _prefix in servers}
+    if scheme in ("http", "https"):
+        server = artifacts.server_of(uri)
+        return server is not None and _server_key(server) in servers
+    own = urllib.parse.urlparse(configured)
+    return bool(scheme) and artifacts.local_dir(configured) is None and scheme == own.scheme.lower() and parsed.netloc == own.netloc
+
+
+def _server_key(server: str) -> tuple[str, str, str]:
+    parsed = urllib.parse.urlparse(server)
+    return parsed.scheme.lower(), parsed.netloc.lower(), parsed.path.rstrip("/")
 
 
 def _relative(path: str) -> str:
@@ -128,7 +228,7 @@ def _relative(path: str) -> str:
     if not path:
         return ""
     norm = posixpath.normpath(path)
-    if norm.startswith("..") or norm.startswith("/") or "\x00" in norm:
+    if norm == ".." or norm.startswith("../") or norm.startswith("/") or "\x00" in norm:
         raise ArtifactMissing(f"{path!r} is not a path inside the run's artifacts")
     return norm
 
@@ -144,6 +244,8 @@ def listing(run_id: str):
     """The run's artifact files as links, with its stdout and stderr (their last 64 kB) shown."""
     try:
         files = list_files(run_id)
+    except ArtifactElsewhere as exc:
+        return _page(f"artifacts of run {run_id}", _elsewhere(exc))
     except ArtifactMissing as exc:
         return _page("artifacts", f"<p class='error'>{escape(str(exc))}</p>"), 404
     except Exception as exc:  # the artifact store is away
@@ -166,12 +268,20 @@ def listing(run_id: str):
 def artifact(run_id: str, path: str):
     """One file: a log in the browser, a report (.nsys-rep, .ncu-rep) as a download."""
     try:
-        local = fetch(run_id, path)
+        handle = open_artifact(run_id, path)
     except ArtifactMissing as exc:
         return flask.Response(str(exc), status=404, mimetype="text/plain")
     if path.endswith(TEXT_SUFFIXES):
-        return flask.send_file(local, mimetype="text/plain", max_age=0)
-    return flask.send_file(local, as_attachment=True, download_name=posixpath.basename(path), max_age=0)
+        return flask.send_file(handle, mimetype="text/plain", max_age=0)
+    return flask.send_file(handle, as_attachment=True, download_name=posixpath.basename(path), max_age=0)
+
+
+def _elsewhere(exc: ArtifactElsewhere) -> str:
+    """The location as a link for the browser to follow (http and https only), else as text."""
+    shown = escape(exc.uri)
+    if urllib.parse.urlparse(exc.uri).scheme.lower() in ("http", "https"):
+        shown = f"<a href='{shown}' rel='noreferrer'>{shown}</a>"
+    return f"<p>This run keeps its artifacts at {shown}; the dashboard does not fetch them (it reads folders, its tracking server's artifacts and RADT_ARTIFACT_URI). Open the link yourself.</p>"
 
 
 def _page(title: str, body: str) -> str:

@@ -13,10 +13,15 @@ Three kinds of term, joined by AND (or only by spaces):
 ``parse`` turns the text into terms or raises FilterError, one line saying what to change; ``apply``
 keeps the rows of a data.runs() frame that pass every term, reading latest metrics and summaries only
 for the runs the cheaper terms left.
+
+Every term takes time linear in the value it reads (issue #24: a link must not hold a dashboard worker):
+LIKE/ILIKE are matched without backtracking (``like_matcher``), on patterns of at most LIKE_PATTERN_LIMIT
+characters and the first LIKE_VALUE_LIMIT characters of a value.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import re
@@ -93,6 +98,8 @@ FIELDS = {  # the GPU figures are over the GPUs the run used (summaries.run_summ
 TEXT_FIELDS = {"letter": "letter"}  # radt's own words for a run (its radt.letter tag or radT's letter param), compared like attributes
 FIELD_NAMES = ", ".join([*FIELDS, *TEXT_FIELDS])
 UNKNOWN_HINT = f"use params., tags., attributes., metrics. or one of {FIELD_NAMES}"
+LIKE_PATTERN_LIMIT = 250  # characters of a LIKE/ILIKE pattern (as many as MLflow allows in a key); a longer one is refused
+LIKE_VALUE_LIMIT = 8000  # LIKE/ILIKE read a value's first 8,000 characters: all of any MLflow stores (params 6,000, tags 8,000)
 
 
 @dataclass(frozen=True)
@@ -308,6 +315,10 @@ class _Parser:
         if op in ("IN", "NOT IN"):
             return Term(kind, key, op, tuple(self._list(what)))
         value = self._value(what)
+        if op in ("LIKE", "ILIKE") and len(value.text) > LIKE_PATTERN_LIMIT:
+            raise FilterError(
+                f"the pattern after '{what}' has {len(value.text)} characters, over {LIKE_PATTERN_LIMIT}: keep a shorter part of it between %, as in '%resnet%'"
+            )
         if kind == "metric":
             return Term(kind, key, op, _number(value, _PLAIN, what))
         if kind == "number_attribute":
@@ -373,9 +384,37 @@ def parse(text: str) -> Query:
 # --- evaluation -----------------------------------------------------------------------------------
 
 
-def _like(pattern: str, flags: int = 0) -> re.Pattern:
-    """SQL LIKE as MLflow's in-memory search reads it: % any run of characters, _ one character, the whole value."""
-    return re.compile("".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in pattern), flags | re.DOTALL)
+@functools.lru_cache(maxsize=256)
+def like_matcher(pattern: str, ignore_case: bool = False) -> Callable[[str], bool]:
+    """SQL LIKE as MLflow reads it, as a test of a value: % any run of characters (line breaks too), _ one character,
+    the whole value, no escape character (as MLflow's in-memory search: a backslash is itself); ILIKE ignores case as
+    Python's re does. Linear in the value for each character of the pattern, never backtracking (issue #24).
+
+    The pattern is cut at each %: the first piece must begin the value and the last end it; each piece between is
+    taken at its leftmost place after the one before, which leaves the most room for the rest, so no other place is
+    ever tried. A piece holds no %, so it matches exactly its length: re.search of it scans, without backtracking.
+    A value is read up to its LIKE_VALUE_LIMIT-th character."""
+    flags = re.DOTALL | (re.IGNORECASE if ignore_case else 0)
+    texts = pattern.split("%")
+    pieces = [re.compile("".join("." if c == "_" else re.escape(c) for c in text), flags) for text in texts]
+    if len(pieces) == 1:
+        return lambda value: pieces[0].fullmatch(value[:LIKE_VALUE_LIMIT]) is not None
+    head, tail = len(texts[0]), len(texts[-1])
+    middle = [piece for piece, text in zip(pieces[1:-1], texts[1:-1], strict=True) if text]  # %% is one %
+
+    def match(value: str) -> bool:
+        value = value[:LIKE_VALUE_LIMIT]
+        start, end = head, len(value) - tail
+        if end < start or not pieces[0].match(value) or not pieces[-1].match(value, end):
+            return False
+        for piece in middle:
+            found = piece.search(value, start, end)
+            if found is None:
+                return False
+            start = found.end()
+        return True
+
+    return match
 
 
 _COMPARE: dict[str, Callable[[object, object], bool]] = {
@@ -385,8 +424,8 @@ _COMPARE: dict[str, Callable[[object, object], bool]] = {
     "<=": operator.le,
     ">": operator.gt,
     ">=": operator.ge,
-    "LIKE": lambda value, pattern: _like(pattern).fullmatch(value) is not None,
-    "ILIKE": lambda value, pattern: _like(pattern, re.IGNORECASE).fullmatch(value) is not None,
+    "LIKE": lambda value, pattern: like_matcher(pattern)(value),
+    "ILIKE": lambda value, pattern: like_matcher(pattern, ignore_case=True)(value),
     "IN": lambda value, options: value in options,
     "NOT IN": lambda value, options: value not in options,
     "=~": lambda value, other: value.casefold() == other.casefold(),  # not typed: the hint's retry of = ignoring case

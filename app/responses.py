@@ -101,9 +101,12 @@ def store_fingerprint(experiment_ids: list[str]) -> str:
     return "|".join(str(v) for v in row)
 
 
+RESPONSE_FORMAT = 2  # the draw response's shape (2: #23's table legend and trace meta); a shared Redis never serves an older one
+
+
 def _key() -> str:
     digest = hashlib.sha1(STATE.store_uri.encode() + b"\0" + flask.request.get_data(cache=True)).hexdigest()
-    return f"response:{digest}"
+    return f"response:{RESPONSE_FORMAT}:{digest}"
 
 
 def _accepts_gzip() -> bool:

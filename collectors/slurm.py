@@ -161,6 +161,70 @@ def accounted_states(jobs: list[str]) -> dict[str, JobState]:
     return found
 
 
+# --- the job script ------------------------------------------------------------------------------
+
+LINE_ENDS = {"\n": "a newline", "\r": "a carriage return", "\0": "a NUL byte"}  # what no shell quoting makes safe in a script's line
+
+
+def line_end(value: str) -> str:
+    """'a newline' (or a carriage return, a NUL byte) where `value` holds one, else ''."""
+    return next((name for char, name in LINE_ENDS.items() if char in value), "")
+
+
+def job_command(opts: ExperimentOptions, lines: list[int], csv: str, python: str = sys.executable) -> list[str]:
+    """The radt command line a job runs on its node: exactly the workload of these CSV rows."""
+    args = [python, "-m", "radt", "--store", opts.store, "--interval", str(opts.interval), "--flush-timeout", str(opts.flush_timeout)]
+    if opts.max_epoch is not None:
+        args += ["--max-epoch", str(opts.max_epoch)]
+    if opts.max_time is not None:
+        args += ["--max-time", str(opts.max_time)]
+    return args + ["--slurm-rows", ",".join(map(str, lines)), csv]
+
+
+def job_script(command: list[str], cwd: str, label: str, lines: list[int], csv: str) -> str:
+    """The sbatch script of one workload. Every value is shell-quoted; the comment shows line ends escaped, so no
+    value starts a line of its own (script_problems refuses them before anything is submitted all the same).
+    No #SBATCH lines: sbatch gets its options as arguments."""
+    comment = f"workload {shlex.quote(label)} (rows {', '.join(map(str, lines))}) of {shlex.quote(csv)}"
+    for char in LINE_ENDS:
+        comment = comment.replace(char, repr(char)[1:-1])
+    return (
+        "#!/bin/sh\n"
+        f"# radt experiment.csv --slurm: {comment}\n"
+        f"cd {shlex.quote(cwd)} || exit 1\n"  # where radt was started, as for a local experiment (relative paths, a relative store)
+        f"exec {shlex.join(command)}\n"
+    )
+
+
+def script_problems(csv: Path, store: str, slurm_opts: SlurmOptions, python: str = sys.executable) -> list[str]:
+    """What would put a line end into a job script or sbatch's arguments: the CSV's path, the folder radt runs in,
+    radt's Python, the store, the Slurm options; one line each, the value shown escaped (the store's not: it may hold a password)."""
+    path, cwd = str(csv.resolve()), os.getcwd()
+    checks = [
+        (path, f"the CSV's path {path!r}", "rename the file (or its folder) without it"),
+        (cwd, f"the current folder {cwd!r}", "run radt from a folder whose path has none"),
+        (python, f"radt's Python {python!r}", "install radt in a folder whose path has none"),
+        (store, "the tracking URI (--store or MLFLOW_TRACKING_URI)", "give the URI without it"),
+    ]
+    options = [("--slurm-partition", slurm_opts.partition), ("--slurm-account", slurm_opts.account), ("--slurm-time", slurm_opts.time)]
+    checks += [(value, f"{flag} {value!r}", "give it without") for flag, value in options if value]
+    checks += [(arg, f"the --sbatch option {arg!r}", "give it without") for arg in slurm_opts.sbatch]
+    return [f"{what} has {line_end(value)}, which cannot go into a Slurm job; {fix}" for value, what, fix in checks if line_end(value)]
+
+
+def name_problems(exp: ExperimentFile, workloads: list[Workload]) -> list[str]:
+    """A workload whose Experiment or Workload cell holds a line end: its name goes into the job script's comment."""
+    problems = []
+    for workload in workloads:
+        for column, value in (("Experiment", workload.experiment), ("Workload", workload.name)):
+            if line_end(value):
+                rows = ", ".join(str(r.row.line) for r in workload.runs)
+                problems.append(
+                    f"{exp.path.name} rows {rows}: {column} {value!r} has {line_end(value)}, which cannot go into a Slurm job; remove it from the cell"
+                )
+    return problems
+
+
 # --- the submitter -------------------------------------------------------------------------------
 
 
@@ -193,20 +257,8 @@ class Submitter:
     # --- the job script and the sbatch command ---------------------------------------------------
 
     def script(self, job: Job) -> str:
-        o = self.opts
-        lines = ",".join(str(r.line) for r in job.rows)
-        args = [sys.executable, "-m", "radt", "--store", o.store, "--interval", str(o.interval), "--flush-timeout", str(o.flush_timeout)]
-        if o.max_epoch is not None:
-            args += ["--max-epoch", str(o.max_epoch)]
-        if o.max_time is not None:
-            args += ["--max-time", str(o.max_time)]
-        args += ["--slurm-rows", lines, str(self.exp.path.resolve())]
-        return (
-            "#!/bin/sh\n"
-            f"# radt experiment.csv --slurm: workload {job.workload.label} (rows {lines.replace(',', ', ')}) of {self.exp.path.resolve()}\n"
-            f"cd {shlex.quote(os.getcwd())} || exit 1\n"  # where radt was started, as for a local experiment (relative paths, a relative store)
-            f"exec {shlex.join(args)}\n"
-        )
+        lines = [r.line for r in job.rows]
+        return job_script(job_command(self.opts, lines, str(self.exp.path.resolve())), os.getcwd(), job.workload.label, lines, str(self.exp.path.resolve()))
 
     def sbatch(self, job: Job) -> list[str]:
         gpus = gpus_needed(job.workload)
@@ -442,6 +494,11 @@ def submit_experiment(opts: ExperimentOptions, slurm_opts: SlurmOptions) -> int:
     """`radt experiment.csv --slurm`: 0 when every workload FINISHED, 1 when one did not, 130 on Ctrl-C, 2 for what the cluster lacks."""
     from radt.collectors.experiment import CsvError
 
+    problems = script_problems(opts.csv, opts.store, slurm_opts)  # before the CSV's name goes into any message
+    if problems:
+        for line in problems:
+            report(f"radt: {line}")
+        return 2
     try:
         exp = ExperimentFile.load(opts.csv)
     except CsvError as exc:
@@ -460,6 +517,7 @@ def submit_experiment(opts: ExperimentOptions, slurm_opts: SlurmOptions) -> int:
             continue
         jobs.append(job)
     to_submit = [j.workload for j in jobs if not j.id]
+    problems += name_problems(exp, to_submit)
     try:
         if not problems and (to_submit or not opts.dry_run):
             problems = check_cluster(exp, to_submit, slurm_opts) if to_submit else []

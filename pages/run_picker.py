@@ -13,7 +13,7 @@ import pandas as pd
 from dash import ALL, MATCH, Input, Output, State, callback, dcc, html, no_update
 
 from radt.app import data
-from radt.app.filters import FIELDS, Narrowed, narrow
+from radt.app.filters import FIELDS, LIKE_PATTERN_LIMIT, Narrowed, narrow
 from radt.app.runs import list_experiments
 from radt.app.state import STATE
 from radt.app.views import View
@@ -28,7 +28,7 @@ PLACEHOLDER = "filter runs: words, or params.lr = '0.1' and smact.mean < 0.3"
 HELP = (
     "Words match a run's name, workload, letter, status or param=value. Or MLflow's search syntax, joined by and: "
     "params.batch_size = '128', tags.radt.collocation = 'mps', attributes.status IN ('FINISHED', 'RUNNING'), "
-    "attributes.run_name LIKE '%resnet%' (ILIKE ignores case), metrics.loss < 0.5 (latest value); "
+    f"attributes.run_name LIKE '%resnet%' (ILIKE ignores case; a pattern of at most {LIKE_PATTERN_LIMIT} characters), metrics.loss < 0.5 (latest value); "
     f"and radt's figures of a run: {', '.join(FIELDS)} (duration > 10m; units s, m, h; ratios 0-1 or %)."
 )
 

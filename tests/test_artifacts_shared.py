@@ -77,6 +77,7 @@ def test_logs_go_through_the_mlflow_server_and_every_host_reads_them(server, rad
     assert "radt/stdout.log" in listed
     assert Path(MlflowClient(server.uri).download_artifacts(run_id, "mine/note.txt", str(tmp_path))).read_text() == "from the script"
 
+    monkeypatch.setenv("RADT_ARTIFACT_URI", root)  # the dashboard host names the server (it fetches no other)
     dashboard = _dashboard_on_another_host(monkeypatch, tmp_path, server.backend)
     assert "radt/stdout.log" in {entry.path for entry in reader.list_files(run_id)}
     assert "loss 0.5 on node-a" in reader.read_text(run_id, "radt/stdout.log")

@@ -1,0 +1,187 @@
+"""The dashboard's artifact pages serve the run's artifact folder and nothing else (issue #24, point 1).
+
+A user who can write into a run's artifact folder (a shared folder) plants `leak.txt -> /etc/passwd` and
+`etcdir -> /etc`; an MLflow user gives an experiment the artifact location `http://<internal host>/...`.
+Old dashboard: /etc/passwd came back with HTTP 200, and the dashboard host fetched the URL. Now both answer
+404 with no byte of the file, and the URL is shown on the page as a link for the browser, never fetched.
+The real route on a Flask server (as tests/test_artifacts_shared.py), the real store, real files and a real listener.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import threading
+from pathlib import Path
+
+import flask
+import pytest
+
+from radt.app import artifacts as reader
+from radt.app.state import connect_store
+from radt.collectors import tracking
+
+LOG = b"epoch 1 loss 0.5\n\xff not utf-8, served as it is\n"
+PASSWD = Path("/etc/passwd").read_bytes().splitlines()[0]  # root:x:0:0:...
+
+
+def _dashboard(store: str) -> flask.testing.FlaskClient:
+    connect_store(store)
+    server = flask.Flask(__name__)
+    reader.install(server)
+    return server.test_client()
+
+
+def _run_in(store: str, location: str) -> str:
+    """A run of a new experiment whose artifact location is `location`; its id."""
+    client = tracking.connect(store)
+    experiment = client.create_experiment(f"exp-{os.urandom(4).hex()}", artifact_location=location)
+    return client.create_run(experiment).info.run_id
+
+
+def _get(dashboard: flask.testing.FlaskClient, url: str, deadline: float = 20.0):
+    """The response (redirects followed: Werkzeug merges `//`), failing (not hanging) when it takes longer than `deadline` (a FIFO the old code would wait on)."""
+    got = []
+    worker = threading.Thread(target=lambda: got.append(dashboard.get(url, follow_redirects=True)), daemon=True)
+    worker.start()
+    worker.join(deadline)
+    assert got, f"GET {url} did not answer within {deadline} s"
+    return got[0]
+
+
+@pytest.fixture
+def store(empty_sqlite, tmp_path, radt_home, monkeypatch) -> str:
+    monkeypatch.delenv("RADT_ARTIFACT_URI", raising=False)
+    return empty_sqlite(tmp_path / "store.db")
+
+
+def test_symlinks_and_dot_dots_out_of_the_artifact_folder_are_404_and_a_log_is_served(store, tmp_path):
+    shared = tmp_path / "shared"
+    run_id = _run_in(store, str(shared / "exp"))
+    root = shared / "exp" / run_id / "artifacts"
+    (root / "radt").mkdir(parents=True)
+    (root / "radt" / "stdout.log").write_bytes(LOG)
+    (root / "leak.txt").symlink_to("/etc/passwd")
+    (root / "etcdir").symlink_to("/etc", target_is_directory=True)
+    (root / "radt" / "up.txt").symlink_to("../../../../../../../../etc/passwd")  # relative, out
+    (root / "same.log").symlink_to("radt/stdout.log")  # stays inside: followed
+    (root / "dangling.log").symlink_to(tmp_path / "nowhere")
+    os.mkfifo(root / "radt" / "pipe.log")
+    dashboard = _dashboard(store)
+
+    for url in [
+        "leak.txt",
+        "etcdir/passwd",
+        "etcdir/hostname",
+        "radt/up.txt",
+        "dangling.log",
+        "radt/pipe.log",
+        "../../../../../../../../etc/passwd",
+        "radt/../../../../../../../../etc/passwd",
+        "%2e%2e/%2e%2e/%2e%2e/%2e%2e/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+        "radt/..%2f..%2f..%2f..%2f..%2f..%2f..%2f..%2fetc%2fpasswd",
+        "%2fetc%2fpasswd",
+        "/etc/passwd",
+        "etcdir",
+        "radt",
+    ]:
+        answer = _get(dashboard, f"/runs/{run_id}/artifacts/{url}")
+        assert answer.status_code == 404, (url, answer.status_code)
+        assert PASSWD not in answer.data and b"root:" not in answer.data, url
+
+    log = _get(dashboard, f"/runs/{run_id}/artifacts/radt/stdout.log")
+    assert log.status_code == 200 and log.data == LOG
+    assert _get(dashboard, f"/runs/{run_id}/artifacts/same.log").data == LOG
+
+    listing = _get(dashboard, f"/runs/{run_id}/artifacts")
+    assert listing.status_code == 200  # a dangling link does not break the page (old: 502)
+    assert "radt/stdout.log" in listing.text and "same.log" in listing.text and "epoch 1 loss 0.5" in listing.text
+    for planted in ("leak.txt", "etcdir", "up.txt", "dangling.log", "pipe.log"):
+        assert planted not in listing.text, planted
+    assert PASSWD.decode() not in listing.text
+
+
+def test_a_run_folder_replaced_by_a_symlink_out_of_the_configured_root_is_404(store, tmp_path, monkeypatch):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    monkeypatch.setenv("RADT_ARTIFACT_URI", str(shared))  # the dashboard host's configured root, as the README says
+    run_id = _run_in(store, str(shared / "exp"))
+    (shared / "exp" / run_id).mkdir(parents=True)
+    (shared / "exp" / run_id / "artifacts").symlink_to("/etc", target_is_directory=True)
+    dashboard = _dashboard(store)
+
+    answer = _get(dashboard, f"/runs/{run_id}/artifacts/passwd")
+    assert answer.status_code == 404 and PASSWD not in answer.data
+    listing = _get(dashboard, f"/runs/{run_id}/artifacts")
+    assert listing.status_code == 404 and "passwd" not in listing.text
+
+
+class Listener:
+    """A TCP listener on 127.0.0.1 that accepts, records and closes every connection (an internal host)."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.accepted: list[tuple] = []
+        self._stop_r, self._stop_w = os.pipe()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            ready, _, _ = select.select([self.sock, self._stop_r], [], [])
+            if self._stop_r in ready:
+                return
+            conn, peer = self.sock.accept()
+            self.accepted.append(peer)
+            conn.close()
+
+    def connections(self) -> int:
+        """Every connection made so far: those accepted, and those still waiting in the backlog."""
+        os.write(self._stop_w, b"x")
+        self._thread.join(10)
+        self.sock.setblocking(False)
+        while True:
+            try:
+                conn, peer = self.sock.accept()
+            except BlockingIOError:
+                break
+            self.accepted.append(peer)
+            conn.close()
+        return len(self.accepted)
+
+    def close(self) -> None:
+        self.sock.close()
+        os.close(self._stop_r)
+        os.close(self._stop_w)
+
+
+@pytest.mark.parametrize(
+    "location, link",
+    [
+        ("http://127.0.0.1:{port}/x", True),
+        ("http://127.0.0.1:{port}/api/2.0/mlflow-artifacts/artifacts/x", True),  # looks like an artifact proxy, is not the dashboard's
+        ("mlflow-artifacts://127.0.0.1:{port}/x", False),
+    ],
+    ids=["http", "fake-proxy", "mlflow-artifacts-other-host"],
+)
+def test_an_http_artifact_location_is_a_link_and_never_fetched(store, monkeypatch, location, link):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the old code's fetch fails at once instead of retrying
+    listener = Listener()
+    try:
+        location = location.format(port=listener.port)
+        run_id = _run_in(store, location)
+        dashboard = _dashboard(store)
+
+        page = _get(dashboard, f"/runs/{run_id}/artifacts")
+        one_file = _get(dashboard, f"/runs/{run_id}/artifacts/radt/stdout.log")
+
+        assert listener.connections() == 0, "the dashboard connected to the artifact location"
+    finally:
+        listener.close()
+    uri = f"{location}/{run_id}/artifacts"
+    assert page.status_code == 200, page.text
+    assert uri in page.text and "does not fetch" in page.text
+    assert (f"<a href='{uri}'" in page.text) is link  # http(s) as a link for the browser; other schemes as text
+    assert one_file.status_code == 404 and uri in one_file.text
