@@ -32,6 +32,7 @@ from tests.support.paths import REPO
 from tests.support.polling import wait_http
 from tests.support.ports import free_port
 from tests.support.radtproc import radt_env
+from tests.support.state import dashboard_reads
 
 DEADLINE = 10.0  # seconds for a filter the old matcher never finished
 PAGE_DEADLINE = 20.0  # seconds for a page of the dashboard holding such a filter (a worker's first page imports and caches)
@@ -71,20 +72,9 @@ def _build(uri: str) -> tuple[str, dict[str, str]]:
 @pytest.fixture
 def bounded(store_uri, monkeypatch):
     """The runs above in the test's own store, the dashboard's reads pointed at it; (experiment id, label -> run id)."""
-    from flask import Flask
-
-    from radt.app.cache import CACHE, cache_config
-    from radt.app.state import STATE
-    from radt.app.store import make_read_engine
-
     built = _build(store_uri)
-    CACHE.init_app(Flask(__name__), config=cache_config("simple"))
-    CACHE.clear()
-    engine = make_read_engine(store_uri)
-    monkeypatch.setattr(STATE, "engine", engine)
-    monkeypatch.setattr(STATE, "store_uri", store_uri)
-    yield built
-    engine.dispose()
+    with dashboard_reads(store_uri, monkeypatch):
+        yield built
 
 
 def _kept_in_child(runs, text: str, sender) -> None:

@@ -207,21 +207,11 @@ def test_a_filter_that_cannot_be_read_says_why_in_one_line(page, many):
 
 def _picker_ms(many: dict, monkeypatch) -> dict:
     """pages/run_picker.picker() in this process on the 500 runs: the refresh callback's own work (ms), cold (summaries computed) and cached."""
-    from flask import Flask
-
     from radt.app import data
-    from radt.app.cache import CACHE, cache_config
-    from radt.app.state import STATE
-    from radt.app.store import make_read_engine
     from radt.pages import run_picker
 
-    CACHE.init_app(Flask(__name__), config=cache_config("simple"))
-    CACHE.clear()
-    engine = make_read_engine(many["uri"])
-    monkeypatch.setattr(STATE, "engine", engine)
-    monkeypatch.setattr(STATE, "store_uri", many["uri"])
     out = {}
-    try:
+    with state.dashboard_reads(many["uri"], monkeypatch):
         began = time.perf_counter()
         runs = data.runs([many["experiment"]])
         out["run_list_cold"] = round((time.perf_counter() - began) * 1000, 1)
@@ -231,8 +221,6 @@ def _picker_ms(many: dict, monkeypatch) -> dict:
                 _tree, count, error = run_picker.picker(runs, set(), text)
                 out[f"{name}_{when}"] = round((time.perf_counter() - began) * 1000, 1)
                 assert not error and ("of 500" in count or not text), (text, count, error)
-    finally:
-        engine.dispose()
     return out
 
 

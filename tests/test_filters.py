@@ -14,6 +14,7 @@ from mlflow.entities import Metric, Param, RunTag
 
 from radt.app.filters import FilterError, Query, narrow, parse
 from radt.app.filters import apply as apply_filter
+from tests.support.state import dashboard_reads
 
 BASE = 1_700_000_000_000
 MINUTE = 60_000
@@ -58,20 +59,9 @@ def build_filter_store(uri: str) -> FilterStore:
 @pytest.fixture
 def store(store_uri, snapshots, monkeypatch):
     """The five runs in the test's own store, the dashboard's cached reads pointed at it."""
-    from flask import Flask
-
-    from radt.app.cache import CACHE, cache_config
-    from radt.app.state import STATE
-    from radt.app.store import make_read_engine
-
     built = dataclasses.replace(snapshots.restore(build_filter_store, store_uri), uri=store_uri)
-    CACHE.init_app(Flask(__name__), config=cache_config("simple"))
-    CACHE.clear()
-    engine = make_read_engine(store_uri)
-    monkeypatch.setattr(STATE, "engine", engine)
-    monkeypatch.setattr(STATE, "store_uri", store_uri)
-    yield built
-    engine.dispose()
+    with dashboard_reads(store_uri, monkeypatch):
+        yield built
 
 
 def _labels(store: FilterStore, text: str) -> set[str]:

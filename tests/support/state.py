@@ -97,3 +97,24 @@ def kept() -> Iterator[None]:
         if dash is not None and dict(dash.page_registry) != (pages or {}):
             dash.page_registry.clear()
             dash.page_registry.update(pages or {})
+
+
+@contextmanager
+def dashboard_reads(uri: str, monkeypatch) -> Iterator[object]:
+    """The dashboard's reads (radt.app.state.STATE) pointed at `uri` through a fresh simple cache, as `python app.py` would
+    have them; yields the read engine, disposed at the end (kept() puts STATE and CACHE back after the test)."""
+    from flask import Flask
+
+    from radt.app.cache import CACHE, cache_config
+    from radt.app.state import STATE
+    from radt.app.store import make_read_engine
+
+    CACHE.init_app(Flask(__name__), config=cache_config("simple"))
+    CACHE.clear()
+    engine = make_read_engine(uri)
+    monkeypatch.setattr(STATE, "engine", engine)
+    monkeypatch.setattr(STATE, "store_uri", uri)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
