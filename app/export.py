@@ -61,7 +61,7 @@ class ExportStyle:
     legend: str = "top"
     dpi: int = 300
     charts: list[str] | None = None  # metric specs to keep; None: every chart of the view
-    height: float | None = None  # inches; None: as tall as the charts need, at most PAGE_HEIGHT
+    height: float | None = None  # inches; None: as tall as the charts and legend need, at most the size's PAGE_LIMITS
 
 
 def check_style(style: ExportStyle, fmt: str | None = None) -> ExportStyle:
@@ -154,11 +154,6 @@ def legend_rows(names: list[str], width_px: float, font: float) -> tuple[int, fl
     text = max(_text_px(n, font) for n in names) + 4
     columns = max(1, int(width_px // (text + ITEM_PX)))
     return math.ceil(len(names) / columns), text
-
-
-def legend_lines(names: list[str], width_px: float, font: float) -> int:
-    """How many lines a horizontal legend of `names` takes in `width_px`."""
-    return legend_rows(names, width_px, font)[0]
 
 
 def _row_px(font: float) -> float:
