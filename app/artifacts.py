@@ -31,13 +31,13 @@ from markupsafe import escape
 from radt import artifacts
 from radt.app.state import STATE
 from radt.app.store import RUNS
-from radt.settings import ARTIFACT_URI, display_uri, radt_home
+from radt.settings import ARTIFACT_ROOTS, ARTIFACT_URI, display_uri, radt_home
 
 ROUTE = "/runs/<run_id>/artifacts"
 TEXT_SUFFIXES = (".log", ".txt", ".json", ".csv", ".out", ".err")  # shown in the browser; anything else (.nsys-rep, .ncu-rep) is a download
 SHOWN_LOGS = ("stdout.log", "stderr.log")  # shown on the listing itself, their last SHOWN_BYTES
 SHOWN_BYTES = 64 * 1024
-_RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+_RUN_ID = re.compile(r"^[0-9a-f]{32}\Z")
 
 
 class ArtifactMissing(LookupError):
@@ -145,21 +145,30 @@ def read_text(run_id: str, path: str, limit: int | None = None) -> str:
 
 
 def _local_root(run_id: str, folder: str) -> Path:
-    """The run's artifact folder, resolved; under a configured root (RADT_ARTIFACT_URI's folder, RADT_HOME/artifacts)
-    it must resolve inside that root too, so that a run folder replaced by a symlink to /etc is not a root."""
+    """The run's artifact folder, resolved. It must resolve inside a configured root (RADT_HOME/artifacts,
+    RADT_ARTIFACT_URI's folder, RADT_ARTIFACT_ROOTS): any MLflow user can give an experiment the location
+    file:///etc, and a run folder under a root can be replaced by a symlink to /etc."""
     lexical = Path(os.path.abspath(folder))
     real = Path(os.path.realpath(lexical))
-    for anchor in _configured_folders():
+    anchors = _configured_folders()
+    for anchor in anchors:
         if lexical.is_relative_to(anchor) and _inside(Path(os.path.realpath(anchor)), real) is None:
             raise ArtifactMissing(f"the artifact folder of run {run_id} leaves {anchor}")
+    if not any(_inside(Path(os.path.realpath(anchor)), real) for anchor in anchors):
+        raise ArtifactMissing(
+            f"run {run_id} keeps its artifacts in {lexical}, outside the folders this dashboard serves "
+            f"({', '.join(str(a) for a in anchors)}); to serve them, add that folder to {ARTIFACT_ROOTS.name} where the dashboard runs"
+        )
     return real
 
 
 def _configured_folders() -> list[Path]:
+    """The local folders whose runs' artifacts are served: radt's own, RADT_ARTIFACT_URI's, RADT_ARTIFACT_ROOTS."""
     folders = [radt_home() / "artifacts"]
     configured = artifacts.local_dir(ARTIFACT_URI.get()) if ARTIFACT_URI.get() else None
     if configured:
         folders.append(Path(configured))
+    folders += [Path(os.path.expanduser(part)) for part in ARTIFACT_ROOTS.get().split(os.pathsep) if part.strip()]
     return [Path(os.path.abspath(folder)) for folder in folders]
 
 

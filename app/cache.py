@@ -20,9 +20,9 @@ ZOOM_TIMEOUT = 60  # a zoomed window of a run: redraws of the same zoom hit; eac
 RESPONSE_TIMEOUT = 600  # a whole draw response of ended runs (app/responses.py); checked against the store on every hit
 
 RESPONSE_CACHE = Setting(
-    "RADT_RESPONSE_CACHE", int, 1, "1: keep the explore chart's whole response for views of ended runs (app/responses.py); 0: draw every time"
+    "RADT_RESPONSE_CACHE", int, 1, "1: keep the explore chart's whole response for views of ended runs (app/responses.py); 0: draw every time", high=1
 )
-COMPRESS = Setting("RADT_COMPRESS", int, 1, "1: gzip the dashboard's responses for browsers that accept it; 0: send them as they are")
+COMPRESS = Setting("RADT_COMPRESS", int, 1, "1: gzip the dashboard's responses for browsers that accept it; 0: send them as they are", high=1)
 
 
 def cache_config(spec: str | None = None) -> dict:

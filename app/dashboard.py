@@ -6,7 +6,7 @@ from pathlib import Path
 
 import dash
 
-from radt.app import artifacts, responses
+from radt.app import artifacts, callbacks, deadline, responses
 from radt.app.cache import CACHE, cache_config
 from radt.app.state import STATE, connect_store
 from radt.settings import tracking_uri
@@ -26,8 +26,10 @@ def create_app(store: str | None = None, cache: str | None = None) -> dash.Dash:
         suppress_callback_exceptions=True,
     )
     CACHE.init_app(app.server, config=cache_config(cache))
+    deadline.install(app.server)  # first: every request's store reads end at RADT_REQUEST_TIMEOUT
     responses.install(app.server)  # finished views from the cache as gzip bytes; every large response gzipped
     artifacts.install(app.server)  # /runs/<id>/artifacts: a run's logs and reports, wherever the run keeps them
+    callbacks.install(app.server, app)  # a callback request no browser sends: 400 with what is wrong, not a 500 inside Dash
     app.layout = dash.html.Div(
         [
             dash.html.Header(

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from radt.settings import tracking_uri
 
+METRICS_LISTED = 8  # the metrics an unknown --metric's message names; the dashboard's list has them all
+
 
 def export_parser() -> argparse.ArgumentParser:
     from radt.app.aggregates import BY, COLLOCATION, KINDS, STATS
@@ -147,6 +149,7 @@ def _view(opts: argparse.Namespace):
         view = View(experiments, list(table["run_id"]))
     if opts.metric:
         view.metrics = [metric_spec(m) for m in opts.metric]
+        _check_metrics(opts.metric, view.metrics, view.runs)
     if opts.x:
         view.x = opts.x
     if opts.grouped:
@@ -159,6 +162,27 @@ def _view(opts: argparse.Namespace):
     if opts.gpu_mean:
         view.gpu_mode = "mean"
     return view
+
+
+def _check_metrics(names: list[str], specs: list[str], run_ids: list[str]) -> None:
+    """A --metric that none of the runs stored is a typo: refused before anything is written, naming the metrics they have."""
+    from radt.app.runs import keys_by_run, present_metrics
+    from radt.app.series import own_keys
+    from radt.app.state import STATE
+
+    keys = keys_by_run(STATE.engine, run_ids)
+    stored = set().union(*keys.values())
+    catalogued = list(dict.fromkeys(name for name, _gpu in present_metrics(STATE.engine, run_ids, keys=keys)))
+    for name, spec in zip(names, specs, strict=True):
+        kind, _, metric = spec.partition(":")
+        if metric in (catalogued if kind == "cat" else stored):
+            continue
+        have = catalogued + own_keys(stored)
+        listed = ", ".join(have[:METRICS_LISTED]) + (f" and {len(have) - METRICS_LISTED} more" if len(have) > METRICS_LISTED else "")
+        raise ValueError(
+            f"--metric {name}: none of the {len(run_ids)} run(s) stored it; give one they have ({listed or 'none'}), "
+            "as the dashboard's metric list names them; nothing written"
+        )
 
 
 def _workload_matches(label: str, workload_id: str, wanted: list[str]) -> bool:

@@ -6,6 +6,8 @@ share the series and the kept chart responses of ended runs (app/responses.py; 5
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
 
 from radt.app.dashboard import create_app
@@ -22,6 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", help="simple (default), null, or a redis:// URL")
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
+    problem = port_problem(args.host, args.port)
+    if problem:
+        print(f"radt dashboard: {problem}", file=sys.stderr)
+        return 2
     try:
         dashboard = create_app(args.store, args.cache)
     except ValueError as exc:  # a bad --cache / RADT_CACHE, or a store radt cannot use (app/config.store_uri)
@@ -37,6 +43,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"radt dashboard: cannot listen on {args.host}:{args.port} ({exc.strerror or exc}); pick another with --port", file=sys.stderr)
         return 1
     return 0
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """Why the dashboard cannot listen on host:port (out of range, taken, not this machine's), asked before
+    anything starts: Dash asserts on a bad port, and werkzeug prints several lines and exits for a taken one."""
+    if not 1 <= port <= 65535:
+        return f"--port {port} is not a TCP port; give one from 1 to 65535 (default 8050)"
+    if "WERKZEUG_SERVER_FD" in os.environ:  # --debug's reloaded process: its parent holds the port and hands it over
+        return None
+    try:
+        family, kind, proto, _name, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as werkzeug binds: a port in TIME_WAIT is free
+            probe.bind(address)
+    except OSError as exc:  # socket.gaierror too: a --host that does not resolve
+        return f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick another with --port, or a --host of this machine"
+    return None
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ SQLite rows come straight off the DBAPI cursor. Downsampling (tsdownsample) foll
 
 from __future__ import annotations
 
+import contextvars
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -103,7 +104,9 @@ def _fetch_all(engine: sa.Engine, run_ids: Sequence[str], key: str, lo: int | No
             return _fetch(conn, ids, key, lo, hi, x)
 
     out: dict[str, Series] = {}
-    for found in _read_pool().map(part, [run_ids[i::READ_THREADS] for i in range(READ_THREADS)]):
+    parts = [run_ids[i::READ_THREADS] for i in range(READ_THREADS)]
+    contexts = [contextvars.copy_context() for _ in parts]  # each part keeps the request's deadline (app/deadline.py)
+    for found in _read_pool().map(lambda context, ids: context.run(part, ids), contexts, parts):
         out.update(found)
     return out
 

@@ -15,6 +15,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from radt import mlflowdb
+from radt.app import deadline
 
 # MLflow's tables as radt's core spells them (the tracker writes the same objects)
 EXPERIMENTS = mlflowdb.experiments
@@ -49,7 +50,7 @@ def make_read_engine(uri: str, *, pool_size: int = 5, statement_timeout_ms: int 
     url = sa.engine.make_url(uri)
     backend = url.get_backend_name()
     if backend == "sqlite":
-        connect_args: dict = {"timeout": 30}
+        connect_args: dict = {"timeout": deadline.SQLITE_BUSY_S}
         database = url.database
         if database and database != ":memory:" and not database.startswith("file:"):
             path = urllib.parse.quote(os.path.abspath(os.path.expanduser(database)))
@@ -61,17 +62,21 @@ def make_read_engine(uri: str, *, pool_size: int = 5, statement_timeout_ms: int 
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA query_only = ON")
             cursor.close()
+            dbapi_connection.set_progress_handler(deadline.sqlite_progress, deadline.SQLITE_STEPS)  # a request past its deadline stops here
 
+        sa.event.listen(engine, "checkout", lambda dbapi_connection, _record, _proxy: deadline.on_sqlite_checkout(dbapi_connection))
         return engine
     if backend == "postgresql":
         options = f"-c default_transaction_read_only=on -c statement_timeout={int(statement_timeout_ms)} -c work_mem=32MB -c jit=off"
-        return sa.create_engine(
+        engine = sa.create_engine(
             url,
             pool_pre_ping=True,
             pool_size=pool_size,
             max_overflow=pool_size,
             connect_args={"connect_timeout": 5, "options": options, "application_name": "radt-dashboard"},
         )
+        sa.event.listen(engine, "checkout", lambda dbapi_connection, _record, _proxy: deadline.on_postgres_checkout(dbapi_connection))
+        return engine
     return sa.create_engine(url, pool_pre_ping=True)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from radt.app import data
+from radt.app import data, deadline
 from radt.app.data import DEFAULT_METRICS, X_MODES, spec_metric
 from radt.app.figures import GPU_MODES, MAX_COLUMNS, Panel, overlay_figure
 from radt.catalogue import METRICS
@@ -25,9 +25,9 @@ SCREEN_BUDGET = 2000  # points per series sent to the browser
 EXPORT_BUDGET = 20000  # points per series in an exported figure: beyond a print's resolution
 MAX_CHARTS = 30  # metrics drawn at once (each is a chart and a query per run); more are named and left out
 MAX_IDS = 1000  # experiments or runs in one view
-RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # MLflow's run ids (32 hex digits), as a link may carry them
-EXPERIMENT_ID = re.compile(r"^[0-9]{1,18}$")
-GPU_INDEX = re.compile(r"^[0-9]{1,4}$")
+RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")  # MLflow's run ids (32 hex digits), as a link may carry them
+EXPERIMENT_ID = re.compile(r"^[0-9]{1,18}\Z")
+GPU_INDEX = re.compile(r"^[0-9]{1,4}\Z")
 KEY_LIMIT = 250  # MLflow's longest metric key
 QUERY_LIMIT = 1000  # characters of a run filter in a link
 DEFAULT_COLUMNS = 1  # charts per row when the link does not say (cols) and no screen does: an export, a script
@@ -282,6 +282,7 @@ def render(view: View, budget: int = SCREEN_BUDGET, runs: pd.DataFrame | None = 
     windows = data.zoom_windows(limits, view.axis, runs) if limits else {}
     panels, missing = [], {}
     for spec in view.metrics:
+        deadline.check()  # a request past RADT_REQUEST_TIMEOUT stops between series (app/deadline.py)
         found = data.series(spec, runs, windows, budget=budget, x=view.x, gpus=view.gpus, shape="envelope")
         lacking = [name for run_id, name in zip(runs["run_id"], runs["run_name"], strict=False) if run_id not in found]
         if lacking:
@@ -289,6 +290,7 @@ def render(view: View, budget: int = SCREEN_BUDGET, runs: pd.DataFrame | None = 
         if found:
             panels.append(Panel(spec_metric(spec), found, placed=view.x == "step" and data.hardware(spec)))
     grouped = view.mode == "grouped"
+    deadline.check()
     figure = overlay_figure(
         panels, runs, x_mode=view.x, grouped=grouped, smoothing=view.smoothing, log_y=view.log_y, x_range=limits, gpu_mode=view.gpu_mode, columns=view.columns
     )

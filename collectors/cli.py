@@ -17,7 +17,7 @@ from radt.cli import OneLineParser
 from radt.collectors.command import UsageError, build_command, check_name, check_numbers, check_script
 from radt.collectors.listeners import DEFAULT, ListenerError, parse_listeners, parse_profiler
 from radt.collectors.profilers import check_profiler
-from radt.settings import tracking_uri
+from radt.settings import check_radt_home, tracking_uri
 
 
 def parse_devices(spec: str | None) -> list[int | str] | None:
@@ -101,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     opts = parser.parse_args(argv)
     try:  # the user's mistakes first, before MLflow is even imported (two seconds): one line, exit 2
         check_numbers(opts.interval, opts.max_time, opts.max_epoch, opts.flush_timeout)
+        if not opts.dry_run:  # before the reaper, the store and the run: a full or read-only RADT_HOME leaves nothing behind
+            check_radt_home()
         store = tracking_uri(opts.store)
         configure_artifacts(opts.artifacts, store)  # RADT_ARTIFACT_URI, which the runs it starts inherit
         if opts.prometheus is not None:

@@ -30,11 +30,16 @@ class ListenerError(ValueError):
 
 
 def _names(spec: str | None) -> list[str]:
-    spec = (spec or DEFAULT).strip()
+    """The names of a listener list; None is the default, '-' none. An empty name ('', '+', 'nvml++') is a ListenerError."""
+    spec = (DEFAULT if spec is None else spec).strip()
     names = []
     for raw in spec.replace(",", "+").split("+"):
         name = raw.strip().lower()
-        if not name or name == "-":
+        if not name:
+            raise ListenerError(
+                f"listeners '{spec}' {'name no listener' if not spec else 'hold an empty name'}: join names with one '+', e.g. {DEFAULT}, or give '-' for none"
+            )
+        if name == "-":
             continue
         if name not in ALIASES and name not in PROFILER_ALIASES:
             known = ", ".join(sorted(set(ALIASES) | {"nsys", "ncu", "nsys-raw", "ncu-raw"}))

@@ -40,7 +40,7 @@ from radt.collectors.tracking import StoreError, connect, create_run, find_runs,
 from radt.collectors.writer import MetricWriter
 from radt.rundir import DONE_FILE, LOGS_DIR, META_FILE, SPOOL_FILE, claim_run_dir, owner_pid, release_run_dir
 from radt.runmodel import GPUS_TAG, HOST_TAG, INTERVAL_TAG, MONITOR_TAG, PID_TAG, STOP_REASON_TAG
-from radt.settings import runs_dir, tracking_uri
+from radt.settings import check_radt_home, runs_dir, tracking_uri
 
 RETRY_NEW_DAY = 60.0  # seconds between tries to start the next day's run while the store is away
 
@@ -301,6 +301,7 @@ def main(argv: list[str]) -> int:
     try:
         try:
             check_numbers(opts.interval, None, None, opts.flush_timeout)  # NaN and inf too, as for a training run
+            check_radt_home()  # a full or read-only RADT_HOME: one line, before any run exists
             if opts.prometheus_port is not None:  # the port first: taken, nothing else has started
                 exposition = bind(opts.prometheus_host, opts.prometheus_port, socket.gethostname(), report)
             listeners = parse_listeners(opts.listeners)

@@ -15,7 +15,7 @@ from radt.runmodel import SLURM_JOB_TAG, SLURM_NODE_TAG, SLURM_PARTITION_TAG, SL
 
 NODE_ENV = "MLFLOW_SYSTEM_METRICS_NODE_ID"  # MLflow's own variable
 RUN_ENV = "MLFLOW_RUN_ID"
-_NODE_ID = re.compile(r"^[A-Za-z0-9_.\-: ]{1,100}$")  # what an MLflow metric/tag key may hold, no '/'
+_NODE_ID = re.compile(r"^[A-Za-z0-9_.\-: ]{1,100}\Z")  # what an MLflow metric/tag key may hold, no '/'
 
 
 class Membership(NamedTuple):

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from radt.catalogue import DCGM_TAGS, METRICS, exposition_name, key
+from radt.settings import is_http_url
 
 # dcgm-exporter metric -> the `dcgmi dmon` tag of the same DCGM field (DCGM's field names), whose
 # catalogue entry gives the metric and scale (FB_USED comes in MiB, as dmon's FBUSD does).
@@ -55,8 +56,7 @@ CHUNK_S = 3600  # seconds of raw samples asked for in one backfill query
 def check_url(text: str, source: str = "--prometheus") -> str:
     """A Prometheus server's base URL without its trailing slash; ValueError in one line naming the fix."""
     url = text.strip().rstrip("/")
-    parsed = urllib.parse.urlparse(url)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc or parsed.query or parsed.fragment:
+    if not is_http_url(url):  # also 'http://[::1' and 'http://host:99999', which urllib raises on
         raise ValueError(f"{source} '{text}' is not a Prometheus server's http(s) URL; give e.g. {source} http://prometheus:9090")
     return url
 

@@ -29,6 +29,7 @@ from radt.collectors.nodes import membership, node_scoped, on_node
 from radt.collectors.proctree import ProcessTree, become_subreaper, catch_stops, check_cgroup, child_setup, make_cgroup, restore_interrupts
 from radt.collectors.profilers import wrap
 from radt.collectors.sampler import Sampler, open_sources
+from radt.collectors.scriptlog import ScriptLog
 from radt.collectors.sources.base import SamplingContext
 from radt.collectors.stores import open_metric_store
 from radt.collectors.tracking import ADDED_ENV, connect, create_run, join_run, resolve_experiment, set_tags
@@ -149,26 +150,46 @@ def radt_import_path() -> Path:
 
 
 def _tee(source, sink, log_path: Path) -> threading.Thread:
-    """Copy a child stream to the terminal and a log file as bytes arrive (progress bars included)."""
+    """Copy a child stream to the terminal and a log file as bytes arrive (progress bars included).
+
+    A log that cannot be written (a full disk) is said once and given up: the stream is still read to its
+    end, so the script never blocks on a full pipe, and the terminal still gets every byte."""
 
     def pump() -> None:
         fd = source.fileno()
-        with open(log_path, "ab") as log:
-            while True:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    break
-                log.write(chunk)
-                log.flush()
-                try:
-                    sink.write(chunk)
-                    sink.flush()
-                except (OSError, ValueError):
-                    pass  # terminal gone: keep the log
+        log = _log_step(log_path, None, b"")
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            if log is not None:
+                log = _log_step(log_path, log, chunk)
+            try:
+                sink.write(chunk)
+                sink.flush()
+            except (OSError, ValueError):
+                pass  # terminal gone: keep the log
+        if log is not None:
+            log.close()
 
     thread = threading.Thread(target=pump, name="radt-tee", daemon=True)
     thread.start()
     return thread
+
+
+def _log_step(log_path: Path, log, chunk: bytes):
+    """The script's log (opened when `log` is None) after `chunk` is written to it; None, said once, where it cannot be written."""
+    try:
+        log = log if log is not None else open(log_path, "ab", buffering=0)  # noqa: SIM115 - the tee closes it at the stream's end
+        view = memoryview(chunk)
+        while view:
+            view = view[log.write(view) :]
+        return log
+    except OSError as exc:
+        report(f"radt: cannot write the script's output to {log_path} ({exc.strerror or exc}); from here on it goes to the terminal only")
+        if log is not None:
+            log.close()
+        return None
 
 
 def _kill_tree(pid: int, leftovers: list[psutil.Process]) -> None:
@@ -427,6 +448,7 @@ def run_script(opts: RunOptions) -> int:
     tees = [_tee(child.stdout, sys.stdout.buffer, logs / "stdout.log"), _tee(child.stderr, sys.stderr.buffer, logs / "stderr.log")]
     sampler = Sampler(sources, opts.interval, on_node(writer.put, member.node), report, start_gate=started_flag.exists if opts.manual else None)
     sampler.start()
+    script_log = ScriptLog(run_dir, run_id, client, writer.put, report).start(lambda: writer.healthy)  # the script's radt.run() calls
 
     supervisor = Supervisor(child, deadline, run_dir, tree.processes)
     previous = catch_stops(supervisor.on_signal)
@@ -454,7 +476,9 @@ def run_script(opts: RunOptions) -> int:
                 (logs / "radt-sources.json").write_text(json.dumps(sampler.describe(), indent=2))
             except OSError as exc:  # a full disk must not cost the run its status
                 report(f"radt: cannot write the run's logs in {logs} ({exc.strerror or exc})")
+            script_log.close(exit_by, cancel)  # its last calls into the writer before it closes
             written = writer.close(max(0.0, exit_by - time.monotonic()), cancel)
+            written = script_log.settle(kept=not writer.lost) and written
             finish_run(
                 client,
                 run_dir,
@@ -464,7 +488,7 @@ def run_script(opts: RunOptions) -> int:
                 returncode,
                 stop_reason or ("max_time" if supervisor.time_limited else None),
                 written,
-                writer.written,
+                max(0, writer.written - script_log.points),  # radt.points: the system points, as `radt sync` counts them
                 script_ms=(script_start_ms, script_end_ms),
                 deadline=exit_by,
                 cancel=cancel,

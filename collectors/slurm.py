@@ -171,6 +171,11 @@ def line_end(value: str) -> str:
     return next((name for char, name in LINE_ENDS.items() if char in value), "")
 
 
+def output_pattern(path: Path) -> str:
+    """`path` in sbatch's --output, where `%` starts a replacement (a folder `runs%j` would become `runs1234`): each one doubled."""
+    return str(path).replace("%", "%%")
+
+
 def job_command(opts: ExperimentOptions, lines: list[int], csv: str, python: str = sys.executable) -> list[str]:
     """The radt command line a job runs on its node: exactly the workload of these CSV rows."""
     args = [python, "-m", "radt", "--store", opts.store, "--interval", str(opts.interval), "--flush-timeout", str(opts.flush_timeout)]
@@ -209,7 +214,13 @@ def script_problems(csv: Path, store: str, slurm_opts: SlurmOptions, python: str
     options = [("--slurm-partition", slurm_opts.partition), ("--slurm-account", slurm_opts.account), ("--slurm-time", slurm_opts.time)]
     checks += [(value, f"{flag} {value!r}", "give it without") for flag, value in options if value]
     checks += [(arg, f"the --sbatch option {arg!r}", "give it without") for arg in slurm_opts.sbatch]
-    return [f"{what} has {line_end(value)}, which cannot go into a Slurm job; {fix}" for value, what, fix in checks if line_end(value)]
+    problems = [f"{what} has {line_end(value)}, which cannot go into a Slurm job; {fix}" for value, what, fix in checks if line_end(value)]
+    if "\\" in path and not line_end(path):  # sbatch reads a backslash in --output as "replace nothing": every job would write one file
+        problems.append(
+            f"the CSV's path {path!r} has a backslash, which cannot go into a Slurm job; rename the file (or its folder) without it "
+            "(sbatch's --output reads a backslash as: replace nothing)"
+        )
+    return problems
 
 
 def name_problems(exp: ExperimentFile, workloads: list[Workload]) -> list[str]:
@@ -265,7 +276,7 @@ class Submitter:
         args = ["sbatch", "--parsable", f"--job-name=radt-{job.slug}", f"--comment={self.comment(job)}", "--nodes=1", "--ntasks=1"]
         args += [f"--cpus-per-task={len(job.rows)}"]
         args += [f"--gres=gpu:{gpus}"] if gpus else []
-        args += [f"--output={self.folder / job.slug}-%j.out", *self.slurm_opts.args(), str(self.folder / f"{job.slug}.sh")]
+        args += [f"--output={output_pattern(self.folder / job.slug)}-%j.out", *self.slurm_opts.args(), str(self.folder / f"{job.slug}.sh")]
         return args
 
     def comment(self, job: Job) -> str:

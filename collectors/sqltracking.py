@@ -172,7 +172,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _path_not_unique(name: str) -> bool:
+def path_not_unique(name: str) -> bool:
     norm = posixpath.normpath(name)
     return norm != str(name) or norm == "." or norm.startswith("..") or norm.startswith("/")
 
@@ -181,7 +181,7 @@ def check_key(key: str, what: str) -> str:
     """MLflow's rule for param and tag keys (mlflow/utils/validation.py)."""
     if key is None or not re.match(r"^[/\w.\- :]*$", key):
         raise TrackingError(f"invalid {what} key {key!r}: names may only contain alphanumerics, underscores, dashes, periods, spaces, colons and slashes")
-    if _path_not_unique(key):
+    if path_not_unique(key):
         raise TrackingError(f"invalid {what} key {key!r}: it would resolve to {posixpath.normpath(key)!r} as a path")
     if len(key) > db.MAX_KEY_LENGTH:
         raise TrackingError(f"{what} key {key[:40]!r}... is longer than MLflow's {db.MAX_KEY_LENGTH} characters")
@@ -553,7 +553,7 @@ class SqlTracking:
 
 
 def _artifact_folder(root: str, artifact_path: str | None) -> str:
-    if artifact_path and _path_not_unique(artifact_path):
+    if artifact_path and path_not_unique(artifact_path):
         raise TrackingError(f"invalid artifact path {artifact_path!r}: it would resolve to {posixpath.normpath(artifact_path)!r}")
     folder = os.path.join(root, os.path.normpath(artifact_path)) if artifact_path else root
     os.makedirs(folder, exist_ok=True)

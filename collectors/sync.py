@@ -13,11 +13,15 @@ import socket
 import sys
 
 import psutil
+import sqlalchemy as sa
 
 from radt.collectors.command import first_line
-from radt.collectors.finish import finish, killed, save_pending
+from radt.collectors.finish import finish, killed, run_tags_of_nodes, save_pending
+from radt.collectors.nodes import node_scoped
 from radt.collectors.reaper import reap
-from radt.collectors.stores import open_metric_store
+from radt.collectors.scriptlog import sync as sync_script_log
+from radt.collectors.scriptlog import unsent
+from radt.collectors.stores import SqlMetricStore, open_metric_store
 from radt.collectors.tracking import connect, set_tags
 from radt.collectors.writer import Spool, call_with_deadline
 from radt.rundir import DONE_FILE, META_FILE, PENDING_FILE, SPOOL_FILE, claim_run_dir, owner_pid, release_run_dir
@@ -52,12 +56,53 @@ def replay_spool(store_uri: str, run_dir, run_id: str, spool: Spool | None = Non
         store.close()
 
 
-def add_points(client, run_id: str, sent: int) -> None:
-    """radt.points counts what sync sent too."""
-    run = call_with_deadline(lambda: client.get_run(run_id), FINISH_TIMEOUT.get())
-    before = run.data.tags.get(POINTS_TAG, "0")
-    total = (int(before) if before.isdigit() else 0) + sent
-    call_with_deadline(lambda: set_tags(client, run_id, {POINTS_TAG: str(total)}), FINISH_TIMEOUT.get())
+class BrokenRunFolder(Exception):
+    """A run folder sync cannot use (an empty or cut meta.json, as a full disk leaves); says what is wrong with it."""
+
+
+def read_meta(run_dir) -> dict:
+    """The run folder's meta.json; BrokenRunFolder where it is empty, not JSON, or names no run and store."""
+    try:
+        text = (run_dir / META_FILE).read_text()
+    except OSError as exc:
+        raise BrokenRunFolder(f"its {META_FILE} cannot be read ({exc.strerror or exc})") from None
+    try:
+        meta = json.loads(text)
+    except ValueError:
+        raise BrokenRunFolder(f"its {META_FILE} is {'empty' if not text.strip() else 'not JSON'} (a disk that was full?)") from None
+    if not isinstance(meta, dict) or not all(isinstance(meta.get(key), str) for key in ("run_id", "store")):
+        raise BrokenRunFolder(f"its {META_FILE} names no run id and store")
+    return meta
+
+
+def stored_points(uri: str, run_id: str, node: str | None = None) -> int:
+    """The run's system points (a node's part: its own) in the store: what its radt wrote before it died and
+    what sync sent since, each once (a SIGKILLed radt never wrote its count, and a spooled batch may be in twice)."""
+    prefix = f"system/{node}/" if node else "system/"
+    store = open_metric_store(uri)
+    try:
+        if isinstance(store, SqlMetricStore):
+            metrics = store.metrics
+            like = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            count = sa.select(sa.func.count()).select_from(metrics).where(metrics.c.run_uuid == run_id, metrics.c.key.like(like, escape="\\"))
+            with store.engine.connect() as conn:
+                return conn.execute(count).scalar_one()
+        client = store.client  # an mlflow server: each of the run's system keys' history
+        keys = [key for key in client.get_run(run_id).data.metrics if key.startswith(prefix)]
+        return sum(len(client.get_metric_history(run_id, key)) for key in keys)
+    finally:
+        store.close()
+
+
+def set_points(client, run_id: str, node: str | None, total: int) -> None:
+    """radt.points of a run that had ended (a node's part: its own, and the run's sum once no part runs)."""
+    timeout = FINISH_TIMEOUT.get()
+    call_with_deadline(lambda: set_tags(client, run_id, node_scoped({POINTS_TAG: str(total)}, node)), timeout)
+    if node:
+        run = call_with_deadline(lambda: client.get_run(run_id), timeout)
+        summed = run_tags_of_nodes(run.data.tags).get(POINTS_TAG)
+        if run.info.status != "RUNNING" and summed:
+            call_with_deadline(lambda: set_tags(client, run_id, {POINTS_TAG: summed}), timeout)
 
 
 def sync_run(run_dir, meta: dict) -> tuple[int, bool]:
@@ -83,10 +128,14 @@ def sync_run(run_dir, meta: dict) -> tuple[int, bool]:
             before = tags.get(POINTS_TAG, "0")
             tags[POINTS_TAG] = str((int(before) if before.isdigit() else 0) + spool.sent)
             save_pending(run_dir, pending)
+    sync_script_log(meta["store"], client, run_dir, run_id, lambda line: print(line, file=sys.stderr))  # its radt.run() calls radt did not hand on
+    if pending is not None or spool.sent:  # radt's own count is missing (it died) or short of what was sent since
+        total = call_with_deadline(lambda: stored_points(meta["store"], run_id, meta.get("node")), FINISH_TIMEOUT.get())
     if pending is not None:
+        pending.setdefault("tags", {})[POINTS_TAG] = str(total)
         finish(client, run_dir, run_id, pending)
     elif spool.sent:
-        add_points(client, run_id, spool.sent)
+        set_points(client, run_id, meta.get("node"), total)
     (run_dir / DONE_FILE).touch()
     return spool.sent, marked
 
@@ -97,10 +146,18 @@ def pending_runs():
     for run_dir in sorted(runs_dir().iterdir()):
         if not (run_dir / META_FILE).exists():
             continue
-        if (run_dir / SPOOL_FILE).exists() or (run_dir / PENDING_FILE).exists():
+        if (run_dir / SPOOL_FILE).exists() or (run_dir / PENDING_FILE).exists() or unsent(run_dir):
             yield run_dir
-        elif not (run_dir / DONE_FILE).exists() and json.loads((run_dir / META_FILE).read_text()).get("host", host) == host:
-            yield run_dir  # a run of another host (a shared RADT_HOME) is that host's to end
+        elif not (run_dir / DONE_FILE).exists() and _host(run_dir) in (host, None):
+            yield run_dir  # a run of another host (a shared RADT_HOME) is that host's to end; a broken folder is said by main
+
+
+def _host(run_dir) -> str | None:
+    """The host a run folder's meta.json names (this one where it names none); None where it cannot be read."""
+    try:
+        return read_meta(run_dir).get("host", socket.gethostname())
+    except BrokenRunFolder:
+        return None
 
 
 def main(argv: list[str]) -> int:
@@ -111,11 +168,19 @@ def main(argv: list[str]) -> int:
     reap()  # first the trees and runs of dead radt processes (collectors/reaper.py): killed, ended KILLED
     left = 0
     for run_dir in pending_runs():
-        meta = json.loads((run_dir / META_FILE).read_text())
-        run_id = meta["run_id"]
-        if claim_run_dir(run_dir) is None:  # its radt is alive and sends it itself
-            print(f"radt sync: run {run_id} is being recorded by radt (pid {owner_pid(run_dir) or '?'}); left to it", file=sys.stderr)
+        if claim_run_dir(run_dir) is None:  # its radt is alive and sends it itself (and may be writing meta.json right now)
+            print(f"radt sync: run {run_dir.name.split('@')[0]} is being recorded by radt (pid {owner_pid(run_dir) or '?'}); left to it", file=sys.stderr)
             continue
+        try:
+            meta = read_meta(run_dir)
+        except BrokenRunFolder as exc:  # nothing to send it with; every other run still is
+            release_run_dir(run_dir)
+            print(
+                f"radt sync: skipped {run_dir}: {exc}, so which run and store it belongs to is unknown; keep what you need of it and remove the folder",
+                file=sys.stderr,
+            )
+            continue
+        run_id = meta["run_id"]
         try:
             sent, marked = sync_run(run_dir, meta)
             if marked:

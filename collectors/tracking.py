@@ -12,6 +12,7 @@ import getpass
 import logging
 import math
 import os
+import re
 import shlex
 import socket
 import sys
@@ -23,7 +24,7 @@ from radt import settings
 from radt.artifacts import experiment_location
 from radt.collectors.command import first_line
 from radt.collectors.nodes import Membership, slurm_tags
-from radt.collectors.sqltracking import KeyValue, SchemaMismatch, SqlTracking, TrackingError, make_engine, open_sql_tracking
+from radt.collectors.sqltracking import KeyValue, SchemaMismatch, SqlTracking, TrackingError, make_engine, open_sql_tracking, path_not_unique
 from radt.errors import UserError
 from radt.mlflowdb import schema_revisions
 from radt.runmodel import (
@@ -233,13 +234,16 @@ def _location_wins(experiment, root: str, store: str) -> None:
 
 
 def script_params(args: list[str]) -> dict[str, str]:
-    """radT's way: '--batch-size 256' -> {'batch-size': '256'}; '--fp16' -> 'True'; '--lr=0.1' too."""
+    """radT's way: '--batch-size 256' -> {'batch-size': '256'}; '--fp16' -> 'True'; '--lr=0.1' too.
+
+    A flag MLflow cannot take as a param key is stored under param_key's escaped name (`--w[0] 1` -> `w:5B0:5D`);
+    the command param keeps it as typed."""
     params: dict[str, str] = {}
     i = 0
     positional = 0
     while i < len(args):
         token = args[i]
-        if token.startswith("-") and not _is_number(token) and token.strip("-"):
+        if token.startswith("-") and not _is_number(token) and token.strip("-") and not token.lstrip("-").startswith("="):
             name = token.lstrip("-")
             if "=" in name:
                 name, value = name.split("=", 1)
@@ -248,12 +252,32 @@ def script_params(args: list[str]) -> dict[str, str]:
                 i += 1
             else:
                 value = "True"
-            params[name] = value
+            params[param_key(name)] = value
         else:
             params[f"arg{positional}"] = token
             positional += 1
         i += 1
     return params
+
+
+# MLflow's characters for a param key (mlflow.utils.validation), but the colon: radt's escape, as '%' is a URL's
+PARAM_KEY_CHAR = re.compile(r"[/\w.\- ]")
+ESCAPE = ":"
+
+
+def param_key(name: str) -> str:
+    """A script's flag name as an MLflow param key: as typed where MLflow takes it, else escaped like a URL with ':' for '%'.
+
+    Each character MLflow refuses, and ':' itself, becomes ':' and its UTF-8 bytes in hex (`w[0]` -> `w:5B0:5D`,
+    `a,b` -> `a:2Cb`); '/' and '.' too where MLflow would read the key as a path (`a/`, `..`). Two names never share a key."""
+    key = "".join(char if PARAM_KEY_CHAR.fullmatch(char) else _escaped(char) for char in name)
+    if path_not_unique(key):
+        key = "".join(_escaped(char) if char in "/." else char for char in key)
+    return key
+
+
+def _escaped(char: str) -> str:
+    return "".join(f"{ESCAPE}{byte:02X}" for byte in char.encode("utf-8", "surrogatepass"))
 
 
 def _is_number(token: str) -> bool:
@@ -420,7 +444,8 @@ def create_run(
     params["command"] = shlex.join(command)
     params.update(settings)
     param = _entities(client)[0]
-    batch = [param(k[:250], str(v)[:PARAM_LIMIT]) for k, v in params.items()]
+    kept = {k[:250]: str(v)[:PARAM_LIMIT] for k, v in params.items()}  # one value per key where two long names share 250 characters
+    batch = [param(k, v) for k, v in kept.items()]
     for start in range(0, len(batch), 100):
         client.log_batch(run_id, params=batch[start : start + 100])
     return run_id, parent_id

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pandas as pd
 from dash import Input, Output, State, callback, dcc, html
 
+from radt.app import inputs
 from radt.app.aggregates import BY, COLLOCATION, KINDS, STATS, FigureError, activity_figure, aggregate_figure
 from radt.app.figures import empty_figure
 from radt.app.palette import run_colors
@@ -48,26 +49,37 @@ def layout() -> list:
 
 def draw(rows, kind, by, stat, run_id, view_data):
     """The chosen figure of the table's runs, or a figure whose text says what is missing."""
-    runs = [r for r in rows or [] if isinstance(r, dict) and r.get("kind") == "run"]
-    options = [{"label": f"{r.get('run')} · {r.get('workload')}", "value": r.get("run_id")} for r in runs if r.get("run_id")]
+    runs = _runs(rows)
+    options = [{"label": f"{r.get('run')} · {r.get('workload')}", "value": r["run_id"]} for r in runs]
     if not runs:
         return empty_figure("Pick runs on the left."), options
+    kind, by, stat = (v if isinstance(v, str) else "" for v in (kind, by, stat))  # not text: named as not one of the choices
     try:
         from radt.app.export import experiment_names
 
         view = View.from_dict(view_data if isinstance(view_data, dict) else {})
         if kind == "activity":
-            chosen = run_id if run_id in {o["value"] for o in options} else options[0]["value"]
+            chosen = run_id if run_id in [o["value"] for o in options] else options[0]["value"]
             return _activity(view, chosen), options
         return aggregate_figure(kind, pd.DataFrame(runs), stat, by, experiment_names(), run_colors(view_runs(view))), options
     except FigureError as exc:
         return empty_figure(str(exc)), options
 
 
-def _activity(view: View, run_id: str):
-    from radt.app.export import activity_series
+def _runs(rows: object) -> list[dict]:
+    """The table's run rows, as a request may carry anything: a row without a run id is left out, a value that is not
+    text or a number is left empty."""
+    runs = [r for r in inputs.records(rows) if r.get("kind") == "run" and inputs.run_id(r.get("run_id"))]
+    return [{k: v if v is None or isinstance(v, str | int | float) else None for k, v in r.items()} for r in runs]
 
-    series, title = activity_series(view, run_id)
+
+def _activity(view: View, run_id: str):
+    from radt.app.export import ExportError, activity_series
+
+    try:
+        series, title = activity_series(view, run_id)
+    except ExportError as exc:  # the run is not in the view: said on the figure
+        raise FigureError(str(exc)) from exc
     return activity_figure(series, title)
 
 

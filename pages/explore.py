@@ -12,7 +12,7 @@ import dash
 import pandas as pd
 from dash import ALL, ClientsideFunction, Input, Output, State, callback, clientside_callback, dcc, html
 
-from radt.app import data, responses
+from radt.app import data, deadline, responses
 from radt.app.data import DEFAULT_METRICS
 from radt.app.figures import empty_figure, legend_entries
 from radt.app.runs import list_experiments, list_metric_keys, present_metrics
@@ -263,7 +263,12 @@ def draw(run_groups, metric_specs, x_mode, group_mode, smoothing, log_y, zoom_st
         return empty_figure("Pick runs on the left."), view.to_dict(), note, []
     if not view.metrics:
         return empty_figure("Pick at least one metric."), view.to_dict(), note, []
-    rendered = responses.render(view)  # the whole response is kept for views of ended runs (app/responses.py)
+    try:
+        rendered = responses.render(view)  # the whole response is kept for views of ended runs (app/responses.py)
+    except Exception as exc:
+        if not deadline.timed_out(exc):
+            raise
+        return empty_figure(deadline.message()), view.to_dict(), note, []
     if not rendered.panels:
         return empty_figure("None of the chosen metrics exists in these runs."), view.to_dict(), note, []
     rendered.figure.update_layout(showlegend=False)  # the screen's legend is the sticky HTML one; exports keep Plotly's

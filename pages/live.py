@@ -22,7 +22,7 @@ from dash import ALL, Input, Output, State, callback, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from radt import catalogue
-from radt.app import live
+from radt.app import inputs, live
 from radt.app.cache import RUNNING_TIMEOUT
 from radt.app.data import cached
 from radt.app.figures import plain
@@ -217,6 +217,7 @@ def render(_tick, window_min, previous):
     changes; otherwise nothing (the tick callback extends the charts)."""
     if store_error():
         raise PreventUpdate
+    window_min = inputs.choice(window_min, WINDOWS, 5)  # a request may carry anything: not a window is the default
     now_ms = int(time.time() * 1000)
     runs = _runs(now_ms)
     latest = _latest(list(runs["run_id"]), now_ms)
@@ -224,7 +225,7 @@ def render(_tick, window_min, previous):
     signature = {"runs": [[r, s, [t.key for t in traces[r]]] for r, s in zip(runs["run_id"], runs["status"], strict=False)], "window": window_min}
     if signature == previous:
         raise PreventUpdate
-    return _cards(runs, traces, int(window_min or 5), now_ms), signature
+    return _cards(runs, traces, window_min, now_ms), signature
 
 
 # --- every tick: new points, current values, flags ---------------------------------------------------
@@ -284,34 +285,65 @@ def tick(_tick, cursors, cursor_ids, window_min):
     """Append the points newer than each chart's cursor; refresh the numbers and the flags."""
     now_ms = int(time.time() * 1000)
     clock = f"updated {time.strftime('%H:%M:%S', time.gmtime(now_ms / 1000))} UTC"
-    if not cursor_ids or store_error():
-        return [], [], [], [], clock
-    run_ids = [i[ids.RUN_KEY] for i in cursor_ids]
-    latest = _latest(run_ids, now_ms)
-    idle = _idle({r: c["keys"] for r, c in zip(run_ids, cursors, strict=False) if c and c.get("status") in LIVE_STATUSES}, now_ms)
-    extend, new_cursors, values, flags = [], [], [], []
-    for run_id, cursor in zip(run_ids, cursors, strict=False):
-        cursor = cursor or {"ts": now_ms, "keys": []}
-        key_ts = cursor.get("key_ts") or {}
-        found = _new_points(run_id, {key: int(key_ts.get(key, cursor["ts"])) for key in cursor["keys"]})
-        if found:
-            indices = [i for i, key in enumerate(cursor["keys"]) if key in found]
-            xs = [pd.to_datetime(found[cursor["keys"][i]][0], unit="ms").strftime("%Y-%m-%d %H:%M:%S.%f").tolist() for i in indices]
-            ys = [found[cursor["keys"][i]][1].tolist() for i in indices]
-            keep = int(int(window_min or 5) * 60 / max(0.1, float(cursor.get("interval") or 1.0)) * 1.05) + 10
-            extend.append(({"x": xs, "y": ys}, indices, keep))
-            key_ts = {**key_ts, **{k: int(found[k][0][-1]) for k in found if len(found[k][0])}}
-            new_cursors.append({**cursor, "ts": max([int(cursor["ts"]), *key_ts.values()]), "key_ts": key_ts})
-        else:
-            extend.append(no_update)
-            new_cursors.append(no_update)
+    cards = dash.ctx.outputs_list[:4]  # per card on the page: its chart, cursor, values and flags, one answer each
+    window_min = inputs.choice(window_min, WINDOWS, 5)  # a request may carry anything: not a window is the default
+    kept = _cursors(cursor_ids, cursors, now_ms)
+    answers = {} if store_error() or not kept else _answers(kept, window_min, now_ms)
+    return *([answers.get(_run_of(o), (no_update,) * 4)[k] for o in out] for k, out in enumerate(cards)), clock
+
+
+def _cursors(cursor_ids: object, cursors: object, now_ms: int) -> dict[str, dict]:
+    """run -> its card's cursor, for the cards whose id names a run."""
+    pairs = zip(cursor_ids if isinstance(cursor_ids, list) else [], cursors if isinstance(cursors, list) else [], strict=False)
+    kept = {_run_of({"id": i}): _cursor(c, now_ms) for i, c in pairs}
+    kept.pop(None, None)
+    return kept
+
+
+def _answers(kept: dict[str, dict], window_min: int, now_ms: int) -> dict[str, tuple]:
+    """Per run: its chart's new points, its cursor after them, its current values and its flags."""
+    latest = _latest(list(kept), now_ms)
+    idle = _idle({r: c["keys"] for r, c in kept.items() if c["status"] in LIVE_STATUSES}, now_ms)
+    out = {}
+    for run_id, cursor in kept.items():
         run_values = latest.get(run_id, {})
-        values.append(_value_row(run_values))
-        flags.append(_flags(cursor, run_values, idle.get(run_id, []), now_ms))
-    return extend, new_cursors, values, flags, clock
+        out[run_id] = (*_advance(run_id, cursor, window_min), _value_row(run_values), _flags(cursor, run_values, idle.get(run_id, []), now_ms))
+    return out
+
+
+def _run_of(output: object) -> str | None:
+    """The run a card's component id names, or None."""
+    found = output.get("id") if isinstance(output, dict) else None
+    return inputs.run_id(found.get(ids.RUN_KEY)) if isinstance(found, dict) else None
+
+
+def _cursor(value: object, now_ms: int) -> dict:
+    """A card's cursor as the page keeps it (see _card); what is not that starts from now with no keys."""
+    cursor = value if isinstance(value, dict) else {}
+    ts = inputs.millis(cursor.get("ts"), now_ms)
+    keys = [inputs.key(k) for k in cursor.get("keys") or []] if isinstance(cursor.get("keys"), list) else []
+    found = cursor.get("key_ts") if isinstance(cursor.get("key_ts"), dict) else {}
+    key_ts = {k: inputs.millis(v, ts) for k, v in found.items() if inputs.key(k)}
+    status = cursor.get("status") if isinstance(cursor.get("status"), str) else ""
+    interval = inputs.number(cursor.get("interval"), 1.0, 0.1, 3600.0)
+    return {"ts": ts, "key_ts": key_ts, "keys": list(dict.fromkeys(k for k in keys if k)), "status": status, "interval": interval}
+
+
+def _advance(run_id: str, cursor: dict, window_min: int) -> tuple:
+    """The points of the card's chart newer than its cursor (extendData) and the cursor after them; no_update for none."""
+    key_ts = cursor["key_ts"]
+    found = _new_points(run_id, {key: key_ts.get(key, cursor["ts"]) for key in cursor["keys"]})
+    if not found:
+        return no_update, no_update
+    indices = [i for i, key in enumerate(cursor["keys"]) if key in found]
+    xs = [pd.to_datetime(found[cursor["keys"][i]][0], unit="ms").strftime("%Y-%m-%d %H:%M:%S.%f").tolist() for i in indices]
+    ys = [found[cursor["keys"][i]][1].tolist() for i in indices]
+    keep = int(window_min * 60 / cursor["interval"] * 1.05) + 10
+    key_ts = {**key_ts, **{k: int(found[k][0][-1]) for k in found if len(found[k][0])}}
+    return ({"x": xs, "y": ys}, indices, keep), {**cursor, "ts": max([cursor["ts"], *key_ts.values()]), "key_ts": key_ts}
 
 
 @callback(Output(ids.LIVE_TICK, "disabled"), Output(ids.LIVE_PAUSE, "children"), Input(ids.LIVE_PAUSE, "n_clicks"))
 def pause(clicks):
-    paused = bool(clicks and clicks % 2)
+    paused = bool(inputs.count(clicks) % 2)
     return paused, ("Resume" if paused else "Pause")

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pandas as pd
-from dash import ALL, MATCH, Input, Output, State, callback, dcc, html, no_update
+from dash import ALL, MATCH, Input, Output, State, callback, ctx, dcc, html, no_update
+from dash.exceptions import PreventUpdate
 
-from radt.app import data
+from radt.app import data, inputs
 from radt.app.filters import FIELDS, LIKE_PATTERN_LIMIT, Narrowed, narrow
 from radt.app.runs import list_experiments
 from radt.app.state import STATE
@@ -148,8 +149,9 @@ def select_workload(all_value, options):
 
 def tick_matching(n_clicks, option_lists):
     """Every run box in the tree ticked: the tree holds the runs the filter leaves, and nothing else."""
-    if not n_clicks or not isinstance(option_lists, list):
-        return no_update
+    boxes = len(ctx.outputs_list)  # one answer per box the request names, whatever else it carries
+    if not inputs.count(n_clicks) or not isinstance(option_lists, list) or len(option_lists) != boxes:
+        raise PreventUpdate  # (no_update is not an answer for a wildcard output)
     return [select_workload(["all"], options) for options in option_lists]
 
 

@@ -6,11 +6,18 @@ which the block swallows), so the code after the block runs, the checkpoint save
 the run ends FINISHED with the tag radt.stop_reason. A loop can also ask `run.should_stop(epoch)`
 and break by itself. Run as plain `python train.py`, every call is a no-op, so the same script
 works both ways.
+
+No call waits for the store and none imports MLflow: each appends one JSON line to the run folder's
+script.jsonl (RADT_RUN_DIR), and radt's own process sends them on through its writer (queue, spool,
+deadlines; collectors/scriptlog.py). A disk that refuses the line is said once on stderr and never
+raised into the training loop; what radt rejects (an invalid key) is said on radt's stderr.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -20,7 +27,7 @@ __all__ = ["run", "RadtRun", "StopTraining", "under_radt"]
 __version__ = "0.1.0"
 
 # files in the run folder (RADT_RUN_DIR) through which the script tells radt what it does
-from radt.rundir import CONTEXT_FILE, STARTED_FILE, STOP_REASON_FILE  # noqa: E402
+from radt.rundir import CONTEXT_FILE, SCRIPT_ARTIFACTS_DIR, SCRIPT_LOG_FILE, STARTED_FILE, STOP_REASON_FILE  # noqa: E402
 
 
 class StopTraining(BaseException):
@@ -47,7 +54,8 @@ class RadtRun:
         self.deadline = float(deadline) if self.active and deadline else None
         self.manual = self.active and os.environ.get("RADT_MANUAL") == "1"
         self.nvtx_range = os.environ.get("RADT_NVTX_RANGE") if self.active else None
-        self._mlflow = None
+        self._log = ScriptLog(self.run_dir / SCRIPT_LOG_FILE) if self.active else None
+        self._opened = False
         self._nvtx_pop = None
         self._blocks = 0  # `with` blocks open on this object: where a stop can end the training without ending the process
         self._stop_reason: str | None = None
@@ -59,15 +67,11 @@ class RadtRun:
     def _open(self) -> RadtRun:
         if not self.active:
             return self
-        if self._mlflow is None:
-            (self.run_dir / CONTEXT_FILE).touch()  # before MLflow's import: radt waits for this script at --max-time
-        import mlflow
-
-        self._mlflow = mlflow
-        if mlflow.active_run() is None:
-            mlflow.start_run(run_id=self.run_id)
+        if not self._opened:
+            self._opened = True
+            self._log.touch(self.run_dir / CONTEXT_FILE)  # radt waits for this script's own stop at --max-time
         if self.manual:  # radt's sampler waits for this file
-            (self.run_dir / STARTED_FILE).touch()
+            self._log.touch(self.run_dir / STARTED_FILE)
         if self.nvtx_range and self._nvtx_pop is None:
             self._nvtx_pop = _push_nvtx(self.nvtx_range)
         return self
@@ -79,33 +83,34 @@ class RadtRun:
             self._nvtx_pop = None
         return exc_type is not None and issubclass(exc_type, StopTraining)  # the training ends; the code after the block runs
 
-    # --- logging (no-ops outside radt) -------------------------------------------------
+    # --- logging (no-ops outside radt; never wait for the store) ---------------------------
 
     def log_metric(self, key: str, value: float, step: int | None = None) -> None:
         if self._client():
-            self._mlflow.log_metric(key, value, step=step)
+            self._log.metrics({key: value}, step)
             self._check(step)
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         if self._client():
-            self._mlflow.log_metrics(metrics, step=step)
+            self._log.metrics(metrics, step)
             self._check(step)
 
     def log_param(self, key: str, value: Any) -> None:
         if self._client():
-            self._mlflow.log_param(key, value)
+            self._log.append({"params": {key: str(value)}})
 
     def log_params(self, params: dict[str, Any]) -> None:
         if self._client():
-            self._mlflow.log_params(params)
+            self._log.append({"params": {k: str(v) for k, v in params.items()}})
 
     def set_tag(self, key: str, value: Any) -> None:
         if self._client():
-            self._mlflow.set_tag(key, value)
+            self._log.append({"tags": {key: str(value)}})
 
     def log_artifact(self, path: str, artifact_path: str | None = None) -> None:
+        """A copy of `path` now (a file or a folder, as MLflow takes it), uploaded by radt in the background."""
         if self._client():
-            self._mlflow.log_artifact(path, artifact_path)
+            self._log.artifact(self.run_dir / SCRIPT_ARTIFACTS_DIR, path, artifact_path)
 
     # --- limits --------------------------------------------------------------------------
 
@@ -130,7 +135,7 @@ class RadtRun:
     def _stopping(self, reason: str) -> None:
         if self._stop_reason is None and self.run_dir is not None:
             self._stop_reason = reason
-            (self.run_dir / STOP_REASON_FILE).write_text(reason)
+            self._log.touch(self.run_dir / STOP_REASON_FILE, reason)
             print(f"radt: {reason.replace('_', '-')} reached, ending the training", file=sys.stderr, flush=True)
 
     def _check(self, step: int | None) -> None:
@@ -147,9 +152,84 @@ class RadtRun:
     def _client(self) -> bool:
         if not self.active:
             return False
-        if self._mlflow is None:
+        if not self._opened:
             self._open()
         return True
+
+
+class ScriptLog:
+    """The script's side of script.jsonl: one O_APPEND write per call, no fsync, no store, no MLflow.
+
+    radt's process reads the file as it grows (collectors/scriptlog.py). A failing disk costs the calls
+    it refuses, said once on stderr; it never raises into the training loop."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.dropped = 0  # calls not recorded (the disk refused them, or a value that is not a number)
+        self._fd: int | None = None
+        self._torn = False  # a short write left a line without its newline: the next one starts a fresh line
+        self._said: set[str] = set()
+
+    def metrics(self, metrics: dict[str, float], step: int | None) -> None:
+        now = int(time.time() * 1000)
+        rows = []
+        for key, value in metrics.items():
+            try:
+                rows.append([key, float(value), now, int(step or 0)])
+            except (TypeError, ValueError, OverflowError):
+                self.dropped += 1
+                self.say(f"value:{key}", f"radt: run.log_metric({key!r}, {value!r}, step={step!r}): not a number; not recorded")
+        if rows:
+            self.append({"metrics": rows})
+
+    def append(self, record: dict) -> None:
+        try:
+            line = json.dumps(record, separators=(",", ":")) + "\n"
+        except (TypeError, ValueError) as exc:  # a key that is no string, a value JSON cannot hold
+            self.dropped += 1
+            self.say("json", f"radt: a run.log_* call could not be recorded ({exc}); keys must be strings")
+            return
+        data = ("\n" + line if self._torn else line).encode()
+        try:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            written = os.write(self._fd, data)  # one write: whole lines even from forked workers
+            self._torn = written < len(data)
+            if self._torn:
+                self.dropped += 1
+                self.say("disk", f"radt: cannot write {self.path} (disk full?); run.log_* calls are being dropped")
+        except OSError as exc:
+            self.dropped += 1
+            self.say("disk", f"radt: cannot write {self.path} ({exc.strerror or exc}); run.log_* calls are being dropped")
+
+    def artifact(self, stage: Path, path: str, artifact_path: str | None) -> None:
+        """Copy now (the file may change or go once the call returns), as MLflow's local artifact store does."""
+        source = Path(path)
+        target = stage / f"{time.time_ns()}-{os.getpid()}" / source.name
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if source.is_dir():
+                shutil.copytree(source, target)
+            else:
+                shutil.copy2(source, target)
+        except OSError as exc:
+            self.dropped += 1
+            self.say(f"artifact:{path}", f"radt: run.log_artifact({path!r}): cannot copy it ({exc.strerror or exc}); not recorded")
+            shutil.rmtree(target.parent, ignore_errors=True)
+            return
+        self.append({"artifact": str(target.relative_to(stage.parent)), "artifact_path": artifact_path})
+
+    def touch(self, path: Path, text: str = "") -> None:
+        """A flag file radt reads (context, started, stop_reason); a disk that refuses it is said, not raised."""
+        try:
+            path.write_text(text)
+        except OSError as exc:
+            self.say(f"flag:{path.name}", f"radt: cannot write {path} ({exc.strerror or exc})")
+
+    def say(self, what: str, message: str) -> None:
+        if what not in self._said:
+            self._said.add(what)
+            print(message, file=sys.stderr, flush=True)
 
 
 def _push_nvtx(name: str):

@@ -14,6 +14,7 @@ import logging
 import sys
 
 from radt.errors import UserError
+from radt.settings import check_settings
 
 # subcommand -> the module whose main(argv) runs it; anything else is a script or an experiment CSV
 COMMANDS = {
@@ -38,8 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="radt: %(message)s")
     name = argv[0] if argv and argv[0] in COMMANDS else None
-    module = importlib.import_module(COMMANDS[name] if name else RUN_COMMAND)
     try:
+        check_settings()  # every RADT_* variable, before the command creates anything
+        module = importlib.import_module(COMMANDS[name] if name else RUN_COMMAND)
+        check_settings()  # and those the command's own modules define (the dashboard's)
         return module.main(argv[1:] if name else argv)
     except (UserError, ValueError, FileNotFoundError) as exc:
         print(f"radt{' ' + name if name else ''}: {exc}", file=sys.stderr)

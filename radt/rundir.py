@@ -22,6 +22,10 @@ TREE_FILE = "tree.json"  # the watchdog's record of the script's process tree
 STARTED_FILE = "started"  # --manual: sampling starts when the script enters `with radt.run()`
 CONTEXT_FILE = "context"  # the script uses `with radt.run()`: at --max-time it stops itself at its next log_metric
 STOP_REASON_FILE = "stop_reason"  # the script reached a limit (max_epoch, max_time) and is ending
+SCRIPT_LOG_FILE = "script.jsonl"  # the script's run.log_*/set_tag calls, one JSON line each; radt's process sends them on
+SCRIPT_ARTIFACTS_DIR = "script-artifacts"  # copies of what the script passed to run.log_artifact, until radt uploads them
+# written by radt
+SCRIPT_OFFSET_FILE = "script.offset"  # bytes of script.jsonl already in the store or the spool; `radt sync` sends the rest
 
 
 class RunFolderLock:

@@ -15,10 +15,16 @@ ValueError naming the variable.
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import threading
+import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Generic, NoReturn, TypeVar
+
+from radt.errors import UserError
 
 DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")  # SQLAlchemy's names, each with an optional +driver
 SERVER_SCHEMES = ("http", "https")  # an `mlflow server`
@@ -127,34 +133,132 @@ def runs_dir() -> Path:
     return path
 
 
+HOME_PROBE_BYTES = 16 * 1024  # what a run writes in RADT_HOME before its script starts: meta.json, its lock, the GPU inventory
+
+
+class RadtHomeError(UserError, ValueError):
+    """RADT_HOME cannot be written; the message names the folder, the reason and the fix."""
+
+
+def check_radt_home() -> Path:
+    """RADT_HOME and its runs folder, each written to (HOME_PROBE_BYTES) before a run is created: a full,
+    read-only or impossible RADT_HOME is refused while nothing exists yet, not after a run was left RUNNING."""
+    home = Path(os.environ.get("RADT_HOME") or Path.home() / ".radt").expanduser()
+    try:
+        for folder in (home, home / "runs"):
+            folder.mkdir(parents=True, exist_ok=True)
+            _probe(folder)
+    except OSError as exc:
+        where = f": {exc.filename}" if exc.filename and ".radt-probe-" not in str(exc.filename) and str(exc.filename) != str(home) else ""
+        raise RadtHomeError(
+            f"RADT_HOME {home} cannot be written ({exc.strerror or exc}{where}); radt keeps each run's logs and spool there: "
+            "free space there or set RADT_HOME to a folder radt can write"
+        ) from None
+    return home
+
+
+def _probe(folder: Path) -> None:
+    """Write HOME_PROBE_BYTES in `folder` and remove them; OSError where the disk is full or read-only."""
+    path = folder / f".radt-probe-{os.getpid()}-{threading.get_ident()}"
+    probe = open(path, "wb")  # noqa: SIM115 - closed below, before the file is removed
+    try:
+        with probe:
+            probe.write(bytes(HOME_PROBE_BYTES))  # a full disk fails here or at close
+    finally:
+        path.unlink(missing_ok=True)
+
+
 T = TypeVar("T", int, float, str)
 
 
-class Setting(Generic[T]):
-    """One setting: its environment variable's name, its type and its default (numbers may not be negative; text is taken as given)."""
+class SettingError(UserError, ValueError):
+    """A RADT_* variable radt cannot use; the message names it, its value and what it takes."""
 
-    def __init__(self, name: str, type_: type[T], default: T, doc: str) -> None:
+
+SETTINGS: list[Setting] = []  # every Setting made, in order: check_settings reads them all before a command starts
+
+
+class Setting(Generic[T]):
+    """One setting: its environment variable's name, its type, its default and what it takes.
+
+    A number must be finite and from `low` to `high` (`unit` says what it counts), or get() refuses it; a text must
+    pass `check` (`accepted` says what passes) where validate() asks. A refusal is a SettingError naming the variable,
+    its value and the fix."""
+
+    def __init__(
+        self,
+        name: str,
+        type_: type[T],
+        default: T,
+        doc: str,
+        *,
+        low: float = 0,
+        high: float | None = None,
+        unit: str = "",
+        check: Callable[[str], bool] | None = None,
+        accepted: str = "",
+    ) -> None:
         self.name = name
         self.type = type_
         self.default = default
         self.doc = doc
+        self.low, self.high = low, high
+        self.unit = unit or ("a whole number" if type_ is int else "a number")
+        self.check, self.accepted = check, accepted
+        SETTINGS.append(self)
 
     def get(self) -> T:
         raw = os.environ.get(self.name)
         if raw is None or not raw.strip():
             return self.default
+        if self.type is str:
+            return raw  # taken as given here; check_settings refuses one that fails `check` before a command starts
         try:
             value = self.type(raw)
         except ValueError:
-            raise ValueError(f"{self.name}={raw!r} is not a {self.type.__name__}; unset it or give e.g. {self.default}") from None
-        if not isinstance(value, str) and value < 0:
-            raise ValueError(f"{self.name}={raw!r} is negative; unset it or give e.g. {self.default}")
+            self._refuse(raw, f"is not {'a whole number' if self.type is int else 'a number'}")
+        if not math.isfinite(value):
+            self._refuse(raw, "is not a finite number")
+        if value < self.low or (self.high is not None and value > self.high):
+            self._refuse(raw, "is out of range")
         return value
+
+    def _refuse(self, raw: str, problem: str) -> NoReturn:
+        limits = f"from {_plain(self.low)} to {_plain(self.high)}" if self.high is not None else f"of {_plain(self.low)} or more"
+        raise SettingError(f"{self.name}={raw!r} {problem}; give {self.unit} {limits} (default {_plain(self.default)}), or unset it")
+
+    def validate(self) -> None:
+        """get(), and a text that fails `check` refused: what check_settings asks of every setting."""
+        value = self.get()
+        if self.check is not None and value != self.default and not self.check(value.strip()):
+            default = f" for {self.default}" if self.default else ""
+            raise SettingError(f"{self.name}={value!r} is not {self.accepted}; give one, or unset it{default}")
 
     def __str__(self) -> str:
         return f"{self.name} (default: {self.default})"
 
 
+def _plain(number: float) -> str:
+    """A bound as a person writes it: 86400, 1000000000, 0.1."""
+    return str(int(number)) if float(number).is_integer() else f"{number:g}"
+
+
+def check_settings() -> None:
+    """Every RADT_* setting read once, before a command creates anything: a bad one is its SettingError now, not after a run exists."""
+    for setting in SETTINGS:
+        setting.validate()
+
+
+def is_http_url(text: str) -> bool:
+    """An http(s)://host[:port][/path] URL that urllib reads (a Prometheus server)."""
+    try:
+        parsed = urllib.parse.urlsplit(text)
+        return parsed.scheme in ("http", "https") and bool(parsed.hostname) and parsed.port != 0 and not (parsed.query or parsed.fragment)
+    except ValueError:  # 'http://[::1' (an unclosed IPv6 address), a port that is not a number or out of range
+        return False
+
+
+DAY = 86_400.0  # the longest timeout radt takes: a day (PostgreSQL's statement_timeout is an int of milliseconds)
 STORE_TIMEOUT = Setting(
     "RADT_STORE_TIMEOUT",
     float,
@@ -162,12 +266,17 @@ STORE_TIMEOUT = Setting(
     "seconds a store call (a batch of points, a tag, the final status) may take before it counts as an outage: "
     "the batch goes to the spool and the writer carries on; also PostgreSQL's statement_timeout and connect_timeout, "
     "SQLite's busy timeout and the MLflow client's HTTP timeout in radt's own process",
+    low=0.1,
+    high=DAY,
+    unit="seconds",
 )
 HTTP_RETRIES = Setting(
     "RADT_HTTP_RETRIES",
     int,
     0,
     "MLflow client retries of one HTTP request in radt's own process (MLFLOW_HTTP_REQUEST_MAX_RETRIES); radt retries a failed batch itself, from its spool",
+    high=100,
+    unit="a number of retries",
 )
 ARTIFACT_URI = Setting(
     "RADT_ARTIFACT_URI",
@@ -177,12 +286,23 @@ ARTIFACT_URI = Setting(
     "mounts, an mlflow server's mlflow-artifacts://host:5000/path, or any URI MLflow's artifact stores take (s3://bucket/path, ...); "
     "`--artifacts` wins; empty: RADT_HOME/artifacts for a database store, the server's own for an mlflow server (radt/artifacts.py)",
 )
-RETRY_INTERVAL = Setting("RADT_RETRY_INTERVAL", float, 2.0, "seconds between tries of a store that failed or did not answer")
+ARTIFACT_ROOTS = Setting(
+    "RADT_ARTIFACT_ROOTS",
+    str,
+    "",
+    "more local folders (separated by ':') whose runs' artifacts the dashboard serves, besides RADT_HOME/artifacts and "
+    "RADT_ARTIFACT_URI's folder; a run whose experiment points anywhere else (file:///etc) has its artifacts refused",
+)
+RETRY_INTERVAL = Setting(
+    "RADT_RETRY_INTERVAL", float, 2.0, "seconds between tries of a store that failed or did not answer", low=0.01, high=3600, unit="seconds"
+)
 PROMETHEUS_URL = Setting(
     "RADT_PROMETHEUS_URL",
     str,
     "",
     "the Prometheus server (http://host:9090) whose dcgm-exporter series the `prometheus` listener reads for this node's GPUs; `--prometheus URL` wins",
+    check=is_http_url,
+    accepted="a Prometheus server's http(s) URL such as http://prometheus:9090",
 )
 PROMETHEUS_HOST_LABEL = Setting(
     "RADT_PROMETHEUS_HOST_LABEL",
@@ -190,12 +310,16 @@ PROMETHEUS_HOST_LABEL = Setting(
     "Hostname",
     "the exporter's label that names the node (dcgm-exporter's Hostname; `instance` matches the scrape target host:port; "
     "Kubernetes relabelling often adds `node` or `kubernetes_node`), compared with this host's name",
+    check=lambda text: re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text) is not None,
+    accepted="a Prometheus label name such as Hostname or instance",
 )
 MEMORY_POINTS = Setting(
     "RADT_MEMORY_POINTS",
     int,
     1_000_000,
     "points kept in memory while neither the store nor the spool file can take them (about 200 bytes each); newer ones are dropped and counted",
+    high=1_000_000_000,
+    unit="a number of points",
 )
 FINISH_TIMEOUT = Setting(
     "RADT_FINISH_TIMEOUT",
@@ -203,18 +327,32 @@ FINISH_TIMEOUT = Setting(
     30.0,
     "seconds for each store call of `radt sync` (a spool batch, a run's last writes: logs, tags, status) and for a run's last writes "
     "where no --flush-timeout bounds them",
+    low=0.1,
+    high=DAY,
+    unit="seconds",
 )
 READ_THREADS = Setting(
     "RADT_READ_THREADS",
     int,
     2,
     "PostgreSQL connections one dashboard chart reads a large selection of runs on at once (each part on its own server core); 0 and 1 read on one",
+    high=64,
+    unit="a number of connections",
+)
+REQUEST_TIMEOUT = Setting(
+    "RADT_REQUEST_TIMEOUT",
+    float,
+    20.0,
+    "seconds one dashboard request may read the store and draw; past it the view answers with a message "
+    "(keep it under gunicorn's --timeout, 30 in the README); 0 means no deadline",
 )
 CACHE = Setting(
     "RADT_CACHE",
     str,
     "simple",
     "the dashboard's cache: simple (one process), null (none), or a redis:// URL that several gunicorn workers share; `radt dashboard --cache` wins",
+    check=lambda text: text in ("simple", "null") or re.fullmatch(r"rediss?://\S+", text) is not None,
+    accepted="simple, null or a redis:// URL",
 )
 
 # radt's exit status when the script succeeded but points were lost (neither written nor kept on disk);

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import flask
 import pytest
+import sqlalchemy as sa
 
 from radt.app import artifacts as reader
 from radt.app.state import connect_store
@@ -56,8 +57,9 @@ def store(empty_sqlite, tmp_path, radt_home, monkeypatch) -> str:
     return empty_sqlite(tmp_path / "store.db")
 
 
-def test_symlinks_and_dot_dots_out_of_the_artifact_folder_are_404_and_a_log_is_served(store, tmp_path):
+def test_symlinks_and_dot_dots_out_of_the_artifact_folder_are_404_and_a_log_is_served(store, tmp_path, monkeypatch):
     shared = tmp_path / "shared"
+    monkeypatch.setenv("RADT_ARTIFACT_ROOTS", f"/nonexistent{os.pathsep}{shared}")  # the dashboard host serves this shared folder
     run_id = _run_in(store, str(shared / "exp"))
     root = shared / "exp" / run_id / "artifacts"
     (root / "radt").mkdir(parents=True)
@@ -100,6 +102,25 @@ def test_symlinks_and_dot_dots_out_of_the_artifact_folder_are_404_and_a_log_is_s
     for planted in ("leak.txt", "etcdir", "up.txt", "dangling.log", "pipe.log"):
         assert planted not in listing.text, planted
     assert PASSWD.decode() not in listing.text
+
+
+@pytest.mark.parametrize("location", ["file:///etc", "/etc", "/root", "file:///"])
+def test_a_run_whose_artifact_uri_is_a_system_folder_is_not_served(store, location):
+    """Every radt user writes the shared store directly (radt's SQL path), so a run's artifact_uri can be set to /etc:
+    old dashboard served /etc/passwd as 'passwd' of that run, "inside the run's own root". Only configured folders are served."""
+    run_id = _run_in(store, "/tmp/ordinary")
+    engine = sa.create_engine(store)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE runs SET artifact_uri = :uri WHERE run_uuid = :run"), {"uri": location, "run": run_id})
+    engine.dispose()
+    dashboard = _dashboard(store)
+
+    for url in ("passwd", "etc/passwd", "root/.bashrc", "hostname"):
+        answer = _get(dashboard, f"/runs/{run_id}/artifacts/{url}")
+        assert answer.status_code == 404 and PASSWD not in answer.data and b"root:" not in answer.data, url
+    listing = _get(dashboard, f"/runs/{run_id}/artifacts")
+    assert listing.status_code == 404 and "passwd" not in listing.text
+    assert "outside the folders this dashboard serves" in listing.text and "RADT_ARTIFACT_ROOTS" in listing.text
 
 
 def test_a_run_folder_replaced_by_a_symlink_out_of_the_configured_root_is_404(store, tmp_path, monkeypatch):

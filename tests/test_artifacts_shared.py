@@ -134,6 +134,7 @@ def test_a_shared_folder_holds_the_artifacts_of_new_experiments(store_uri, radt_
     assert "node-a" in (shared / "on_nfs" / run_id / "artifacts" / "radt" / "stdout.log").read_text()
     tracking.connect(store_uri).log_artifact(run_id, str(tmp_path / "report.nsys-rep"), "radt")  # as the profiler's report is attached
 
+    monkeypatch.setenv("RADT_ARTIFACT_ROOTS", str(shared))  # the dashboard's host names the shared folder it serves (README)
     dashboard = _dashboard_on_another_host(monkeypatch, tmp_path, store_uri)
     assert "node-a" in reader.read_text(run_id, "radt/stdout.log")
     report = dashboard.get(f"/runs/{run_id}/artifacts/radt/report.nsys-rep")

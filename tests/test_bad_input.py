@@ -9,6 +9,7 @@ and leave the store (no run, no experiment) and every file (the CSV's bytes, no 
 from __future__ import annotations
 
 import shutil
+import socket
 import sqlite3
 from pathlib import Path
 
@@ -21,6 +22,10 @@ HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Para
 ROW = "exp,1,,,-,-,ok.py,top,\n"
 LONG = "x" * 300
 PLANNED = "radt: 1 problem(s) in experiment.csv; nothing was started"  # a row the plan refuses: its line, then the count
+LISTENER_FIX = "join names with one '+', e.g. nvml+host, or give '-' for none"
+PORT_FIX = "is not a TCP port; give one from 1 to 65535 (default 8050)"
+POINTS_FIX = "give a number of points from 0 to 1000000000 (default 1000000), or unset it"
+STORE_FIX = "give seconds from 0.1 to 86400 (default 5), or unset it"
 # (id, radt's arguments, the experiment CSV's bytes (or a broken log's name) or None, the exact line on stderr, exit status);
 # {tmp} is the test's folder, {fixtures} the real tool logs
 CASES = [
@@ -235,6 +240,108 @@ CASES = [
         2,
     ),
     ("sync-unknown-option", ["sync", "--all"], None, "radt sync: unrecognized arguments: --all (see 'radt sync --help')", 2),
+    ("listeners-plus-alone", ["-l", "+", "ok.py"], None, f"radt: listeners '+' hold an empty name: {LISTENER_FIX}", 2),
+    ("listeners-empty", ["-l", "", "ok.py"], None, f"radt: listeners '' name no listener: {LISTENER_FIX}", 2),
+    ("listeners-double-plus", ["-l", "nvml++", "ok.py"], None, f"radt: listeners 'nvml++' hold an empty name: {LISTENER_FIX}", 2),
+    (
+        "csv-listeners-plus-alone",
+        ["experiment.csv"],
+        HEADER + "exp,1,,,-,-,ok.py,+,\n",
+        [f"radt: experiment.csv row 2: listeners '+' hold an empty name: {LISTENER_FIX}", PLANNED],
+        2,
+    ),
+    (
+        "prometheus-unclosed-ipv6",
+        ["--prometheus", "http://[::1", "ok.py"],
+        None,
+        "radt: --prometheus 'http://[::1' is not a Prometheus server's http(s) URL; give e.g. --prometheus http://prometheus:9090",
+        2,
+    ),
+    (
+        "prometheus-port-out-of-range",
+        ["--prometheus", "http://prom:99999", "ok.py"],
+        None,
+        "radt: --prometheus 'http://prom:99999' is not a Prometheus server's http(s) URL; give e.g. --prometheus http://prometheus:9090",
+        2,
+    ),
+    ("dashboard-port-too-high", ["dashboard", "--port", "99999"], None, f"radt dashboard: --port 99999 {PORT_FIX}", 2),
+    ("dashboard-port-zero", ["dashboard", "--port", "0"], None, f"radt dashboard: --port 0 {PORT_FIX}", 2),
+    ("dashboard-port-negative", ["dashboard", "--port=-1"], None, f"radt dashboard: --port -1 {PORT_FIX}", 2),
+]
+
+# (id, the RADT_* variable and its value, radt's arguments, the experiment CSV or None, the exact line on stderr): a setting
+# radt cannot use is refused before any command creates anything, whichever command reads it
+SETTING_CASES = [
+    ("memory-points-negative", ("RADT_MEMORY_POINTS", "-5"), ["ok.py"], None, f"radt: RADT_MEMORY_POINTS='-5' is out of range; {POINTS_FIX}"),
+    ("memory-points-text", ("RADT_MEMORY_POINTS", "abc"), ["ok.py"], None, f"radt: RADT_MEMORY_POINTS='abc' is not a whole number; {POINTS_FIX}"),
+    ("memory-points-csv", ("RADT_MEMORY_POINTS", "-5"), ["experiment.csv"], HEADER + ROW, f"radt: RADT_MEMORY_POINTS='-5' is out of range; {POINTS_FIX}"),
+    ("store-timeout-overflow", ("RADT_STORE_TIMEOUT", "1e999"), ["ok.py"], None, f"radt: RADT_STORE_TIMEOUT='1e999' is not a finite number; {STORE_FIX}"),
+    ("store-timeout-nan", ("RADT_STORE_TIMEOUT", "nan"), ["ok.py"], None, f"radt: RADT_STORE_TIMEOUT='nan' is not a finite number; {STORE_FIX}"),
+    ("store-timeout-inf", ("RADT_STORE_TIMEOUT", "inf"), ["ok.py"], None, f"radt: RADT_STORE_TIMEOUT='inf' is not a finite number; {STORE_FIX}"),
+    ("store-timeout-zero", ("RADT_STORE_TIMEOUT", "0"), ["ok.py"], None, f"radt: RADT_STORE_TIMEOUT='0' is out of range; {STORE_FIX}"),
+    (
+        "finish-timeout-negative-sync",
+        ("RADT_FINISH_TIMEOUT", "-1"),
+        ["sync"],
+        None,
+        "radt sync: RADT_FINISH_TIMEOUT='-1' is out of range; give seconds from 0.1 to 86400 (default 30), or unset it",
+    ),
+    (
+        "retry-interval-zero",
+        ("RADT_RETRY_INTERVAL", "0"),
+        ["ok.py"],
+        None,
+        "radt: RADT_RETRY_INTERVAL='0' is out of range; give seconds from 0.01 to 3600 (default 2), or unset it",
+    ),
+    (
+        "http-retries-text",
+        ("RADT_HTTP_RETRIES", "many"),
+        ["ok.py"],
+        None,
+        "radt: RADT_HTTP_RETRIES='many' is not a whole number; give a number of retries from 0 to 100 (default 0), or unset it",
+    ),
+    (
+        "prometheus-url-unclosed-ipv6",
+        ("RADT_PROMETHEUS_URL", "http://[::1"),
+        ["ok.py"],
+        None,
+        "radt: RADT_PROMETHEUS_URL='http://[::1' is not a Prometheus server's http(s) URL such as http://prometheus:9090; give one, or unset it",
+    ),
+    (
+        "prometheus-host-label",
+        ("RADT_PROMETHEUS_HOST_LABEL", "host-name"),
+        ["ok.py"],
+        None,
+        "radt: RADT_PROMETHEUS_HOST_LABEL='host-name' is not a Prometheus label name such as Hostname or instance; give one, or unset it for Hostname",
+    ),
+    (
+        "import-store-timeout-nan",
+        ("RADT_STORE_TIMEOUT", "nan"),
+        ["import", "{fixtures}/mnist_dcgmi_dmon_18fields.txt"],
+        None,
+        f"radt import: RADT_STORE_TIMEOUT='nan' is not a finite number; {STORE_FIX}",
+    ),
+    (
+        "dashboard-read-threads",
+        ("RADT_READ_THREADS", "1000"),
+        ["dashboard", "--port", "99999"],
+        None,
+        "radt dashboard: RADT_READ_THREADS='1000' is out of range; give a number of connections from 0 to 64 (default 2), or unset it",
+    ),
+    (
+        "dashboard-cache",
+        ("RADT_CACHE", "memcached://m:11211"),
+        ["dashboard", "--port", "99999"],
+        None,
+        "radt dashboard: RADT_CACHE='memcached://m:11211' is not simple, null or a redis:// URL; give one, or unset it for simple",
+    ),
+    (
+        "dashboard-compress",
+        ("RADT_COMPRESS", "2"),
+        ["dashboard", "--port", "99999"],
+        None,
+        "radt dashboard: RADT_COMPRESS='2' is out of range; give a whole number from 0 to 1 (default 1), or unset it",
+    ),
 ]
 
 
@@ -263,6 +370,17 @@ def _count(store: Path, table: str) -> int:
 
 @pytest.mark.parametrize(("args", "csv_text", "line", "status"), [case[1:] for case in CASES], ids=[case[0] for case in CASES])
 def test_bad_input_is_one_line_and_leaves_everything_as_it_was(args, csv_text, line, status, tmp_path, radt_home, sqlite_template):
+    _refused(args, csv_text, line, status, {}, tmp_path, radt_home, sqlite_template)
+
+
+@pytest.mark.parametrize(("variable", "args", "csv_text", "line"), [case[1:] for case in SETTING_CASES], ids=[case[0] for case in SETTING_CASES])
+def test_bad_setting_is_one_line_before_anything_is_created(variable, args, csv_text, line, tmp_path, radt_home, sqlite_template):
+    """Before, RADT_MEMORY_POINTS=-5 was refused after the run was created (and left RUNNING), and RADT_STORE_TIMEOUT=1e999 a traceback."""
+    _refused(args, csv_text, line, 2, dict([variable]), tmp_path, radt_home, sqlite_template)
+
+
+def _refused(args, csv_text, line, status, extra: dict[str, str], tmp_path: Path, radt_home: Path, sqlite_template: Path) -> None:
+    """`radt ARGS` in a folder with ok.py (and the CSV or broken log): one line, `status`, and the store and every file as they were."""
     (tmp_path / "ok.py").write_text("print('ok')\n")
     (tmp_path / "adir").mkdir()
     store = tmp_path / "store.db"
@@ -275,7 +393,7 @@ def test_bad_input_is_one_line_and_leaves_everything_as_it_was(args, csv_text, l
     before = _files(tmp_path, radt_home)
     runs, experiments = _count(store, "runs"), _count(store, "experiments")
 
-    result = run_radt(args, env=radt_env(radt_home, f"sqlite:///{store}"), cwd=tmp_path, timeout=120)
+    result = run_radt(args, env=radt_env(radt_home, f"sqlite:///{store}", extra=extra), cwd=tmp_path, timeout=120)
 
     lines = [x for x in result.stderr.splitlines() if x.strip()]
     expected = line if isinstance(line, list) else [line]
@@ -350,3 +468,38 @@ def test_postgres_scheme_and_a_plain_path_work_everywhere(pg_uri, radt_home, tmp
     connect_store(tracking_uri(written))
     assert STATE.error is None and STATE.store_uri.startswith("postgresql://")
     STATE.engine.dispose()
+
+
+def test_dashboard_on_a_taken_port_is_one_line(tmp_path, radt_home, empty_sqlite):
+    """Before, werkzeug printed 'Address already in use' and a paragraph after radt's start line, exit 1."""
+    store = empty_sqlite(tmp_path / "store.db")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_radt(["dashboard", "--port", str(port)], env=radt_env(radt_home, store), cwd=tmp_path, timeout=60)
+    assert result.returncode == 2 and result.stderr.splitlines() == [
+        f"radt dashboard: cannot listen on 127.0.0.1:{port} (Address already in use); pick another with --port, or a --host of this machine"
+    ]
+
+
+def test_export_of_a_metric_no_run_stored_is_one_line_and_writes_nothing(store_uri, radt_home, tmp_path):
+    """Before, `radt export --metric <typo>` wrote a CSV of the header alone and exited 0."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(store_uri)
+    run = client.create_run("0", run_name="r1")
+    client.log_metric(run.info.run_id, "system/cpu_utilization_percentage", 50.0)
+    client.log_metric(run.info.run_id, "loss", 0.5)
+    client.set_terminated(run.info.run_id)
+    env = radt_env(radt_home, store_uri)
+
+    result = run_radt(["export", "--experiment", "0", "--metric", "loss", "--metric", "nosuch", "-o", "out.csv"], env=env, cwd=tmp_path, timeout=120)
+
+    assert result.returncode == 2 and result.stderr.splitlines() == [
+        "radt export: --metric nosuch: none of the 1 run(s) stored it; give one they have (cpu_utilization_percentage, loss), "
+        "as the dashboard's metric list names them; nothing written"
+    ]
+    assert not (tmp_path / "out.csv").exists()
+    result = run_radt(["export", "--experiment", "0", "--metric", "loss", "-o", "out.csv"], env=env, cwd=tmp_path, timeout=120)
+    assert result.returncode == 0 and "loss" in (tmp_path / "out.csv").read_text(), result.stderr

@@ -202,7 +202,7 @@ def test_explore_draws_node_by_gpu_and_the_table_lists_the_run(browser, pg_uri, 
     from tests.support.browser import dashboard, new_page, wait_for_traces
 
     client = MlflowClient(pg_uri)
-    experiment = client.create_experiment("two nodes")
+    experiment = client.create_experiment("two nodes", artifact_location=str(radt_home / "artifacts" / "two_nodes"))  # as radt makes it
     now = int(time.time() * 1000) - 600_000
     run_id = client.create_run(experiment, run_name="ddp", start_time=now).info.run_id
     points = [

@@ -25,6 +25,7 @@ from mlflow import MlflowClient
 from radt.collectors.writer import Spool
 from radt.rundir import SPOOL_FILE
 from radt.settings import POINTS_LOST_EXIT, STORE_TIMEOUT
+from tests.support.disks import fill, tmpfs
 from tests.support.mlflowserver import MlflowServer
 from tests.support.polling import wait_for
 from tests.support.postgres import address
@@ -277,27 +278,8 @@ def test_mlflow_server_away_then_frozen_at_exit(tmp_path, radt_home, sqlite_temp
 @pytest.fixture
 def full_runs_folder(radt_home):
     """RADT_HOME/runs on a 64 KiB tmpfs (root only)."""
-    runs = radt_home / "runs"
-    runs.mkdir(exist_ok=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(runs)], capture_output=True, text=True)
-    if mounted.returncode != 0:
-        reason = f"cannot mount a tmpfs for a full disk here ({mounted.stderr.strip() or mounted.returncode}); this needs root or CAP_SYS_ADMIN"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    try:
+    with tmpfs(radt_home / "runs") as runs:
         yield runs
-    finally:
-        subprocess.run(["umount", "-l", str(runs)], capture_output=True)
-
-
-def _fill(folder: Path) -> None:
-    with open(folder / "filler", "wb", buffering=0) as f:
-        try:
-            while True:
-                f.write(b"\0" * 4096)
-        except OSError:
-            pass
 
 
 def test_a_full_disk_under_the_spool_is_loud_and_radt_says_what_was_lost(pg_uri, radt_home, full_runs_folder, tmp_path):
@@ -309,7 +291,7 @@ def test_a_full_disk_under_the_spool_is_loud_and_radt_says_what_was_lost(pg_uri,
     try:
         run_id = radt.run_id()
         wait_for(lambda: _rows(pg_uri, run_id) >= 30, what="first samples in the store")
-        _fill(full_runs_folder)
+        fill(full_runs_folder)
         proxy.stop()
         warning = radt.line("cannot write the spool")
         radt.line("points held in memory, the limit")

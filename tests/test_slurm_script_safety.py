@@ -110,6 +110,7 @@ def test_a_newline_in_the_csvs_path_is_one_line_and_nothing_is_planned(tmp_path,
 
 REFUSED = {
     "csv-carriage-return": ({"csv": "exp\r.csv"}, [], "radt: the CSV's path "),
+    "csv-backslash": ({"csv": "exp\\1.csv"}, [], "radt: the CSV's path "),
     "cwd-newline": ({"cwd": "a\nb"}, [], "radt: the current folder "),
     "store-newline": (
         {},
@@ -151,3 +152,19 @@ def test_the_issues_path_submits_nothing_to_a_real_cluster(tmp_path, radt_home):
     assert result.stderr.startswith("radt: the CSV's path ") and "rename the file" in result.stderr
     assert slurm.jobs("radt-evil") == [], "no job was submitted"
     assert not (tmp_path / "slurm").exists() and not (tmp_path / MARK).exists()
+
+
+@pytest.mark.xdist_group("slurm")
+def test_a_percent_in_the_csvs_folder_is_a_folder_name_not_a_slurm_pattern(tmp_path, radt_home, empty_sqlite):
+    """sbatch's --output expands %j, %u, %x: old radt gave it the folder `runs%j%u` as it was, so Slurm wrote the job's
+    output into `runs1234root/...`, a folder that does not exist, and the output the message pointed at never appeared."""
+    folder = _folder(tmp_path, "runs%j%u%%x")
+    csv = _experiment(folder, cells="pct,1")
+    env = radt_env(radt_home, empty_sqlite(tmp_path / "store.db"), extra=slurm.cluster())
+
+    result = run_radt(["--slurm", "--interval", "0.5", csv.name], env=env, cwd=folder, timeout=180)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    outputs = list((folder / "slurm").glob("pct-1-*.out"))
+    assert len(outputs) == 1 and "trained" in outputs[0].read_text(), (outputs, sorted(p.name for p in tmp_path.iterdir()))
+    assert f"output in slurm/{outputs[0].name}" in result.stderr

@@ -124,10 +124,12 @@ def wait_for_traces(page, names: set[str], axis: str = "y") -> list[dict]:
 
 def relayout_chart(page, update: dict) -> None:
     """What a drag or a double-click on the chart sends, once the chart listens for it (dcc.Graph
-    binds its Plotly listeners again after a redraw that replaced the plot element)."""
+    binds its Plotly listeners again after a redraw that replaced the plot element, and a relayout sent while Plotly.react
+    is still drawing a new figure, `dash-graph--pending`, can be undone by that figure)."""
     page.wait_for_function(
         "() => { const g = document.querySelector('#charts .js-plotly-plot');"
-        " return g && g._ev && g._ev.listeners('plotly_relayout').length > 0 && !document.querySelector('#charts .dash-spinner, .dash-loading'); }"
+        " return g && g._ev && g._ev.listeners('plotly_relayout').length > 0 && !g.classList.contains('dash-graph--pending')"
+        " && !document.querySelector('#charts .dash-spinner, .dash-loading'); }"
     )
     page.evaluate("(update) => Plotly.relayout(document.querySelector('#charts .js-plotly-plot'), update)", update)
 

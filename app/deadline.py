@@ -1,0 +1,117 @@
+"""One deadline per dashboard request: past it the store stops reading and the view answers with a message.
+
+A link can ask for a view that takes minutes (a thousand runs, a pattern that matches everything). Under
+gunicorn such a request would hold a worker until `--timeout` kills it, with nothing on the page. Each
+request gets settings.REQUEST_TIMEOUT seconds: SQLite's progress handler interrupts a query past it,
+PostgreSQL's statement_timeout is set to what is left of it on each checkout, and the drawing code asks
+`check()` between series. The callback turns any of these into one line on the page (`message`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import sqlite3
+import time
+
+import flask
+import sqlalchemy as sa
+
+from radt import settings
+
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("radt_request_deadline", default=None)
+SQLITE_STEPS = 20_000  # SQLite virtual-machine steps between two looks at the clock (~1 ms of work)
+SQLITE_BUSY_S = 30  # how long a read waits on a locked SQLite file outside a request (an export, a script)
+
+
+class RequestTimeout(RuntimeError):
+    """This request ran past its deadline."""
+
+
+def start(seconds: float | None = None) -> None:
+    """Give the current request (or block of work) `seconds` from now; 0 means no deadline."""
+    seconds = settings.REQUEST_TIMEOUT.get() if seconds is None else seconds
+    _deadline.set(time.monotonic() + seconds if seconds > 0 else None)
+
+
+def clear() -> None:
+    _deadline.set(None)
+
+
+def remaining() -> float | None:
+    """Seconds left to this request, None when it has no deadline."""
+    deadline = _deadline.get()
+    return None if deadline is None else deadline - time.monotonic()
+
+
+def check() -> None:
+    """Raise RequestTimeout once the deadline has passed (called between series)."""
+    left = remaining()
+    if left is not None and left <= 0:
+        raise RequestTimeout(_text())
+
+
+def timed_out(exc: BaseException) -> bool:
+    """True for the ways a store read ends at the deadline: ours, SQLite's interrupt, PostgreSQL's statement_timeout."""
+    if isinstance(exc, RequestTimeout):
+        return True
+    driver = isinstance(exc, sqlite3.Error) or type(exc).__module__.startswith("psycopg")  # binary_rows reads on the driver's cursor
+    if isinstance(exc, sa.exc.DBAPIError) or driver:
+        text = str(getattr(exc, "orig", None) or exc).lower()
+        return any(sign in text for sign in ("interrupted", "statement timeout", "canceling statement", "database is locked"))
+    return False
+
+
+def message() -> str:
+    return _text()
+
+
+def _text() -> str:
+    seconds = settings.REQUEST_TIMEOUT.get()
+    return (
+        f"This view took longer than {seconds:g} s ({settings.REQUEST_TIMEOUT.name}) and was stopped: pick fewer runs or metrics, or zoom into a shorter window"
+    )
+
+
+def sqlite_progress() -> int:
+    """SQLite's progress handler: a non-zero answer interrupts the running query."""
+    left = remaining()
+    return 1 if left is not None and left <= 0 else 0
+
+
+def on_sqlite_checkout(dbapi_connection) -> None:
+    """Wait on a locked SQLite file no longer than the request has left (its busy timeout)."""
+    left = remaining()
+    wait_ms = SQLITE_BUSY_S * 1000 if left is None else max(1, int(left * 1000))
+    dbapi_connection.execute(f"PRAGMA busy_timeout = {wait_ms}")
+
+
+def on_postgres_checkout(dbapi_connection) -> None:
+    """statement_timeout for this checkout: what the request has left (the pool's rollback on return resets it)."""
+    left = remaining()
+    if left is None:
+        return
+    with dbapi_connection.cursor() as cursor:
+        cursor.execute(f"SET statement_timeout = {max(1, int(left * 1000))}")
+
+
+def answer_timeout(exc: Exception):
+    """A callback past its deadline (one the callback did not turn into a message itself): 503 with the one line, not a 500."""
+    if not timed_out(exc):
+        raise exc
+    return flask.jsonify(error=message()), 503
+
+
+def install(server: flask.Flask) -> None:
+    """Start each request's clock before anything else reads the store; a read stopped by it is a 503 with a message."""
+    server.before_request(start)
+    server.teardown_request(lambda _exc: clear())
+    for kind in (RequestTimeout, sa.exc.DBAPIError, sqlite3.Error, *_psycopg_errors()):
+        server.register_error_handler(kind, answer_timeout)
+
+
+def _psycopg_errors() -> tuple[type[Exception], ...]:
+    try:
+        import psycopg
+    except ImportError:  # a SQLite-only install
+        return ()
+    return (psycopg.Error,)
