@@ -6,7 +6,15 @@ The same as `radt dashboard ...` (app/main.py). For several users:
 
 import sys
 
-from radt.app.main import main
+from radt.errors import UserError
+from radt.settings import check_settings
 
 if __name__ == "__main__":
+    try:
+        check_settings()  # before the dashboard's modules read them at import: one line, not a traceback
+    except UserError as exc:
+        print(f"radt dashboard: {exc}", file=sys.stderr)
+        sys.exit(2)
+    from radt.app.main import main
+
     sys.exit(main())

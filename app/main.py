@@ -13,7 +13,7 @@ import sys
 from radt.app.dashboard import create_app
 from radt.app.state import STATE
 from radt.cli import OneLineParser
-from radt.settings import display_uri
+from radt.settings import check_settings, display_uri
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"radt dashboard: {problem}", file=sys.stderr)
         return 2
     try:
+        check_settings()  # every RADT_* variable, as `radt dashboard` does; `python app.py` comes here directly
         dashboard = create_app(args.store, args.cache)
     except ValueError as exc:  # a bad --cache / RADT_CACHE, or a store radt cannot use (app/config.store_uri)
         print(f"radt dashboard: {exc}", file=sys.stderr)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import FIXTURES
+from tests.support.paths import FIXTURES, REPO
 from tests.support.radtproc import radt_env, run_radt
 
 HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
@@ -481,6 +481,18 @@ def test_dashboard_on_a_taken_port_is_one_line(tmp_path, radt_home, empty_sqlite
     assert result.returncode == 2 and result.stderr.splitlines() == [
         f"radt dashboard: cannot listen on 127.0.0.1:{port} (Address already in use); pick another with --port, or a --host of this machine"
     ]
+
+
+def test_python_app_py_checks_the_settings_before_its_modules_read_them(tmp_path, radt_home):
+    """`python app.py`, the checkout's way in, read RADT_READ_THREADS at import: a 25-line traceback, exit 1."""
+    import subprocess
+    import sys
+
+    env = radt_env(radt_home) | {"RADT_READ_THREADS": "abc"}
+    result = subprocess.run([sys.executable, str(REPO / "app.py"), "--port", "8050"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stderr.splitlines() == [
+        "radt dashboard: RADT_READ_THREADS='abc' is not a whole number; give a number of connections from 0 to 64 (default 2), or unset it"
+    ], result.stderr
 
 
 def test_export_of_a_metric_no_run_stored_is_one_line_and_writes_nothing(store_uri, radt_home, tmp_path):
