@@ -34,6 +34,15 @@ def process_ends(code: int) -> int:
     return code
 
 
+def check_host(text: str, option: str = "--host") -> str:
+    """A node's name for --host; UsageError in one line naming the fix."""
+    from radt.settings import is_host_name
+
+    if not is_host_name(text.strip()):
+        raise UsageError(f"{option} {text!r} is not a host name; give the node's name as its exporter labels it, e.g. {option} gpu-node-7")
+    return text.strip()
+
+
 def run_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="radt",
@@ -62,6 +71,12 @@ def run_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="the cluster's Prometheus server (http://prometheus:9090) whose dcgm-exporter series the prometheus listener reads "
         "for this node's GPUs; adds that listener to a single run (a CSV's rows name it in Listeners); default RADT_PROMETHEUS_URL",
+    )
+    parser.add_argument(
+        "--host",
+        metavar="NAME",
+        help="this node's name as its exporter labels it in Prometheus (Hostname or hostname; a pod or container has another name "
+        "of its own), also the run's radt.host tag; default RADT_HOST, else this machine's host name",
     )
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples (0.1 or more; default 1)")
     parser.add_argument("--max-epoch", type=int, help="stop the training cleanly after this epoch (radt.run() context)")
@@ -109,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
             from radt.collectors.promql import check_url
 
             os.environ["RADT_PROMETHEUS_URL"] = check_url(opts.prometheus)  # as the runs of a CSV experiment read it
+        if opts.host is not None:
+            if opts.slurm:
+                raise UsageError("--host names this node; a --slurm job runs on the node Slurm picks, under that node's name: drop --host")
+            os.environ["RADT_HOST"] = check_host(opts.host)
         if opts.script.lower().endswith(".csv"):
             return _experiment(opts, store)
         if opts.dry_run or opts.rerun or opts.slurm:

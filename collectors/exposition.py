@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import math
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -223,6 +224,12 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        """A scrape its client gave up on (Prometheus's scrape timeout on a loaded node) is no error of radt's: no
+        traceback in the middle of `radt monitor`'s output; anything else is reported as socketserver does."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 def bind(host: str, port: int, hostname: str, report: Callable[[str], None]) -> Exposition:

@@ -26,7 +26,7 @@ import pynvml
 TAG_CHARS = 8000  # MLflow's limit on a tag value
 PCI_BUS_ID = "PCI_BUS_ID"
 _INDEX = re.compile(r"^\d+")  # CUDA reads an index like strtoul: "1gpu" is 1 (PyTorch's emulation agrees)
-_OLD_MIG = re.compile(r"^MIG-(GPU-[0-9a-fA-F-]+)/(\d+)/(\d+)$")  # MIG-GPU-<uuid>/<gi>/<ci>, drivers before R470
+OLD_MIG = re.compile(r"^MIG-(GPU-[0-9a-fA-F-]+)/(\d+)/(\d+)$")  # MIG-GPU-<uuid>/<gi>/<ci>, drivers before R470
 _PROFILE = re.compile(r"\bMIG\s+(\S+)$")  # "NVIDIA A100-SXM4-40GB MIG 1g.5gb" -> 1g.5gb
 
 
@@ -95,6 +95,7 @@ class Plan(NamedTuple):
     notes: list[str]  # one line each, for stderr
     fallback: list[int] | None = None  # without NVML: the indices watched as radt always did (None: every GPU)
     reason: str = ""  # why NVML is unavailable
+    unmapped: tuple[str, ...] = ()  # without NVML: the GPU-/MIG- UUIDs the script was given, for the exporter's labels to place
 
     @property
     def indices(self) -> list[int] | None:
@@ -217,6 +218,32 @@ def machine() -> Machine:
             pass
 
 
+def slices_in_use(pids: set[int], gpu_indices: list[int]) -> set[tuple[int, int]]:
+    """(GPU, GPU instance id) of each MIG slice of these GPUs that one of `pids` runs on, by each MIG device's process
+    list (no privilege needed, unlike the whole GPU's); empty without NVML or where none does."""
+    if not pids or not gpu_indices:
+        return set()
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return set()
+    found: set[tuple[int, int]] = set()
+    try:
+        for index in gpu_indices:
+            handle = _call("nvmlDeviceGetHandleByIndex", index)
+            for _, mig in mig_handles(handle) if handle is not None and _mig_mode(handle) else []:
+                procs = _call("nvmlDeviceGetComputeRunningProcesses", mig) or []
+                gi = _call("nvmlDeviceGetGpuInstanceId", mig)
+                if gi is not None and any(p.pid in pids for p in procs):
+                    found.add((index, int(gi)))
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+    return found
+
+
 # --- CUDA's numbering ----------------------------------------------------------------------
 
 
@@ -275,7 +302,7 @@ def _resolve_token(token: str, numbered: list[Gpu], mach: Machine) -> Watched | 
     """One CUDA_VISIBLE_DEVICES entry as CUDA reads it; None where CUDA would stop."""
     token = token.strip()
     if token.startswith("MIG-"):
-        old = _OLD_MIG.match(token)
+        old = OLD_MIG.match(token)
         if old:
             gpu = _by_uuid(old.group(1), mach.gpus)
             mig = next((m for m in mach.migs if gpu and m.gpu == gpu.index and (m.gpu_instance, m.compute_instance) == tuple(map(int, old.groups()[1:]))), None)
@@ -360,29 +387,51 @@ def resolve_tokens(tokens: list[int | str], mach: Machine) -> list[Watched]:
 # --- a run's plan --------------------------------------------------------------------------
 
 
-def fallback_indices(devices: list[int | str] | None, visible: str | None) -> tuple[list[int] | None, str | None]:
-    """Without NVML: -d's indices, else CUDA_VISIBLE_DEVICES when it lists indices, else every GPU (None); and a note."""
-    if devices is not None:
-        return ([d for d in devices if isinstance(d, int)] if all(isinstance(d, int) for d in devices) else None), None
-    if visible is None:
+def _tokens(text: str | None) -> list[str]:
+    return [p.strip() for p in (text or "").split(",") if p.strip()]
+
+
+def fallback_indices(devices: list[int | str] | None, visible: str | None, environ: Mapping[str, str] | None = None) -> tuple[list[int] | None, str | None]:
+    """Without NVML: -d's indices, else CUDA_VISIBLE_DEVICES when it lists indices, else every GPU (None); and a note.
+
+    UUIDs (GPU-/MIG-) never widen to every GPU: only -d's indices, or on a Slurm node SLURM_JOB_GPUS for GPU UUIDs
+    (Slurm's own GPUs of the job), are watched by index; what the UUIDs are is left to the exporter's labels (`unmapped`)."""
+    given = [str(d) for d in devices] if devices is not None else _tokens(visible)
+    if devices is None and visible is None:
         return None, None
-    parts = [p.strip() for p in visible.split(",") if p.strip()]
-    if parts and all(p.isdigit() for p in parts):
-        return [int(p) for p in parts], None
-    if not parts:
+    if not given:
         return [], None  # CUDA_VISIBLE_DEVICES="" hides every GPU
-    return None, f"radt: CUDA_VISIBLE_DEVICES={visible} is not a list of indices; watching every GPU (use -d to narrow)"
+    indices = [int(t) for t in given if t.isdigit()]
+    uuids = [t for t in given if not t.isdigit()]
+    if not uuids:
+        return indices, None
+    slurm = _tokens((environ or {}).get("SLURM_JOB_GPUS"))
+    if not indices and slurm and all(t.isdigit() for t in slurm) and all(t.upper().startswith("GPU-") for t in uuids):
+        indices = [int(t) for t in slurm]
+    where = f"-d {'+'.join(given)}" if devices is not None else f"CUDA_VISIBLE_DEVICES={visible}"
+    return indices, (
+        f"radt: {where} names devices radt cannot map to a GPU here (NVML unavailable): the nvml and dcgm listeners watch "
+        + (f"GPU {', '.join(map(str, indices))} only" if indices else "none of them")
+        + "; prometheus keeps only series its labels prove are this run's (the UUIDs, this Slurm job's jobid)"
+    )
+
+
+def unmapped(devices: list[int | str] | None, visible: str | None) -> tuple[str, ...]:
+    """The GPU-/MIG- UUIDs among -d, else CUDA_VISIBLE_DEVICES: without NVML, the exporter's labels say which series they are."""
+    given = [str(d) for d in devices] if devices is not None else _tokens(visible)
+    return tuple(t for t in given if t.upper().startswith(("GPU-", "MIG-")))
 
 
 def plan_without_nvml(devices: list[int | str] | None, cuda_visible: str | None, environ: Mapping[str, str], reason: str = "") -> Plan:
-    """radt's behaviour where the mapping cannot be known: -d as given, CUDA numbering GPUs by PCI bus id."""
+    """radt's behaviour where the mapping cannot be known: -d as given, CUDA numbering GPUs by PCI bus id; UUIDs never widen to every GPU."""
     visible = ",".join(map(str, devices)) if devices is not None else None
     order = PCI_BUS_ID if devices is not None else None
     notes = ["radt: cannot check -d here (NVML unavailable); CUDA_VISIBLE_DEVICES is set as given"] if devices else []
     if cuda_visible is not None:
         visible = cuda_visible
-    fallback, note = fallback_indices(devices, environ.get("CUDA_VISIBLE_DEVICES"))
-    return Plan(None, None, visible, order, notes + ([note] if note else []), fallback, reason)
+    seen = environ.get("CUDA_VISIBLE_DEVICES")
+    fallback, note = fallback_indices(devices, seen, environ)
+    return Plan(None, None, visible, order, notes + ([note] if note else []), fallback, reason, unmapped(devices, seen))
 
 
 def plan(devices: list[int | str] | None, cuda_visible: str | None, environ: Mapping[str, str], mach: Machine) -> Plan:
@@ -432,6 +481,15 @@ def entry(watched: Watched) -> dict:
         "gpu_instance": watched.mig.gpu_instance if watched.mig else None,
         "cuda": watched.cuda,
     }
+
+
+def with_slices(plan: Plan, found: list[tuple[int, int]]) -> list[Watched]:
+    """The plan's devices and the MIG slices the run's processes were found on (of a GPU in MIG mode given whole), for radt.gpus."""
+    if plan.machine is None or plan.watched is None:
+        return plan.watched or []
+    migs = {(m.gpu, m.gpu_instance): m for m in plan.machine.migs}
+    extra = [Watched(plan.machine.gpus[gpu], migs[(gpu, gi)]) for gpu, gi in found if (gpu, gi) in migs and (gpu, gi) not in plan.slices]
+    return [*plan.watched, *extra]
 
 
 def series_entries(watched: list[Watched]) -> list[dict]:

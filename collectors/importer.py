@@ -25,6 +25,7 @@ from radt.collectors.toolmetrics import EnergyBaseline, dmon_metrics, smi_metric
 from radt.collectors.tracking import connect, create_run, resolve_experiment, set_tags
 from radt.points import Point
 from radt.runmodel import (
+    DEVICES_TAG,
     GPUS_TAG,
     HOST_TAG,
     IMPORTED_TAG,
@@ -36,6 +37,7 @@ from radt.runmodel import (
     RUN_ROLE,
     SCRIPT_END_TAG,
     SCRIPT_START_TAG,
+    SLURM_JOB_TAG,
     gpu_entries,
     node_statuses,
     node_tag,
@@ -225,8 +227,27 @@ def parse_gpus(given: str) -> tuple[list[int], list[tuple[int, int]]]:
     return sorted(gpus), slices
 
 
+def _unmapped(tags: dict[str, str], node: str | None) -> tuple[list[int] | None, tuple[str, ...]]:
+    """A radt run without a radt.gpus tag (no NVML where it ran): the GPUs of its radt.devices tag (-d, else its
+    CUDA_VISIBLE_DEVICES) and the GPU-/MIG- UUIDs among them, which only the exporter's labels place; (None, ()) for every GPU."""
+    devices = tags.get(DEVICES_TAG, "") if node is None else ""
+    tokens = [t.strip() for t in devices.replace(",", "+").split("+") if t.strip()]
+    if not tokens or not all(t.isdigit() or t.upper().startswith(("GPU-", "MIG-")) for t in tokens):
+        return None, ()  # "all", "imported", a plain MLflow run
+    return sorted({int(t) for t in tokens if t.isdigit()}), tuple(t for t in tokens if not t.isdigit())
+
+
+def _job_labels(tags: dict[str, str], node: str | None) -> dict[str, str]:
+    """The exporter labels naming the run's Slurm job (its radt.slurm.job_id tag): another job's series are never the run's."""
+    from radt.collectors.promql import JOB_LABELS
+
+    job = tags.get(node_tag(node, "slurm_job_id") if node else SLURM_JOB_TAG, "").strip()
+    return dict.fromkeys(JOB_LABELS, job) if job else {}
+
+
 class Part(NamedTuple):
-    """One host's share of a run to read from Prometheus: the node's id (None: a run of one host), its host, GPUs and time."""
+    """One host's share of a run to read from Prometheus: the node's id (None: a run of one host), its host, GPUs and time;
+    the devices only labels place, the run's Slurm job labels, GPUs whose every MIG slice is the run's (see promql.Wanted)."""
 
     node: str | None
     host: str
@@ -235,6 +256,22 @@ class Part(NamedTuple):
     uuids: dict[str, int]
     start_ms: int
     end_ms: int
+    given: tuple[str, ...] = ()
+    owners: dict[str, str] = {}
+    mig_gpus: tuple[int, ...] = ()
+
+
+def _mine(part: Part, tags: dict[str, str], gpus: str | None) -> Part:
+    """`part` with what says which series are the run's beyond its GPU indices: --gpus 0 takes GPU 0's MIG slices (a
+    GPU in MIG mode is its slices), a run without radt.gpus its radt.devices, the run's Slurm job its own labels."""
+    owners = _job_labels(tags, part.node)
+    if gpus:
+        whole = tuple(g for g in part.gpus or [] if all(gpu != g for gpu, _ in part.slices))
+        return part._replace(owners=owners, mig_gpus=whole)
+    if part.gpus is None:
+        indices, given = _unmapped(tags, part.node)
+        return part._replace(gpus=indices, given=given, owners=owners)
+    return part._replace(owners=owners)
 
 
 def run_parts(run, host: str | None, gpus: str | None) -> list[Part]:
@@ -250,14 +287,16 @@ def run_parts(run, host: str | None, gpus: str | None) -> list[Part]:
         script = tags.get(SCRIPT_START_TAG, ""), tags.get(SCRIPT_END_TAG, "")
         if script[0].isdigit() and script[1].isdigit():  # radt's run: the script's time, as its prometheus listener read
             start_ms, end_ms = int(script[0]), int(script[1])
-        return [Part(None, found, *_run_gpus(tags, gpus), start_ms, end_ms)]
+        option = None if any(isinstance(e.get("index"), int) for e in gpu_entries(tags)) else gpus  # the tag wins, as in _run_gpus
+        return [_mine(Part(None, found, *_run_gpus(tags, gpus), start_ms, end_ms), tags, option)]
     if host or gpus:
         raise ValueError(f"run {run.info.run_id} ran on nodes {', '.join(nodes)}, each tagged with its host and GPUs; drop --host and --gpus")
     parts = []
     for node in nodes:
         own = tags.get(node_tag(node, "script_start_ms"), ""), tags.get(node_tag(node, "script_end_ms"), "")
         span = (int(own[0]), int(own[1])) if own[0].isdigit() and own[1].isdigit() else (start_ms, end_ms)
-        parts.append(Part(node, tags.get(node_tag(node, HOST_TAG.removeprefix("radt."))) or node, *_run_gpus(tags, None, node), *span))
+        part = Part(node, tags.get(node_tag(node, HOST_TAG.removeprefix("radt."))) or node, *_run_gpus(tags, None, node), *span)
+        parts.append(_mine(part, tags, None))
     return parts
 
 
@@ -278,17 +317,24 @@ def _existing(client, run_id: str, keys: set[str]) -> set[tuple[str, int]]:
     return {(k, m.timestamp) for k in keys for m in client.get_metric_history(run_id, k)}
 
 
-def _missing(points: list[Point], part: Part, url: str, label: str) -> str | None:
-    """One line when the part's host or one of its GPUs has no series in Prometheus over the run."""
+def _missing(points: list[Point], part: Part, url: str, labels: tuple[str, ...]) -> str | None:
+    """One line when the part's host or one of its GPUs has no series in Prometheus over the run; it names the node labels
+    tried (the one that matched, where one did) and the host looked for."""
     from radt.catalogue import resolve
+    from radt.collectors.promql import looked_for
 
-    where = f"{label}={part.host}" + (f" (node {part.node})" if part.node else "")
+    where = looked_for(part.host, labels) + (f" (node {part.node})" if part.node else "")
     if not points:
         which = "any GPU" if part.gpus is None else "GPU " + ", ".join(map(str, part.gpus))
+        if part.mig_gpus:
+            which += " or the MIG slices of GPU " + ", ".join(map(str, part.mig_gpus))
+        if part.given:
+            which = " or ".join([*([which] if part.gpus else []), f"{', '.join(part.given)} (no label proves a series is it)"])
         return f"no dcgm-exporter series for {which} of {where} at {url} over the run"
-    seen = {resolve(p.key).gpu for p in points}
-    lost = sorted(set(part.gpus or []) - seen)
-    return f"no dcgm-exporter series for GPU {', '.join(map(str, lost))} of {where} at {url} over the run" if lost else None
+    places = {(resolve(p.key).gpu, resolve(p.key).mig) for p in points}
+    lost = [f"GPU {g}" for g in sorted(set(part.gpus or []) - {gpu for gpu, _ in places})]
+    lost += [f"GPU {gpu} MIG slice {gi} (GPU_I_ID={gi})" for gpu, gi in part.slices if (gpu, gi) not in places]
+    return f"no dcgm-exporter series for {', '.join(lost)} of {where} at {url} over the run" if lost else None
 
 
 def prometheus_main(argv: list[str]) -> int:
@@ -298,7 +344,7 @@ def prometheus_main(argv: list[str]) -> int:
     the run is not added again, and a gap tag an earlier import left goes once the series are all there."""
     from radt.cli import OneLineParser
     from radt.collectors.nodes import node_key, node_scoped
-    from radt.collectors.promql import PromError, check_label, check_url
+    from radt.collectors.promql import PromError, check_url, host_labels
     from radt.collectors.sources.prometheus import backfill
     from radt.settings import PROMETHEUS_HOST_LABEL
 
@@ -306,15 +352,19 @@ def prometheus_main(argv: list[str]) -> int:
     parser.add_argument("--prometheus", required=True, help="Prometheus server URL, e.g. http://prometheus:9090")
     parser.add_argument("--run", required=True, help="the run's id")
     parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
-    parser.add_argument("--host", help="the node the run ran on (its dcgm-exporter Hostname), where the run has no radt.host tag")
+    parser.add_argument("--host", help="the node the run ran on (its exporter's Hostname or hostname), where the run has no radt.host tag")
     parser.add_argument(
         "--gpus", help="GPU indices, e.g. 0+1 (1:3 for GPU 1's MIG slice GPU_I_ID 3), where the run has no radt.gpus tag (default: every GPU of the host)"
     )
-    parser.add_argument("--host-label", help="the exporter's node label (default RADT_PROMETHEUS_HOST_LABEL, else Hostname; instance: the scrape target)")
+    parser.add_argument(
+        "--host-label",
+        help="the exporter's node label, or several joined with ',' tried in turn (default RADT_PROMETHEUS_HOST_LABEL, else Hostname,hostname; "
+        "instance: the scrape target)",
+    )
     args = parser.parse_args(argv)
     try:
         url = check_url(args.prometheus)
-        label = check_label(args.host_label or PROMETHEUS_HOST_LABEL.get().strip() or "Hostname", "--host-label")
+        labels = host_labels(args.host_label if args.host_label is not None else PROMETHEUS_HOST_LABEL.get(), "--host-label")
     except ValueError as exc:
         parser.error(str(exc))
     uri = tracking_uri(args.store)
@@ -331,14 +381,16 @@ def prometheus_main(argv: list[str]) -> int:
     points: list[Point] = []
     gaps: dict[str | None, str] = {}
     for part in parts:
+        matched: list[str] = []
         try:
             found = backfill(url, part.host, part.gpus, part.start_ms, part.end_ms, step_s if step_s > 0 else 1.0,
-                             slices=part.slices, uuids=part.uuids, host_label=label)  # fmt: skip
+                             slices=part.slices, uuids=part.uuids, host_label=labels, matched=matched,
+                             given=part.given, owners=part.owners, mig_gpus=part.mig_gpus)  # fmt: skip
         except PromError as exc:
             set_tags(client, args.run, {PROMETHEUS_GAP_TAG: str(exc)})
             print(f"radt import: {exc}; check --prometheus and that the server runs, then import again", file=sys.stderr)
             return 1
-        gap = _missing(found, part, url, label)
+        gap = _missing(found, part, url, tuple(matched) or labels)
         if gap:
             gaps[part.node] = gap
             print(f"radt import: {gap}", file=sys.stderr)

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 from radt.artifacts import configure as configure_artifacts
 from radt.cli import OneLineParser
 from radt.collectors import gpus
-from radt.collectors.cli import parse_devices
+from radt.collectors.cli import check_host, parse_devices
 from radt.collectors.command import UsageError, check_numbers, first_line
 from radt.collectors.exposition import Exposition, bind, training_runs
 from radt.collectors.finish import describe_environment, finish_run, local_run_dir, mark_killed, report
@@ -40,7 +39,7 @@ from radt.collectors.tracking import StoreError, connect, create_run, find_runs,
 from radt.collectors.writer import MetricWriter
 from radt.rundir import DONE_FILE, LOGS_DIR, META_FILE, SPOOL_FILE, claim_run_dir, owner_pid, release_run_dir
 from radt.runmodel import GPUS_TAG, HOST_TAG, INTERVAL_TAG, MONITOR_TAG, PID_TAG, STOP_REASON_TAG
-from radt.settings import check_radt_home, runs_dir, tracking_uri
+from radt.settings import check_radt_home, host_name, runs_dir, tracking_uri
 
 RETRY_NEW_DAY = 60.0  # seconds between tries to start the next day's run while the store is away
 
@@ -74,6 +73,12 @@ def monitor_parser() -> argparse.ArgumentParser:
         help="also serve the latest samples at http://HOST:N/metrics for Prometheus, labelled with the training run on each GPU",
     )
     parser.add_argument("--prometheus-host", default="127.0.0.1", help="address for --prometheus-port (default 127.0.0.1; 0.0.0.0 for a cluster's Prometheus)")
+    parser.add_argument(
+        "--host",
+        metavar="NAME",
+        help="this node's name as Prometheus knows it (the exporter's Hostname or hostname; the served series' Hostname), "
+        "also the runs' name and radt.host tag; default RADT_HOST, else this machine's host name",
+    )
     return parser
 
 
@@ -120,7 +125,7 @@ class Monitor:
         self.flush_timeout = flush_timeout
         self.argv = argv
         self.today = today
-        self.host = socket.gethostname()
+        self.host = host_name()  # --host / RADT_HOST, else this machine's name
         self.client = connect(store)
         self.experiment_id = resolve_experiment(self.client, store, experiment)
         self.current: Recording | None = None
@@ -302,8 +307,10 @@ def main(argv: list[str]) -> int:
         try:
             check_numbers(opts.interval, None, None, opts.flush_timeout)  # NaN and inf too, as for a training run
             check_radt_home()  # a full or read-only RADT_HOME: one line, before any run exists
+            if opts.host is not None:
+                os.environ["RADT_HOST"] = check_host(opts.host)  # as the prometheus listener and the run's tags read it
             if opts.prometheus_port is not None:  # the port first: taken, nothing else has started
-                exposition = bind(opts.prometheus_host, opts.prometheus_port, socket.gethostname(), report)
+                exposition = bind(opts.prometheus_host, opts.prometheus_port, host_name(), report)
             listeners = parse_listeners(opts.listeners)
             if parse_profiler(opts.listeners):
                 raise UsageError(f"profiler listener '{parse_profiler(opts.listeners)}' wraps a training command; radt monitor has none, drop it from -l")

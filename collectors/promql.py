@@ -1,7 +1,7 @@
 """Read dcgm-exporter's series from a Prometheus server's HTTP API and name them with catalogue keys.
 
-dcgm-exporter publishes one series per GPU (labels `gpu`, `UUID`, `device`, `modelName`, `Hostname`)
-and per MIG slice (`GPU_I_ID`, `GPU_I_PROFILE` besides); Prometheus adds `job` and `instance`.
+dcgm-exporter publishes one series per GPU (labels `gpu`, `UUID`, `device`, `modelName`, `Hostname`; newer
+exporters spell it `hostname`, so both are tried) and per MIG slice (`GPU_I_ID`, `GPU_I_PROFILE` besides); Prometheus adds `job` and `instance`.
 An NVML/GPM exporter with the same labels is read too: `radt monitor --prometheus-port` (radt_sm_active,
 ... in catalogue units); where a node runs both, dcgm-exporter's series is the one kept.
 The values are read raw (a range selector, `metric[30s]`), with the scrape's own timestamps, so
@@ -20,7 +20,8 @@ from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from radt.catalogue import DCGM_TAGS, METRICS, exposition_name, key
-from radt.settings import is_http_url
+from radt.collectors.gpus import OLD_MIG
+from radt.settings import PROMETHEUS_HOST_LABEL, is_http_url
 
 # dcgm-exporter metric -> the `dcgmi dmon` tag of the same DCGM field (DCGM's field names), whose
 # catalogue entry gives the metric and scale (FB_USED comes in MiB, as dmon's FBUSD does).
@@ -48,7 +49,9 @@ DCGM_METRICS: dict[str, tuple[str, float]] = {metric: DCGM_TAGS[tag] for metric,
 # radt monitor's own exposition (collectors/exposition.py), an NVML/GPM exporter: per-GPU catalogue metrics, unit as stored
 RADT_METRICS: dict[str, tuple[str, float]] = {exposition_name(m): (m.name, 1.0) for m in METRICS.values() if m.per_gpu}
 EXPORTER_METRICS: dict[str, tuple[str, float]] = DCGM_METRICS | RADT_METRICS
-DEFAULT_HOST_LABEL = "Hostname"  # dcgm-exporter's own; "instance" matches the scrape target ("node-7:9400") instead
+# the node's label, tried in turn: dcgm-exporter's Hostname, newer exporters' hostname; "instance" matches the scrape target instead
+DEFAULT_HOST_LABELS: tuple[str, ...] = tuple(PROMETHEUS_HOST_LABEL.default.split(","))
+DEFAULT_HOST_LABEL = DEFAULT_HOST_LABELS[0]
 TIMEOUT = 5.0  # seconds for one HTTP call
 CHUNK_S = 3600  # seconds of raw samples asked for in one backfill query
 
@@ -66,6 +69,17 @@ def check_label(name: str, source: str = "RADT_PROMETHEUS_HOST_LABEL") -> str:
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise ValueError(f"{source}={name!r} is not a Prometheus label name; give the exporter's node label, e.g. Hostname or instance")
     return name
+
+
+def host_labels(text: str, source: str = "RADT_PROMETHEUS_HOST_LABEL") -> tuple[str, ...]:
+    """'Hostname,hostname' -> the node labels tried in turn (empty: both spellings); ValueError in one line naming the fix."""
+    names = tuple(check_label(name.strip(), source) for name in text.split(",") if name.strip())
+    return names or DEFAULT_HOST_LABELS
+
+
+def looked_for(host: str, labels: Iterable[str]) -> str:
+    """The node as the "no series" lines name it: every label tried with the value looked for (Hostname=pod-7 or hostname=pod-7)."""
+    return " or ".join(f"{label}={host}" for label in labels)
 
 
 class PromError(Exception):
@@ -139,15 +153,38 @@ def selector(host: str | None, host_label: str = DEFAULT_HOST_LABEL, metrics: It
     return "{" + ", ".join(matchers) + "}"
 
 
+JOB_LABELS = ("jobid", "hpc_job")  # the Slurm job an exporter says uses a device (a prolog's mapping; dcgm-exporter's --hpc-job-mapping-dir)
+POD_LABELS = ("pod", "exported_pod")  # the Kubernetes pod dcgm-exporter says uses a device (exported_: renamed by a scrape of a pod)
+
+
+def owners(environ: Mapping[str, str]) -> dict[str, str]:
+    """The labels an exporter marks a device's user with, and this process's values: its Slurm job's id, its pod's name."""
+    found: dict[str, str] = {}
+    job = environ.get("SLURM_JOB_ID", "").strip()
+    if job:
+        found |= dict.fromkeys(JOB_LABELS, job)
+    pod = environ.get("HOSTNAME", "").strip()
+    if environ.get("KUBERNETES_SERVICE_HOST") and pod:  # in a pod its host name is the pod's name
+        found |= dict.fromkeys(POD_LABELS, pod)
+    return found
+
+
 class Wanted(NamedTuple):
-    """Which of a node's series belong to the run: GPUs by NVML index (None: all), MIG slices, UUID -> NVML index."""
+    """Which of a node's series belong to the run: GPUs by NVML index (None: all), MIG slices, UUID -> NVML index; GPU-/MIG-
+    UUIDs the run was given that NVML could not map (`given`), the labels that name the run's job or pod (`owners`), GPUs
+    whose every slice is the run's (`mig_gpus`: `radt import --gpus 0` on a GPU in MIG mode)."""
 
     gpus: list[int] | None = None
     slices: tuple[tuple[int, int], ...] | list[tuple[int, int]] = ()  # (GPU, GPU instance id): the run's MIG slices, none besides
     uuids: Mapping[str, int] = {}
+    given: tuple[str, ...] = ()
+    owners: Mapping[str, str] = {}
+    mig_gpus: tuple[int, ...] = ()
 
     def place(self, labels: Mapping[str, str]) -> tuple[int, int | None] | None:
-        """(NVML index, GPU instance id or None) of a series the run watches; None for another GPU's."""
+        """(NVML index, GPU instance id or None) of a series the run watches; None for another GPU's, slice's, job's or pod's."""
+        if any(labels.get(name) and labels[name] != value for name, value in self.owners.items()):
+            return None  # the exporter says another Slurm job (or pod) uses it
         uuid = labels.get("UUID", "")
         if uuid in self.uuids:
             gpu = self.uuids[uuid]
@@ -157,11 +194,29 @@ class Wanted(NamedTuple):
             return None
         gi_text = labels.get("GPU_I_ID", "")
         mig = int(gi_text) if gi_text.isdigit() else None
-        if self.gpus is None:  # every GPU of the node, and every slice
+        if self.given and self.proves(labels, mig):
             return gpu, mig
+        if self.gpus is None:  # every GPU of the node, and every slice; never where devices are left to the labels
+            return None if self.given else (gpu, mig)
         if mig is None:
             return (gpu, None) if gpu in self.gpus else None
-        return (gpu, mig) if (gpu, mig) in self.slices else None  # another tenant's slice of a GPU in MIG mode is not the run's
+        # another tenant's slice of a GPU in MIG mode is not the run's
+        return (gpu, mig) if (gpu, mig) in self.slices or gpu in self.mig_gpus else None
+
+    def proves(self, labels: Mapping[str, str], mig: int | None) -> bool:
+        """Whether a series' labels name a device of `given`: a GPU's UUID, a MIG device's UUID in any label (newer exporters),
+        MIG-GPU-<uuid>/<gi>/<ci>'s GPU and instance, or, where no label names a MIG device, the run's own job or pod."""
+        values = {str(v).lower() for v in labels.values()}
+        named_mig = any(v.startswith("mig-") for v in values)
+        for given in self.given:
+            old, token = OLD_MIG.match(given), given.lower()
+            if old and mig is not None and labels.get("UUID", "").lower() == old.group(1).lower() and mig == int(old.group(2)):
+                return True
+            if not old and token.startswith("mig-") and mig is not None and token in values:
+                return True
+            if token.startswith("gpu-") and mig is None and labels.get("UUID", "").lower() == token:
+                return True
+        return not named_mig and any(labels.get(name) == value for name, value in self.owners.items())
 
 
 def series_key(labels: Mapping[str, str], wanted: Wanted) -> tuple[str, float] | None:

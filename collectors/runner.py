@@ -83,7 +83,7 @@ def check_devices(devices: list[int | str] | None, cuda_visible: str | None = No
 
 
 def watched_devices(devices: list[int] | None, visible: str | None) -> list[int] | None:
-    """Without NVML: GPUs the samplers watch: -d, else CUDA_VISIBLE_DEVICES when it lists indices, else all (None)."""
+    """Without NVML: GPUs the samplers watch: -d, else CUDA_VISIBLE_DEVICES when it lists indices, else all (None); UUIDs never all."""
     indices, note = gpus.fallback_indices(devices, visible)
     if note:
         report(note)
@@ -286,17 +286,20 @@ class Supervisor:
         return self.child.returncode
 
 
-def _prometheus_final(sampler: Sampler, start_ms: int, end_ms: int, put) -> dict[str, str]:
+def _prometheus_final(sampler: Sampler, start_ms: int, end_ms: int, put, plan: gpus.Plan | None = None) -> dict[str, str]:
     """The prometheus listener's scrapes stored after its last tick go into the run (its series only, see owners.py);
-    returns its gap tag for finish_run, if any. Never fails the run."""
+    returns its gap tag for finish_run, if any, and radt.gpus with the MIG slices it found the run on. Never fails the run."""
     try:
         from radt.collectors.sources.prometheus import PrometheusSource, final_backfill, gap
 
         for source in sampler.sources:
             if isinstance(source, PrometheusSource):
                 put(sampler.owners.late(source, final_backfill(source, start_ms, end_ms)))
+                found = [s for s in source.wanted.slices if plan is not None and s not in plan.slices]
+                tags = {GPUS_TAG: gpus.gpus_tag(gpus.series_entries(gpus.with_slices(plan, found)))} if found else {}
                 if gap(source):
-                    return {PROMETHEUS_GAP_TAG: gap(source)}
+                    return tags | {PROMETHEUS_GAP_TAG: gap(source)}
+                return tags
     except Exception as exc:
         report(f"radt: listener 'prometheus': its last scrapes not read ({type(exc).__name__}: {exc})")
     return {}
@@ -385,7 +388,7 @@ def run_script(opts: RunOptions) -> int:
 
     writer = MetricWriter(open_metric_store(opts.store), run_id, run_dir / SPOOL_FILE, report=report).start()
     tree = ProcessTree(record=run_dir)  # tree.json, for the watchdog and the reaper
-    ctx = SamplingContext(interval=opts.interval, devices=gpu_plan.indices, slices=gpu_plan.slices, pids=tree.processes)
+    ctx = SamplingContext(interval=opts.interval, devices=gpu_plan.indices, slices=gpu_plan.slices, pids=tree.processes, given=gpu_plan.unmapped)
     sources = open_sources([make_source(name) for name in opts.listeners], ctx, report)
     describe_environment(logs, gpu_plan)
     if gpu_plan.watched is not None:
@@ -466,7 +469,7 @@ def run_script(opts: RunOptions) -> int:
         for tee in tees:
             tee.join(5)
         sampler.stop()
-        source_tags = _prometheus_final(sampler, script_start_ms, script_end_ms, on_node(writer.put, member.node))
+        source_tags = _prometheus_final(sampler, script_start_ms, script_end_ms, on_node(writer.put, member.node), gpu_plan)
         stop_file = run_dir / STOP_REASON_FILE
         stop_reason = stop_file.read_text().strip() if stop_file.exists() else None
         status = final_status(returncode, supervisor, stop_reason)

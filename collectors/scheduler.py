@@ -389,12 +389,13 @@ def run_experiment(opts: ExperimentOptions, machine: Machine | None = None) -> i
     client = connect(opts.store)
     failed = 0
     todo = [w for w in workloads if w.state() == "todo" or (opts.rerun and w.state() == "failed")]
+    place = {id(w): n for n, w in enumerate(todo, start=1)}  # by identity: comparing workloads field by field is O(n) each
     for number, workload in enumerate(workloads):
-        if workload not in todo:
+        if id(workload) not in place:
             report(f"radt: workload {workload.label} already {workload.state().upper()}, skipped")
             continue
         experiment_id = open_experiment(client, opts.store, workload)
-        report(f"radt: workload {workload.label} ({todo.index(workload) + 1} of {len(todo)} to run): {len(workload.runs)} run(s)")
+        report(f"radt: workload {workload.label} ({place[id(workload)]} of {len(todo)} to run): {len(workload.runs)} run(s)")
         runner = WorkloadRunner(opts, exp, workload, client, experiment_id)
         status = runner.execute()
         report(f"radt: workload {workload.label} {status}; statuses written to {opts.csv}")

@@ -1,14 +1,16 @@
 """`radt experiment.csv --slurm`: each workload one Slurm job, run on its node by the same WorkloadRunner.
 
-The submitter checks the CSV against the cluster (sinfo: partitions, GPUs per node), submits one sbatch
-job per workload asking `--gres=gpu:N`, writes SlurmJob and the rows' statuses into the CSV, and watches
+The submitter checks the CSV against the cluster (sinfo: partitions, GPUs and MIG GRES types per node), submits
+one sbatch job per workload asking `--gres=gpu:N` for its GPUs and `gpu:<profile>:<n>` for its MIG rows (as
+clusters offer MIG: slices an admin made, scheduled as GRES types), writes SlurmJob and the rows' statuses into the CSV, and watches
 the jobs (squeue, scontrol; sacct where the cluster keeps accounting) until they end. Ctrl-C scancels
 them; any other end of the submitter (SIGTERM, a closed terminal, SIGKILL) leaves them running, and the
 same command picks them up again instead of submitting them twice.
 
 On the node the job runs `radt --slurm-rows LINES experiment.csv`: exactly that workload, through
-scheduler.WorkloadRunner (start gate, MPS/MIG set-up and tear-down, parent run). Its statuses go to
-slurm/<job id>.json next to the CSV; only the submitter writes the CSV itself.
+scheduler.WorkloadRunner (start gate, MPS set-up and tear-down, parent run) on the GPUs and MIG slices Slurm
+assigned; it never creates or destroys a MIG instance. Its statuses go to slurm/<job id>.json next to the
+CSV; only the submitter writes the CSV itself. Devices is not a physical index under Slurm.
 """
 
 from __future__ import annotations
@@ -23,12 +25,16 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from radt.collectors.collocation import MigProfile
+from radt.collectors.collocation import MIG_PROFILE, MigInstance, MigProfile, MpsDaemon, Setup
 from radt.collectors.command import UsageError, first_line
 from radt.collectors.experiment import ExperimentFile, Machine, Row, Workload, parse_devices_cell, plan
 from radt.collectors.proctree import catch_stops
-from radt.collectors.scheduler import ExperimentOptions, describe, report
+from radt.collectors.scheduler import ExperimentOptions, WorkloadRunner, describe, report
+
+if TYPE_CHECKING:
+    from radt.collectors import gpus
 
 JOB_COLUMN = "SlurmJob"
 FOLDER = "slurm"  # next to the CSV: the job scripts, the jobs' output (<workload>-<job>.out) and results (<job>.json)
@@ -38,6 +44,11 @@ FINAL = ("FINISHED", "FAILED", "KILLED")
 PENDING_STATES = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
 ENDED_STATES = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REVOKED"}
 KILLED_STATES = {"CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE", "REVOKED"}  # stopped from outside: KILLED, like Ctrl-C
+MPS_PIPE_DIRECTORY, MPS_LOG_DIRECTORY = "/tmp/nvidia-mps", "/var/log/nvidia-mps"  # NVIDIA's defaults: a site's daemon where it set none
+DEVICES_NOTE = (
+    "Under Slurm, Devices is not a physical GPU index: a workload's Devices are numbered onto the GPUs Slurm gives its job "
+    "(0+1 and 2+3 both ask for two), and each MIG row runs on a slice of its profile that Slurm assigns (--gres=gpu:<profile>:<n>)"
+)
 
 
 class SlurmError(UsageError):
@@ -87,17 +98,34 @@ def slurm(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
 class Node:
     name: str
     partitions: list[str]
-    gpus: int
+    gpus: int  # whole GPUs
+    slices: dict[str, int] = field(default_factory=dict)  # MIG slices per Slurm GRES type ('1g.5gb', 'a100_1g.5gb')
+    mps: int = 0  # Slurm's mps GRES: shares of its GPUs (100 per GPU, as sites configure it)
 
 
-def gres_gpus(gres: str) -> int:
-    """GPUs in sinfo's %G: 'gpu:4', 'gpu:a100:4(S:0-1)', 'gpu:2,shard:8', '(null)'."""
-    total = 0
+@dataclass
+class Offer:
+    """What a partition offers beyond whole GPUs: its GRES type of each MIG profile, the mps GRES of one GPU (0: none)."""
+
+    types: dict[str, str] = field(default_factory=dict)
+    mps_per_gpu: int = 0
+
+
+def gres_types(gres: str, name: str = "gpu") -> dict[str, int]:
+    """Count per GRES type of `name` in sinfo's %G ('' for untyped): 'gpu:4', 'gpu:a100:4(S:0-1)', 'gpu:1g.5gb:7,gpu:3g.20gb:2', 'gpu:2,mps:200', '(null)'."""
+    found: dict[str, int] = {}
     for item in re.sub(r"\([^)]*\)", "", gres).split(","):
         parts = item.strip().split(":")
-        if parts[0] == "gpu" and len(parts) > 1 and parts[-1].isdigit():
-            total += int(parts[-1])
-    return total
+        if parts[0] == name and len(parts) > 1 and parts[-1].isdigit():
+            kind = ":".join(parts[1:-1])
+            found[kind] = found.get(kind, 0) + int(parts[-1])
+    return found
+
+
+def type_profile(kind: str) -> str | None:
+    """The MIG profile a Slurm GRES type names ('1g.5gb'; AutoDetect=nvml's 'a100_1g.5gb'), or None for a whole GPU's type."""
+    tail = kind.rsplit("_", 1)[-1].lower()
+    return tail if MIG_PROFILE.match(tail) else None
 
 
 def cluster_nodes() -> tuple[list[Node], str | None]:
@@ -116,7 +144,10 @@ def cluster_nodes() -> tuple[list[Node], str | None]:
             default = partition
         node = nodes.setdefault(name, Node(name, [], 0))
         node.partitions.append(partition)
-        node.gpus = max(node.gpus, gres_gpus(gres))
+        types = gres_types(gres)
+        node.gpus = max(node.gpus, sum(n for kind, n in types.items() if type_profile(kind) is None))
+        node.slices = {kind: n for kind, n in types.items() if type_profile(kind)} or node.slices
+        node.mps = max(node.mps, sum(gres_types(gres, "mps").values()))
     return list(nodes.values()), default
 
 
@@ -256,10 +287,11 @@ class Job:
 class Submitter:
     """Submits the workloads, then watches their jobs and writes what Slurm and the jobs say into the CSV."""
 
-    def __init__(self, opts: ExperimentOptions, slurm_opts: SlurmOptions, exp: ExperimentFile) -> None:
+    def __init__(self, opts: ExperimentOptions, slurm_opts: SlurmOptions, exp: ExperimentFile, offer: Offer | None = None) -> None:
         self.opts = opts
         self.slurm_opts = slurm_opts
         self.exp = exp
+        self.offer = offer or Offer()  # unknown (--dry-run without Slurm): MIG profiles as the CSV names them, no mps GRES
         self.folder = exp.path.resolve().parent / FOLDER
         self.interrupt = 0  # Ctrl-Cs received
         self.detach: int | None = None  # SIGTERM or SIGHUP: stop watching, leave the jobs to Slurm
@@ -272,10 +304,10 @@ class Submitter:
         return job_script(job_command(self.opts, lines, str(self.exp.path.resolve())), os.getcwd(), job.workload.label, lines, str(self.exp.path.resolve()))
 
     def sbatch(self, job: Job) -> list[str]:
-        gpus = gpus_needed(job.workload)
+        gres = gres_request(job.workload, self.offer)
         args = ["sbatch", "--parsable", f"--job-name=radt-{job.slug}", f"--comment={self.comment(job)}", "--nodes=1", "--ntasks=1"]
         args += [f"--cpus-per-task={len(job.rows)}"]
-        args += [f"--gres=gpu:{gpus}"] if gpus else []
+        args += [f"--gres={gres}"] if gres else []
         args += [f"--output={output_pattern(self.folder / job.slug)}-%j.out", *self.slurm_opts.args(), str(self.folder / f"{job.slug}.sh")]
         return args
 
@@ -456,8 +488,33 @@ def say(message: str) -> None:
 
 
 def gpus_needed(workload: Workload) -> int:
-    """The GPUs the workload's job asks for: its runs' distinct Devices (0+1 and 2+3 both ask for two)."""
-    return len({d for run in workload.runs for d in run.devices or []})
+    """The whole GPUs the workload's job asks for: its runs' distinct Devices (0+1 and 2+3 both ask for two); MIG rows ask for slices."""
+    return len({d for run in workload.runs if not run.mig for d in run.devices or []})
+
+
+def slices_needed(workload: Workload) -> dict[str, int]:
+    """The MIG slices the workload's job asks for: one per MIG row, per profile (seven 1g.5gb runs ask for gpu:1g.5gb:7)."""
+    found: dict[str, int] = {}
+    for run in workload.runs:
+        if run.mig:
+            found[run.collocation] = found.get(run.collocation, 0) + 1
+    return found
+
+
+def gres_request(workload: Workload, offer: Offer) -> str:
+    """sbatch's --gres for the workload: 'gpu:2', 'gpu:3g.20gb:1', 'gpu:1,gpu:1g.5gb:7', 'mps:100'; '' for no GPU."""
+    if uses_mps_gres(workload, offer):
+        return f"mps:{offer.mps_per_gpu}"  # one GPU's whole MPS share: the workload's runs share it, as on one GPU of radt's own daemon
+    gpus = gpus_needed(workload)
+    items = [f"gpu:{gpus}"] if gpus else []
+    return ",".join(items + [f"gpu:{offer.types.get(profile, profile)}:{count}" for profile, count in slices_needed(workload).items()])
+
+
+def uses_mps_gres(workload: Workload, offer: Offer) -> bool:
+    """The workload runs on Slurm's mps GRES: the partition has it, and every GPU row is MPS on one GPU (Slurm gives mps on
+    one GPU and never with gres/gpu in one job); else its MPS rows get a GPU and radt's own daemon."""
+    gpu_runs = [r for r in workload.runs if r.devices]
+    return bool(offer.mps_per_gpu and gpu_runs and all(r.collocation == "mps" for r in gpu_runs) and len(workload.mps_devices) == 1)
 
 
 def slug(workload: Workload) -> str:
@@ -479,24 +536,48 @@ def any_machine() -> Machine:
     return Machine(lambda: None, lambda gpu: AnyProfiles(), lambda exe: True)
 
 
-def check_cluster(exp: ExperimentFile, workloads: list[Workload], slurm_opts: SlurmOptions) -> list[str]:
-    """What the CSV asks of the cluster that it does not have: a partition it lacks, more GPUs than any node has."""
+def check_cluster(exp: ExperimentFile, workloads: list[Workload], slurm_opts: SlurmOptions) -> tuple[list[str], Offer]:
+    """What the CSV asks of the cluster that it does not have (a partition it lacks, more GPUs than any node has, a MIG
+    profile the partition offers no GRES type for), and what the partition offers beyond whole GPUs."""
     nodes, default = cluster_nodes()
     partitions = sorted({p for n in nodes for p in n.partitions})
     partition = slurm_opts.wanted_partition() or default
     if partition and partition not in partitions:
-        return [f"Slurm has no partition '{partition}' (it has {', '.join(partitions) or 'none'}); fix --slurm-partition"]
+        return [f"Slurm has no partition '{partition}' (it has {', '.join(partitions) or 'none'}); fix --slurm-partition"], Offer()
     in_partition = [n for n in nodes if not partition or partition in n.partitions]
+    where = f"partition {partition}" if partition else "the cluster"
     most = max((n.gpus for n in in_partition), default=0)
+    types = {type_profile(kind) or kind: kind for n in in_partition for kind in n.slices}
+    offer = Offer(types, min((n.mps // n.gpus for n in in_partition if n.mps and n.gpus), default=0))
     problems = []
     for workload in workloads:
         wanted = gpus_needed(workload)
         if wanted > most:
             rows = ", ".join(str(r.row.line) for r in workload.runs)
-            where = f"partition {partition}" if partition else "the cluster"
             problems.append(
                 f"{exp.path.name} rows {rows}: workload {workload.label} asks for {wanted} GPUs on one node, but no node of {where} has more than {most} "
                 "(sinfo); give it fewer Devices or pick a partition with bigger nodes"
+            )
+        problems += slice_problems(exp, workload, in_partition, types, where)
+    return problems, offer
+
+
+def slice_problems(exp: ExperimentFile, workload: Workload, nodes: list[Node], types: dict[str, str], where: str) -> list[str]:
+    """A MIG row whose profile no node of the partition offers as a GRES type, or more of one than a node has: one line each."""
+    offered = ", ".join(f"gpu:{kind}:{max(n.slices.get(kind, 0) for n in nodes)}" for kind in sorted(set(types.values()))) or "no MIG GRES type"
+    problems = []
+    for profile, count in slices_needed(workload).items():
+        line = next(r.row.line for r in workload.runs if r.collocation == profile)
+        most = max((n.slices.get(types.get(profile, ""), 0) for n in nodes), default=0)
+        if profile not in types:
+            problems.append(
+                f"{exp.path.name} row {line}: MIG {profile} is not offered by {where} (sinfo: {offered}); "
+                "pick a partition that offers it (--slurm-partition) or a profile it has"
+            )
+        elif count > most:
+            problems.append(
+                f"{exp.path.name} row {line}: workload {workload.label} asks for {count} × MIG {profile} on one node, but no node of {where} has more "
+                f"than {most} (sinfo: {offered}); give it fewer {profile} rows"
             )
     return problems
 
@@ -529,9 +610,10 @@ def submit_experiment(opts: ExperimentOptions, slurm_opts: SlurmOptions) -> int:
         jobs.append(job)
     to_submit = [j.workload for j in jobs if not j.id]
     problems += name_problems(exp, to_submit)
+    offer = Offer()
     try:
         if not problems and (to_submit or not opts.dry_run):
-            problems = check_cluster(exp, to_submit, slurm_opts) if to_submit else []
+            problems, offer = check_cluster(exp, to_submit, slurm_opts) if to_submit else ([], Offer())
     except SlurmError as exc:
         if not opts.dry_run:
             raise
@@ -542,9 +624,9 @@ def submit_experiment(opts: ExperimentOptions, slurm_opts: SlurmOptions) -> int:
         if len(problems) > 1:
             report(f"radt: {len(problems)} problems in {opts.csv}; nothing was submitted")
         return 2
-    submitter = Submitter(opts, slurm_opts, exp)
+    submitter = Submitter(opts, slurm_opts, exp, offer)
     if opts.dry_run:
-        print(describe(exp, workloads, opts.rerun))
+        print(describe_for_slurm(describe(exp, workloads, opts.rerun), workloads, offer))
         for job in jobs:
             if job.id:
                 print(f"\nworkload {job.workload.label}: already Slurm job {job.id}, watched")
@@ -560,6 +642,21 @@ def submit_experiment(opts: ExperimentOptions, slurm_opts: SlurmOptions) -> int:
 
         connect(opts.store)  # refused here, in one line, not in every job; a new store gets its schema once, not from jobs racing
     return submitter.run(jobs)
+
+
+def describe_for_slurm(plan_text: str, workloads: list[Workload], offer: Offer) -> str:
+    """The plan as a job runs it: Devices not physical (DEVICES_NOTE), each MIG row on a slice Slurm assigns (none created),
+    MPS on Slurm's mps GRES served by the site's daemon."""
+    lines, current = [DEVICES_NOTE], None
+    for line in plan_text.splitlines():
+        current = next((w for w in workloads if line.startswith(f"workload {w.label}: ")), current)
+        created = re.match(r"  set-up: create MIG (\S+) on GPU \S+ for run (\S+) ", line)
+        if created:
+            line = f"  set-up: run {created[2]} on a MIG {created[1]} slice that Slurm assigns the job (none is created or destroyed)"
+        elif line.startswith("  set-up: start an MPS control daemon") and current and uses_mps_gres(current, offer):
+            line = f"  set-up: MPS from Slurm's mps GRES (--gres=mps:{offer.mps_per_gpu}): the site's daemon serves the GPU Slurm gives; radt starts none"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def redacted(text: str, store: str) -> str:
@@ -617,7 +714,7 @@ def run_job(opts: ExperimentOptions, lines: list[int]) -> int:
     from radt.collectors.experiment import real_machine
     from radt.collectors.proctree import restore_interrupts
     from radt.collectors.reaper import reap
-    from radt.collectors.scheduler import WorkloadRunner, open_experiment
+    from radt.collectors.scheduler import open_experiment
     from radt.collectors.tracking import connect
 
     job = os.environ.get("SLURM_JOB_ID")
@@ -628,9 +725,10 @@ def run_job(opts: ExperimentOptions, lines: list[int]) -> int:
     folder.mkdir(exist_ok=True)
     rows, problem = job_file(exp, lines, folder / f"{job}.json")
     machine = real_machine()
+    slices: list[MigInstance] = []
     if not problem:
-        problem = map_devices(rows, allocated_gpus(os.environ, job), machine.gpu_count())
-    workloads, problems = plan(rows, machine, rerun=True) if not problem else ([], [problem])
+        slices, problem = place_rows(rows, os.environ, job, machine)
+    workloads, problems = plan(rows, slice_machine(machine), rerun=True) if not problem else ([], [problem])
     if problems:
         for line in problems:
             report(f"radt: {line}")
@@ -644,19 +742,23 @@ def run_job(opts: ExperimentOptions, lines: list[int]) -> int:
     client = connect(opts.store)
     workload = workloads[0]
     report(f"radt: Slurm job {job}: workload {workload.label}, {len(workload.runs)} run(s) on {os.environ.get('SLURMD_NODENAME', 'this node')}")
-    status = WorkloadRunner(opts, rows, workload, client, open_experiment(client, opts.store, workload)).execute()
+    site_mps = bool(workload.mps_devices) and on_mps_gres(job)
+    runner = SlurmWorkloadRunner(opts, rows, workload, client, open_experiment(client, opts.store, workload), slices=slices, site_mps=site_mps)
+    status = runner.execute()
     report(f"radt: workload {workload.label} {status}")
     return {"FINISHED": 0, "KILLED": 130}.get(status, 1)
 
 
-def map_devices(rows: JobRows, gpus: list[int], visible: int | None) -> str:
-    """Each row's Devices renumbered onto the job's GPUs (the workload's distinct indices in order); why not, or ''.
+def map_devices(rows: JobRows, gpus: list[int], visible: int | None, skip: frozenset[int] | set[int] = frozenset()) -> str:
+    """Each row's Devices (but the `skip` lines') renumbered onto the job's GPUs (the workload's distinct indices in order); why not, or ''.
 
     Where Slurm confines the job to its GPUs (cgroups), NVML sees only those, numbered from 0."""
     if visible is not None and len(gpus) == visible and gpus and max(gpus) >= visible:
         gpus = list(range(visible))
     cells = {}
     for row in rows.rows:
+        if row.line in skip:
+            continue
         try:
             cells[row.line] = parse_devices_cell(rows.get(row, "Devices")) or []
         except ValueError:
@@ -666,6 +768,114 @@ def map_devices(rows: JobRows, gpus: list[int], visible: int | None) -> str:
         return f"the workload uses {len(wanted)} GPUs but Slurm gave job {os.environ.get('SLURM_JOB_ID')} {len(gpus)} ({gpus}); submit it with --gres=gpu:{len(wanted)}"
     place = {d: gpus[n] for n, d in enumerate(wanted)}
     for row in rows.rows:
-        if cells[row.line]:
+        if cells.get(row.line):
             rows.set(row, "Devices", "+".join(str(place[d]) if isinstance(d, int) else d for d in cells[row.line]))
     return ""
+
+
+def row_profile(rows: JobRows, row: Row) -> str | None:
+    """The row's MIG profile, or None (no MIG, or a cell plan refuses)."""
+    from radt.collectors.experiment import parse_collocation
+
+    try:
+        collocation = parse_collocation(rows.get(row, "Collocation"))
+    except ValueError:
+        return None
+    return collocation if collocation not in ("-", "mps") else None
+
+
+def place_rows(rows: JobRows, environ: dict[str, str] | os._Environ, job: str, machine: Machine) -> tuple[list[MigInstance], str]:
+    """Each MIG row on a slice of its profile that Slurm gave the job (its Devices: the slice's GPU), the others' Devices
+    renumbered onto the job's GPUs; the slices the rows use, and why the rows cannot run, or ''."""
+    from radt.collectors.gpus import NvmlUnavailable
+    from radt.collectors.gpus import machine as nvml_machine
+
+    profiles = {r.line: p for r in rows.rows if (p := row_profile(rows, r))}
+    given = allocated_gpus(environ, job)
+    if not profiles:
+        return [], map_devices(rows, given, machine.gpu_count())
+    try:
+        node = nvml_machine()
+    except NvmlUnavailable as exc:
+        return [], f"cannot find the MIG slices Slurm gave job {job}: NVML is unavailable ({exc}); run the job on a node with the NVIDIA driver"
+    whole, free = given_devices(node, given, environ.get("CUDA_VISIBLE_DEVICES"))
+    used = []
+    for row in rows.rows:
+        if row.line not in profiles:
+            continue
+        found = next((m for m in free if m.profile == profiles[row.line]), None)
+        if found is None:
+            have = ", ".join(f"{m.profile} ({m.uuid})" for m in free) or "no free MIG slice"
+            return [], (
+                f"row {row.line} wants a MIG {profiles[row.line]} slice, but Slurm gave job {job} {have}; "
+                f"submit it with radt experiment.csv --slurm (it asks --gres=gpu:{profiles[row.line]}:N)"
+            )
+        free.remove(found)
+        rows.set(row, "Devices", str(found.gpu))
+        used.append(MigInstance(found.gpu, found.profile, found.gpu_instance, found.compute_instance, found.uuid))
+    return used, map_devices(rows, whole, len(node.gpus), skip=set(profiles))
+
+
+def given_devices(node: gpus.Machine, indices: list[int], visible: str | None) -> tuple[list[int], list[gpus.MigDevice]]:
+    """The whole GPUs (NVML indices) and the MIG slices Slurm gave the job: the slices named in the job's
+    CUDA_VISIBLE_DEVICES (AutoDetect=nvml sets their MIG UUIDs), else its GRES indices in Slurm's numbering of the node:
+    each GPU, or each slice of a GPU in MIG mode, in NVML order (as AutoDetect=nvml and a gres.conf in that order number them)."""
+    from radt.collectors.gpus import MigDevice
+
+    named = {t.strip() for t in (visible or "").split(",") if t.strip().startswith("MIG-")}
+    gpu_uuid = {g.index: g.uuid for g in node.gpus}
+    listed = [d for g in node.gpus for d in ([m for m in node.migs if m.gpu == g.index] if g.mig_mode else [g])]
+    picked = [listed[i] for i in indices if i < len(listed)]
+    if named:
+        slices = [m for m in node.migs if m.uuid in named or f"MIG-{gpu_uuid[m.gpu]}/{m.gpu_instance}/{m.compute_instance}" in named]
+    else:
+        slices = [d for d in picked if isinstance(d, MigDevice)]
+    if not node.migs:
+        return indices, slices  # no GPU in MIG mode: Slurm's indices are NVML's (map_devices knows cgroups' renumbering)
+    return [d.index for d in picked if not isinstance(d, MigDevice)], slices
+
+
+def slice_machine(machine: Machine) -> Machine:
+    """The node as a job's plan checks it: MIG rows run on slices that exist (Slurm's), so no profile needs room to be created."""
+    return Machine(machine.gpu_count, lambda gpu: AnyProfiles(), machine.has, machine.gpu_uuids)
+
+
+def on_mps_gres(job: str) -> bool:
+    """The job was given Slurm's mps GRES (`--gres=mps:N`): the site's prolog runs the MPS daemon of its GPU."""
+    return "gres:mps:" in slurm(["scontrol", "show", "job", "-d", job]).stdout  # TresPerNode=gres:mps:100
+
+
+class AssignedSlices:
+    """A job's Setup: a MIG row gets a slice Slurm assigned, used as it is, never created or destroyed; MPS rows get
+    radt's own daemon, or on Slurm's mps GRES the site's (its prolog starts it), which radt neither starts nor stops."""
+
+    def __init__(self, setup: Setup, slices: list[MigInstance], site_mps: bool = False) -> None:
+        self.setup = setup
+        self.free = list(slices)
+        self.site_mps = site_mps
+
+    def mps(self, devices: list[int]) -> MpsDaemon:
+        if not self.site_mps:
+            return self.setup.mps(devices)
+        pipe, log = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", MPS_PIPE_DIRECTORY), os.environ.get("CUDA_MPS_LOG_DIRECTORY", MPS_LOG_DIRECTORY)
+        share = os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "as Slurm set it")
+        report(f"radt: MPS on GPU {'+'.join(map(str, devices))} from Slurm's mps GRES (the site's daemon, {pipe}; thread share {share}); radt starts none")
+        return MpsDaemon(tuple(sorted(devices)), Path(pipe), Path(log))
+
+    def mig(self, gpu: int, profile: str) -> MigInstance:
+        instance = next(i for i in self.free if i.gpu == gpu and i.profile == profile)  # place_rows set the row's Devices to its GPU
+        self.free.remove(instance)
+        report(f"radt: MIG {profile} slice {instance.uuid} (GPU {gpu}, GPU instance {instance.gpu_instance}) assigned by Slurm; nothing is created")
+        return instance
+
+
+class SlurmWorkloadRunner(WorkloadRunner):
+    """WorkloadRunner inside a Slurm job: its MIG rows run on the slices Slurm assigned the job."""
+
+    def __init__(self, *args, slices: list[MigInstance], site_mps: bool = False) -> None:
+        super().__init__(*args)
+        self.slices = slices
+        self.site_mps = site_mps
+
+    def set_up(self, setup: Setup) -> dict[str, tuple[str | None, dict[str, str]]]:
+        return super().set_up(AssignedSlices(setup, self.slices, self.site_mps))

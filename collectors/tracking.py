@@ -32,6 +32,7 @@ from radt.runmodel import (
     COMMAND_TAG,
     DEVICES_TAG,
     HOST_TAG,
+    HOSTNAME_TAG,
     LETTER_TAG,
     LISTENERS_TAG,
     PARENT_TAG,
@@ -417,7 +418,7 @@ def create_run(
         COLLOCATION_TAG: collocation,
         LISTENERS_TAG: "+".join(listeners),
         COMMAND_TAG: shlex.join(command)[:TAG_LIMIT],
-        HOST_TAG: socket.gethostname(),
+        **host_tags(),
         PID_TAG: str(os.getpid()),
     }
     if workload:
@@ -451,9 +452,15 @@ def create_run(
     return run_id, parent_id
 
 
+def host_tags() -> dict[str, str]:
+    """radt.host: the node's name (--host / RADT_HOST, else this machine's); radt.hostname: the machine's own, where it differs."""
+    node, machine = settings.host_name(), socket.gethostname()
+    return {HOST_TAG: node} | ({HOSTNAME_TAG: machine} if node != machine else {})
+
+
 def node_part_tags(node: str, environ: Mapping[str, str]) -> dict[str, str]:
     """A node's part of a run: RUNNING, and where it runs (its radt's host and pid, its Slurm node)."""
-    tags = {node_tag(node): "RUNNING", node_tag(node, "host"): socket.gethostname(), node_tag(node, "pid"): str(os.getpid())}
+    tags = {node_tag(node): "RUNNING", node_tag(node, "host"): settings.host_name(), node_tag(node, "pid"): str(os.getpid())}
     if environ.get("SLURM_JOB_ID"):
         tags[node_tag(node, "slurm_job_id")] = environ["SLURM_JOB_ID"]
     return tags

@@ -29,7 +29,8 @@ WORKLOAD_ROLE = "workload"
 # what radt records on a run
 WORKLOAD_TAG = "radt.workload"  # the workload's name (CSV Workload column, -w)
 LETTER_TAG = "radt.letter"  # A, B, ... within the workload (run_letter)
-HOST_TAG = "radt.host"
+HOST_TAG = "radt.host"  # the node's name as Prometheus knows it: --host / RADT_HOST, else the machine's host name
+HOSTNAME_TAG = "radt.hostname"  # the machine's own host name, where --host / RADT_HOST named the node otherwise (a pod, a container)
 PID_TAG = "radt.pid"  # radt's own process, for `radt sync` and the reaper
 DEVICES_TAG = "radt.devices"
 COLLOCATION_TAG = "radt.collocation"  # "-", "mps", a MIG profile

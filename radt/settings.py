@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import socket
 import threading
 import urllib.parse
 from collections.abc import Callable
@@ -258,6 +259,16 @@ def is_http_url(text: str) -> bool:
         return False
 
 
+def is_host_name(text: str) -> bool:
+    """A node's name as an exporter's label holds it: 1 to 253 characters, none of them blank."""
+    return re.fullmatch(r"\S{1,253}", text) is not None
+
+
+def host_name() -> str:
+    """The node's name for Prometheus and the run's radt.host tag: RADT_HOST (what --host sets), else this machine's."""
+    return HOST.get().strip() or socket.gethostname()
+
+
 DAY = 86_400.0  # the longest timeout radt takes: a day (PostgreSQL's statement_timeout is an int of milliseconds)
 STORE_TIMEOUT = Setting(
     "RADT_STORE_TIMEOUT",
@@ -307,11 +318,21 @@ PROMETHEUS_URL = Setting(
 PROMETHEUS_HOST_LABEL = Setting(
     "RADT_PROMETHEUS_HOST_LABEL",
     str,
-    "Hostname",
-    "the exporter's label that names the node (dcgm-exporter's Hostname; `instance` matches the scrape target host:port; "
-    "Kubernetes relabelling often adds `node` or `kubernetes_node`), compared with this host's name",
-    check=lambda text: re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text) is not None,
+    "Hostname,hostname",
+    "the exporter's label that names the node, or several joined with ',' tried in turn (dcgm-exporter's Hostname, newer "
+    "exporters' hostname; `instance` matches the scrape target host:port; Kubernetes relabelling often adds `node` or "
+    "`kubernetes_node`), compared with RADT_HOST",
+    check=lambda text: re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\s*,\s*[A-Za-z_][A-Za-z0-9_]*)*", text) is not None,
     accepted="a Prometheus label name such as Hostname or instance",
+)
+HOST = Setting(
+    "RADT_HOST",
+    str,
+    "",
+    "the node's name as its exporter labels it in Prometheus (a Kubernetes node for a pod, the machine for a container): "
+    "what the prometheus listener looks for and the run's radt.host tag; `--host NAME` wins; empty: this machine's host name",
+    check=is_host_name,
+    accepted="a host name without spaces such as gpu-node-7",
 )
 MEMORY_POINTS = Setting(
     "RADT_MEMORY_POINTS",

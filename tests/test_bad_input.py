@@ -312,7 +312,7 @@ SETTING_CASES = [
         ("RADT_PROMETHEUS_HOST_LABEL", "host-name"),
         ["ok.py"],
         None,
-        "radt: RADT_PROMETHEUS_HOST_LABEL='host-name' is not a Prometheus label name such as Hostname or instance; give one, or unset it for Hostname",
+        "radt: RADT_PROMETHEUS_HOST_LABEL='host-name' is not a Prometheus label name such as Hostname or instance; give one, or unset it for Hostname,hostname",
     ),
     (
         "import-store-timeout-nan",

@@ -201,3 +201,25 @@ def test_each_mig_slice_is_labelled_with_the_run_on_it_and_a_node_of_a_multinode
     assert [s["metric"]["run_id"] for s in on2] == [multi] and on2[0]["metric"]["UUID"] == slice2["uuid"]
     assert float(on1[0]["value"][1]) == pytest.approx(0.6) and float(on2[0]["value"][1]) == pytest.approx(0.2)  # each slice its own activity
     assert sorted(s["metric"]["run_id"] for s in whole) == sorted([single, multi]) and all("GPU_I_ID" not in s["metric"] for s in whole)
+
+
+def test_a_scrape_its_client_gave_up_on_leaves_no_traceback(capsys):
+    """Under load Prometheus drops a scrape at its timeout; the exposition's write then fails with a broken pipe, and
+    socketserver printed that traceback into `radt monitor`'s output (seen in CI). Other errors are still reported."""
+    from radt.collectors.exposition import _Handler, _Server
+
+    server = _Server(("127.0.0.1", 0), _Handler)
+    try:
+        for gone in (BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "Connection reset by peer")):
+            try:
+                raise gone
+            except ConnectionError:
+                server.handle_error(None, ("127.0.0.1", 40000))
+        assert capsys.readouterr().err == ""
+        try:
+            raise ValueError("a real bug")
+        except ValueError:
+            server.handle_error(None, ("127.0.0.1", 40000))
+        assert "ValueError: a real bug" in capsys.readouterr().err
+    finally:
+        server.server_close()

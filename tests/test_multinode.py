@@ -244,7 +244,7 @@ def test_a_radt_started_by_hand_inside_a_slurm_job_is_tagged_with_its_job_node_a
     tags = run.data.tags
     assert tags["radt.slurm.partition"] == slurm.PARTITION
     assert tags["radt.slurm.job_id"].isdigit() and tags["radt.slurm.step"].startswith(tags["radt.slurm.job_id"] + ".")
-    nodes = subprocess.run(["sinfo", "-h", "-o", "%N"], env=env, capture_output=True, text=True, timeout=30).stdout.split()
+    nodes = subprocess.run(["sinfo", "-h", "-p", slurm.PARTITION, "-o", "%N"], env=env, capture_output=True, text=True, timeout=30).stdout.split()
     assert [tags["radt.slurm.node"]] == nodes, "the node Slurm ran the step on"
     assert not any(k.startswith("radt.node.") for k in tags), "a one-node step is a run of one host"
     assert run.info.status == "FINISHED"

@@ -27,7 +27,7 @@ def test_watched_devices_follow_d_then_cuda_visible_devices():
     assert watched_devices(None, "1,3") == [1, 3]
     assert watched_devices(None, None) is None
     assert watched_devices(None, "") == []
-    assert watched_devices(None, "GPU-8a1c,GPU-77ff") is None
+    assert watched_devices(None, "GPU-8a1c,GPU-77ff") == []  # UUIDs NVML cannot map: no GPU by index, never every GPU (#25)
 
 
 def test_listener_aliases_from_radt():

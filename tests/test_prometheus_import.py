@@ -121,23 +121,6 @@ def test_import_from_a_prometheus_that_is_down(store_uri, radt_home, capsys):
     assert code == 2 and "not found" in err and err.count("\n") == 1, err
 
 
-LIVE_TRAIN = """
-import sys, time
-from mlflow import MlflowClient
-import radt
-
-client = MlflowClient()
-with radt.run() as run:
-    deadline = time.monotonic() + 40
-    while time.monotonic() < deadline:
-        seen = len(client.get_metric_history(run.run_id, "system/gpu_0_sm_active"))
-        if seen >= int(sys.argv[1]):
-            break
-        time.sleep(0.1)
-print(f"saw {seen} live points", flush=True)
-"""
-
-
 def run_of(uri: str):
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()], "tags.`radt.role` = 'run'")
@@ -152,7 +135,7 @@ def test_a_run_holds_every_scrape_at_its_own_time_live_and_at_its_end(served, tm
     store = tmp_path / "store.db"
     shutil.copy(sqlite_template, store)
     uri = f"sqlite:///{store}"
-    (tmp_path / "train.py").write_text(LIVE_TRAIN)
+    (tmp_path / "train.py").write_text(prom.LIVE_TRAIN)
     env = radt_env(radt_home, uri, extra={"RADT_PROMETHEUS_URL": server.url})
     done = run_radt(["-l", "prometheus+host", "--interval", "2", "train.py", "3"], env, tmp_path, timeout=90)
     assert done.returncode == 0, done.stderr
@@ -181,7 +164,7 @@ def test_prometheus_option_adds_the_listener_and_nvml_keeps_the_series_it_reads(
     store = tmp_path / "store.db"
     shutil.copy(sqlite_template, store)
     uri = f"sqlite:///{store}"
-    (tmp_path / "train.py").write_text(LIVE_TRAIN)
+    (tmp_path / "train.py").write_text(prom.LIVE_TRAIN)
     env = radt_env(radt_home, uri, fake_gpus=json.dumps([{**A100, "load": 0.5}, {**A100, "load": 0.5}]))
     done = run_radt(["--prometheus", server.url + "/", "-d", "0", "--interval", "0.5", "train.py", "4"], env, tmp_path, timeout=90)
     assert done.returncode == 0, done.stderr
@@ -301,7 +284,7 @@ def test_a_csv_experiment_reads_prometheus_from_the_option(served, tmp_path, sql
     store = tmp_path / "store.db"
     shutil.copy(sqlite_template, store)
     uri = f"sqlite:///{store}"
-    (tmp_path / "train.py").write_text(LIVE_TRAIN)
+    (tmp_path / "train.py").write_text(prom.LIVE_TRAIN)
     (tmp_path / "experiment.csv").write_text(
         "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\nprom-csv,1,,,-,-,train.py,prometheus+host,3\n"
     )

@@ -22,6 +22,7 @@ class SamplingContext:
     devices: list[int] | None = None  # NVML indices to watch; None: every GPU
     slices: list[tuple[int, int]] = field(default_factory=list)  # MIG slices to watch as their own series: (NVML GPU index, GPU instance id)
     pids: Callable[[], list] = field(default=lambda: [])  # psutil.Process objects of the run's tree
+    given: tuple[str, ...] = ()  # GPU-/MIG- UUIDs the run was given that NVML could not map: only an exporter's labels place them
 
 
 class Reading(NamedTuple):

@@ -9,7 +9,7 @@ missing; `final_backfill` reads at the run's end what was scraped after the last
 
 from __future__ import annotations
 
-import socket
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -18,15 +18,18 @@ from radt.catalogue import resolve
 from radt.collectors.promql import (
     CHUNK_S,
     DCGM_METRICS,
-    DEFAULT_HOST_LABEL,
+    DEFAULT_HOST_LABELS,
     EXPORTER_METRICS,
     RADT_METRICS,
     TIMEOUT,
     PromError,
+    Series,
     Wanted,
-    check_label,
     check_url,
+    host_labels,
     keyed_samples,
+    looked_for,
+    owners,
     query,
     selector,
 )
@@ -53,6 +56,16 @@ def _uuids() -> dict[str, int]:
     return found | {mig.uuid: mig.gpu for mig in mach.migs}
 
 
+def _mig_mode_gpus() -> list[int]:
+    """NVML indices of this machine's GPUs in MIG mode, whose series are their slices'; empty without NVML."""
+    try:
+        from radt.collectors.gpus import machine
+
+        return [gpu.index for gpu in machine().gpus if gpu.mig_mode]
+    except Exception:
+        return []
+
+
 class PrometheusSource(MetricSource):
     name = "prometheus"
     gives = "gpu"
@@ -73,14 +86,23 @@ class PrometheusSource(MetricSource):
         if host_label is None:
             from radt.settings import PROMETHEUS_HOST_LABEL
 
-            host_label = PROMETHEUS_HOST_LABEL.get().strip() or DEFAULT_HOST_LABEL
+            host_label = PROMETHEUS_HOST_LABEL.get()
+        if not host:
+            from radt.settings import host_name
+
+            host = host_name()  # --host / RADT_HOST, else this machine's name
         self.url = url.strip().rstrip("/")
-        self.host = host or socket.gethostname()
-        self.host_label = host_label
+        self.host = host
+        self._labels_given = host_label  # "Hostname,hostname": checked at open
+        self.host_labels: tuple[str, ...] = DEFAULT_HOST_LABELS
+        self.host_label = host_label.split(",")[0].strip() or DEFAULT_HOST_LABELS[0]  # the label read: the first until one matched
+        self.matched = False  # a label of host_labels has named this node's series: only it is asked from then on
         self.report = report
         self.timeout = timeout
         self._uuids = uuids
         self.wanted = Wanted()
+        self._pids: Callable[[], list] = lambda: []
+        self.open_migs: list[int] = []  # the run's GPUs in MIG mode, given whole: the slices its processes use are its
         self.window = WINDOW_S
         self.interval = 1.0  # the sampler's, for the steps of final_backfill's points
         self.selector = selector(self.host, host_label)
@@ -100,13 +122,18 @@ class PrometheusSource(MetricSource):
             raise SourceUnavailable("no Prometheus URL; give --prometheus http://<server>:9090 (or RADT_PROMETHEUS_URL), or drop 'prometheus' from -l")
         try:
             check_url(self.url, "RADT_PROMETHEUS_URL")
-            check_label(self.host_label)
+            self.host_labels = host_labels(self._labels_given)
         except ValueError as exc:
             raise SourceUnavailable(str(exc)) from None
         uuids = self._uuids if self._uuids is not None else _uuids()
-        self.wanted = Wanted(ctx.devices, list(ctx.slices), uuids)
+        self.wanted = Wanted(ctx.devices, list(ctx.slices), uuids, tuple(ctx.given), owners(os.environ))
+        self._pids = ctx.pids
+        given = {gpu for gpu, _ in ctx.slices}  # a GPU the run was given a slice of: its other slices are not the run's
+        machine_gpus = _mig_mode_gpus() if self._uuids is None else []  # uuids given: the caller knows the machine, NVML is not asked
+        self.open_migs = [g for g in machine_gpus if ctx.devices is not None and g in ctx.devices and g not in given]
         self.window = max(WINDOW_S, int(ctx.interval * 3))
         self.interval = ctx.interval
+        self.host_label = self.host_labels[0]
         self.selector = selector(self.host, self.host_label)
         self.since_ms = int(time.time() * 1000)
 
@@ -114,6 +141,34 @@ class PrometheusSource(MetricSource):
         if kind not in self.problems:
             self.problems[kind] = line
             self.report(line)
+
+    def _query(self, span_ms: int) -> list[Series]:
+        """This node's raw samples of the last `span_ms`; until a label has named its series, each of host_labels in turn
+        (Hostname, then hostname), and the one that did is kept."""
+        for label in self._tried():
+            found = query(self.url, f"{selector(self.host, label)}[{span_ms}ms]", timeout=self.timeout)
+            if found:
+                self.host_label, self.selector, self.matched = label, selector(self.host, label), True
+                return found
+        return []
+
+    def _tried(self) -> tuple[str, ...]:
+        """The labels asked for this node: the one that matched, else every one of host_labels."""
+        return (self.host_label,) if self.matched else self.host_labels
+
+    def _find_slices(self) -> None:
+        """Add the slices of the run's GPUs in MIG mode that its processes now use (NVML's per-instance process lists)."""
+        if not self.open_migs:
+            return
+        from radt.collectors.gpus import slices_in_use
+
+        try:
+            pids = {p.pid for p in self._pids()}
+        except Exception:  # a process gone between listing and reading
+            return
+        new = sorted(slices_in_use(pids, self.open_migs) - set(self.wanted.slices))
+        if new:
+            self.wanted = self.wanted._replace(slices=[*self.wanted.slices, *new])
 
     def _span_ms(self, now_ms: int) -> int:
         """How far back this tick asks: from the oldest series' newest scrape already read (less a margin), at most the
@@ -132,8 +187,9 @@ class PrometheusSource(MetricSource):
         if now_ms < self._due_ms:
             return []
         span = self._span_ms(now_ms)
+        self._find_slices()
         try:
-            found = query(self.url, f"{self.selector}[{span}ms]", timeout=self.timeout)  # on the server's clock
+            found = self._query(span)  # on the server's clock
         except PromError as exc:
             self._once(exc.kind, f"radt: listener 'prometheus': {exc}; its GPU series are missing until it answers")
             return []
@@ -174,20 +230,34 @@ class PrometheusSource(MetricSource):
         return out
 
     def _check_missing(self) -> None:
-        """One line when a watched GPU has no series at all on this node."""
-        gpus = set(self.wanted.gpus or [])
-        seen = {resolve(k).gpu for k in self.keys}
-        if not self.keys:
+        """One line when a watched GPU or MIG slice, or a device only the labels can place, has no series at all on this node.
+
+        A GPU in MIG mode given whole is left out: its slices are the run's only once its processes use one."""
+        gpus = set(self.wanted.gpus or []) - set(self.open_migs)
+        places = {(resolve(k).gpu, resolve(k).mig) for k in self.keys}
+        seen = {gpu for gpu, _ in places}
+        lost_slices = [f"GPU {gpu} MIG slice {gi} (GPU_I_ID={gi})" for gpu, gi in self.wanted.slices if (gpu, gi) not in places]
+        if self.wanted.given and not self.keys:
+            self._once("missing", f"radt: listener 'prometheus': {unproved(self.wanted, self.host)}")
+        elif not gpus and not self.wanted.slices and self.wanted.gpus is not None and not self.wanted.given:
+            return  # nothing to look for yet (GPUs in MIG mode whose slices the run does not use yet)
+        elif not self.keys:
             self._once(
-                "missing", f"radt: listener 'prometheus': no dcgm-exporter series for {self._where()} at {self.url}; check the exporter and {self.host_label}"
+                "missing",
+                f"radt: listener 'prometheus': no dcgm-exporter series for {self._where()} at {self.url}; "
+                "give the node's name as the exporter labels it with --host NAME (or RADT_HOST), the label with RADT_PROMETHEUS_HOST_LABEL",
             )
         elif gpus - seen:
             missing = ", ".join(str(g) for g in sorted(gpus - seen))
             self._once("missing", f"radt: listener 'prometheus': no dcgm-exporter series for GPU {missing} on {self.host} at {self.url}")
+        elif lost_slices:
+            self._once("missing", f"radt: listener 'prometheus': no dcgm-exporter series for {', '.join(lost_slices)} on {self.host} at {self.url}")
 
     def _where(self) -> str:
         gpus = "every GPU" if self.wanted.gpus is None else "GPU " + ", ".join(map(str, self.wanted.gpus))
-        return f"{gpus} of {self.host_label}={self.host}"
+        if self.wanted.slices:
+            gpus += " (MIG slices " + ", ".join(f"{gpu}:{gi}" for gpu, gi in self.wanted.slices) + ")"
+        return f"{gpus} of {looked_for(self.host, self._tried())}"
 
     def _family(self) -> dict[str, tuple[str, float]]:
         """The exporter this node runs, by what was read: radt monitor's names where only those came, else dcgm-exporter's."""
@@ -196,7 +266,7 @@ class PrometheusSource(MetricSource):
     def describe(self) -> dict:
         return {
             "url": self.url,
-            "host": {self.host_label: self.host},
+            "host": dict.fromkeys(self._tried(), self.host),
             "read": sorted(self.read),
             "not_found": sorted(set(self._family()) - self.read),
             "keys": len(self.keys),
@@ -215,28 +285,39 @@ def backfill(
     *,
     slices: list[tuple[int, int]] | None = None,
     uuids: dict[str, int] | None = None,
-    host_label: str = DEFAULT_HOST_LABEL,
+    host_label: str | tuple[str, ...] = DEFAULT_HOST_LABELS,
     timeout: float = 30.0,
     conflicts: list[str] | None = None,
+    matched: list[str] | None = None,
+    given: tuple[str, ...] = (),
+    owners: dict[str, str] | None = None,
+    mig_gpus: tuple[int, ...] = (),
 ) -> list[Point]:
     """Every raw sample of the run's series in [start_ms, end_ms], at the scrapes' own timestamps.
 
     `step` counts `step_s` from the start, as the sampler's ticks do; two series for one key go to
-    `conflicts` (the first is kept). Raises PromError (one line) when Prometheus does not answer or refuses."""
-    wanted = Wanted(gpus, list(slices or []), uuids or {})
-    sel = selector(host, host_label)
+    `conflicts` (the first is kept). Node labels are tried in turn (Hostname, hostname): the first
+    that gives points is read, and goes to `matched`. `given`, `owners` and `mig_gpus` as in Wanted: what only labels
+    place, the run's job or pod, GPUs whose every slice is the run's. Raises PromError (one line) when Prometheus does not answer or refuses."""
+    wanted = Wanted(gpus, list(slices or []), uuids or {}, tuple(given), owners or {}, tuple(mig_gpus))
     points: dict[tuple[str, int], Point] = {}
-    chunk_end = end_ms
-    while chunk_end >= start_ms:
-        span_ms = min(CHUNK_S * 1000, chunk_end - start_ms + 1)
-        # a range selector at time t holds the samples in (t - span, t]
-        found = query(url, f"{sel}[{span_ms}ms]", at=chunk_end / 1000, timeout=timeout)
-        for where, samples in keyed_samples(found, wanted, conflicts).items():
-            for stamp, value in samples:
-                if start_ms <= stamp <= end_ms:
-                    step = round((stamp - start_ms) / (step_s * 1000)) if step_s > 0 else 0
-                    points[(where, stamp)] = Point(where, value, stamp, step)
-        chunk_end -= span_ms
+    for label in (host_label,) if isinstance(host_label, str) else host_label:
+        sel = selector(host, label)
+        chunk_end = end_ms
+        while chunk_end >= start_ms:
+            span_ms = min(CHUNK_S * 1000, chunk_end - start_ms + 1)
+            # a range selector at time t holds the samples in (t - span, t]
+            found = query(url, f"{sel}[{span_ms}ms]", at=chunk_end / 1000, timeout=timeout)
+            for where, samples in keyed_samples(found, wanted, conflicts).items():
+                for stamp, value in samples:
+                    if start_ms <= stamp <= end_ms:
+                        step = round((stamp - start_ms) / (step_s * 1000)) if step_s > 0 else 0
+                        points[(where, stamp)] = Point(where, value, stamp, step)
+            chunk_end -= span_ms
+        if points:
+            if matched is not None:
+                matched.append(label)
+            break
     return sorted(points.values(), key=lambda p: (p.timestamp, p.key))
 
 
@@ -254,7 +335,9 @@ def final_backfill(source: PrometheusSource, run_start_ms: int, run_end_ms: int)
             source.interval,
             slices=list(source.wanted.slices),
             uuids=dict(source.wanted.uuids),
-            host_label=source.host_label,
+            given=source.wanted.given,
+            owners=dict(source.wanted.owners),
+            host_label=source._tried(),
             timeout=source.timeout,
         )
     except PromError as exc:
@@ -264,6 +347,15 @@ def final_backfill(source: PrometheusSource, run_start_ms: int, run_end_ms: int)
         source._once("error", f"radt: listener 'prometheus': {type(exc).__name__}: {exc}")
         return []
     return [p for p in points if not any(first <= p.timestamp <= last for first, last in source.returned.get(p.key, ()))]
+
+
+def unproved(wanted: Wanted, host: str) -> str:
+    """The one line for devices given as UUIDs NVML could not map whose series no label proves: what was not watched, and why."""
+    job = next((f", nor {name}={value}" for name, value in wanted.owners.items()), "")
+    return (
+        f"no dcgm-exporter series of {host} is proved to be {', '.join(wanted.given)} (no label names it{job}); "
+        "not watched, its GPU series are missing (run radt where NVML works, or give -d with GPU indices)"
+    )
 
 
 def gap(source: PrometheusSource) -> str | None:

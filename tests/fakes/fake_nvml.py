@@ -26,11 +26,14 @@ Spec of one GPU (JSON-friendly dict; every key optional except name):
     mig ([instance specs]: the GPU is in MIG mode with these MIG devices, in this order; [] = MIG mode
     without instances). One instance: gi (GPU instance id, nvidia-smi's "GI ID"), ci (default 0),
     profile ("1g.10gb"), uuid (default derived), load (0..1, the instance's own, for its GPM),
-    memory_total, memory_used (bytes), multiprocessors.
+    memory_total, memory_used (bytes), multiprocessors, processes ([{"pid", "used"}] on this instance),
+    processes_from (a file of pids, one a line, read at each query: a script writes its own pid there as it opens
+    its CUDA context on the instance, since a subprocess test cannot know the pid beforehand).
 In MIG mode, as on the hardware, the whole GPU's utilization and device-level GPM samples raise
 NOT_SUPPORTED; the MIG devices are reached with nvmlDeviceGetMigDeviceHandleByIndex (NOT_FOUND past
-the last one), their handles answer name ("<GPU name> MIG <profile>"), UUID, memory, attributes and
-instance ids, and nvmlGpmMigSampleGet(parent handle, gi, sample) snapshots one instance's activity.
+the last one), their handles answer name ("<GPU name> MIG <profile>"), UUID, memory, attributes,
+instance ids and their own compute processes (gpuInstanceId/computeInstanceId set; the parent's
+handle lists every instance's), and nvmlGpmMigSampleGet(parent handle, gi, sample) snapshots one instance's activity.
 Configuration: a list of GPU specs; or {"driver": "550.54.15", "gpus": [...]}; or None / "null"
 (no NVML library: nvmlInit raises NVML_ERROR_LIBRARY_NOT_FOUND); or {"error": "driver_not_loaded"}.
 """
@@ -200,8 +203,20 @@ class _MigInstance:
         self.memory_total = int(spec.get("memory_total", 10 * 1024**3))
         self.memory_used = int(spec.get("memory_used", 64 * 1024 * 1024))
         self.multiprocessors = int(spec.get("multiprocessors", 16))
+        self.processes = [(int(p["pid"]), p.get("used")) for p in spec.get("processes", [])]
+        self.processes_from = spec.get("processes_from")
         self.t = now
         self.load_seconds = 0.0
+
+    def running(self) -> list[tuple[int, int | None]]:
+        """Its processes: the spec's, and the pids written to `processes_from` so far."""
+        found = list(self.processes)
+        try:
+            with open(self.processes_from or "", encoding="utf-8") as pids:
+                found += [(int(line), None) for line in pids.read().split() if line.isdigit()]
+        except OSError:
+            pass
+        return found
 
     def advance(self, now: float) -> None:
         dt = now - self.t
@@ -540,13 +555,16 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle) -> list:
         with self._lock:
-            gpu = self._gpu("nvmlDeviceGetComputeRunningProcesses", handle)
+            gpu, instance = self._device("nvmlDeviceGetComputeRunningProcesses", handle)
+            listed = [(pid, used, None) for pid, used in gpu.processes] if instance is None else []
+            for mig in [instance] if instance is not None else gpu.mig:  # a MIG device's own; the parent's: every instance's
+                listed += [(pid, used, mig) for pid, used in mig.running()]
             out = []
-            for pid, used in gpu.processes:
+            for pid, used, mig in listed:
                 info = self.nvml.c_nvmlProcessInfo_t()
                 info.pid = pid
                 info.usedGpuMemory = self.nvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value if used is None else int(used)
-                info.gpuInstanceId = info.computeInstanceId = 0xFFFFFFFF
+                info.gpuInstanceId, info.computeInstanceId = (mig.gi, mig.ci) if mig is not None else (0xFFFFFFFF, 0xFFFFFFFF)
                 obj = self.nvml.nvmlStructToFriendlyObject(info)
                 if obj.usedGpuMemory == self.nvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value:
                     obj.usedGpuMemory = None  # what pynvml does for WDDM and MIG without permission

@@ -4,13 +4,20 @@ Started once and left running (other tests, other test runs, may be using it): a
 up and only checks that it answers. Its configuration, state, logs and the plain files that stand in
 for 4 GPUs (`Gres=gpu:4`) live in CLUSTER_DIR; it listens on its own ports, so a site's Slurm on the
 default ones is left alone. Commands reach it through SLURM_CONF (`env()`).
+
+A second slurmd on the same host is node MIG_NODE of partition MIG_PARTITION: two A100s partitioned by an
+admin, offered as Slurm's MIG GRES types (`gpu:1g.5gb:7,gpu:3g.20gb:2`) on plain files, in the order the
+fake NVML's MIG_GPUS lists the slices (AutoDetect=nvml numbers them so). A third is node MPS_NODE of partition
+MPS_PARTITION: GPUS plain GPUs offered as Slurm's `mps` GRES too (`gpu:4,mps:400`, 100 per GPU).
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 from pathlib import Path
@@ -22,7 +29,11 @@ from tests.support.polling import wait_for
 CLUSTER_DIR = Path(os.environ.get("RADT_TEST_SLURM_DIR", "/tmp/radt-test-slurm"))
 GPUS = 4
 PARTITION = "debug"
-CTLD_PORT, SLURMD_PORT = 6917, 6918  # not Slurm's 6817/6818: a site's own cluster on this host keeps them
+CTLD_PORT = int(os.environ.get("RADT_TEST_SLURM_PORT", "6917"))  # not Slurm's 6817: a site's own cluster on this host keeps it
+SLURMD_PORT, MIG_SLURMD_PORT, MPS_SLURMD_PORT = CTLD_PORT + 1, CTLD_PORT + 2, CTLD_PORT + 3
+MIG_NODE, MIG_PARTITION = "radtmig", "mig"
+MPS_NODE, MPS_PARTITION, MPS_PER_GPU = "radtmps", "mps", 100
+MIG_SLICES = (("1g.5gb", 7), ("3g.20gb", 2))  # per Slurm GRES type, its slices; GPU 0 holds the 1g.5gb, GPU 1 the 3g.20gb
 PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "sinfo")
 
 CONF = """\
@@ -39,17 +50,21 @@ JobAcctGatherType=jobacct_gather/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SlurmdParameters=config_overrides
-GresTypes=gpu
+GresTypes=gpu,mps
 StateSaveLocation={dir}/state
-SlurmdSpoolDir={dir}/spool
+SlurmdSpoolDir={dir}/spool/%n
 SlurmctldPidFile={dir}/slurmctld.pid
-SlurmdPidFile={dir}/slurmd.pid
+SlurmdPidFile={dir}/slurmd-%n.pid
 SlurmctldLogFile={dir}/slurmctld.log
-SlurmdLogFile={dir}/slurmd.log
+SlurmdLogFile={dir}/slurmd-%n.log
 ReturnToService=2
 KillWait=10
 NodeName={host} CPUs=8 RealMemory=4000 Gres=gpu:{gpus} State=UNKNOWN
-PartitionName={partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+NodeName={mig_node} NodeHostname={host} NodeAddr=127.0.0.1 Port={mig_port} CPUs=8 RealMemory=4000 Gres={mig_gres} State=UNKNOWN
+PartitionName={partition} Nodes={host} Default=YES MaxTime=INFINITE State=UP
+NodeName={mps_node} NodeHostname={host} NodeAddr=127.0.0.1 Port={mps_port} CPUs=8 RealMemory=4000 Gres=gpu:{gpus},mps:{mps} State=UNKNOWN
+PartitionName={mig_partition} Nodes={mig_node} MaxTime=INFINITE State=UP
+PartitionName={mps_partition} Nodes={mps_node} MaxTime=INFINITE State=UP
 """
 
 
@@ -83,11 +98,13 @@ def cluster() -> dict[str, str]:
     with open(CLUSTER_DIR / "start.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # xdist workers and concurrent test runs start it once
         _munge()
-        changed = _configure()
+        files = _configure()
+        if any(not path.exists() or path.read_text() != text for path, text in files.items()):
+            _stop()  # daemons of an earlier test run, started with another configuration: Slurm adds nodes on a restart
+            for path, text in files.items():
+                path.write_text(text)
         if not _answers():
             _start()
-        elif changed:  # daemons of an earlier test run, started with another configuration
-            _run(["scontrol", "reconfigure"])
         _node_ready()
     return env()
 
@@ -106,24 +123,44 @@ def _munge() -> None:
     wait_for(lambda: subprocess.run("munge -n | unmunge", shell=True, capture_output=True).returncode == 0, timeout=20, what="munged to answer")
 
 
-def _configure() -> bool:
-    """The cluster's files; True when they changed."""
+def _configure() -> dict[Path, str]:
+    """The cluster's folders and plain device files; its configuration files' text, written by the caller."""
     host = socket.gethostname().split(".")[0]
-    for folder in ("state", "spool", "gpus"):
+    for folder in ("state", "spool", *(f"spool/{node}" for node in _nodes()), "gpus"):
         (CLUSTER_DIR / folder).mkdir(exist_ok=True)
     for number in range(GPUS):
         (CLUSTER_DIR / "gpus" / f"gpu{number}").touch()  # slurmd counts a generic GPU per device file
+    gres = [f"AutoDetect=off\nNodeName={host} Name=gpu File={CLUSTER_DIR}/gpus/gpu[0-{GPUS - 1}]\n"]
+    first = 0
+    for profile, count in MIG_SLICES:  # one plain file per slice, numbered as Slurm numbers the node's GPU GRES
+        for number in range(first, first + count):
+            (CLUSTER_DIR / "gpus" / f"mig{number}").touch()
+        gres.append(f"NodeName={MIG_NODE} Name=gpu Type={profile} File={CLUSTER_DIR}/gpus/mig[{first}-{first + count - 1}]\n")
+        first += count
+    gres.append(f"NodeName={MPS_NODE} Name=gpu File={CLUSTER_DIR}/gpus/gpu[0-{GPUS - 1}]\n")
+    gres += [f"NodeName={MPS_NODE} Name=mps Count={MPS_PER_GPU} File={CLUSTER_DIR}/gpus/gpu{number}\n" for number in range(GPUS)]
+    mig_gres = ",".join(f"gpu:{profile}:{count}" for profile, count in MIG_SLICES)
     values = {"host": host, "dir": CLUSTER_DIR, "gpus": GPUS, "partition": PARTITION, "ctld_port": CTLD_PORT, "slurmd_port": SLURMD_PORT}
-    conf = _write(CLUSTER_DIR / "slurm.conf", CONF.format(**values))
-    gres = _write(CLUSTER_DIR / "gres.conf", f"AutoDetect=off\nNodeName={host} Name=gpu File={CLUSTER_DIR}/gpus/gpu[0-{GPUS - 1}]\n")
-    return conf or gres
+    values |= {"mig_node": MIG_NODE, "mig_port": MIG_SLURMD_PORT, "mig_gres": mig_gres, "mig_partition": MIG_PARTITION}
+    values |= {"mps_node": MPS_NODE, "mps_port": MPS_SLURMD_PORT, "mps": MPS_PER_GPU * GPUS, "mps_partition": MPS_PARTITION}
+    return {CLUSTER_DIR / "slurm.conf": CONF.format(**values), CLUSTER_DIR / "gres.conf": "".join(gres)}
 
 
-def _write(path: Path, text: str) -> bool:
-    if path.exists() and path.read_text() == text:
-        return False
-    path.write_text(text)
-    return True
+def _nodes() -> tuple[str, ...]:
+    """The cluster's nodes, each a slurmd of its own on this host."""
+    return (socket.gethostname().split(".")[0], MIG_NODE, MPS_NODE)
+
+
+def mig_gpus() -> str:
+    """The MIG node's GPUs as the fake NVML answers (RADT_FAKE_NVML): the slices in Slurm's GRES order."""
+    from tests.fakes.fake_nvml import A100, mig_gpu
+
+    ones = [(gi, "1g.5gb", 0.3) for gi in range(7, 14)]  # nvidia-smi's GPU instance ids of an A100 40GB's 1g.5gb slices
+    gpus = [
+        mig_gpu(A100, *ones, uuid="GPU-a100a000-0000-4000-8000-000000000000"),
+        mig_gpu(A100, (1, "3g.20gb", 0.6), (2, "3g.20gb", 0.4), uuid="GPU-a100b000-0000-4000-8000-000000000001"),
+    ]
+    return json.dumps(gpus)
 
 
 def _answers() -> bool:
@@ -132,41 +169,69 @@ def _answers() -> bool:
         nodes = _run(["sinfo", "-h", "-N", "-o", "%N"], timeout=10)
     except subprocess.TimeoutExpired:
         return False
-    return "is UP" in ping.stdout and nodes.returncode == 0 and bool(nodes.stdout.strip()) and _alive("slurmd.pid")
+    return "is UP" in ping.stdout and nodes.returncode == 0 and bool(nodes.stdout.strip()) and all(_alive(pid) for _, pid, _ in _daemons())
 
 
-def _alive(pidfile: str) -> bool:
+def _daemons() -> list[tuple[list[str], str, str]]:
+    """(arguments, pid file, log file) of each daemon: slurmctld, and a slurmd per node."""
+    slurmd = [(["/usr/sbin/slurmd", "-N", node], f"slurmd-{node}.pid", f"slurmd-{node}.log") for node in _nodes()]
+    return [(["/usr/sbin/slurmctld"], "slurmctld.pid", "slurmctld.log"), *slurmd]
+
+
+def _pid(pidfile: str) -> int | None:
     try:
         pid = int((CLUSTER_DIR / pidfile).read_text())
         os.kill(pid, 0)
-        return True
+        return pid
     except (OSError, ValueError):
-        return False
+        return None
+
+
+def _alive(pidfile: str) -> bool:
+    return _pid(pidfile) is not None
 
 
 def _start() -> None:
     conf = str(CLUSTER_DIR / "slurm.conf")
-    for daemon, pidfile in (("slurmctld", "slurmctld.pid"), ("slurmd", "slurmd.pid")):
+    for args, pidfile, logfile in _daemons():
         if not _alive(pidfile):
-            done = subprocess.run([f"/usr/sbin/{daemon}", "-f", conf], capture_output=True, text=True, env={**os.environ, **env()}, timeout=60)
+            done = subprocess.run([*args, "-f", conf], capture_output=True, text=True, env={**os.environ, **env()}, timeout=60)
             if done.returncode != 0:
-                log = (CLUSTER_DIR / f"{daemon}.log").read_text()[-2000:] if (CLUSTER_DIR / f"{daemon}.log").exists() else ""
-                raise RuntimeError(f"{daemon} did not start ({done.returncode}): {done.stderr.strip()}\n{log}")
+                log = (CLUSTER_DIR / logfile).read_text()[-2000:] if (CLUSTER_DIR / logfile).exists() else ""
+                raise RuntimeError(f"{args[0]} did not start ({done.returncode}): {done.stderr.strip()}\n{log}")
     wait_for(_answers, timeout=60, what=lambda: f"slurmctld and slurmd to answer; {_tail('slurmctld.log')}")
 
 
+def _stop() -> None:
+    """The cluster's daemons ended (SIGTERM, as systemd stops them), those of an older configuration's pid files included."""
+    pids = [pid for pidfile in ("slurmctld.pid", "slurmd.pid", *[p for _, p, _ in _daemons()]) if (pid := _pid(pidfile))]
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not [p for p in pids if _running(p)], timeout=60, what="the test cluster's daemons to end on SIGTERM")
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
+
+
 def _node_ready() -> None:
-    """The node idle (or running jobs): resumed once if it registered down or drained."""
-    host = socket.gethostname().split(".")[0]
+    """The nodes idle (or running jobs): each resumed once if it registered down or drained."""
+    for node in _nodes():
 
-    def state() -> str:
-        return _run(["sinfo", "-h", "-N", "-n", host, "-o", "%t"]).stdout.strip()
+        def state(node: str = node) -> str:
+            return _run(["sinfo", "-h", "-N", "-n", node, "-o", "%t"]).stdout.strip()
 
-    if any(word in state() for word in ("down", "drain", "inval", "fail")):
-        _run(["scontrol", "update", f"nodename={host}", "state=resume"])
-    wait_for(
-        lambda: state().rstrip("*") in ("idle", "mix", "alloc"), timeout=60, what=lambda: f"node {host} idle (sinfo says {state()!r}); {_tail('slurmd.log')}"
-    )
+        if any(word in state() for word in ("down", "drain", "inval", "fail")):
+            _run(["scontrol", "update", f"nodename={node}", "state=resume"])
+        wait_for(
+            lambda state=state, node=node: state().rstrip("*") in ("idle", "mix", "alloc"),
+            timeout=60,
+            what=lambda state=state, node=node: f"node {node} idle (sinfo says {state()!r}); {_tail(f'slurmd-{node}.log')}",
+        )
 
 
 def _tail(name: str) -> str:
