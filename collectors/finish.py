@@ -53,8 +53,15 @@ def local_run_dir(store: str, run_id: str, parent_id: str | None, node: str | No
     meta = {"store": store, "run_id": run_id, "parent_id": parent_id, "pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), **extra}
     if node:
         meta["node"] = node
-    (run_dir / META_FILE).write_text(json.dumps(meta))
+    write_whole(run_dir / META_FILE, json.dumps(meta))
     return run_dir
+
+
+def write_whole(path: Path, text: str) -> None:
+    """`text` into `path` whole or not at all (a temporary file renamed over it): `radt sync` never reads half a file."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def describe_environment(logs: Path, plan: gpus.Plan | None = None) -> None:
@@ -160,10 +167,8 @@ def finish_run(
 def save_pending(run_dir: Path, pending: dict) -> None:
     """The final status that waits for `radt sync` (written whole or not at all)."""
     path = run_dir / PENDING_FILE
-    tmp = path.with_suffix(".tmp")
     try:
-        tmp.write_text(json.dumps(pending))
-        os.replace(tmp, path)
+        write_whole(path, json.dumps(pending))
     except OSError as exc:
         report(f"radt: cannot save the final status in {run_dir} ({exc.strerror or exc}); 'radt sync' will end the run KILLED")
 
