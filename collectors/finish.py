@@ -248,6 +248,10 @@ def finish(client, run_dir, run_id: str, pending: dict) -> None:
     call_with_deadline(lambda: complete_run(client, run_dir, run_id, pending), FINISH_TIMEOUT.get())
 
 
-def mark_killed(client, run_dir, run_id: str, parent_id: str | None, node: str | None = None) -> None:
-    """End a run (or a node's part) whose radt process died: KILLED, tagged radt_killed, with the logs it left attached."""
-    finish(client, run_dir, run_id, killed(parent_id, node))
+def mark_killed(client, run_dir, run_id: str, parent_id: str | None, node: str | None = None, points: int | None = None) -> None:
+    """End a run (or a node's part) whose radt process died: KILLED, tagged radt_killed, with the logs it left attached
+    and, where counted, radt.points (a SIGKILLed radt never wrote its count)."""
+    pending = killed(parent_id, node)
+    if points is not None:
+        pending["tags"][POINTS_TAG] = str(points)  # complete_run scopes it to the node
+    finish(client, run_dir, run_id, pending)

@@ -163,6 +163,8 @@ def test_the_next_radt_finishes_the_job_when_radt_and_its_watchdog_were_killed(r
     client = MlflowClient(store)
     assert client.get_run(run_id).info.status == "KILLED"
     assert client.get_run(run_id).data.tags["radt.stop_reason"] == "radt_killed"
+    stored = sum(len(client.get_metric_history(run_id, k)) for k in client.get_run(run_id).data.metrics if k.startswith("system/"))
+    assert client.get_run(run_id).data.tags["radt.points"] == str(stored), "the reaper counts what the killed radt wrote (old: no tag)"
     runs = client.search_runs([client.get_experiment_by_name("orphans").experiment_id])
     assert sorted(r.info.status for r in runs) == ["FINISHED", "KILLED"]
 
