@@ -264,6 +264,9 @@ def script_params(args: list[str]) -> dict[str, str]:
 # MLflow's characters for a param key (mlflow.utils.validation), but the colon: radt's escape, as '%' is a URL's
 PARAM_KEY_CHAR = re.compile(r"[/\w.\- ]")
 ESCAPE = ":"
+# a script's flag named like one of radt's own params (--command, --max_epoch) is kept under this prefix, not overwritten;
+# ':' then 's' is never an escape (':' is followed by two hex digits there), so no other flag can take the name
+SCRIPT_PARAM_PREFIX = "script:"
 
 
 def param_key(name: str) -> str:
@@ -441,9 +444,9 @@ def create_run(
     run_id = run.info.run_id
     if not letter:
         claim_letter(client, experiment_id, parent_id, run_id)
-    params = script_params(script_args)
-    params["command"] = shlex.join(command)
-    params.update(settings)
+    own = {"command": shlex.join(command), **settings}
+    params = {(f"{SCRIPT_PARAM_PREFIX}{key}" if key in own else key): value for key, value in script_params(script_args).items()}
+    params.update(own)
     param = _entities(client)[0]
     kept = {k[:250]: str(v)[:PARAM_LIMIT] for k, v in params.items()}  # one value per key where two long names share 250 characters
     batch = [param(k, v) for k, v in kept.items()]

@@ -47,3 +47,21 @@ def test_escaped_keys_are_valid_for_mlflow_distinct_and_readable():
     assert len(set(keys)) == len(names)
     assert keys[:5] == ["w:5B0:5D", "a:2Cb", "x:3F", "opt:2Bx", "a:3Ab"] and keys[-4:] == names[-4:]
     assert script_params(["--=5"]) == {"arg0": "--=5"}, "a flag without a name is an argument"
+
+
+def test_a_flag_named_like_radts_own_params_is_kept_under_script_prefix(store_uri, radt_home, tmp_path):
+    """`train.py --command fit --max_epoch 7`: radt wrote its own `command` and `max_epoch` over the script's (the script's
+    values were lost). Now the script's are `script:command` and `script:max_epoch`, radt's stay what they say."""
+    from mlflow import MlflowClient
+    from mlflow.utils.validation import _validate_param_name
+
+    (tmp_path / "fit.py").write_text("print('fitted')\n")
+
+    result = run_radt(["-l", "host", "fit.py", "--command", "fit", "--max_epoch", "7", "--manual"], env=radt_env(radt_home, store_uri), cwd=tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    (run,) = MlflowClient(store_uri).search_runs(["0"])
+    params = run.data.params
+    assert params["script:command"] == "fit" and params["script:max_epoch"] == "7" and params["script:manual"] == "True"
+    assert params["command"].endswith("fit.py --command fit --max_epoch 7 --manual") and params["max_epoch"] == "None"
+    _validate_param_name("script:command")
