@@ -161,7 +161,7 @@ def _end_run(stores: _Stores, run_dir: Path, meta: dict) -> str:
         (run_dir / DONE_FILE).touch()
         return "the run had ended"
     from radt.collectors.finish import mark_killed
-    from radt.collectors.sync import stored_points
+    from radt.collectors.stores import stored_points
 
     points = stored_points(meta["store"], run_id, meta.get("node"))  # what the dead radt wrote; `radt sync` adds its spool's
     mark_killed(client, run_dir, run_id, meta.get("parent_id"), meta.get("node"), points)

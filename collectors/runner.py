@@ -415,6 +415,9 @@ def run_script(opts: RunOptions) -> int:
     started_flag = run_dir / STARTED_FILE
     child_env = child_environment(opts, run_id, experiment_id, run_dir, deadline, gpu_plan)
     child_env.update(profiler_env)
+    caught: list[int] = []  # a Ctrl-C between the script's start and the supervisor's handlers: passed on, not lost
+    if not gate:
+        early = catch_stops(lambda signum, _frame: caught.append(signum))
     try:
         child = subprocess.Popen(
             command,
@@ -458,6 +461,8 @@ def run_script(opts: RunOptions) -> int:
     previous.update(early)
     if gate and gate.signals:  # a signal between the gate opening and now
         supervisor.on_signal(gate.signals[0], None)
+    elif caught:  # a signal since the script started (radt started with SIGINT ignored would have dropped it)
+        supervisor.on_signal(caught[0], None)
     try:
         returncode = supervisor.wait()
         script_end_ms = int(time.time() * 1000)

@@ -25,7 +25,7 @@ from radt.collectors.sqltracking import make_engine
 from radt.points import Point
 from radt.settings import is_database_uri
 
-MAX_FLOAT = 1.7976931348623157e308
+MAX_FLOAT = mlflowdb.MAX_FLOAT
 LOG_BATCH_LIMIT = 1000  # MLflow's limit of metrics per log_batch call
 
 
@@ -189,3 +189,22 @@ def open_metric_store(uri: str) -> MetricStore:
     if is_database_uri(uri) and uri.split(":", 1)[0].split("+")[0] in ("sqlite", "postgresql", "postgres"):
         return SqlMetricStore(uri)
     return MlflowMetricStore(uri)
+
+
+def stored_points(uri: str, run_id: str, node: str | None = None) -> int:
+    """The run's system points (a node's part: its own) in the store: what its radt wrote before it died and
+    what sync sent since, each once (a SIGKILLed radt never wrote its count, and a spooled batch may be in twice)."""
+    prefix = f"system/{node}/" if node else "system/"
+    store = open_metric_store(uri)
+    try:
+        if isinstance(store, SqlMetricStore):
+            metrics = store.metrics
+            like = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            count = sa.select(sa.func.count()).select_from(metrics).where(metrics.c.run_uuid == run_id, metrics.c.key.like(like, escape="\\"))
+            with store.engine.connect() as conn:
+                return conn.execute(count).scalar_one()
+        client = store.client  # an mlflow server: each of the run's system keys' history
+        keys = [key for key in client.get_run(run_id).data.metrics if key.startswith(prefix)]
+        return sum(len(client.get_metric_history(run_id, key)) for key in keys)
+    finally:
+        store.close()

@@ -13,7 +13,6 @@ import socket
 import sys
 
 import psutil
-import sqlalchemy as sa
 
 from radt.collectors.command import first_line
 from radt.collectors.finish import finish, killed, run_tags_of_nodes, save_pending
@@ -21,7 +20,7 @@ from radt.collectors.nodes import node_scoped
 from radt.collectors.reaper import reap
 from radt.collectors.scriptlog import sync as sync_script_log
 from radt.collectors.scriptlog import unsent
-from radt.collectors.stores import SqlMetricStore, open_metric_store
+from radt.collectors.stores import open_metric_store, stored_points
 from radt.collectors.tracking import connect, set_tags
 from radt.collectors.writer import Spool, call_with_deadline
 from radt.rundir import DONE_FILE, META_FILE, PENDING_FILE, SPOOL_FILE, claim_run_dir, owner_pid, release_run_dir
@@ -73,25 +72,6 @@ def read_meta(run_dir) -> dict:
     if not isinstance(meta, dict) or not all(isinstance(meta.get(key), str) for key in ("run_id", "store")):
         raise BrokenRunFolder(f"its {META_FILE} names no run id and store")
     return meta
-
-
-def stored_points(uri: str, run_id: str, node: str | None = None) -> int:
-    """The run's system points (a node's part: its own) in the store: what its radt wrote before it died and
-    what sync sent since, each once (a SIGKILLed radt never wrote its count, and a spooled batch may be in twice)."""
-    prefix = f"system/{node}/" if node else "system/"
-    store = open_metric_store(uri)
-    try:
-        if isinstance(store, SqlMetricStore):
-            metrics = store.metrics
-            like = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-            count = sa.select(sa.func.count()).select_from(metrics).where(metrics.c.run_uuid == run_id, metrics.c.key.like(like, escape="\\"))
-            with store.engine.connect() as conn:
-                return conn.execute(count).scalar_one()
-        client = store.client  # an mlflow server: each of the run's system keys' history
-        keys = [key for key in client.get_run(run_id).data.metrics if key.startswith(prefix)]
-        return sum(len(client.get_metric_history(run_id, key)) for key in keys)
-    finally:
-        store.close()
 
 
 def set_points(client, run_id: str, node: str | None, total: int) -> None:

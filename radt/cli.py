@@ -20,6 +20,7 @@ from radt.settings import check_settings
 COMMANDS = {
     "import": "radt.collectors.importer",
     "sync": "radt.collectors.sync",
+    "rollup": "radt.collectors.rollup",
     "demo": "radt.collectors.demo",
     "monitor": "radt.collectors.monitor",
     "export": "radt.app.exportcli",

@@ -22,6 +22,7 @@ SCHEMA_REVISION = "dc11669786a5"
 
 # MLflow's limits (mlflow/utils/validation.py): longer param and tag values are truncated, longer keys refused
 MAX_KEY_LENGTH = 250
+MAX_FLOAT = 1.7976931348623157e308  # what MLflow stores for ±infinity
 MAX_PARAM_VALUE_LENGTH = 6000
 MAX_TAG_VALUE_LENGTH = 8000
 MAX_EXPERIMENT_NAME_LENGTH = 500
