@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import statistics
 import sys
 import tempfile
 import time
@@ -28,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mlflow import MlflowClient  # noqa: E402
 from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # noqa: E402
+from overlay_query import timed  # noqa: E402  (bench/ is on sys.path: this file runs as a script)
 
 from radt import mlflowdb, rollups  # noqa: E402
 from radt.collectors.rollup import build  # noqa: E402
@@ -75,15 +75,6 @@ def raw_scan(uri: str, run_ids: list[str]) -> int:
                 seen += len(part)
     engine.dispose()
     return seen
-
-
-def timed(fn, rounds: int) -> tuple[float, object]:
-    samples, result = [], None
-    for _ in range(rounds):
-        began = time.perf_counter()
-        result = fn()
-        samples.append(time.perf_counter() - began)
-    return statistics.median(samples), result
 
 
 def measure(label: str, uri: str, runs: int, points: int, rounds: int) -> None:
