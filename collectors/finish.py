@@ -21,7 +21,7 @@ from radt.collectors.nodes import node_scoped, worst
 from radt.collectors.sources.nvml import gpu_inventory
 from radt.collectors.tracking import find_runs, set_tags
 from radt.collectors.writer import StoreTimeout, call_with_deadline
-from radt.rundir import DONE_FILE, LOGS_DIR, META_FILE, PENDING_FILE, claim_run_dir, owner_pid
+from radt.rundir import DONE_FILE, LOGS_DIR, META_FILE, PENDING_FILE, claim_run_dir, owner_pid, write_whole
 from radt.runmodel import (
     EXIT_CODE_TAG,
     PARENT_TAG,
@@ -55,13 +55,6 @@ def local_run_dir(store: str, run_id: str, parent_id: str | None, node: str | No
         meta["node"] = node
     write_whole(run_dir / META_FILE, json.dumps(meta))
     return run_dir
-
-
-def write_whole(path: Path, text: str) -> None:
-    """`text` into `path` whole or not at all (a temporary file renamed over it): `radt sync` never reads half a file."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def describe_environment(logs: Path, plan: gpus.Plan | None = None) -> None:

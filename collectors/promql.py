@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from radt.catalogue import DCGM_TAGS, METRICS, exposition_name, key
 from radt.collectors.gpus import OLD_MIG
-from radt.settings import PROMETHEUS_HOST_LABEL, is_http_url
+from radt.settings import LABEL_NAME, PROMETHEUS_HOST_LABEL, is_http_url
 
 # dcgm-exporter metric -> the `dcgmi dmon` tag of the same DCGM field (DCGM's field names), whose
 # catalogue entry gives the metric and scale (FB_USED comes in MiB, as dmon's FBUSD does).
@@ -66,7 +66,7 @@ def check_url(text: str, source: str = "--prometheus") -> str:
 
 def check_label(name: str, source: str = "RADT_PROMETHEUS_HOST_LABEL") -> str:
     """A Prometheus label name (Hostname, instance, node); ValueError in one line naming the fix."""
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+    if not LABEL_NAME.fullmatch(name):
         raise ValueError(f"{source}={name!r} is not a Prometheus label name; give the exporter's node label, e.g. Hostname or instance")
     return name
 

@@ -28,7 +28,7 @@ import psutil
 
 from radt.collectors.command import first_line
 from radt.collectors.watchdog import is_same, kill_recorded, read_record, start_ticks
-from radt.rundir import DONE_FILE, LOCK_FILE, META_FILE, PENDING_FILE
+from radt.rundir import DONE_FILE, LOCK_FILE, PENDING_FILE, BrokenRunFolder, read_meta
 from radt.runmodel import STOP_REASON_TAG
 from radt.settings import radt_home, runs_dir
 
@@ -107,9 +107,9 @@ def _dead_runs(host: str) -> list[tuple[Path, dict]]:
         if (run_dir / DONE_FILE).exists():
             continue
         try:
-            meta = json.loads((run_dir / META_FILE).read_text())
-        except (OSError, ValueError):
-            continue  # no meta.json yet (a radt starting now), or half written
+            meta = read_meta(run_dir)
+        except BrokenRunFolder:
+            continue  # no meta.json yet (a radt starting now), or broken: `radt sync` names it
         if meta.get("host") == host and not _run_owner_alive(run_dir, meta):
             found.append((run_dir, meta))
     return found

@@ -15,7 +15,6 @@ An invalid key is said once on radt's stderr and its values skipped; the trainin
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import threading
 import time
@@ -29,7 +28,7 @@ from radt.collectors.sqltracking import TrackingError, check_key
 from radt.collectors.tracking import PARAM_LIMIT, _entities, set_tags
 from radt.collectors.writer import CHUNK, StoreTimeout, call_with_deadline
 from radt.points import Point
-from radt.rundir import SCRIPT_ARTIFACTS_DIR, SCRIPT_LOG_FILE, SCRIPT_OFFSET_FILE
+from radt.rundir import SCRIPT_ARTIFACTS_DIR, SCRIPT_LOG_FILE, SCRIPT_OFFSET_FILE, write_whole
 
 POLL = 0.2  # seconds between reads of the file while the script runs
 READ_BYTES = 4 << 20  # one read of the file at most
@@ -241,11 +240,8 @@ class ScriptLog:
             self._saved_at = now
 
     def _save(self, offset: int) -> None:
-        path = self.run_dir / SCRIPT_OFFSET_FILE
-        tmp = path.with_suffix(".tmp")
         try:
-            tmp.write_text(str(offset))
-            os.replace(tmp, path)
+            write_whole(self.run_dir / SCRIPT_OFFSET_FILE, str(offset))
             self.saved = offset
         except OSError:
             pass  # `radt sync` sends more again: the stores take a point twice as once

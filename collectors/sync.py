@@ -23,7 +23,7 @@ from radt.collectors.scriptlog import unsent
 from radt.collectors.stores import open_metric_store, stored_points
 from radt.collectors.tracking import connect, set_tags
 from radt.collectors.writer import Spool, call_with_deadline
-from radt.rundir import DONE_FILE, META_FILE, PENDING_FILE, SPOOL_FILE, claim_run_dir, owner_pid, release_run_dir
+from radt.rundir import DONE_FILE, META_FILE, PENDING_FILE, SPOOL_FILE, BrokenRunFolder, claim_run_dir, owner_pid, read_meta, release_run_dir
 from radt.runmodel import POINTS_TAG
 from radt.settings import FINISH_TIMEOUT, runs_dir
 
@@ -53,25 +53,6 @@ def replay_spool(store_uri: str, run_dir, run_id: str, spool: Spool | None = Non
         return spool.replay(lambda batch: call_with_deadline(lambda: store.write(run_id, batch), timeout))
     finally:
         store.close()
-
-
-class BrokenRunFolder(Exception):
-    """A run folder sync cannot use (an empty or cut meta.json, as a full disk leaves); says what is wrong with it."""
-
-
-def read_meta(run_dir) -> dict:
-    """The run folder's meta.json; BrokenRunFolder where it is empty, not JSON, or names no run and store."""
-    try:
-        text = (run_dir / META_FILE).read_text()
-    except OSError as exc:
-        raise BrokenRunFolder(f"its {META_FILE} cannot be read ({exc.strerror or exc})") from None
-    try:
-        meta = json.loads(text)
-    except ValueError:
-        raise BrokenRunFolder(f"its {META_FILE} is {'empty' if not text.strip() else 'not JSON'} (a disk that was full?)") from None
-    if not isinstance(meta, dict) or not all(isinstance(meta.get(key), str) for key in ("run_id", "store")):
-        raise BrokenRunFolder(f"its {META_FILE} names no run id and store")
-    return meta
 
 
 def set_points(client, run_id: str, node: str | None, total: int) -> None:

@@ -34,6 +34,7 @@ from radt import settings
 from radt.collectors.command import first_line
 from radt.collectors.stores import MetricStore
 from radt.points import Point
+from radt.rundir import write_whole
 
 log = logging.getLogger("radt")
 
@@ -176,9 +177,7 @@ class Spool:
             if not rest:
                 self.path.unlink(missing_ok=True)
                 return
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text("".join(line + "\n" for line in rest), encoding="utf-8")
-            os.replace(tmp, self.path)
+            write_whole(self.path, "".join(line + "\n" for line in rest))
         except OSError:
             pass
 

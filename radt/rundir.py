@@ -8,6 +8,7 @@ imports nothing heavy.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 from pathlib import Path
 
@@ -80,3 +81,29 @@ def owner_pid(run_dir: Path) -> int | None:
     except OSError:
         return None
     return int(text) if text.isdigit() else None
+
+
+def write_whole(path: Path, text: str) -> None:
+    """`text` into `path` whole or not at all (a temporary file renamed over it): a reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class BrokenRunFolder(Exception):
+    """A run folder whose meta.json cannot be used (empty or cut, as a full disk leaves it); says what is wrong with it."""
+
+
+def read_meta(run_dir: Path) -> dict:
+    """The run folder's meta.json; BrokenRunFolder where it is missing, empty, not JSON, or names no run and store."""
+    try:
+        text = (run_dir / META_FILE).read_text()
+    except OSError as exc:
+        raise BrokenRunFolder(f"its {META_FILE} cannot be read ({exc.strerror or exc})") from None
+    try:
+        meta = json.loads(text)
+    except ValueError:
+        raise BrokenRunFolder(f"its {META_FILE} is {'empty' if not text.strip() else 'not JSON'} (a disk that was full?)") from None
+    if not isinstance(meta, dict) or not all(isinstance(meta.get(key), str) for key in ("run_id", "store")):
+        raise BrokenRunFolder(f"its {META_FILE} names no run id and store")
+    return meta

@@ -35,8 +35,13 @@ class StoreUriError(ValueError):
     """A tracking store radt cannot use; the message names it (password masked) and the fix."""
 
 
+def home_path() -> Path:
+    """RADT_HOME as configured (default ~/.radt), not yet created."""
+    return Path(os.environ.get("RADT_HOME") or Path.home() / ".radt").expanduser()
+
+
 def radt_home() -> Path:
-    home = Path(os.environ.get("RADT_HOME") or Path.home() / ".radt").expanduser()
+    home = home_path()
     home.mkdir(parents=True, exist_ok=True)
     return home
 
@@ -144,7 +149,7 @@ class RadtHomeError(UserError, ValueError):
 def check_radt_home() -> Path:
     """RADT_HOME and its runs folder, each written to (HOME_PROBE_BYTES) before a run is created: a full,
     read-only or impossible RADT_HOME is refused while nothing exists yet, not after a run was left RUNNING."""
-    home = Path(os.environ.get("RADT_HOME") or Path.home() / ".radt").expanduser()
+    home = home_path()
     try:
         for folder in (home, home / "runs"):
             folder.mkdir(parents=True, exist_ok=True)
@@ -259,6 +264,14 @@ def is_http_url(text: str) -> bool:
         return False
 
 
+LABEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a Prometheus label name (Hostname, instance, node)
+
+
+def is_label_list(text: str) -> bool:
+    """Prometheus label names joined with ',' (spaces around the commas allowed)."""
+    return all(LABEL_NAME.fullmatch(name.strip()) for name in text.split(","))
+
+
 def is_host_name(text: str) -> bool:
     """A node's name as an exporter's label holds it: 1 to 253 characters, none of them blank."""
     return re.fullmatch(r"\S{1,253}", text) is not None
@@ -322,7 +335,7 @@ PROMETHEUS_HOST_LABEL = Setting(
     "the exporter's label that names the node, or several joined with ',' tried in turn (dcgm-exporter's Hostname, newer "
     "exporters' hostname; `instance` matches the scrape target host:port; Kubernetes relabelling often adds `node` or "
     "`kubernetes_node`), compared with RADT_HOST",
-    check=lambda text: re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\s*,\s*[A-Za-z_][A-Za-z0-9_]*)*", text) is not None,
+    check=is_label_list,
     accepted="a Prometheus label name such as Hostname or instance",
 )
 HOST = Setting(
