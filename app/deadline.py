@@ -47,7 +47,7 @@ def check() -> None:
     """Raise RequestTimeout once the deadline has passed (called between series)."""
     left = remaining()
     if left is not None and left <= 0:
-        raise RequestTimeout(_text())
+        raise RequestTimeout(message())
 
 
 def timed_out(exc: BaseException) -> bool:
@@ -62,10 +62,7 @@ def timed_out(exc: BaseException) -> bool:
 
 
 def message() -> str:
-    return _text()
-
-
-def _text() -> str:
+    """The one line a view past its deadline shows."""
     seconds = settings.REQUEST_TIMEOUT.get()
     return (
         f"This view took longer than {seconds:g} s ({settings.REQUEST_TIMEOUT.name}) and was stopped: pick fewer runs or metrics, or zoom into a shorter window"

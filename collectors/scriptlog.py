@@ -25,7 +25,7 @@ from pathlib import Path
 from radt import settings
 from radt.collectors.command import first_line
 from radt.collectors.sqltracking import TrackingError, check_key
-from radt.collectors.tracking import PARAM_LIMIT, _entities, set_tags
+from radt.collectors.tracking import log_params, set_tags
 from radt.collectors.writer import CHUNK, StoreTimeout, call_with_deadline
 from radt.points import Point
 from radt.rundir import SCRIPT_ARTIFACTS_DIR, SCRIPT_LOG_FILE, SCRIPT_OFFSET_FILE, write_whole
@@ -196,9 +196,7 @@ class ScriptLog:
     def _call(self, record: dict, done: threading.Event) -> None:
         try:
             if "params" in record:
-                param = _entities(self.client)[0]
-                params = [param(check_key(k, "param"), str(v)[:PARAM_LIMIT]) for k, v in record["params"].items()]
-                self.client.log_batch(self.run_id, params=params)
+                log_params(self.client, self.run_id, {check_key(k, "param"): v for k, v in record["params"].items()})
             elif "tags" in record:
                 set_tags(self.client, self.run_id, {check_key(k, "tag"): v for k, v in record["tags"].items()})
             else:

@@ -447,11 +447,7 @@ def create_run(
     own = {"command": shlex.join(command), **settings}
     params = {(f"{SCRIPT_PARAM_PREFIX}{key}" if key in own else key): value for key, value in script_params(script_args).items()}
     params.update(own)
-    param = _entities(client)[0]
-    kept = {k[:250]: str(v)[:PARAM_LIMIT] for k, v in params.items()}  # one value per key where two long names share 250 characters
-    batch = [param(k, v) for k, v in kept.items()]
-    for start in range(0, len(batch), 100):
-        client.log_batch(run_id, params=batch[start : start + 100])
+    log_params(client, run_id, {k[:250]: v for k, v in params.items()})  # one value per key where two long names share 250 characters
     return run_id, parent_id
 
 
@@ -510,6 +506,14 @@ def claim_letter(client, experiment_id: str, parent_id: str, run_id: str) -> str
         letter = wanted
         set_tags(client, run_id, {LETTER_TAG: letter})
     return letter
+
+
+def log_params(client, run_id: str, params: dict[str, object]) -> None:
+    """Params in batches of 100 (MLflow's limit for one log_batch), each value cut at PARAM_LIMIT characters."""
+    param = _entities(client)[0]
+    batch = [param(k, str(v)[:PARAM_LIMIT]) for k, v in params.items()]
+    for start in range(0, len(batch), 100):
+        client.log_batch(run_id, params=batch[start : start + 100])
 
 
 def set_tags(client, run_id: str, tags: dict[str, str]) -> None:

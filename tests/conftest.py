@@ -55,6 +55,14 @@ def sqlite_template(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def cluster() -> dict[str, str]:
+    """The one-node Slurm of tests/support/slurm.py (munged, slurmctld, slurmd), started once for the test run."""
+    from tests.support import slurm
+
+    return slurm.cluster()
+
+
+@pytest.fixture(scope="session")
 def pg_template() -> str:
     """The test run's PostgreSQL database with MLflow's schema, which every test store is a clone of."""
     reason = postgres.unreachable()

@@ -36,11 +36,6 @@ sys.exit(int(args.get("--exit", "0")))
 """
 
 
-@pytest.fixture(scope="session")
-def cluster() -> dict[str, str]:
-    return slurm.cluster()
-
-
 @pytest.fixture
 def folder(tmp_path, cluster) -> Path:
     (tmp_path / "train.py").write_text(TRAIN)

@@ -33,11 +33,6 @@ print("slurm gave", re.search(r"GRES=\\S*?\\(IDX:([0-9,-]+)\\)", job).group(1), 
 """
 
 
-@pytest.fixture(scope="session")
-def cluster() -> dict[str, str]:
-    return slurm.cluster()
-
-
 @pytest.fixture
 def folder(tmp_path, cluster) -> Path:
     (tmp_path / "train.py").write_text(TRAIN)
