@@ -126,7 +126,11 @@ class Spool:
 
     def points(self) -> int:
         """How many points the file holds (for messages)."""
-        return sum(len(batch) for _, _, batch in self._batches(self._lines()))
+        return len(self.read())
+
+    def read(self) -> list[Point]:
+        """Every spooled point, oldest first (a torn last line holds none)."""
+        return [point for _, _, batch in self._batches(self._lines()) for point in batch]
 
     def _lines(self) -> list[str]:
         try:
