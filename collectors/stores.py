@@ -1,6 +1,7 @@
 """Where metric points go: MLflow's own tables directly (database URIs) or MLflow's client (servers).
 
-The SQL path writes the same rows MLflow's `log_batch` would, `latest_metrics` included, with
+The SQL path writes the same rows MLflow's `log_batch` would, `latest_metrics` included, and folds the batch
+into radt's rollups in the same transaction (radt/rollups.py), with
 radt's copies of MLflow's table definitions (radt/mlflowdb.py, no MLflow import), in one multi-row statement per batch: about ten times the
 points per second of `log_batch`. Both paths are idempotent, so a replayed spool is harmless.
 
@@ -20,7 +21,7 @@ from typing import Protocol
 
 import sqlalchemy as sa
 
-from radt import mlflowdb
+from radt import mlflowdb, rollups
 from radt.collectors.sqltracking import make_engine
 from radt.points import Point
 from radt.settings import is_database_uri
@@ -54,9 +55,10 @@ def sanitize(value: float) -> tuple[float, bool]:
 class SqlMetricStore:
     """Bulk insert into MLflow's `metrics` and conditional upsert of `latest_metrics`."""
 
-    def __init__(self, uri: str) -> None:
+    def __init__(self, uri: str, *, fold_rollups: bool = True) -> None:
         self.uri = uri
         self.engine = make_engine(uri)
+        self.fold_rollups = fold_rollups  # False: MLflow's rows only (bench/ingest.py's baseline)
         self.metrics = mlflowdb.metrics
         self.latest = mlflowdb.latest_metrics
         dialect = self.engine.dialect.name
@@ -67,6 +69,7 @@ class SqlMetricStore:
         else:
             raise ValueError(f"the bulk path supports PostgreSQL and SQLite, not {dialect}")
         self._insert = insert
+        self._tables = False  # radt's rollup tables checked (made on the first write: opening never connects)
 
     def write(self, run_id: str, points: Sequence[Point]) -> None:
         if not points:
@@ -89,11 +92,28 @@ class SqlMetricStore:
             set_={"value": excluded.value, "timestamp": excluded.timestamp, "step": excluded.step, "is_nan": excluded.is_nan},
             where=sa.tuple_(current.step, current.timestamp, current.value) < sa.tuple_(excluded.step, excluded.timestamp, excluded.value),
         )
+        if not self.fold_rollups:
+            with self.engine.begin() as conn:
+                if not self._copy_metrics(conn, rows.values()):
+                    conn.execute(insert_metrics, list(rows.values()))
+                conn.execute(upsert, [newest[k] for k in sorted(newest)])
+            return
+        if not self._tables:
+            rollups.ensure_table(self.engine)
+            self._tables = True
         with self.engine.begin() as conn:
+            rollups.lock_run(conn, run_id)  # PostgreSQL; SQLite's write lock is the insert below
             if not self._copy_metrics(conn, rows.values()):
                 conn.execute(insert_metrics, list(rows.values()))
+            before = {key: row for (_run, key), row in rollups.latest_rows(conn, [run_id], sorted(newest)).items()}
             # sorted keys: concurrent writers lock latest_metrics rows in one order (no deadlock)
             conn.execute(upsert, [newest[k] for k in sorted(newest)])
+            after = dict(before)
+            for key, row in newest.items():
+                mine = (row["step"], row["timestamp"], row["value"], row["is_nan"])
+                if key not in before or mine[:3] > before[key][:3]:  # the upsert's rule
+                    after[key] = mine
+            rollups.fold_batch(conn, run_id, points, before, after)
 
     # COPY into a session-local staging table, then one INSERT ... SELECT ... ON CONFLICT DO NOTHING:
     # psycopg 3 sends a multi-row insert as one statement per row, about half this speed.

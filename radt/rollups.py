@@ -5,14 +5,24 @@ on runs × budget, not on run length; min and max keep every dip and spike exact
 
 Rules, the same in numpy (`bucket_rows`), in Python (`merge_row`) and in SQL (`upsert`):
 - a bucket is [bucket_ms, bucket_ms + resolution_s * 1000) of the point's timestamp (ms since the epoch);
-- NaN values are skipped, as MLflow's charts skip them: a bucket of NaNs only has no row (MLflow stores NaN
-  as 0 with is_nan, so rows read from its `metrics` table with is_nan are skipped too); so are infinities,
-  which MLflow stores as ±1.797e308 (±MAX_FLOAT): a sum or mean holding them means nothing, and
-  PostgreSQL refuses the overflowing sum of two;
+- values that are no reading are counted in `nans`, not in min/max/sum/count: NaN (MLflow stores it as 0 with
+  is_nan), infinities (MLflow stores them as ±1.797e308, ±MAX_FLOAT: a sum or mean holding them means nothing,
+  and PostgreSQL refuses the overflowing sum of two) and radT's "no reading" sentinels of legacy keys
+  (catalogue.missing_values). A bucket of such values only has count 0 and NULL min/max/sum/last: a chart
+  draws it as a gap, as the raw chart draws its NaNs;
+- min_ms / max_ms are the earliest timestamps of the bucket's min and max: a chart puts the dip and the spike
+  where they happened;
 - last is the value at the greatest (timestamp, step, value): the value breaks ties as MLflow's
   latest_metrics does, so the result does not depend on the order batches arrive in;
-- merging is min of mins, max of maxes, sum + sum, count + count, the later last: late and out-of-order
-  batches give the rows one computation over all points gives (sums up to float rounding).
+- merging is min of mins, max of maxes, sum + sum, count + count, nans + nans, the later last: late and
+  out-of-order batches give the rows one computation over all points gives (sums up to float rounding).
+
+Freshness: `radt_rollup_series` holds, per series, the MLflow `latest_metrics` row its rollups cover. A series
+is fresh while that row is MLflow's current one; one another writer added to (a script's mlflow.log_metric, a
+server radt reached over HTTP, a store older than rollups) is stale and rebuilt from its raw points the next
+time it is drawn (`ensure_fresh`). radt's own writes keep a fresh series fresh (`fold_batch`, in the same
+transaction as the raw points). `raw_from_ms` marks where `radt retain` dropped older raw points: rebuilds
+keep the rollups before it.
 
 The table has no foreign key and is created with its own metadata: MLflow's tables and alembic_version
 are never touched, and MLflow (which checks its schema revision only) opens the store as before.
@@ -20,13 +30,15 @@ are never touched, and MLflow (which checks its schema revision only) opens the 
 
 from __future__ import annotations
 
+import math
 import operator
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import sqlalchemy as sa
 
-from radt import mlflowdb
+from radt import catalogue, mlflowdb
 
 RESOLUTIONS = (10, 60, 600)  # seconds per bucket, finest first
 UPSERT_BATCH = 5000  # rows per upsert statement batch
@@ -41,64 +53,104 @@ rollups = sa.Table(
     sa.Column("key", sa.String(250), nullable=False),
     sa.Column("resolution_s", sa.Integer, nullable=False),
     sa.Column("bucket_ms", sa.BigInteger, nullable=False),
-    sa.Column("min", sa.Float(precision=53), nullable=False),
-    sa.Column("max", sa.Float(precision=53), nullable=False),
-    sa.Column("sum", sa.Float(precision=53), nullable=False),
+    sa.Column("min", sa.Float(precision=53), nullable=True),  # NULL: the bucket held no reading (count 0)
+    sa.Column("max", sa.Float(precision=53), nullable=True),
+    sa.Column("sum", sa.Float(precision=53), nullable=True),
     sa.Column("count", sa.BigInteger, nullable=False),
-    sa.Column("last_value", sa.Float(precision=53), nullable=False),
-    sa.Column("last_ms", sa.BigInteger, nullable=False),
-    sa.Column("last_step", sa.BigInteger, nullable=False),
+    sa.Column("nans", sa.BigInteger, nullable=False),
+    sa.Column("min_ms", sa.BigInteger, nullable=True),
+    sa.Column("max_ms", sa.BigInteger, nullable=True),
+    sa.Column("last_value", sa.Float(precision=53), nullable=True),
+    sa.Column("last_ms", sa.BigInteger, nullable=True),
+    sa.Column("last_step", sa.BigInteger, nullable=True),
     sa.PrimaryKeyConstraint("run_uuid", "key", "resolution_s", "bucket_ms", name="radt_rollups_pk"),
 )
 
+series_state = sa.Table(
+    "radt_rollup_series",
+    metadata,
+    sa.Column("run_uuid", sa.String(32), nullable=False),
+    sa.Column("key", sa.String(250), nullable=False),
+    # MLflow's latest_metrics row (step, timestamp, value, is_nan) the rollups cover; NULL: not built
+    sa.Column("latest_step", sa.BigInteger, nullable=True),
+    sa.Column("latest_ms", sa.BigInteger, nullable=True),
+    sa.Column("latest_value", sa.Float(precision=53), nullable=True),
+    sa.Column("latest_is_nan", sa.Boolean, nullable=True),
+    sa.Column("raw_from_ms", sa.BigInteger, nullable=True),  # raw points before it were dropped (radt retain)
+    sa.PrimaryKeyConstraint("run_uuid", "key", name="radt_rollup_series_pk"),
+)
+
 COLUMNS = tuple(c.name for c in rollups.columns)
-VALUE_COLUMNS = ("min", "max", "sum", "count", "last_value", "last_ms", "last_step")
+VALUE_COLUMNS = ("min", "max", "sum", "count", "nans", "min_ms", "max_ms", "last_value", "last_ms", "last_step")
+_NO_READING = dict.fromkeys(("min", "max", "sum", "min_ms", "max_ms", "last_value", "last_ms", "last_step"))
 
 
 def ensure_table(engine: sa.Engine) -> None:
-    """Create radt's rollup table where it is missing; nothing else in the store is created or changed."""
-    metadata.create_all(engine, tables=[rollups], checkfirst=True)
+    """Create radt's rollup tables where they are missing; nothing else in the store is created or changed.
+    Writers of several nodes may race to create them: the loser finds them made."""
+    try:
+        metadata.create_all(engine, tables=[rollups, series_state], checkfirst=True)
+    except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
+        with engine.connect() as conn:
+            if not all(sa.inspect(conn).has_table(t.name) for t in (rollups, series_state)):
+                raise
 
 
 # --- computing -----------------------------------------------------------------------------------
 
 
 def bucket_rows(run_id: str, key: str, timestamps, steps, values, resolutions: Sequence[int] = RESOLUTIONS) -> list[dict]:
-    """The rollup rows of one series' points, one per (resolution, bucket) holding a finite value."""
+    """The rollup rows of one series' points, one per (resolution, bucket) holding a point."""
     ts = np.asarray(timestamps, dtype=np.int64)
     st = np.asarray(steps, dtype=np.int64)
     vs = np.asarray(values, dtype=np.float64)
-    keep = np.abs(vs) < mlflowdb.MAX_FLOAT  # NaN and ±inf (±MAX_FLOAT as MLflow stores them) are left out
+    if not len(ts):
+        return []
+    keep = np.abs(vs) < mlflowdb.MAX_FLOAT  # NaN and ±inf (±MAX_FLOAT as MLflow stores them) are no reading
+    missing = catalogue.missing_values(key)
+    if missing:
+        keep &= ~np.isin(vs, missing)
+    gone = ts[~keep]
     ts, st, vs = ts[keep], st[keep], vs[keep]
     rows: list[dict] = []
-    if not len(ts):
-        return rows
     for resolution in resolutions:
         width = resolution * 1000
-        bucket = (ts // width) * width
-        order = np.lexsort((vs, st, ts, bucket))  # by bucket, then (timestamp, step, value): a bucket ends with its last
-        b, t, s, v = bucket[order], ts[order], st[order], vs[order]
-        starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
-        ends = np.r_[starts[1:], len(b)] - 1
-        mins, maxs, sums = np.minimum.reduceat(v, starts), np.maximum.reduceat(v, starts), np.add.reduceat(v, starts)
-        counts = np.diff(np.r_[starts, len(b)])
-        columns = (b[starts], mins, maxs, sums, counts, v[ends], t[ends], s[ends])
-        rows.extend(
-            {
-                "run_uuid": run_id,
-                "key": key,
-                "resolution_s": resolution,
-                "bucket_ms": bucket_ms,
-                "min": lo,
-                "max": hi,
-                "sum": total,
-                "count": n,
-                "last_value": last_value,
-                "last_ms": last_ms,
-                "last_step": last_step,
-            }
-            for bucket_ms, lo, hi, total, n, last_value, last_ms, last_step in zip(*(c.tolist() for c in columns), strict=True)
-        )
+        found: dict[int, dict] = {}
+        if len(ts):
+            bucket = (ts // width) * width
+            order = np.lexsort((vs, st, ts, bucket))  # by bucket, then (timestamp, step, value): a bucket ends with its last
+            b, t, s, v = bucket[order], ts[order], st[order], vs[order]
+            starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+            ends = np.r_[starts[1:], len(b)] - 1
+            sums = np.add.reduceat(v, starts)
+            counts = np.diff(np.r_[starts, len(b)])
+            low = np.lexsort((ts, vs, bucket))  # by bucket, then value, then time: a bucket starts with its earliest min
+            high = np.lexsort((ts, -vs, bucket))  # ... with its earliest max
+            columns = (b[starts], v[ends], t[ends], s[ends], sums, counts, vs[low][starts], ts[low][starts], vs[high][starts], ts[high][starts])
+            for bucket_ms, last_value, last_ms, last_step, total, n, lo, lo_ms, hi, hi_ms in zip(*(c.tolist() for c in columns), strict=True):
+                found[bucket_ms] = {
+                    "run_uuid": run_id,
+                    "key": key,
+                    "resolution_s": resolution,
+                    "bucket_ms": bucket_ms,
+                    "min": lo,
+                    "max": hi,
+                    "sum": total,
+                    "count": n,
+                    "nans": 0,
+                    "min_ms": lo_ms,
+                    "max_ms": hi_ms,
+                    "last_value": last_value,
+                    "last_ms": last_ms,
+                    "last_step": last_step,
+                }
+        if len(gone):
+            for bucket_ms, n in zip(*(c.tolist() for c in np.unique((gone // width) * width, return_counts=True)), strict=True):
+                row = found.get(bucket_ms)
+                if row is None:
+                    row = found[bucket_ms] = {"run_uuid": run_id, "key": key, "resolution_s": resolution, "bucket_ms": bucket_ms, "count": 0, **_NO_READING}
+                row["nans"] = n
+        rows.extend(found[b] for b in sorted(found))
     return rows
 
 
@@ -118,15 +170,30 @@ def _last_of(row: dict) -> tuple:
     return (row["last_ms"], row["last_step"], row["last_value"])
 
 
+def _earliest(old: dict, new: dict, value: str, ms: str, better) -> tuple:
+    """(value, ms) of the bucket's min (better=operator.lt) or max (operator.gt) over two rows, earliest on ties."""
+    if old[value] is None or (new[value] is not None and better(new[value], old[value])):
+        return new[value], new[ms]
+    if new[value] is not None and new[value] == old[value]:
+        return old[value], min(old[ms], new[ms])
+    return old[value], old[ms]
+
+
 def merge_row(old: dict, new: dict) -> dict:
     """One bucket's row from two rows of disjoint points of it (what upsert does in SQL)."""
-    later = new if _last_of(new) > _last_of(old) else old
+    later = new if old["last_ms"] is None or (new["last_ms"] is not None and _last_of(new) > _last_of(old)) else old
+    low, low_ms = _earliest(old, new, "min", "min_ms", operator.lt)
+    high, high_ms = _earliest(old, new, "max", "max_ms", operator.gt)
+    both = old["sum"] is not None and new["sum"] is not None
     return {
         **old,
-        "min": min(old["min"], new["min"]),
-        "max": max(old["max"], new["max"]),
-        "sum": old["sum"] + new["sum"],
+        "min": low,
+        "min_ms": low_ms,
+        "max": high,
+        "max_ms": high_ms,
+        "sum": old["sum"] + new["sum"] if both else (new["sum"] if old["sum"] is None else old["sum"]),
         "count": old["count"] + new["count"],
+        "nans": old["nans"] + new["nans"],
         "last_value": later["last_value"],
         "last_ms": later["last_ms"],
         "last_step": later["last_step"],
@@ -148,19 +215,37 @@ def _insert(dialect: str):
     raise ValueError(f"rollups support PostgreSQL and SQLite stores, not {dialect}")
 
 
-def upsert_statement(dialect: str):
-    """INSERT ... ON CONFLICT DO UPDATE merging a new row of a bucket into the stored one (bound parameters only)."""
-    insert, least, greatest = _insert(dialect)
+def _first(old, new, old_ms, new_ms, better):
+    """SQL for (value, ms) of a bucket's min or max over the stored and the new row, earliest on ties; NULL: no reading."""
+    takes_new = sa.or_(old.is_(None), better(new, old))
+    ms = sa.case((takes_new, new_ms), (new == old, sa.case((new_ms < old_ms, new_ms), else_=old_ms)), else_=old_ms)
+    return sa.case((takes_new, new), else_=old), ms
+
+
+def upsert_statement(dialect: str, select=None):
+    """INSERT ... ON CONFLICT DO UPDATE merging a new row of a bucket into the stored one (bound parameters only);
+    `select`: the rows come from that SELECT (a staging table) instead of parameters."""
+    insert, _least, _greatest = _insert(dialect)
     stmt = insert(rollups)
+    if select is not None:
+        stmt = stmt.from_select(list(COLUMNS), select)
     new, old = stmt.excluded, rollups.c
-    newer = sa.tuple_(new.last_ms, new.last_step, new.last_value) > sa.tuple_(old.last_ms, old.last_step, old.last_value)
+    newer = sa.or_(
+        old.last_ms.is_(None),
+        sa.and_(new.last_ms.is_not(None), sa.tuple_(new.last_ms, new.last_step, new.last_value) > sa.tuple_(old.last_ms, old.last_step, old.last_value)),
+    )
+    low, low_ms = _first(old["min"], new["min"], old.min_ms, new.min_ms, operator.lt)
+    high, high_ms = _first(old["max"], new["max"], old.max_ms, new.max_ms, operator.gt)
     return stmt.on_conflict_do_update(
         index_elements=[old.run_uuid, old.key, old.resolution_s, old.bucket_ms],
         set_={
-            "min": least(old["min"], new["min"]),
-            "max": greatest(old["max"], new["max"]),
-            "sum": old["sum"] + new["sum"],
+            "min": low,
+            "min_ms": low_ms,
+            "max": high,
+            "max_ms": high_ms,
+            "sum": sa.func.coalesce(old["sum"] + new["sum"], old["sum"], new["sum"]),
             "count": old["count"] + new["count"],
+            "nans": old.nans + new.nans,
             "last_value": sa.case((newer, new.last_value), else_=old.last_value),
             "last_ms": sa.case((newer, new.last_ms), else_=old.last_ms),
             "last_step": sa.case((newer, new.last_step), else_=old.last_step),
@@ -169,6 +254,7 @@ def upsert_statement(dialect: str):
 
 
 _PRIMARY_KEY = operator.itemgetter("run_uuid", "key", "resolution_s", "bucket_ms")
+_STAGE = "radt_rollups_stage"
 
 
 def upsert(conn: sa.Connection, rows: Sequence[dict], batch: int = UPSERT_BATCH) -> int:
@@ -176,11 +262,32 @@ def upsert(conn: sa.Connection, rows: Sequence[dict], batch: int = UPSERT_BATCH)
     so concurrent writers lock rows in one order; the number of rows sent."""
     if not rows:
         return 0
-    stmt = upsert_statement(conn.dialect.name)
     ordered = sorted(rows, key=_PRIMARY_KEY)
+    if _copy_upsert(conn, ordered):
+        return len(ordered)
+    stmt = upsert_statement(conn.dialect.name)
     for start in range(0, len(ordered), batch):
         conn.execute(stmt, ordered[start : start + batch])
     return len(ordered)
+
+
+def _copy_upsert(conn: sa.Connection, ordered: Sequence[dict]) -> bool:
+    """PostgreSQL with psycopg 3: COPY the rows into a session-local staging table, then one INSERT ... SELECT
+    ... ON CONFLICT DO UPDATE (psycopg sends a multi-row insert as one statement per row, several times slower)."""
+    if conn.dialect.name != "postgresql" or conn.dialect.driver != "psycopg":
+        return False
+    raw = conn.connection.driver_connection
+    names = ", ".join(f'"{c}"' for c in COLUMNS)
+    with raw.cursor() as cur:
+        cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE} (LIKE radt_rollups) ON COMMIT DELETE ROWS")
+        with cur.copy(f"COPY {_STAGE} ({names}) FROM STDIN") as copy:
+            for row in ordered:
+                copy.write_row(tuple(row[c] for c in COLUMNS))
+    stage = sa.table(_STAGE, *(sa.column(c) for c in COLUMNS))
+    order = [stage.c.run_uuid, stage.c.key, stage.c.resolution_s, stage.c.bucket_ms]
+    conn.execute(upsert_statement("postgresql", sa.select(*(stage.c[c] for c in COLUMNS)).order_by(*order)))
+    conn.execute(sa.text(f"TRUNCATE {_STAGE}"))  # the next batch of this transaction starts empty
+    return True
 
 
 def add_points(conn: sa.Connection, run_id: str, points: Iterable) -> int:
@@ -188,44 +295,254 @@ def add_points(conn: sa.Connection, run_id: str, points: Iterable) -> int:
     return upsert(conn, rows_of_points(run_id, points))
 
 
+# --- freshness -----------------------------------------------------------------------------------
+
+Latest = tuple  # (step, timestamp, value, is_nan): a latest_metrics row as MLflow stores it
+
+
+def lock_run(conn: sa.Connection, run_id: str) -> None:
+    """Serialise the writers of one run's rollups until the transaction ends: radt's writers (several nodes of a
+    run) and rebuilds. PostgreSQL: a transaction advisory lock; SQLite: its one writer at a time does it
+    (every caller writes before it reads)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtextextended(sa.literal("radt_rollups:") + run_id, 0))))
+
+
+def latest_rows(conn: sa.Connection, run_ids: Sequence[str], keys: Sequence[str] | None = None) -> dict[tuple[str, str], Latest]:
+    """(run_id, key) -> MLflow's latest_metrics row of those runs (and keys)."""
+    lm = mlflowdb.latest_metrics
+    out: dict[tuple[str, str], Latest] = {}
+    for part in _chunks(list(run_ids)):
+        query = sa.select(lm.c.run_uuid, lm.c.key, lm.c.step, lm.c.timestamp, lm.c.value, lm.c.is_nan).where(lm.c.run_uuid.in_(part))
+        if keys is not None:
+            query = query.where(lm.c.key.in_(list(keys)))
+        for run_id, key, step, ms, value, is_nan in conn.execute(query):
+            out[(run_id, key)] = (step, ms, value, bool(is_nan))
+    return out
+
+
+def covered_rows(conn: sa.Connection, run_ids: Sequence[str], keys: Sequence[str] | None = None) -> dict[tuple[str, str], Latest | None]:
+    """(run_id, key) -> the latest_metrics row the series' rollups cover (None: never built), for series with a state row."""
+    st = series_state.c
+    out: dict[tuple[str, str], Latest | None] = {}
+    for part in _chunks(list(run_ids)):
+        query = sa.select(st.run_uuid, st.key, st.latest_step, st.latest_ms, st.latest_value, st.latest_is_nan).where(st.run_uuid.in_(part))
+        if keys is not None:
+            query = query.where(st.key.in_(list(keys)))
+        for run_id, key, step, ms, value, is_nan in conn.execute(query):
+            out[(run_id, key)] = None if ms is None else (step, ms, value, bool(is_nan))
+    return out
+
+
+def stale(conn: sa.Connection, run_ids: Sequence[str], key: str) -> list[str]:
+    """The runs whose series `key` has points its rollups do not cover (in run_ids' order)."""
+    latest = latest_rows(conn, run_ids, [key])
+    covered = covered_rows(conn, run_ids, [key])
+    return [r for r in dict.fromkeys(run_ids) if (r, key) in latest and covered.get((r, key)) != latest[(r, key)]]
+
+
+def _set_covered(conn: sa.Connection, run_id: str, covered: Mapping[str, Latest]) -> None:
+    """Record, per key, the latest_metrics row the run's rollups now cover (raw_from_ms kept)."""
+    if not covered:
+        return
+    insert, _least, _greatest = _insert(conn.dialect.name)
+    stmt = insert(series_state)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[series_state.c.run_uuid, series_state.c.key],
+        set_={c: stmt.excluded[c] for c in ("latest_step", "latest_ms", "latest_value", "latest_is_nan")},
+    )
+    conn.execute(
+        stmt,
+        [
+            {"run_uuid": run_id, "key": key, "latest_step": row[0], "latest_ms": row[1], "latest_value": row[2], "latest_is_nan": row[3]}
+            for key, row in sorted(covered.items())
+        ],
+    )
+
+
+def fold_batch(conn: sa.Connection, run_id: str, points: Sequence, before: Mapping[str, Latest], after: Mapping[str, Latest]) -> int:
+    """A writer's batch, in the transaction that stores its raw points: fold it into the run's rollups and keep
+    fresh series fresh. `before`/`after`: latest_metrics of the batch's keys before and after the batch.
+
+    A series stays fresh when its rollups covered MLflow's latest row before the batch, or when it had no points
+    at all; one that was stale stays stale (its next draw rebuilds it). The caller holds lock_run first."""
+    written = add_points(conn, run_id, points)
+    keys = sorted({p.key for p in points})
+    covered = covered_rows(conn, [run_id], keys)
+    fresh = {
+        k: after[k]
+        for k in keys
+        if k in after and ((run_id, k) in covered and covered[(run_id, k)] == before.get(k) or (k not in before and (run_id, k) not in covered))
+    }
+    _set_covered(conn, run_id, fresh)
+    return written
+
+
 # --- building from MLflow's metrics table --------------------------------------------------------
 
 
-def _raw_chunks(conn: sa.Connection, run_id: str, chunk: int) -> Iterator[list]:
-    """A run's raw points from MLflow's `metrics`, NaNs left out (bucket_rows leaves out infinities), by key and time, `chunk` rows at a time."""
+def _raw_chunks(conn: sa.Connection, run_id: str, chunk: int, key: str | None = None, since_ms: int | None = None) -> Iterator[list]:
+    """A run's raw points (key, timestamp, step, value, is_nan) from MLflow's `metrics`, by key and time, `chunk` rows at a time."""
     m = mlflowdb.metrics
-    query = (
-        sa.select(m.c.key, m.c.timestamp, m.c.step, m.c.value)
-        .where(m.c.run_uuid == run_id, m.c.is_nan == sa.false())
-        .order_by(m.c.key, m.c.timestamp)
-        .execution_options(yield_per=chunk)
-    )
-    result = conn.execute(query)
+    query = sa.select(m.c.key, m.c.timestamp, m.c.step, m.c.value, m.c.is_nan).where(m.c.run_uuid == run_id)
+    if key is not None:
+        query = query.where(m.c.key == key)
+    if since_ms is not None:
+        query = query.where(m.c.timestamp >= since_ms)
+    result = conn.execute(query.order_by(m.c.key, m.c.timestamp).execution_options(yield_per=chunk))
     while rows := result.fetchmany(chunk):
         yield rows
 
 
-def rebuild_run(conn: sa.Connection, run_id: str, chunk: int = READ_CHUNK) -> tuple[int, int]:
-    """Replace a run's rollups by those of its raw points (idempotent); (series, rows written).
-
-    Points are read in chunks; a series cut by a chunk boundary has its shared buckets merged by upsert."""
-    conn.execute(sa.delete(rollups).where(rollups.c.run_uuid == run_id))
+def _rebuild(conn: sa.Connection, run_id: str, key: str | None, since: Mapping[str, int], chunk: int) -> tuple[set[str], int]:
+    """Fold the raw points (of one key, or all) into rollups already cleared; (keys seen, rows written)."""
     keys: set[str] = set()
     written = 0
-    for part in _raw_chunks(conn, run_id, chunk):
+    floor = min(since.values()) if since else None
+    for part in _raw_chunks(conn, run_id, chunk, key, floor):
         names = np.array([r[0] for r in part], dtype=object)
         ts = np.fromiter((r[1] for r in part), dtype=np.int64, count=len(part))
         st = np.fromiter((r[2] for r in part), dtype=np.int64, count=len(part))
-        vs = np.fromiter((r[3] for r in part), dtype=np.float64, count=len(part))
+        vs = np.fromiter((math.nan if r[4] else r[3] for r in part), dtype=np.float64, count=len(part))
         cuts = np.flatnonzero(np.r_[True, names[1:] != names[:-1], True])
         rows: list[dict] = []
         for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
-            keys.add(names[lo])
-            rows.extend(bucket_rows(run_id, names[lo], ts[lo:hi], st[lo:hi], vs[lo:hi]))
+            name = names[lo]
+            keys.add(name)
+            keep = slice(lo, hi)
+            if name in since:  # raw points before raw_from were dropped; their rollups are kept
+                first = lo + int(np.searchsorted(ts[lo:hi], since[name], side="left"))
+                keep = slice(first, hi)
+            rows.extend(bucket_rows(run_id, name, ts[keep], st[keep], vs[keep]))
         written += upsert(conn, rows)
-    return len(keys), written
+    return keys, written
+
+
+def _raw_from(conn: sa.Connection, run_id: str, key: str | None) -> dict[str, int]:
+    """key -> raw_from_ms of the run's series that `radt retain` cut."""
+    st = series_state.c
+    query = sa.select(st.key, st.raw_from_ms).where(st.run_uuid == run_id, st.raw_from_ms.is_not(None))
+    if key is not None:
+        query = query.where(st.key == key)
+    return dict(conn.execute(query).all())
+
+
+def _clear(conn: sa.Connection, run_id: str, key: str | None, since: Mapping[str, int]) -> None:
+    """Delete the rollups a rebuild replaces: all of the run's (or the key's), but those before raw_from_ms."""
+    r = rollups.c
+    where = [r.run_uuid == run_id] + ([r.key == key] if key is not None else [])
+    kept = [sa.and_(r.key == k, r.bucket_ms < ms) for k, ms in since.items()]
+    if kept:
+        where.append(sa.not_(sa.or_(*kept)))
+    conn.execute(sa.delete(rollups).where(*where))
+
+
+def rebuild_series(conn: sa.Connection, run_id: str, key: str | None = None, chunk: int = READ_CHUNK) -> tuple[int, int]:
+    """Replace a run's rollups (one key's, or all) by those of its raw points and mark them fresh; (series, rows).
+
+    Idempotent; in the caller's transaction, which it locks for the run. MLflow's latest row is read before the
+    raw points: a point another writer adds meanwhile leaves the series stale, never marked covered without it.
+    Points are read in chunks; a series cut by a chunk boundary has its shared buckets merged by upsert."""
+    lock_run(conn, run_id)
+    since = _raw_from(conn, run_id, key)
+    _clear(conn, run_id, key, since)
+    latest = {k: row for (_r, k), row in latest_rows(conn, [run_id], None if key is None else [key]).items()}
+    keys, written = _rebuild(conn, run_id, key, since, chunk)
+    _set_covered(conn, run_id, latest)
+    return len(keys | set(latest)), written
+
+
+def rebuild_run(conn: sa.Connection, run_id: str, chunk: int = READ_CHUNK) -> tuple[int, int]:
+    """Every series of a run: rebuild_series(conn, run_id)."""
+    return rebuild_series(conn, run_id, None, chunk)
+
+
+def ensure_fresh(engine: sa.Engine, run_ids: Sequence[str], key: str) -> list[str]:
+    """Rebuild the stale series `key` of these runs (plain MLflow runs on their first draw), each in its own
+    transaction; the runs rebuilt. Two dashboards rebuilding one series at once do it one after the other."""
+    with engine.connect() as conn:
+        if not _has_tables(conn):
+            return []
+        todo = stale(conn, run_ids, key)
+    done = []
+    for run_id in todo:
+        with engine.begin() as conn:
+            lock_run(conn, run_id)
+            if stale(conn, [run_id], key):  # another process may have built it while this one waited
+                rebuild_series(conn, run_id, key)
+                done.append(run_id)
+    return done
+
+
+def _has_tables(conn: sa.Connection) -> bool:
+    return sa.inspect(conn).has_table(series_state.name)
 
 
 def run_ids(conn: sa.Connection) -> list[str]:
     """Every run of the store (deleted ones too: their points are still drawn until MLflow's gc removes them)."""
     return list(conn.execute(sa.select(mlflowdb.runs.c.run_uuid).order_by(mlflowdb.runs.c.start_time, mlflowdb.runs.c.run_uuid)).scalars())
+
+
+def _chunks(items: list, size: int = 500) -> Iterator[list]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+
+class Buckets(NamedTuple):
+    """One series' rollup rows at one resolution, by bucket, as numpy arrays (NaN where the bucket held no reading)."""
+
+    bucket_ms: np.ndarray
+    min: np.ndarray
+    max: np.ndarray
+    sum: np.ndarray
+    count: np.ndarray
+    nans: np.ndarray
+    min_ms: np.ndarray
+    max_ms: np.ndarray
+    last_value: np.ndarray
+    last_ms: np.ndarray
+
+    def mean(self) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.count > 0, self.sum / np.maximum(self.count, 1), np.nan)
+
+
+_READ = ("bucket_ms", "min", "max", "sum", "count", "nans", "min_ms", "max_ms", "last_value", "last_ms")
+
+
+def read(conn: sa.Connection, run_ids: Sequence[str], key: str, resolution: int, lo: int | None = None, hi: int | None = None) -> dict[str, Buckets]:
+    """run_id -> the series' buckets at `resolution` that overlap [lo, hi] ms (either open), sorted by time."""
+    r = rollups.c
+    width = resolution * 1000
+    where = [r.key == key, r.resolution_s == resolution]
+    if lo is not None:
+        where.append(r.bucket_ms >= (int(lo) // width) * width)
+    if hi is not None:
+        where.append(r.bucket_ms <= int(hi))
+    rows: dict[str, list] = {}
+    for part in _chunks(list(dict.fromkeys(run_ids))):
+        query = sa.select(r.run_uuid, *(r[c] for c in _READ)).where(r.run_uuid.in_(part), *where).order_by(r.run_uuid, r.bucket_ms)
+        for row in conn.execute(query):
+            rows.setdefault(row[0], []).append(row[1:])
+    out: dict[str, Buckets] = {}
+    for run_id, found in rows.items():
+        columns = list(zip(*found, strict=True))
+        out[run_id] = Buckets(
+            *(
+                np.array([math.nan if v is None else v for v in column], dtype=np.int64 if name in ("bucket_ms", "count", "nans") else np.float64)
+                for name, column in zip(_READ, columns, strict=True)
+            )
+        )
+    return out
+
+
+def resolution_for(span_ms: float, budget: int) -> int | None:
+    """The coarsest resolution whose buckets over `span_ms` still give `budget` points (two per bucket: its min
+    and its max); None where even the finest gives fewer (the span is short: raw points are read)."""
+    for resolution in sorted(RESOLUTIONS, reverse=True):
+        if span_ms / (resolution * 1000) * 2 >= budget:
+            return resolution
+    return None
