@@ -22,6 +22,7 @@ from radt.app.series import load_devices, load_series, place_by_time, step_histo
 from radt.app.state import STATE
 from radt.app.store import LIVE_STATUSES
 from radt.app.summaries import SUMMARY_COLUMNS, SUMMARY_VERSION, run_summary
+from radt.app.summarystore import store_summaries
 from radt.catalogue import HOST, METRICS, Device, Metric, display_name, missing_values, resolve
 
 DEFAULT_METRICS = [
@@ -188,13 +189,14 @@ def placed_on_steps(
 
 
 def summary(runs: pd.DataFrame) -> pd.DataFrame:
-    """summaries.run_summary per run through the cache (finished runs long, running ones briefly)."""
+    """summaries.run_summary per run through the cache (finished runs long, running ones briefly); an ended run's
+    summary is computed once and stored (app/summarystore.py), a cache miss reads it back."""
     if runs.empty:
         return run_summary(STATE.engine, [])
     rows = _per_run(
         runs,
         lambda run_id: ("summary", SUMMARY_VERSION, run_id),
-        lambda missing: {row["run_id"]: row for row in run_summary(STATE.engine, missing).to_dict("records")},
+        lambda missing: {row["run_id"]: row for row in store_summaries(STATE.engine, missing).to_dict("records")},
     )
     return pd.DataFrame(list(rows.values()), columns=SUMMARY_COLUMNS)
 

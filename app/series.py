@@ -6,6 +6,11 @@ is_nan), which covers the query (PostgreSQL answers with an index-only scan; a t
 range of it). On PostgreSQL each run comes back as one row, its points packed into two bytea
 (``int8send``/``float8send``) that numpy reads directly, with psycopg 3 in the binary protocol;
 SQLite rows come straight off the DBAPI cursor. Downsampling (tsdownsample) follows in Python.
+
+Long time-axis charts are drawn from radt's rollups instead (app/rollupseries.py): each bucket's minimum
+and maximum at their own times, from the coarsest resolution that still gives the budget, so a cold chart
+costs runs x budget whatever the runs' length; windows short enough for the budget, the step axis and
+stores whose rollups cannot be made read the raw points as above.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from radt import catalogue, settings
-from radt.app.downsample import DEFAULT_BUDGET, ENVELOPE, Envelope, downsample_indices, envelope
+from radt.app import rollupseries
+from radt.app.downsample import DEFAULT_BUDGET, ENVELOPE, ENVELOPE_POINTS, Envelope, downsample_indices, envelope
 from radt.app.keys import cumulative_legacy, device_keys
 from radt.app.runs import keys_by_run
 from radt.app.store import METRICS, Series, binary_rows, chunks, not_nan, plain_rows, unique, value_or_null
@@ -28,6 +34,7 @@ from radt.app.store import METRICS, Series, binary_rows, chunks, not_nan, plain_
 KEY_SCAN_WHOLE = False  # PostgreSQL reads whole series run by run, not by scanning the key (measured faster; see _fetch_postgresql)
 READ_THREADS = max(1, settings.READ_THREADS.get())  # PostgreSQL connections one chart reads on at once
 PARALLEL_MIN_RUNS = 8  # fewer runs are read on one connection
+USE_ROLLUPS = True  # long time-axis charts drawn from radt's rollups (app/rollupseries.py); False: raw points only (the benchmark's baseline)
 
 
 # --- fetching -------------------------------------------------------------------------------------
@@ -180,18 +187,89 @@ def load_series(
     app.downsample.Envelope of per-bucket mean, minimum and maximum instead of points). NaN points are NaN.
     Runs without the key, or without points in their window, are absent. Stored values listed in
     ``missing`` (radT's "no reading" sentinels, catalogue.missing_values) become NaN before downsampling.
+    A time window longer than the budget's worth of 10 s buckets is drawn from the rollups (rebuilt first
+    where another writer added points): bucket minima and maxima at their own times, a bucket of no
+    readings a NaN; the rollups leave out the catalogue's sentinels of ``key`` themselves.
     """
     run_ids = unique(run_ids)
     if not run_ids:
         return {}
     windows = dict(windows or {})
+    drawn: dict[str, Series | Envelope | None] = {}
+    if x == "timestamp" and USE_ROLLUPS:
+        drawn = _from_rollups(engine, run_ids, key, {r: windows.get(r, (start_ms, end_ms)) for r in run_ids}, budget, method)
+    rest = [r for r in run_ids if r not in drawn]
+    if rest:
+        drawn.update(_from_raw(engine, rest, key, start_ms, end_ms, budget, method, windows, x, missing))
+    return {r: drawn[r] for r in run_ids if r in drawn and drawn[r] is not None}
+
+
+def _from_rollups(
+    engine: sa.Engine, run_ids: list[str], key: str, window_of: Mapping[str, tuple[int | None, int | None]], budget: int, method: str
+) -> dict[str, Series | Envelope | None]:
+    """The runs whose window is long enough for the rollups, drawn from them (None: no points in the window);
+    {} where the store's rollups cannot be made or read (rollupseries.give_up: the raw path draws them all)."""
+    if not rollupseries.available(engine):
+        return {}
+    try:
+        found = rollupseries.prepare(engine, run_ids, key)
+        groups: dict[tuple[int, int | None, int | None], list[str]] = defaultdict(list)
+        for run_id, extent in found.items():
+            res = rollupseries.resolution(extent, *window_of[run_id], budget, ENVELOPE_POINTS if method == ENVELOPE else 2)
+            if res is not None:
+                groups[(res, *window_of[run_id])].append(run_id)
+        buckets = _read_buckets(engine, groups, key) if groups else {}
+    except sa.exc.SQLAlchemyError as exc:
+        rollupseries.give_up(engine, exc)
+        return {}
+    out: dict[str, Series | Envelope | None] = {}
+    for (res, lo, hi), runs in groups.items():
+        for run_id in runs:
+            out[run_id] = None
+            if run_id not in buckets:
+                continue
+            if method == ENVELOPE:
+                drawn = rollupseries.envelope(buckets[run_id], res, lo, hi, budget)
+            else:
+                drawn = rollupseries.points(buckets[run_id], lo, hi, budget, method)
+            if len(drawn[0]):
+                out[run_id] = drawn
+    return out
+
+
+def _read_buckets(engine: sa.Engine, groups: Mapping[tuple[int, int | None, int | None], list[str]], key: str) -> dict:
+    """rollupseries.read on READ_THREADS connections at once for a large PostgreSQL selection, as _fetch_all reads raw points."""
+    total = sum(len(runs) for runs in groups.values())
+    if engine.dialect.name != "postgresql" or READ_THREADS < 2 or total < PARALLEL_MIN_RUNS:
+        return rollupseries.read(engine, groups, key)
+    parts = [{group: runs[i::READ_THREADS] for group, runs in groups.items() if runs[i::READ_THREADS]} for i in range(READ_THREADS)]
+    contexts = [contextvars.copy_context() for _ in parts]  # each part keeps the request's deadline (app/deadline.py)
+    out: dict = {}
+    for found in _read_pool().map(lambda context, part: context.run(rollupseries.read, engine, part, key), contexts, parts):
+        out.update(found)
+    return out
+
+
+def _from_raw(
+    engine: sa.Engine,
+    run_ids: list[str],
+    key: str,
+    start_ms: int | None,
+    end_ms: int | None,
+    budget: int,
+    method: str,
+    windows: Mapping[str, tuple[int | None, int | None]],
+    x: str,
+    missing: tuple[float, ...],
+) -> dict[str, Series | Envelope]:
+    """The runs drawn from their raw points: read, windowed per run, downsampled past the budget."""
     bounds = [windows.get(r, (start_ms, end_ms)) for r in run_ids]
     lows = [b[0] for b in bounds]
     highs = [b[1] for b in bounds]
     lo = None if any(v is None for v in lows) else min(lows)
     hi = None if any(v is None for v in highs) else max(highs)
     raw = _fetch_all(engine, run_ids, key, lo, hi, x)
-    out: dict[str, Series] = {}
+    out: dict[str, Series | Envelope] = {}
     for run_id in run_ids:
         if run_id not in raw:
             continue

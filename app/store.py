@@ -2,7 +2,8 @@
 
 Read-only by construction: the engine refuses writes (PostgreSQL sessions are read-only
 transactions, SQLite connections are ``query_only``), every statement is a Core ``select()`` on
-MLflow's table objects with bound parameters, and no SQL is ever built from user input.
+MLflow's table objects with bound parameters, and no SQL is ever built from user input. The one
+exception: app/rollupseries.py builds radt's own rollup tables in read-write transactions of its own.
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ SUMMARY_COLUMNS = [
 TEXT_COLUMNS = ("run_id", "gpu_basis", "gpus_text")
 COUNT_COLUMNS = ("gpus_used", "gpus_watched")
 SUMMARY_VERSION = 2  # part of the summaries' cache key (data.summary): a shared cache never serves rows of an older definition
+SUMMARY_TAGS = (SCRIPT_START_TAG, SCRIPT_END_TAG, GPUS_TAG, HOST_TAG)  # the tags run_summary reads (and NODE_TAG's per-node ones)
 PROCESSES = "processes"  # NVML's per-process lists showed which GPUs the run's processes used
 WATCHED = "watched"  # radt could not tell: every GPU it watched counts
 ACTIVITY = {"sm_active": "smact", "sm_occupancy": "smocc"}  # summarised from their raw points: mean and p95
@@ -121,7 +122,7 @@ def run_summary(engine: sa.Engine, run_ids: list[str], *, now_ms: int | None = N
     with engine.connect() as conn:
         runs = run_rows(conn, run_ids=run_ids)
         durations(conn, runs, now_ms)
-        tags = key_values(conn, TAGS, run_ids, keys=[SCRIPT_START_TAG, SCRIPT_END_TAG, GPUS_TAG, HOST_TAG], prefix=NODE_TAG)
+        tags = key_values(conn, TAGS, run_ids, keys=list(SUMMARY_TAGS), prefix=NODE_TAG)
         for r in runs:
             start, end = script_span(r["start_time"], r["duration_s"], tags.get(r["run_id"], {}))
             rows[r["run_id"]]["duration_s"] = max(0.0, (end - start) / 1000.0) if math.isfinite(start) and math.isfinite(end) else math.nan

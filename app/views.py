@@ -22,6 +22,8 @@ from radt.catalogue import METRICS
 
 VIEW_VERSION = 1
 SCREEN_BUDGET = 2000  # points per series sent to the browser
+FULL_DETAIL_RUNS = 75  # a chart of more runs shares FULL_DETAIL_RUNS x budget points among them ...
+MIN_SERIES_BUDGET = 200  # ... but never fewer than this per series (a 24 h run: a bucket every 20 minutes, its min and max kept)
 EXPORT_BUDGET = 20000  # points per series in an exported figure: beyond a print's resolution
 MAX_CHARTS = 30  # metrics drawn at once (each is a chart and a query per run); more are named and left out
 MAX_IDS = 1000  # experiments or runs in one view
@@ -275,9 +277,16 @@ def view_runs(view: View) -> pd.DataFrame:
     return table[table["run_id"].isin(view.runs)]
 
 
+def series_budget(budget: int, runs: int) -> int:
+    """Points per series for a chart of `runs` runs: the whole budget up to FULL_DETAIL_RUNS runs, then a share of
+    FULL_DETAIL_RUNS x budget (256 runs x 2,000 points were a 6 MB figure, and cost the store runs x budget)."""
+    return max(min(MIN_SERIES_BUDGET, budget), min(budget, budget * FULL_DETAIL_RUNS // max(1, runs)))
+
+
 def render(view: View, budget: int = SCREEN_BUDGET, runs: pd.DataFrame | None = None) -> Rendered:
     """Panels and the overlay figure of a view (metrics no chosen run has are left out, and named)."""
     runs = view_runs(view) if runs is None else runs
+    budget = series_budget(budget, len(runs))
     limits = x_range(view)
     windows = data.zoom_windows(limits, view.axis, runs) if limits else {}
     panels, missing = [], {}

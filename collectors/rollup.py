@@ -28,16 +28,7 @@ def _engine(uri: str) -> sa.Engine:
     """The store's engine, checked to answer and to hold MLflow's runs table."""
     if not is_database_uri(uri) or uri.split(":", 1)[0].split("+")[0] not in ("sqlite", "postgresql"):
         raise RollupError(f"{display_uri(uri)} is not a SQLite or PostgreSQL store; give the database URI (--store) of the mlflow server's backend store")
-    engine = make_engine(uri)
-    try:
-        with engine.connect() as conn:
-            if not sa.inspect(conn).has_table(mlflowdb.runs.name):
-                raise RollupError(f"{display_uri(uri)} holds no MLflow store; give the store's URI (--store)")
-    except sa.exc.SQLAlchemyError as exc:
-        engine.dispose()
-        cause = str(getattr(exc, "orig", exc)).strip().splitlines()[0] if str(getattr(exc, "orig", exc)).strip() else type(exc).__name__
-        raise RollupError(f"store {display_uri(uri)} unreachable ({cause}); check the URI (--store) and that the database is up") from None
-    return engine
+    return mlflowdb.check_store(make_engine(uri), display_uri(uri), RollupError)
 
 
 def _check_runs(conn: sa.Connection, wanted: list[str], uri: str) -> None:
@@ -73,7 +64,7 @@ def build(uri: str, wanted: list[str] | None = None, out=sys.stderr) -> tuple[in
 def main(argv: list[str]) -> int:
     from radt.cli import OneLineParser  # mistakes in one line, like the rest of radt
 
-    parser = OneLineParser(prog="radt rollup", description="Build the rollups (min/max/mean/last per 10 s, 1 min, 10 min) of a store's runs.")
+    parser = OneLineParser(prog="radt rollup", description="Build the rollups (min/max/mean/last per 10 s, 1 min, 5 min, 20 min) of a store's runs.")
     parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
     parser.add_argument("--run", action="append", metavar="RUN_ID", help="only this run (repeatable; default: every run)")
     args = parser.parse_args(argv)

@@ -4,8 +4,9 @@ importing MLflow (five seconds of a two-core machine, per run).
 `SqlTracking` answers the `MlflowClient` methods radt's callers use (experiments, runs, tags, params,
 status, the searches of a workload's runs, artifacts in a local folder) and writes the rows MLflow's
 `SqlAlchemyStore` writes for the same call: ids, the run's name and `mlflow.runName` tag, its artifact
-URI, times, limits. `open_sql_tracking()` hands it out only for a SQLite or PostgreSQL store whose schema
-revision is the one radt/mlflowdb.py describes; tracking.connect() sends every other store through MLflow.
+URI, times, limits. `open_sql_tracking()` hands it out only for a SQLite or PostgreSQL store whose tables are
+the ones radt/mlflowdb.py describes (a revision known good, or any other whose tables are found the same);
+tracking.connect() sends every other store through MLflow.
 """
 
 from __future__ import annotations
@@ -47,11 +48,13 @@ class AlreadyExists(TrackingError):
 
 
 class SchemaMismatch(RuntimeError):
-    """The store's schema is not the one radt's tables describe; `revision` is the store's (None: no MLflow tables)."""
+    """The store's schema is not one radt's tables describe; `revision` is the store's (None: no MLflow tables),
+    `difference` what differs in radt's tables (None: not inspected, the revision decides)."""
 
-    def __init__(self, revision: str | None) -> None:
-        super().__init__(f"MLflow schema revision {revision or 'none'}, radt writes {db.SCHEMA_REVISION}")
+    def __init__(self, revision: str | None, difference: str | None = None) -> None:
+        super().__init__(f"MLflow schema revision {revision or 'none'}: {difference or 'radt does not write it'}")
         self.revision = revision
+        self.difference = difference
 
 
 class KeyValue(NamedTuple):
@@ -157,11 +160,46 @@ def store_revision(engine: sa.Engine) -> str | None:
         return conn.execute(sa.select(db.alembic_version.c.version_num)).scalar()
 
 
+# store URL -> (its revision, what differs in radt's tables or None) as last found: one inspection per store per process
+_INSPECTED: dict[str, tuple[str, str | None]] = {}
+
+
+def _store_key(url: sa.URL) -> str:
+    return url.render_as_string(hide_password=False)
+
+
+def schema_difference(engine: sa.Engine, revision: str) -> str | None:
+    """What differs between the store's tables and radt's (None: radt's rows fit); a revision in KNOWN_GOOD is not inspected."""
+    key = _store_key(engine.url)
+    if revision in db.KNOWN_GOOD:
+        _INSPECTED[key] = (revision, None)
+    elif _INSPECTED.get(key, ("", None))[0] != revision:
+        with engine.connect() as conn:
+            _INSPECTED[key] = (revision, db.schema_difference(conn))
+    return _INSPECTED[key][1]
+
+
+def known_difference(uri: str) -> str | None:
+    """What this process last found different in the store at `uri` (None: nothing, or not looked at), without connecting."""
+    if uri.startswith("postgres://"):
+        uri = "postgresql://" + uri[len("postgres://") :]
+    return _INSPECTED.get(_store_key(sa.make_url(uri)), ("", None))[1]
+
+
 def open_sql_tracking(uri: str, engine: sa.Engine) -> SqlTracking:
-    """SqlTracking on `engine` when the store's schema is radt's (SchemaMismatch otherwise; any other error: unreachable)."""
+    """SqlTracking on `engine` when radt's tables fit the store (SchemaMismatch otherwise; any other error: unreachable).
+
+    A store older than the installed MLflow is refused by revision alone (MLflow's client would refuse it too);
+    a newer one, or one the installed MLflow writes, by what its tables hold."""
     revision = store_revision(engine)
-    if engine.dialect.name not in DIALECTS or revision != db.SCHEMA_REVISION or db.schema_revisions()[0] != db.SCHEMA_REVISION:
+    if engine.dialect.name not in DIALECTS or revision is None:
         raise SchemaMismatch(revision)
+    head, known = db.schema_revisions()
+    if revision in known and revision != head:
+        raise SchemaMismatch(revision)
+    difference = schema_difference(engine, revision)
+    if difference:
+        raise SchemaMismatch(revision, difference)
     return SqlTracking(uri, engine)
 
 

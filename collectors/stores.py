@@ -21,8 +21,8 @@ from typing import Protocol
 
 import sqlalchemy as sa
 
-from radt import mlflowdb, rollups
-from radt.collectors.sqltracking import make_engine
+from radt import mlflowdb, rollups, summarytable
+from radt.collectors.sqltracking import known_difference, make_engine
 from radt.points import Point
 from radt.settings import is_database_uri
 
@@ -50,6 +50,11 @@ def sanitize(value: float) -> tuple[float, bool]:
     if math.isinf(value):
         return (MAX_FLOAT if value > 0 else -MAX_FLOAT), False
     return value, False
+
+
+def _primary_key(row) -> tuple:
+    """MLflow's primary key of a metrics row (value as stored: NaN as 0 with is_nan)."""
+    return (row["key"], row["timestamp"], row["step"], float(row["value"]), bool(row["is_nan"]), row["run_uuid"])
 
 
 class SqlMetricStore:
@@ -83,7 +88,6 @@ class SqlMetricStore:
             best = newest.get(p.key)
             if best is None or (p.step, p.timestamp, value) > (best["step"], best["timestamp"], best["value"]):
                 newest[p.key] = row
-        insert_metrics = self._insert(self.metrics).on_conflict_do_nothing()
         upsert = self._insert(self.latest)
         excluded = upsert.excluded
         current = self.latest.c
@@ -94,17 +98,18 @@ class SqlMetricStore:
         )
         if not self.fold_rollups:
             with self.engine.begin() as conn:
-                if not self._copy_metrics(conn, rows.values()):
-                    conn.execute(insert_metrics, list(rows.values()))
+                self._insert_metrics(conn, list(rows.values()), returning=False)
                 conn.execute(upsert, [newest[k] for k in sorted(newest)])
+                summarytable.invalidate(conn, run_id)
             return
         if not self._tables:
             rollups.ensure_table(self.engine)
             self._tables = True
         with self.engine.begin() as conn:
             rollups.lock_run(conn, run_id)  # PostgreSQL; SQLite's write lock is the insert below
-            if not self._copy_metrics(conn, rows.values()):
-                conn.execute(insert_metrics, list(rows.values()))
+            # only the points the store did not hold go into the rollups: a batch sent twice (a spool replayed
+            # after a write whose answer was lost) is stored once and counted once
+            new = self._insert_metrics(conn, list(rows.values()), returning=True)
             before = {key: row for (_run, key), row in rollups.latest_rows(conn, [run_id], sorted(newest)).items()}
             # sorted keys: concurrent writers lock latest_metrics rows in one order (no deadlock)
             conn.execute(upsert, [newest[k] for k in sorted(newest)])
@@ -113,7 +118,46 @@ class SqlMetricStore:
                 mine = (row["step"], row["timestamp"], row["value"], row["is_nan"])
                 if key not in before or mine[:3] > before[key][:3]:  # the upsert's rule
                     after[key] = mine
-            rollups.fold_batch(conn, run_id, points, before, after)
+            rollups.fold_batch(conn, run_id, [Point(k, math.nan if nan else v, t, st) for k, v, t, st, nan in new], before, after)
+            summarytable.invalidate(conn, run_id)  # any point radt adds drops the run's stored summary (radt_summaries)
+
+    def _insert_metrics(self, conn: sa.Connection, rows: list[dict], returning: bool) -> list[tuple]:
+        """Insert the rows MLflow's `metrics` does not hold yet; with `returning`, those inserted (key, value, timestamp, step, is_nan)."""
+        m = self.metrics.c
+        stmt = self._insert(self.metrics)
+        if self._copy_metrics(conn, rows):
+            stage = sa.table(self._STAGE, *(sa.column(c) for c in self._COLUMNS))
+            stmt = stmt.from_select([m[c] for c in self._COLUMNS], sa.select(*stage.c)).on_conflict_do_nothing()
+            if not returning:
+                conn.execute(stmt)
+                return []
+            # nearly always every row is new: counted, not sent back (RETURNING 20,000 rows cost a fifth of the
+            # insert); a replayed batch the store partly held is inserted again, returning what it adds
+            with conn.begin_nested() as savepoint:
+                added = conn.execute(stmt.execution_options(preserve_rowcount=True)).rowcount  # else -1 for an INSERT
+                if added == len(rows):
+                    return [(r["key"], r["value"], r["timestamp"], r["step"], r["is_nan"]) for r in rows]
+                savepoint.rollback()
+            return [tuple(r) for r in conn.execute(stmt.returning(m.key, m.value, m.timestamp, m.step, m.is_nan))]
+        stmt = stmt.on_conflict_do_nothing()
+        if returning and rows is not None and not conn.dialect.insert_returning:  # SQLite before 3.35
+            held = self._held(conn, rows)
+            conn.execute(stmt, rows)
+            return [(r["key"], r["value"], r["timestamp"], r["step"], r["is_nan"]) for r in rows if _primary_key(r) not in held]
+        if returning:
+            stmt = stmt.returning(m.key, m.value, m.timestamp, m.step, m.is_nan)
+        result = conn.execute(stmt, rows)
+        return [tuple(r) for r in result] if returning else []
+
+    def _held(self, conn: sa.Connection, rows: list[dict]) -> set[tuple]:
+        """Primary keys of these rows (one run) that the store already holds: for a SQLite without RETURNING."""
+        m = self.metrics.c
+        keys = sorted({r["key"] for r in rows})
+        stamps = [r["timestamp"] for r in rows]
+        query = sa.select(m.key, m.timestamp, m.step, m.value, m.is_nan, m.run_uuid).where(
+            m.run_uuid == rows[0]["run_uuid"], m.key.in_(keys), m.timestamp.between(min(stamps), max(stamps))
+        )
+        return {_primary_key(dict(r._mapping)) for r in conn.execute(query)}
 
     # COPY into a session-local staging table, then one INSERT ... SELECT ... ON CONFLICT DO NOTHING:
     # psycopg 3 sends a multi-row insert as one statement per row, about half this speed.
@@ -121,7 +165,7 @@ class SqlMetricStore:
     _COLUMNS = ("key", "value", "timestamp", "step", "is_nan", "run_uuid")
 
     def _copy_metrics(self, conn: sa.Connection, rows) -> bool:
-        """Bulk-load rows with PostgreSQL's COPY (psycopg 3); False where that path is not available."""
+        """Bulk-load rows into the staging table with PostgreSQL's COPY (psycopg 3); False where that path is not available."""
         if self.engine.dialect.name != "postgresql" or self.engine.dialect.driver != "psycopg":
             return False
         raw = conn.connection.driver_connection
@@ -134,9 +178,6 @@ class SqlMetricStore:
             with cur.copy(f"COPY {self._STAGE} ({columns}) FROM STDIN") as copy:
                 for row in rows:
                     copy.write_row(tuple(row[c] for c in self._COLUMNS))
-        stage = sa.table(self._STAGE, *(sa.column(c) for c in self._COLUMNS))
-        target = [self.metrics.c[c] for c in self._COLUMNS]
-        conn.execute(self._insert(self.metrics).from_select(target, sa.select(*stage.c)).on_conflict_do_nothing())
         return True
 
     def close(self) -> None:
@@ -205,8 +246,9 @@ class MlflowMetricStore:
 
 
 def open_metric_store(uri: str) -> MetricStore:
-    """The fastest store that MLflow reads back as its own for this URI."""
-    if is_database_uri(uri) and uri.split(":", 1)[0].split("+")[0] in ("sqlite", "postgresql", "postgres"):
+    """The fastest store that MLflow reads back as its own for this URI (MLflow's client where tracking.connect()
+    found the store's tables unlike radt's)."""
+    if is_database_uri(uri) and uri.split(":", 1)[0].split("+")[0] in ("sqlite", "postgresql", "postgres") and not known_difference(uri):
         return SqlMetricStore(uri)
     return MlflowMetricStore(uri)
 

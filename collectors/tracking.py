@@ -102,7 +102,7 @@ def connect(uri: str):
 
 
 def _sql_client(uri: str) -> SqlTracking | None:
-    """radt's SQL client, or None where MLflow's client must write (a schema radt's tables do not describe)."""
+    """radt's SQL client, or None where MLflow's client must write (a store whose tables radt's do not describe)."""
     if uri.startswith("sqlite:///"):
         Path(uri[len("sqlite:///") :]).expanduser().parent.mkdir(parents=True, exist_ok=True)
     engine = make_engine(uri)  # switches a SQLite file to WAL now, while nothing else writes to it
@@ -110,24 +110,14 @@ def _sql_client(uri: str) -> SqlTracking | None:
         try:
             return open_sql_tracking(uri, engine)
         except SchemaMismatch as exc:
-            revision = exc.revision
-        if revision is None:  # no MLflow tables yet: MLflow creates them, once per store
+            mismatch = exc
+        if mismatch.revision is None:  # no MLflow tables yet: MLflow creates them, once per store
             _init_store(uri)
             try:
                 return open_sql_tracking(uri, engine)
             except SchemaMismatch as exc:
-                revision = exc.revision
-        head, known = schema_revisions()
-        if revision not in known:
-            raise StoreError(
-                f"the tracking store {redact(uri)} has MLflow schema {revision}, newer than the installed MLflow knows; "
-                "upgrade MLflow in radt's environment (pip install -U mlflow)"
-            )
-        if revision != head:
-            raise StoreError(
-                f"the tracking store {redact(uri)} has an older MLflow schema ({revision}, this MLflow writes {head}); "
-                f"back it up, then run: mlflow db upgrade '{redact(uri)}'"
-            )
+                mismatch = exc
+        _refuse(uri, mismatch)
     except StoreError:
         engine.dispose()
         raise
@@ -135,7 +125,32 @@ def _sql_client(uri: str) -> SqlTracking | None:
         engine.dispose()
         raise _unreachable(uri, exc) from exc
     engine.dispose()  # the installed MLflow's schema, which radt's tables do not describe: MLflow's client writes it
+    if mismatch.difference and uri not in _SAID:
+        _SAID.add(uri)
+        print(
+            f"radt: the tracking store {redact(uri)} differs from the tables radt writes ({mismatch.difference}); radt uses MLflow's client for it",
+            file=sys.stderr,
+        )
     return None
+
+
+_SAID: set[str] = set()  # stores whose difference this process has said
+
+
+def _refuse(uri: str, mismatch: SchemaMismatch) -> None:
+    """StoreError where neither radt's SQL nor the installed MLflow can write the store: an older schema, or a newer one whose tables changed."""
+    head, known = schema_revisions()
+    if mismatch.revision not in known:
+        why = f", and its {mismatch.difference}" if mismatch.difference else ""
+        raise StoreError(
+            f"the tracking store {redact(uri)} has MLflow schema {mismatch.revision}, newer than the installed MLflow knows{why}; "
+            "upgrade MLflow in radt's environment (pip install -U mlflow)"
+        )
+    if mismatch.revision != head:
+        raise StoreError(
+            f"the tracking store {redact(uri)} has an older MLflow schema ({mismatch.revision}, this MLflow writes {head}); "
+            f"back it up, then run: mlflow db upgrade '{redact(uri)}'"
+        )
 
 
 def _quiet_mlflow() -> None:

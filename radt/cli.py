@@ -21,6 +21,7 @@ COMMANDS = {
     "import": "radt.collectors.importer",
     "sync": "radt.collectors.sync",
     "rollup": "radt.collectors.rollup",
+    "retain": "radt.app.retain",
     "demo": "radt.collectors.demo",
     "monitor": "radt.collectors.monitor",
     "export": "radt.app.exportcli",

@@ -3,7 +3,8 @@
 SQLAlchemy Core copies of the tables of `mlflow/store/tracking/dbmodels/models.py` (MLflow 3.17.2,
 schema revision SCHEMA_REVISION), with MLflow's column types, keys and constraint names, and what the
 installed MLflow defines that a write must match (its schema revisions, its random run names), read
-from its files. A store is written through these tables only at SCHEMA_REVISION (collectors/sqltracking.py).
+from its files. A store is written through these tables at a revision in KNOWN_GOOD, or at any other whose
+tables `schema_difference()` finds as radt writes them (collectors/sqltracking.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,14 @@ import sqlalchemy as sa
 
 # the alembic revision of MLflow 3.17.2's schema, which the tables below were read from
 SCHEMA_REVISION = "dc11669786a5"
+# revisions whose migrations since SCHEMA_REVISION leave radt's tables alone (read from MLflow's scripts):
+# a store at one of them is written without inspecting it. Any other revision is inspected once per process.
+KNOWN_GOOD = frozenset(
+    {
+        SCHEMA_REVISION,
+        "f4a9b2c7d1e6",  # MLflow 3.18.0: its three migrations add skill, issue and MCP tables only
+    }
+)
 
 # MLflow's limits (mlflow/utils/validation.py): longer param and tag values are truncated, longer keys refused
 MAX_KEY_LENGTH = 250
@@ -137,6 +146,54 @@ alembic_version = sa.Table(
 )
 
 
+# MLflow's tables that radt reads and writes (alembic_version is only read)
+TOUCHED = (experiments, experiment_tags, runs, tags, params, metrics, latest_metrics)
+
+
+# --- whether a store's tables are radt's --------------------------------------------------------
+
+
+def _kind(column_type: sa.types.TypeEngine) -> str:
+    """A column type as what radt's values need of it; lengths are left out (MLflow widens them, and its own
+    migrations made runs.status VARCHAR(9) where its model says 20)."""
+    for kind, family in (("bool", sa.Boolean), ("bigint", sa.BigInteger), ("int", sa.Integer), ("float", sa.Float), ("text", sa.String)):
+        if isinstance(column_type, family):
+            return kind
+    return type(column_type).__name__
+
+
+def _fits(mine: str, theirs: str) -> bool:
+    return mine == theirs or (mine, theirs) == ("int", "bigint")
+
+
+def schema_difference(conn: sa.Connection) -> str | None:
+    """The first way the store's tables differ from what radt reads and writes (None: radt's rows fit), as one
+    phrase naming the table and column; one inspection (a few catalogue queries) of TOUCHED."""
+    inspector = sa.inspect(conn)
+    names = [table.name for table in TOUCHED]
+    found = {name: columns for (_schema, name), columns in inspector.get_multi_columns(filter_names=names).items()}
+    keys = {name: pk for (_schema, name), pk in inspector.get_multi_pk_constraint(filter_names=names).items()}
+    for table in TOUCHED:
+        if table.name not in found:
+            return f"table {table.name} is missing"
+        live = {column["name"]: column for column in found[table.name]}
+        for column in table.c:
+            theirs = live.get(column.name)
+            if theirs is None:
+                return f"column {table.name}.{column.name} is missing"
+            if not _fits(_kind(column.type), _kind(theirs["type"])):
+                return f"column {table.name}.{column.name} is {theirs['type']}, radt writes {column.type}"
+            if column.nullable and not column.primary_key and not theirs["nullable"]:
+                return f"column {table.name}.{column.name} is NOT NULL, radt may leave it empty"
+        for name, theirs in live.items():
+            if name not in table.c and not theirs["nullable"] and theirs.get("default") is None and theirs.get("autoincrement") is not True:
+                return f"column {table.name}.{name} is new and NOT NULL without a default, radt does not write it"
+        key = sorted(keys.get(table.name, {}).get("constrained_columns") or [])
+        if key != sorted(table.primary_key.columns.keys()):
+            return f"the primary key of {table.name} is ({', '.join(key)}), radt's is ({', '.join(table.primary_key.columns.keys())})"
+    return None
+
+
 # --- what the installed MLflow defines, read from its files ---------------------------------------
 
 
@@ -186,3 +243,21 @@ def random_run_name() -> str:
         if len(name) <= 20:
             return name
     return name[:20]
+
+
+def check_store(engine: sa.Engine, shown: str, error: type[Exception]) -> sa.Engine:
+    """The engine, once it answers and holds MLflow's runs table; else `error`, one line naming the store (`shown`,
+    its URI without password) and the fix, and the engine disposed. For radt's maintenance commands."""
+    try:
+        with engine.connect() as conn:
+            if not sa.inspect(conn).has_table(runs.name):
+                raise error(f"{shown} holds no MLflow store; give the store's URI (--store)")
+    except sa.exc.SQLAlchemyError as exc:
+        engine.dispose()
+        text = str(getattr(exc, "orig", None) or exc).strip()
+        cause = text.splitlines()[0] if text else type(exc).__name__
+        raise error(f"store {shown} unreachable ({cause}); check the URI (--store) and that the database is up") from None
+    except error:
+        engine.dispose()
+        raise
+    return engine

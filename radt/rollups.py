@@ -1,4 +1,4 @@
-"""Rollups: min / max / sum / count / last of every series per time bucket, in radt's own table beside MLflow's.
+"""Rollups: min / max / sum / count / last of every series per time bucket (10 s, 1 min, 5 min, 20 min), in radt's own table beside MLflow's.
 
 A chart draws a run from the coarsest resolution that still gives it its point budget, so its cost depends
 on runs × budget, not on run length; min and max keep every dip and spike exact at every resolution.
@@ -33,15 +33,19 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import numpy as np
 import sqlalchemy as sa
 
 from radt import catalogue, mlflowdb
 
-RESOLUTIONS = (10, 60, 600)  # seconds per bucket, finest first
+if TYPE_CHECKING:
+    import numpy as np
+
+RESOLUTIONS = (10, 60, 300, 1200)  # seconds per bucket, finest first; each divides the next (a coarse bucket is whole finer ones)
 UPSERT_BATCH = 5000  # rows per upsert statement batch
+NUMPY_MIN_POINTS = 64  # points of one key in a batch from which numpy buckets them faster than plain Python
+COPY_MIN_ROWS = 200  # fewer rows (a live writer's second of points) go as one executemany: a COPY's extra round trips cost more
 READ_CHUNK = 200_000  # raw points read at a time by rebuild_run: memory stays bounded on any run length
 
 metadata = sa.MetaData()
@@ -101,6 +105,8 @@ def ensure_table(engine: sa.Engine) -> None:
 
 def bucket_rows(run_id: str, key: str, timestamps, steps, values, resolutions: Sequence[int] = RESOLUTIONS) -> list[dict]:
     """The rollup rows of one series' points, one per (resolution, bucket) holding a point."""
+    import numpy as np  # here, not at import: the recording process never loads numpy
+
     ts = np.asarray(timestamps, dtype=np.int64)
     st = np.asarray(steps, dtype=np.int64)
     vs = np.asarray(values, dtype=np.float64)
@@ -111,22 +117,24 @@ def bucket_rows(run_id: str, key: str, timestamps, steps, values, resolutions: S
     if missing:
         keep &= ~np.isin(vs, missing)
     gone = ts[~keep]
-    ts, st, vs = ts[keep], st[keep], vs[keep]
+    order = np.lexsort((vs[keep], st[keep], ts[keep]))  # by (timestamp, step, value), once: buckets follow time at every resolution
+    t, s, v = ts[keep][order], st[keep][order], vs[keep][order]
+    where = np.arange(len(t))
     rows: list[dict] = []
     for resolution in resolutions:
         width = resolution * 1000
         found: dict[int, dict] = {}
-        if len(ts):
-            bucket = (ts // width) * width
-            order = np.lexsort((vs, st, ts, bucket))  # by bucket, then (timestamp, step, value): a bucket ends with its last
-            b, t, s, v = bucket[order], ts[order], st[order], vs[order]
+        if len(t):
+            b = (t // width) * width
             starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
-            ends = np.r_[starts[1:], len(b)] - 1
-            sums = np.add.reduceat(v, starts)
+            ends = np.r_[starts[1:], len(b)] - 1  # a bucket ends with its last
             counts = np.diff(np.r_[starts, len(b)])
-            low = np.lexsort((ts, vs, bucket))  # by bucket, then value, then time: a bucket starts with its earliest min
-            high = np.lexsort((ts, -vs, bucket))  # ... with its earliest max
-            columns = (b[starts], v[ends], t[ends], s[ends], sums, counts, vs[low][starts], ts[low][starts], vs[high][starts], ts[high][starts])
+            sums = np.add.reduceat(v, starts)
+            lows, highs = np.minimum.reduceat(v, starts), np.maximum.reduceat(v, starts)
+            # the earliest point of the bucket holding its min (max): the first such index, points being in time order
+            low_at = np.minimum.reduceat(np.where(v == np.repeat(lows, counts), where, len(t)), starts)
+            high_at = np.minimum.reduceat(np.where(v == np.repeat(highs, counts), where, len(t)), starts)
+            columns = (b[starts], v[ends], t[ends], s[ends], sums, counts, lows, t[low_at], highs, t[high_at])
             for bucket_ms, last_value, last_ms, last_step, total, n, lo, lo_ms, hi, hi_ms in zip(*(c.tolist() for c in columns), strict=True):
                 found[bucket_ms] = {
                     "run_uuid": run_id,
@@ -155,15 +163,52 @@ def bucket_rows(run_id: str, key: str, timestamps, steps, values, resolutions: S
 
 
 def rows_of_points(run_id: str, points: Iterable, resolutions: Sequence[int] = RESOLUTIONS) -> list[dict]:
-    """The rollup rows of a batch of radt Points (any keys); each row's primary key once."""
+    """The rollup rows of a batch of radt Points (any keys, any order); each row's primary key once.
+
+    A key with NUMPY_MIN_POINTS points or more goes through bucket_rows (numpy); a live writer's second of points
+    (a few per key) through plain Python, the same rules, without numpy's per-call cost or its import in the
+    recording process (bench/startup.py)."""
     by_key: dict[str, list] = {}
     for p in points:
-        by_key.setdefault(p.key, []).append((p.timestamp, p.step, p.value))
+        by_key.setdefault(p.key, []).append(p)
     rows: list[dict] = []
     for key in sorted(by_key):
-        ts, st, vs = zip(*by_key[key], strict=True)
-        rows.extend(bucket_rows(run_id, key, ts, st, vs, resolutions))
+        mine = by_key[key]
+        if len(mine) >= NUMPY_MIN_POINTS:
+            rows.extend(bucket_rows(run_id, key, [p.timestamp for p in mine], [p.step for p in mine], [p.value for p in mine], resolutions))
+        else:
+            rows.extend(_few_rows(run_id, key, mine, resolutions))
     return rows
+
+
+def _few_rows(run_id: str, key: str, points: Sequence, resolutions: Sequence[int]) -> list[dict]:
+    """bucket_rows in plain Python, for a few points of one key."""
+    found: dict[tuple, dict] = {}
+    missing = catalogue.missing_values(key)
+    for p in points:
+        value, ms, step = p.value, p.timestamp, p.step
+        reading = abs(value) < mlflowdb.MAX_FLOAT and value not in missing  # False for NaN too
+        for resolution in resolutions:
+            width = resolution * 1000
+            pk = (resolution, ms - ms % width)
+            row = found.get(pk)
+            if row is None:
+                row = found[pk] = {"run_uuid": run_id, "key": key, "resolution_s": resolution, "bucket_ms": pk[1], "count": 0, "nans": 0, **_NO_READING}
+            if not reading:
+                row["nans"] += 1
+                continue
+            if not row["count"]:
+                row.update(min=value, min_ms=ms, max=value, max_ms=ms, sum=value, last_value=value, last_ms=ms, last_step=step)
+            else:
+                if value < row["min"] or (value == row["min"] and ms < row["min_ms"]):
+                    row["min"], row["min_ms"] = value, ms
+                if value > row["max"] or (value == row["max"] and ms < row["max_ms"]):
+                    row["max"], row["max_ms"] = value, ms
+                row["sum"] += value
+                if (ms, step, value) > (row["last_ms"], row["last_step"], row["last_value"]):
+                    row["last_value"], row["last_ms"], row["last_step"] = value, ms, step
+            row["count"] += 1
+    return [found[pk] for pk in sorted(found)]
 
 
 def _last_of(row: dict) -> tuple:
@@ -263,7 +308,7 @@ def upsert(conn: sa.Connection, rows: Sequence[dict], batch: int = UPSERT_BATCH)
     if not rows:
         return 0
     ordered = sorted(rows, key=_PRIMARY_KEY)
-    if _copy_upsert(conn, ordered):
+    if len(ordered) >= COPY_MIN_ROWS and _copy_upsert(conn, ordered):
         return len(ordered)
     stmt = upsert_statement(conn.dialect.name)
     for start in range(0, len(ordered), batch):
@@ -361,13 +406,17 @@ def _set_covered(conn: sa.Connection, run_id: str, covered: Mapping[str, Latest]
 
 
 def fold_batch(conn: sa.Connection, run_id: str, points: Sequence, before: Mapping[str, Latest], after: Mapping[str, Latest]) -> int:
-    """A writer's batch, in the transaction that stores its raw points: fold it into the run's rollups and keep
-    fresh series fresh. `before`/`after`: latest_metrics of the batch's keys before and after the batch.
-
-    A series stays fresh when its rollups covered MLflow's latest row before the batch, or when it had no points
-    at all; one that was stale stays stale (its next draw rebuilds it). The caller holds lock_run first."""
+    """A writer's batch, in the transaction that stores its raw points: fold the points the store did not hold into
+    the run's rollups and keep fresh series fresh (keep_fresh); rows sent. The caller holds lock_run first."""
     written = add_points(conn, run_id, points)
-    keys = sorted({p.key for p in points})
+    keep_fresh(conn, run_id, sorted({p.key for p in points}), before, after)
+    return written
+
+
+def keep_fresh(conn: sa.Connection, run_id: str, keys: Sequence[str], before: Mapping[str, Latest], after: Mapping[str, Latest]) -> None:
+    """Mark the batch's series covered up to MLflow's new latest row. `before`/`after`: latest_metrics of the batch's
+    keys before and after the batch. A series stays fresh when its rollups covered MLflow's latest row before the
+    batch, or when it had no points at all; one that was stale stays stale (its next draw rebuilds it)."""
     covered = covered_rows(conn, [run_id], keys)
     fresh = {
         k: after[k]
@@ -375,7 +424,6 @@ def fold_batch(conn: sa.Connection, run_id: str, points: Sequence, before: Mappi
         if k in after and ((run_id, k) in covered and covered[(run_id, k)] == before.get(k) or (k not in before and (run_id, k) not in covered))
     }
     _set_covered(conn, run_id, fresh)
-    return written
 
 
 # --- building from MLflow's metrics table --------------------------------------------------------
@@ -396,6 +444,8 @@ def _raw_chunks(conn: sa.Connection, run_id: str, chunk: int, key: str | None = 
 
 def _rebuild(conn: sa.Connection, run_id: str, key: str | None, since: Mapping[str, int], chunk: int) -> tuple[set[str], int]:
     """Fold the raw points (of one key, or all) into rollups already cleared; (keys seen, rows written)."""
+    import numpy as np  # here, not at import: the recording process never loads numpy
+
     keys: set[str] = set()
     written = 0
     floor = min(since.values()) if since else None
@@ -469,9 +519,38 @@ def ensure_fresh(engine: sa.Engine, run_ids: Sequence[str], key: str) -> list[st
         with engine.begin() as conn:
             lock_run(conn, run_id)
             if stale(conn, [run_id], key):  # another process may have built it while this one waited
-                rebuild_series(conn, run_id, key)
+                refresh_series(conn, run_id, key)
                 done.append(run_id)
     return done
+
+
+def refresh_series(conn: sa.Connection, run_id: str, key: str) -> bool:
+    """Bring one stale series up to date; True when only its recent part was rebuilt.
+
+    A live run another writer logs to (MLflow's server, a script's mlflow.log_metric) goes stale at every point:
+    rebuilding only from its last 20-minute bucket keeps each draw's cost off the run's length. Points that
+    writer sent with older timestamps are caught by counting: the rollups must hold every raw point of the
+    series once (count + nans against MLflow's rows), else the whole series is rebuilt."""
+    lock_run(conn, run_id)
+    coarsest = max(RESOLUTIONS)
+    r = rollups.c
+    mine = [r.run_uuid == run_id, r.key == key]
+    since = _raw_from(conn, run_id, key)
+    tail = conn.execute(sa.select(sa.func.max(r.bucket_ms)).where(*mine, r.resolution_s == coarsest)).scalar()
+    if tail is None or key in since or not covered_rows(conn, [run_id], [key]):
+        rebuild_series(conn, run_id, key)
+        return False
+    latest = {k: row for (_r, k), row in latest_rows(conn, [run_id], [key]).items()}
+    conn.execute(sa.delete(rollups).where(*mine, r.bucket_ms >= tail))
+    _rebuild(conn, run_id, key, {key: tail}, READ_CHUNK)
+    m = mlflowdb.metrics.c
+    held = conn.execute(sa.select(sa.func.count()).where(m.run_uuid == run_id, m.key == key)).scalar()
+    counted = conn.execute(sa.select(sa.func.coalesce(sa.func.sum(r["count"] + r.nans), 0)).where(*mine, r.resolution_s == coarsest)).scalar()
+    if int(counted) != int(held):  # a point landed before the tail: rebuild it all
+        rebuild_series(conn, run_id, key)
+        return False
+    _set_covered(conn, run_id, latest)
+    return True
 
 
 def _has_tables(conn: sa.Connection) -> bool:
@@ -506,6 +585,9 @@ class Buckets(NamedTuple):
     last_ms: np.ndarray
 
     def mean(self) -> np.ndarray:
+        """Per bucket: sum / count, NaN where it held no reading."""
+        import numpy as np
+
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(self.count > 0, self.sum / np.maximum(self.count, 1), np.nan)
 
@@ -515,6 +597,9 @@ _READ = ("bucket_ms", "min", "max", "sum", "count", "nans", "min_ms", "max_ms", 
 
 def read(conn: sa.Connection, run_ids: Sequence[str], key: str, resolution: int, lo: int | None = None, hi: int | None = None) -> dict[str, Buckets]:
     """run_id -> the series' buckets at `resolution` that overlap [lo, hi] ms (either open), sorted by time."""
+
+    import numpy as np  # here, not at import: the recording process never loads numpy
+
     r = rollups.c
     width = resolution * 1000
     where = [r.key == key, r.resolution_s == resolution]
@@ -539,10 +624,11 @@ def read(conn: sa.Connection, run_ids: Sequence[str], key: str, resolution: int,
     return out
 
 
-def resolution_for(span_ms: float, budget: int) -> int | None:
-    """The coarsest resolution whose buckets over `span_ms` still give `budget` points (two per bucket: its min
-    and its max); None where even the finest gives fewer (the span is short: raw points are read)."""
+def resolution_for(span_ms: float, budget: int, per_bucket: int = 2) -> int | None:
+    """The coarsest resolution whose buckets over `span_ms` still give `budget` points (`per_bucket` drawn per
+    bucket: 2 for its min and max, 3 for an envelope's mean, low and high); None where even the finest gives
+    fewer (the span is short: raw points are read)."""
     for resolution in sorted(RESOLUTIONS, reverse=True):
-        if span_ms / (resolution * 1000) * 2 >= budget:
+        if span_ms / (resolution * 1000) * per_bucket >= budget:
             return resolution
     return None

@@ -104,7 +104,9 @@ def test_collocated_runs_start_together_and_land_on_their_own_runs(experiment, p
     peak = {letter: max(p.value for p in history) for letter, history in rss.items()}
     assert 150 < peak["B"] - peak["A"] < 250, f"B holds 200 MB more than A, and each run's samples are its own process tree's: {peak}"
     first = [min(p.timestamp for p in client.get_metric_history(r.info.run_id, "system/cpu_utilization_percentage")) for r in runs]
-    assert abs(first[0] - first[1]) <= 500, f"first samples {abs(first[0] - first[1])} ms apart; the start gate lets them start together"
+    # each sampler's first tick follows the gate by its process's own scheduling: within 1.5 intervals (0.75 s) on a
+    # loaded 2-core machine (504 ms seen); without the gate the second run starts seconds later
+    assert abs(first[0] - first[1]) <= 750, f"first samples {abs(first[0] - first[1])} ms apart; the start gate lets them start together"
     starts = {e["args"][1]: e["time"] for e in _events(folder / "tools.log") if e["tool"] == "train" and e["event"] == "start"}
     assert abs(starts["A"] - starts["B"]) < 0.5, starts
 

@@ -22,6 +22,7 @@ from radt.collectors.importer import build_points
 from radt.collectors.importer import main as import_main
 from radt.collectors.tracking import PROCESS_ONLY_ENV
 from tests.support.radtproc import radt_env, run_radt
+from tests.support.rollupcheck import assert_rollups_cover_raw
 
 MNIST = ["mnist_dcgmi_dmon_18fields.txt", "mnist_nvidia_smi.csv", "mnist_top_batch.txt"]
 MICROBENCH = ["1.1", "128.32", "1024.1024", "131072.1024"]
@@ -104,6 +105,7 @@ def test_import_mnist_trio_as_one_run(store_uri, radt_home, tmp_path, fixtures_d
     histories = _histories(client, run)
     _check_series_shape(run, histories)
     _check_artifacts(client, run_id, fixtures_dir, MNIST, tmp_path / "artifacts")
+    assert assert_rollups_cover_raw(store_uri, run_id) == sum(len(h) for h in histories.values())  # the real logs' rollups
 
     dmon, smi, top = (fixtures_dir / f for f in MNIST)
     header, smi_rows = _smi(smi)

@@ -20,6 +20,7 @@ from tests.support import prometheus as prom
 from tests.support.dcgm_exporter import Device
 from tests.support.ports import free_port
 from tests.support.radtproc import radt_env, run_radt
+from tests.support.rollupcheck import assert_rollups_cover_raw
 
 LOG = Path(__file__).parent / "fixtures" / "real-tool-logs" / "mnist_dcgmi_dmon_18fields.txt"
 HOST = "node-a"
@@ -92,6 +93,7 @@ def test_import_fills_a_plain_mlflow_run_once(served, store_uri, capsys):
     code, err = radt_import(capsys, "--prometheus", server.url, "--run", run_id, "--store", store_uri, "--host", HOST, "--gpus", "0")
     assert code == 0 and "0 new points" in err, err
     assert in_run(client, run_id) == want  # twice adds nothing
+    assert assert_rollups_cover_raw(store_uri, run_id) == points  # Prometheus's backfill, counted once
 
 
 def test_import_reads_the_runs_gpus_tag_and_reports_a_missing_gpu(served, store_uri, capsys):

@@ -167,6 +167,7 @@ def test_series_budget_extremes_nan_and_zoomed_windows(built, engine, monkeypatc
     # PostgreSQL reads a few runs out of many run by run, a larger share through MLflow's primary key
     monkeypatch.setattr("radt.app.series.KEY_SCAN_WHOLE", not per_run)
     monkeypatch.setattr("radt.app.series.PARALLEL_MIN_RUNS", 1 if per_run else 10**6)  # run by run: also split across connections
+    monkeypatch.setattr("radt.app.series.USE_ROLLUPS", False)  # the raw path (C is long enough for rollups: tests/test_series_rollups.py)
     _check_series_downsampled(built, engine)
     _check_zoomed_window(built, engine)
 

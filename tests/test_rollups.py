@@ -5,73 +5,25 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 
 import numpy as np
 import pytest
 import sqlalchemy as sa
 from mlflow import MlflowClient
+from mlflow.entities import Metric
 
 from radt import rollups
 from radt.cli import main as radt_main
 from radt.collectors.sqltracking import make_engine
 from radt.collectors.stores import MAX_FLOAT, SqlMetricStore
+from radt.collectors.sync import replay_spool
+from radt.collectors.writer import Spool
 from radt.points import Point
+from radt.rundir import SPOOL_FILE
+from tests.support.rollupcheck import assert_rollups_cover_raw, assert_same, direct, stored
 
 BASE = 1_700_000_000_000
-
-
-def direct(run_id: str, points: list[Point]) -> dict[tuple, dict]:
-    """The rollups computed the plain way: every bucket's points gathered in Python; NaNs and infinities counted
-    as no reading, min and max at their earliest times."""
-    found: dict[tuple, list] = {}
-    gone: dict[tuple, int] = {}
-    for p in points:
-        for resolution in rollups.RESOLUTIONS:
-            pk = (run_id, p.key, resolution, p.timestamp - p.timestamp % (resolution * 1000))
-            if not math.isfinite(p.value) or abs(p.value) == MAX_FLOAT:
-                gone[pk] = gone.get(pk, 0) + 1
-            else:
-                found.setdefault(pk, []).append((p.timestamp, p.step, p.value))
-    rows = {}
-    for pk in found.keys() | gone.keys():
-        items = found.get(pk, [])
-        row = dict.fromkeys(rollups.VALUE_COLUMNS) | {"count": len(items), "nans": gone.get(pk, 0)}
-        if items:
-            values = [v for _, _, v in items]
-            last = max(items)
-            row |= {
-                "min": min(values),
-                "max": max(values),
-                "sum": math.fsum(values),
-                "min_ms": min(t for t, _, v in items if v == min(values)),
-                "max_ms": min(t for t, _, v in items if v == max(values)),
-                "last_value": last[2],
-                "last_ms": last[0],
-                "last_step": last[1],
-            }
-        rows[pk] = row
-    return rows
-
-
-def stored(uri: str, run_id: str | None = None) -> dict[tuple, dict]:
-    engine = make_engine(uri)
-    query = sa.select(rollups.rollups)
-    if run_id:
-        query = query.where(rollups.rollups.c.run_uuid == run_id)
-    with engine.connect() as conn:
-        result = {(r.run_uuid, r.key, r.resolution_s, r.bucket_ms): {c: getattr(r, c) for c in rollups.VALUE_COLUMNS} for r in conn.execute(query)}
-    engine.dispose()
-    return result
-
-
-def assert_same(got: dict, want: dict) -> None:
-    assert got.keys() == want.keys()
-    for pk, row in want.items():
-        for column, value in row.items():
-            if column == "sum" and value is not None:  # merged sums are added in another order: equal up to float rounding
-                assert got[pk][column] == pytest.approx(value, rel=1e-12, abs=1e-9), (pk, column)
-            else:
-                assert got[pk][column] == value, (pk, column)
 
 
 def random_series(rng: random.Random, key: str, n: int) -> list[Point]:
@@ -243,3 +195,184 @@ def test_rebuild_in_small_chunks_equals_one_chunk(store_uri):
     engine.dispose()
     assert_same(stored(store_uri, run_id), direct(run_id, points))
     assert np.isfinite([r["sum"] for r in stored(store_uri, run_id).values() if r["count"]]).all()
+
+
+# --- what radt's write paths leave -----------------------------------------------------------------
+
+
+def test_a_batch_stored_twice_is_counted_once(store_uri):
+    """A write whose answer was lost is spooled and sent again: the store keeps its points once, the rollups count them once."""
+    rng = random.Random(7)
+    run_id = _run(MlflowClient(store_uri), "twice")
+    points = random_series(rng, "system/gpu_0_sm_active", 1200)
+    store = SqlMetricStore(store_uri)
+    store.write(run_id, points[:700])
+    store.write(run_id, points[400:])  # overlaps the first
+    store.write(run_id, points[:700])  # all of it again
+    store.close()
+    assert assert_rollups_cover_raw(store_uri, run_id) == len({(p.key, p.timestamp, p.step, repr(p.value)) for p in points})
+
+
+def test_spooled_batches_replayed_by_sync_keep_rollups_exact(store_uri, tmp_path):
+    """Batches spooled while the store was away (one of them also stored: it was in flight) reach the store through
+    sync's replay; the rollups then equal one computation over every stored point."""
+    rng = random.Random(8)
+    run_id = _run(MlflowClient(store_uri), "spooled")
+    batches = deliveries(rng, random_series(rng, "system/gpu_0_sm_active", 2000) + random_series(rng, "loss", 300), 8)
+    store = SqlMetricStore(store_uri)
+    for batch in batches[:3]:
+        store.write(run_id, batch)
+    store.close()
+    spool = Spool(tmp_path / SPOOL_FILE)
+    for batch in batches[2:]:
+        spool.append(batch)
+    assert replay_spool(store_uri, tmp_path, run_id, spool) == sum(len(b) for b in batches[2:])
+    assert not spool
+    assert_rollups_cover_raw(store_uri, run_id)
+
+
+def test_writers_of_one_run_on_several_nodes_at_once(pg_uri):
+    """Each node's radt writes the same run at the same time (its own keys and a shared one): no point lost or doubled."""
+    rng = random.Random(9)
+    run_id = _run(MlflowClient(pg_uri), "nodes")
+    shared = random_series(rng, "system/gpu_0_power_usage_watts", 3000)
+    work = [deliveries(rng, random_series(rng, f"system/node-{n}/gpu_0_sm_active", 1500) + shared[n::3], 12) for n in range(3)]
+    errors: list[BaseException] = []
+
+    def node(batches):
+        store = SqlMetricStore(pg_uri)
+        try:
+            for batch in batches:
+                store.write(run_id, batch)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=node, args=(w,)) for w in work]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert_rollups_cover_raw(pg_uri, run_id)
+
+
+def test_a_point_another_writer_adds_makes_the_series_stale_until_rebuilt(store_uri):
+    rng = random.Random(10)
+    client = MlflowClient(store_uri)
+    run_id = _run(client, "other-writer")
+    store = SqlMetricStore(store_uri)
+    store.write(run_id, random_series(rng, "loss", 500))
+    store.close()
+    engine = make_engine(store_uri)
+    with engine.connect() as conn:
+        assert rollups.stale(conn, [run_id], "loss") == []
+    client.log_metric(run_id, "loss", 123.0, timestamp=BASE + 10**7, step=10**6)  # the script's own mlflow.log_metric
+    with engine.connect() as conn:
+        assert rollups.stale(conn, [run_id], "loss") == [run_id]
+    assert rollups.ensure_fresh(engine, [run_id, run_id], "loss") == [run_id]
+    assert rollups.ensure_fresh(engine, [run_id], "loss") == []  # fresh now: nothing to do
+    engine.dispose()
+    assert_rollups_cover_raw(store_uri, run_id)
+
+
+def test_a_plain_mlflow_run_gets_its_rollups_when_first_asked(store_uri):
+    rng = random.Random(11)
+    client = MlflowClient(store_uri)
+    run_id = _run(client, "plain")
+    points = random_series(rng, "system/gpu_0_sm_active", 900)
+    metrics = [Metric(p.key, p.value, p.timestamp, p.step) for p in points]
+    for start in range(0, len(metrics), 1000):
+        client.log_batch(run_id, metrics=metrics[start : start + 1000])
+    engine = make_engine(store_uri)
+    rollups.ensure_table(engine)
+    assert stored(store_uri, run_id) == {}
+    assert rollups.ensure_fresh(engine, [run_id], "system/gpu_0_sm_active") == [run_id]
+    engine.dispose()
+    assert_rollups_cover_raw(store_uri, run_id)
+
+
+def test_a_sqlite_without_returning_counts_a_batch_stored_twice_once(empty_sqlite, tmp_path):
+    """SQLite before 3.35 has no RETURNING (SQLAlchemy's dialect says so): the store asks what it holds first."""
+    sqlite_uri = empty_sqlite(tmp_path / "store.db")
+    rng = random.Random(12)
+    run_id = _run(MlflowClient(sqlite_uri), "old-sqlite")
+    points = random_series(rng, "system/gpu_0_sm_active", 800)
+    store = SqlMetricStore(sqlite_uri)
+    store.engine.dialect.insert_returning = False  # what the dialect sets for sqlite_version_info < (3, 35)
+    store.write(run_id, points[:500])
+    store.write(run_id, points[200:])
+    store.write(run_id, points)
+    store.close()
+    assert assert_rollups_cover_raw(sqlite_uri, run_id) == len({(p.key, p.timestamp, p.step, repr(p.value)) for p in points})
+
+
+def _log(client: MlflowClient, run_id: str, points: list[Point]) -> None:
+    metrics = [Metric(p.key, p.value, p.timestamp, p.step) for p in points]
+    for start in range(0, len(metrics), 1000):
+        client.log_batch(run_id, metrics=metrics[start : start + 1000])
+
+
+def test_a_live_run_another_writer_logs_to_is_refreshed_from_its_tail_and_a_late_point_rebuilds_it(store_uri):
+    """Each draw of a live run logged through MLflow refreshes only the last 10 minutes; a point logged with an
+    older time is found by the count check and the whole series is rebuilt: the rollups always equal the raw points."""
+    rng = random.Random(13)
+    client = MlflowClient(store_uri)
+    run_id = _run(client, "live-mlflow")
+    key = "system/gpu_0_sm_active"
+    points = [Point(key, 50 + rng.random(), BASE + i * 1000, i) for i in range(7200)]
+    _log(client, run_id, points[:3600])
+    engine = make_engine(store_uri)
+    rollups.ensure_table(engine)
+    assert rollups.ensure_fresh(engine, [run_id], key) == [run_id]  # first draw: built whole
+    _log(client, run_id, points[3600:])  # the run goes on
+    with engine.begin() as conn:
+        assert rollups.stale(conn, [run_id], key) == [run_id]
+        assert rollups.refresh_series(conn, run_id, key) is True  # its tail only
+    assert_rollups_cover_raw(store_uri, run_id)
+    client.log_metric(run_id, key, 0.25, timestamp=BASE + 1500 * 1000 + 1, step=99_999)  # late: an hour back
+    client.log_metric(run_id, key, 60.0, timestamp=BASE + 7200 * 1000, step=7200)  # and a new one at the end
+    with engine.begin() as conn:
+        assert rollups.refresh_series(conn, run_id, key) is False  # the count did not match: rebuilt whole
+    engine.dispose()
+    assert_rollups_cover_raw(store_uri, run_id)
+
+
+def test_the_writers_plain_python_rows_equal_the_numpy_rows():
+    """The plain-Python bucketing (a live writer's few points per key: the recording process never loads numpy)
+    and bucket_rows (numpy: big batches, rebuilds) give the same rows for the same points, legacy sentinels included."""
+    rng = random.Random(14)
+    points = random_series(rng, "a", 3000) + random_series(rng, "SMI - GPU Util", 500)
+    points += [Point("SMI - GPU Util", v, BASE + 5_000_000 + i, i) for i, v in enumerate(rollups.catalogue.missing_values("SMI - GPU Util") * 3)]
+    python = [row for key in sorted({p.key for p in points}) for row in rollups._few_rows("r", key, [p for p in points if p.key == key], rollups.RESOLUTIONS)]
+    by_key: dict = {}
+    for p in points:
+        by_key.setdefault(p.key, []).append(p)
+    numpy_rows = [
+        row for key in sorted(by_key) for row in rollups.bucket_rows("r", key, *zip(*((p.timestamp, p.step, p.value) for p in by_key[key]), strict=True))
+    ]
+    pk = lambda row: (row["key"], row["resolution_s"], row["bucket_ms"])  # noqa: E731
+    assert sorted(map(pk, python)) == sorted(map(pk, numpy_rows))
+    numpy_by = {pk(row): row for row in numpy_rows}
+    for row in python:
+        other = numpy_by[pk(row)]
+        assert {**row, "sum": 0} == {**other, "sum": 0}
+        assert row["sum"] == (None if other["sum"] is None else pytest.approx(other["sum"], rel=1e-12))
+    assert any(row["nans"] and not row["count"] for row in python if row["key"] == "SMI - GPU Util"), "sentinels are no reading"
+
+
+def test_legacy_keys_sentinels_are_no_reading_in_the_writers_rollups(store_uri):
+    """radT's legacy keys carry "no reading" sentinels (-1): the writer's rollups count them as no reading, beside
+    radt's own keys in the same batch."""
+    rng = random.Random(15)
+    run_id = _run(MlflowClient(store_uri), "legacy")
+    points = [Point("SMI - GPU Util", rng.choice([-1.0, 0.5, 0.9]), BASE + i * 1000, i) for i in range(900)]
+    points += random_series(rng, "system/gpu_0_sm_active", 900)
+    store = SqlMetricStore(store_uri)
+    store.write(run_id, points)
+    store.close()
+    assert_rollups_cover_raw(store_uri, run_id)
+    legacy = [row for pk, row in stored(store_uri, run_id).items() if pk[1] == "SMI - GPU Util" and pk[2] == 10]
+    assert sum(row["nans"] for row in legacy) == sum(p.value == -1.0 for p in points[:900]) > 0
+    assert min(row["min"] for row in legacy if row["count"]) == 0.5

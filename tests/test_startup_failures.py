@@ -29,6 +29,7 @@ from tests.support.polling import wait_for
 from tests.support.postgres import address
 from tests.support.proxy import TcpProxy
 from tests.support.radtproc import LiveRadt, radt_command, radt_env, run_radt
+from tests.support.rollupcheck import assert_rollups_cover_raw
 
 STEADY = """
     import os, time
@@ -139,6 +140,7 @@ def test_radt_points_counts_what_radt_wrote_before_a_sigkill_and_what_sync_sent(
     run = MlflowClient(pg_uri).get_run(run_id)
     assert run.info.status == "KILLED"
     assert run.data.tags["radt.points"] == str(stored), f"radt.points counts all {stored} stored points ({before} written by radt before the SIGKILL)"
+    assert assert_rollups_cover_raw(pg_uri, run_id) == stored  # what radt wrote, and what sync sent, each once
 
 
 def test_sync_skips_broken_run_folders_with_one_line_each_and_syncs_the_others(pg_uri, radt_home, tmp_path):

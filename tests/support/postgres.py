@@ -71,6 +71,17 @@ def init_mlflow_schema(uri: str, artifacts: Path) -> None:
     store.engine.dispose()
 
 
+def _add_radt_tables(uri: str) -> None:
+    """radt's own tables (rollups, stored summaries), which radt's writer and dashboard add to any store they touch: a
+    clone of the template has the shape of a store written by radt (tests/support/snapshots.py loads such a store's rows into it)."""
+    from radt import rollups, summarytable
+
+    engine = sa.create_engine(uri, poolclass=sa.pool.NullPool)
+    rollups.ensure_table(engine)
+    summarytable.ensure_table(engine)
+    engine.dispose()
+
+
 def ensure_template(artifacts: Path) -> str:
     """The test run's template database, made by the first process that asks (the others wait for it)."""
     engine = admin_engine()
@@ -83,6 +94,7 @@ def ensure_template(artifacts: Path) -> str:
                 conn.execute(sa.text(f'CREATE DATABASE "{TEMPLATE_DB}"'))
                 try:
                     init_mlflow_schema(pg_url(TEMPLATE_DB), artifacts)
+                    _add_radt_tables(pg_url(TEMPLATE_DB))
                 except BaseException:
                     conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{TEMPLATE_DB}" WITH (FORCE)'))
                     raise
