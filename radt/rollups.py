@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 RESOLUTIONS = (10, 60, 300, 1200)  # seconds per bucket, finest first; each divides the next (a coarse bucket is whole finer ones)
 UPSERT_BATCH = 5000  # rows per upsert statement batch
 NUMPY_MIN_POINTS = 64  # points of one key in a batch from which numpy buckets them faster than plain Python
-COPY_MIN_ROWS = 200  # fewer rows (a live writer's second of points) go as one executemany: a COPY's extra round trips cost more
 READ_CHUNK = 200_000  # raw points read at a time by rebuild_run: memory stays bounded on any run length
 
 metadata = sa.MetaData()
@@ -308,7 +307,7 @@ def upsert(conn: sa.Connection, rows: Sequence[dict], batch: int = UPSERT_BATCH)
     if not rows:
         return 0
     ordered = sorted(rows, key=_PRIMARY_KEY)
-    if len(ordered) >= COPY_MIN_ROWS and _copy_upsert(conn, ordered):
+    if _copy_upsert(conn, ordered):
         return len(ordered)
     stmt = upsert_statement(conn.dialect.name)
     for start in range(0, len(ordered), batch):
