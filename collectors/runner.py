@@ -416,6 +416,11 @@ def run_script(opts: RunOptions) -> int:
     child_env = child_environment(opts, run_id, experiment_id, run_dir, deadline, gpu_plan)
     child_env.update(profiler_env)
     caught: list[int] = []  # a Ctrl-C between the script's start and the supervisor's handlers: passed on, not lost
+    for name in ("stdout.log", "stderr.log"):  # there from the script's start: a radt SIGKILLed at once leaves them to sync
+        try:
+            (logs / name).touch()
+        except OSError:
+            pass  # a full disk: the tee says so once
     if not gate:
         early = catch_stops(lambda signum, _frame: caught.append(signum))
     try:
