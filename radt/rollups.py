@@ -356,7 +356,7 @@ def latest_rows(conn: sa.Connection, run_ids: Sequence[str], keys: Sequence[str]
     """(run_id, key) -> MLflow's latest_metrics row of those runs (and keys)."""
     lm = mlflowdb.latest_metrics
     out: dict[tuple[str, str], Latest] = {}
-    for part in _chunks(list(run_ids)):
+    for part in chunks(list(run_ids)):
         query = sa.select(lm.c.run_uuid, lm.c.key, lm.c.step, lm.c.timestamp, lm.c.value, lm.c.is_nan).where(lm.c.run_uuid.in_(part))
         if keys is not None:
             query = query.where(lm.c.key.in_(list(keys)))
@@ -369,7 +369,7 @@ def covered_rows(conn: sa.Connection, run_ids: Sequence[str], keys: Sequence[str
     """(run_id, key) -> the latest_metrics row the series' rollups cover (None: never built), for series with a state row."""
     st = series_state.c
     out: dict[tuple[str, str], Latest | None] = {}
-    for part in _chunks(list(run_ids)):
+    for part in chunks(list(run_ids)):
         query = sa.select(st.run_uuid, st.key, st.latest_step, st.latest_ms, st.latest_value, st.latest_is_nan).where(st.run_uuid.in_(part))
         if keys is not None:
             query = query.where(st.key.in_(list(keys)))
@@ -428,7 +428,7 @@ def keep_fresh(conn: sa.Connection, run_id: str, keys: Sequence[str], before: Ma
 # --- building from MLflow's metrics table --------------------------------------------------------
 
 
-def _raw_chunks(conn: sa.Connection, run_id: str, chunk: int, key: str | None = None, since_ms: int | None = None) -> Iterator[list]:
+def _rawchunks(conn: sa.Connection, run_id: str, chunk: int, key: str | None = None, since_ms: int | None = None) -> Iterator[list]:
     """A run's raw points (key, timestamp, step, value, is_nan) from MLflow's `metrics`, by key and time, `chunk` rows at a time."""
     m = mlflowdb.metrics
     query = sa.select(m.c.key, m.c.timestamp, m.c.step, m.c.value, m.c.is_nan).where(m.c.run_uuid == run_id)
@@ -448,7 +448,7 @@ def _rebuild(conn: sa.Connection, run_id: str, key: str | None, since: Mapping[s
     keys: set[str] = set()
     written = 0
     floor = min(since.values()) if since else None
-    for part in _raw_chunks(conn, run_id, chunk, key, floor):
+    for part in _rawchunks(conn, run_id, chunk, key, floor):
         names = np.array([r[0] for r in part], dtype=object)
         ts = np.fromiter((r[1] for r in part), dtype=np.int64, count=len(part))
         st = np.fromiter((r[2] for r in part), dtype=np.int64, count=len(part))
@@ -561,7 +561,8 @@ def run_ids(conn: sa.Connection) -> list[str]:
     return list(conn.execute(sa.select(mlflowdb.runs.c.run_uuid).order_by(mlflowdb.runs.c.start_time, mlflowdb.runs.c.run_uuid)).scalars())
 
 
-def _chunks(items: list, size: int = 500) -> Iterator[list]:
+def chunks(items: Sequence, size: int = 500) -> Iterator[Sequence]:
+    """Items `size` at a time: IN lists of run ids kept under the databases' parameter limits."""
     for start in range(0, len(items), size):
         yield items[start : start + size]
 
@@ -607,7 +608,7 @@ def read(conn: sa.Connection, run_ids: Sequence[str], key: str, resolution: int,
     if hi is not None:
         where.append(r.bucket_ms <= int(hi))
     rows: dict[str, list] = {}
-    for part in _chunks(list(dict.fromkeys(run_ids))):
+    for part in chunks(list(dict.fromkeys(run_ids))):
         query = sa.select(r.run_uuid, *(r[c] for c in _READ)).where(r.run_uuid.in_(part), *where).order_by(r.run_uuid, r.bucket_ms)
         for row in conn.execute(query):
             rows.setdefault(row[0], []).append(row[1:])

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import time
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import sqlalchemy as sa
@@ -98,7 +98,7 @@ def read(conn: sa.Connection, run_ids: Sequence[str]) -> dict[str, Stored]:
     out = {}
     if not has_table(conn):
         return out
-    for part in _chunks(run_ids):
+    for part in rollups.chunks(run_ids, CHUNK):
         for run_id, version, fingerprint, summary in conn.execute(sa.select(s.run_uuid, s.version, s.fingerprint, s.summary).where(s.run_uuid.in_(part))):
             out[run_id] = Stored(version, fingerprint, None if summary is None else json.loads(summary))
     return out
@@ -110,7 +110,7 @@ def frozen(conn: sa.Connection, run_ids: Sequence[str]) -> set[str]:
     out: set[str] = set()
     if not run_ids or not sa.inspect(conn).has_table(rollups.series_state.name):
         return out
-    for part in _chunks(run_ids):
+    for part in rollups.chunks(run_ids, CHUNK):
         out.update(conn.execute(sa.select(st.run_uuid).where(st.run_uuid.in_(part), st.raw_from_ms.is_not(None)).distinct()).scalars())
     return out
 
@@ -161,8 +161,3 @@ def _insert(dialect: str):
     else:
         raise ValueError(f"stored summaries support PostgreSQL and SQLite stores, not {dialect}")
     return insert
-
-
-def _chunks(items: Sequence, size: int = CHUNK) -> Iterator[Sequence]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
