@@ -20,7 +20,11 @@ driver, so only host is sampled there) at --interval 1.
 With --idle-check SECONDS it instead measures radt's own process over a script that only
 sleeps, once with -l host and once with no listener (-l -): the runner's cost beside sampling.
 
+With --gpu the training is ResNet-50 on the GPU instead (bf16, batch 128, random data, 19,200
+images an epoch unless --samples says): radt then samples NVML with GPM as well (docs/GPU.md).
+
 Run:  .venv/bin/python bench/training_overhead.py            (5 pairs x 6 epochs, ~5 min)
+      python3 bench/training_overhead.py --gpu --pairs 3 --epochs 5   (on a GPU machine, ~4 min)
       .venv/bin/python bench/training_overhead.py --quick    (1 pair x 2 short epochs)
       .venv/bin/python bench/training_overhead.py --threads 1   (the training on one core)
       .venv/bin/python bench/training_overhead.py --idle-check 30
@@ -93,6 +97,43 @@ for epoch in range(a.epochs):
         W2 -= a.lr * gW2
         W3 -= a.lr * gW3
     print(f"epoch {epoch} {time.perf_counter() - t0:.4f} loss {loss_sum / a.samples:.4f}", flush=True)
+'''
+
+TRAIN_GPU = r'''
+"""ResNet-50 on one GPU (bf16 autocast, channels_last, SGD, random data); prints 'epoch <n> <seconds>' per epoch."""
+import argparse, time
+import torch
+from torchvision.models import resnet50
+
+p = argparse.ArgumentParser()
+p.add_argument("--epochs", type=int, default=5)
+p.add_argument("--samples", type=int, default=19200)
+p.add_argument("--batch-size", type=int, default=128)
+a = p.parse_args()
+torch.backends.cudnn.benchmark = True
+model = resnet50().cuda().to(memory_format=torch.channels_last)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+x = torch.randn(a.batch_size, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
+y = torch.randint(0, 1000, (a.batch_size,), device="cuda")
+
+
+def step():
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
+for _ in range(15):  # cuDNN autotuning, outside the timed epochs
+    step()
+torch.cuda.synchronize()
+for epoch in range(a.epochs):
+    t0 = time.perf_counter()
+    for _ in range(a.samples // a.batch_size):
+        step()
+    torch.cuda.synchronize()
+    print(f"epoch {epoch} {time.perf_counter() - t0:.4f}", flush=True)
 '''
 
 EPOCH = re.compile(r"^epoch (\d+) ([0-9.]+)", re.M)
@@ -171,12 +212,15 @@ def main() -> int:
         help="instead: radt's own CPU and wake-ups over a sleeping script, with -l host and with no listener (-l -), for SECONDS each",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (store, logs)")
+    parser.add_argument("--gpu", action="store_true", help="train ResNet-50 on the GPU (PyTorch, torchvision) instead; --samples is images per epoch")
     args = parser.parse_args()
     if args.quick:
         args.pairs, args.epochs, args.samples = 1, 2, 8000
 
     tmp = Path(tempfile.mkdtemp(prefix="radt-bench-train-"))
-    (tmp / "train.py").write_text(TRAIN)
+    (tmp / "train.py").write_text(TRAIN_GPU if args.gpu else TRAIN)
+    if args.gpu and args.samples == 60000:
+        args.samples = 19200  # images: 150 steps of 128, ~4.5 s on an H200
     train_args = ["--epochs", str(args.epochs), "--samples", str(args.samples)]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "RADT_"))}
     env["RADT_HOME"] = str(tmp / "radt-home")
