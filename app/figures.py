@@ -35,6 +35,8 @@ MIN_SPAN = 1e-9  # no axis narrower than this (a constant series)
 MIN_SPAN_SHARE = 0.05  # nor narrower than 5 % of its values' size on either side
 GPU_MODES = ("each", "mean")  # every GPU its own trace, or per run the mean across its GPUs with a min-max band
 
+SVG_POINTS = 200_000  # a figure of at most this many points draws SVG lines (bench/chart_render.py), more: WebGL
+
 Series = tuple[np.ndarray, np.ndarray]
 CHART_GAP_PX = 80  # at most this much space between two stacked charts (less than 0.04 of the figure when there are many)
 
@@ -182,6 +184,7 @@ def overlay_figure(
     wl_colors = colors(workloads.items())
     dashes = device_dashes(panels)
     per_minute = 60.0 if x_mode == "relative" and not grouped and _short(panels, runs) else 1.0
+    line_trace = line_trace_class(panels)
     step_placed = x_mode == "step" and any(p.placed for p in panels)
     in_legend: set[str] = set()  # a run (or workload) is in the legend once, from the first chart it appears in
     for index, panel in enumerate(panels):
@@ -224,10 +227,11 @@ def overlay_figure(
                     xs = x_values(values[0], meta["start_time"], x_mode)
                     xs = xs * per_minute if per_minute != 1 else xs
                     if isinstance(values, Envelope):
-                        _add_envelope(fig, xs, ema(values.low, smoothing), ema(values.high, smoothing), run_name, run_id, run_colour[run_id], trace_meta, cell)
+                        envelope = (ema(values.low, smoothing), ema(values.high, smoothing))
+                        _add_envelope(fig, line_trace, xs, *envelope, run_name, run_id, run_colour[run_id], trace_meta, cell)
                         trace_meta["mean"] = True  # the line is the mean of each bucket; the band its min-max
                     fig.add_trace(
-                        go.Scattergl(
+                        line_trace(
                             x=_compact(xs),
                             y=_compact(ema(values[1], smoothing)),
                             mode="lines",
@@ -417,7 +421,21 @@ def _x_axes(fig: go.Figure, count: int, rows: int, cols: int, title: str, hoverf
         fig.update_yaxes(visible=False, row=empty // cols + 1, col=empty % cols + 1)
 
 
-def _add_envelope(fig: go.Figure, xs, low: np.ndarray, high: np.ndarray, name: str, group: str, color: str, meta: dict, cell: dict) -> None:
+def line_trace_class(panels: list[Panel]) -> type:
+    """go.Scatter (SVG) for a figure of up to SVG_POINTS points, go.Scattergl (WebGL) beyond.
+
+    SVG paints 60,000 points in 0.3 s where WebGL without a GPU (a VM's or a headless browser's software GL) takes 1.7 s
+    and grows to 10 s at 480,000 points (bench/chart_render.py); SVG stays crisp in the modebar's SVG download too.
+    A band counts twice its buckets (its polygon) beside its mean line."""
+    points = 0
+    for panel in panels:
+        for devices in panel.series.values():
+            for values in devices.values():
+                points += len(values[0]) * (3 if isinstance(values, Envelope) else 1)
+    return go.Scatter if points <= SVG_POINTS else go.Scattergl
+
+
+def _add_envelope(fig: go.Figure, trace, xs, low: np.ndarray, high: np.ndarray, name: str, group: str, color: str, meta: dict, cell: dict) -> None:
     """A downsampled series' min-max band: one light polygon in the run's colour (under its mean line), no tooltip."""
     xs = np.asarray(xs) if not isinstance(xs, pd.DatetimeIndex) else xs.to_numpy()
     keep = np.isfinite(low) & np.isfinite(high)
@@ -425,7 +443,7 @@ def _add_envelope(fig: go.Figure, xs, low: np.ndarray, high: np.ndarray, name: s
         return
     xs, low, high = xs[keep], low[keep], high[keep]
     fig.add_trace(
-        go.Scattergl(
+        trace(
             x=_compact(np.concatenate([xs, xs[::-1]])),
             y=_compact(np.concatenate([high, low[::-1]])),
             mode="lines",

@@ -30,7 +30,7 @@ SETTLED_MS = (LISTING_TIMEOUT + RUNNING_TIMEOUT + 3) * 1000  # a run ended this 
 GZIP_LEVEL = 6
 MIN_SIZE = 1024  # smaller bodies are not worth a Content-Encoding
 COMPRESSIBLE = ("application/json", "text/html", "text/css", "application/javascript", "text/javascript", "image/svg+xml")
-STATIC_PREFIXES = ("/_dash-component-suites/",)  # Dash's own bundles (plotly.js is 4 MB): compressed once per worker
+STATIC_PREFIXES = ("/_dash-component-suites/", "/assets/")  # Dash's bundles and radt's assets (plotly-radt.min.js is 1.5 MB): compressed once per worker
 _static: dict[tuple[str, int], bytes] = {}
 
 
@@ -143,6 +143,10 @@ def serve_cached():
 def keep_and_compress(response: flask.Response) -> flask.Response:
     """after_request: keep a draw response marked by render(), and gzip what is worth it for a client that accepts it."""
     marked = flask.g.pop("radt_response", None)
+    static = flask.request.path.startswith(STATIC_PREFIXES)
+    if static and response.direct_passthrough and response.status_code == 200 and response.mimetype in COMPRESSIBLE:
+        response.direct_passthrough = False  # an asset file (Flask's send_from_directory): read, then kept gzipped below
+        response.make_sequence()
     if response.status_code != 200 or response.direct_passthrough or response.headers.get("Content-Encoding") or response.is_streamed:
         return response
     compressible = response.mimetype in COMPRESSIBLE
@@ -159,11 +163,17 @@ def keep_and_compress(response: flask.Response) -> flask.Response:
     body = response.get_data()
     if len(body) < MIN_SIZE:
         return response
-    if flask.request.path.startswith(STATIC_PREFIXES):
-        memo = (flask.request.path, len(body))
+    if static:
+        memo = (flask.request.full_path, len(body))  # an asset's URL carries its modification time (?m=...)
         if memo not in _static:
             _static[memo] = gzip.compress(body, GZIP_LEVEL)
-        return _encoded(response, _static[memo])
+        response = _encoded(response, _static[memo])
+        if response.headers.get("Content-Encoding") == "gzip":
+            response.headers.pop("Accept-Ranges", None)  # a range would count the file's bytes, not these
+            tag, weak = response.get_etag()
+            if tag and not weak:
+                response.set_etag(tag, weak=True)  # the file's validator, weak: the same asset in another encoding (304s still match)
+        return response
     return _encoded(response, gzip.compress(body, GZIP_LEVEL))
 
 

@@ -16,15 +16,29 @@ from dash import html
 DEVICES_TOGGLE = "legend-devices-toggle"  # the button assets/charts.js listens to (body class radt-legend-devices)
 
 
-def value_text(value: float | None, fmt: str) -> str:
-    """A legend number as the tooltip prints it: ratios with 3 decimals, the rest with 4 significant figures, '–' for none."""
+def value_text(value: float | None, fmt: str, decimals: int | None = None) -> str:
+    """A legend number: ratios with 3 decimals, counts and states with none, the rest with the `decimals` of its column
+    (column_decimals: every row of a chart's column alike, 50.20 beside 50.06, never 50.2), '–' for none."""
     if value is None or not isinstance(value, int | float) or not math.isfinite(value):
         return "–"
     if fmt == ".3f":
         return f"{value:.3f}"
-    if fmt == ".0f" or abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.4g}"
+    if decimals is None:
+        decimals = column_decimals([value], fmt)
+    return f"{value:,.{decimals}f}"
+
+
+def column_decimals(values, fmt: str) -> int:
+    """Decimals for a column of the legend: 4 significant figures of its largest value (93.55, 602.1, 21,586), at most 4."""
+    if fmt == ".3f":
+        return 3
+    if fmt == ".0f":
+        return 0
+    finite = [abs(v) for v in values if isinstance(v, int | float) and math.isfinite(v)]
+    largest = max(finite, default=0.0)
+    if largest == 0:
+        return 2
+    return min(4, max(0, 3 - math.floor(math.log10(largest))))
 
 
 # Plotly's dash styles as CSS stops (px of colour and gap): the legend's line looks like the chart's (assets/charts.js: the same)
@@ -48,14 +62,25 @@ def _swatch(color: str, dash: str) -> html.Span:
     return html.Span(className="legend-swatch", style=style, **{"data-dash": dash or "solid"})
 
 
-def _cells(stats: list[dict]) -> list:
+STATS = ("mean", "max", "last")
+
+
+def _cells(stats: list[dict], decimals: list[int]) -> list:
     out = []
-    for cell in stats:
+    for cell, places in zip(stats, decimals, strict=False):
         fmt = cell.get("fmt", ",.4~g")
-        out.extend(
-            html.Td(value_text(cell.get(k), fmt), className=f"legend-num legend-{k}" + (" legend-first" if k == "mean" else ""))
-            for k in ("mean", "max", "last")
-        )
+        out.extend(html.Td(value_text(cell.get(k), fmt, places), className=f"legend-num legend-{k}" + (" legend-first" if k == "mean" else "")) for k in STATS)
+    return out
+
+
+def _decimals(found: list[dict], charts: int) -> list[int]:
+    """Per chart, the decimals its mean / max / last columns share over every run's and device's row."""
+    rows = [e.get("stats") or [] for e in found] + [d.get("stats") or [] for e in found for d in e.get("devices") or []]
+    out = []
+    for i in range(charts):
+        cells = [r[i] for r in rows if i < len(r) and r[i]]
+        fmt = next((c.get("fmt") for c in cells if c.get("fmt")), ",.4~g")
+        out.append(column_decimals([c.get(k) for c in cells for k in STATS], fmt))
     return out
 
 
@@ -68,7 +93,7 @@ def _header(stats: list[dict], toggle: bool) -> html.Thead:
     cells = []
     for c in stats:
         chart = f"{c['metric']}" + (f" ({c['unit']})" if c.get("unit") else "")
-        for i, k in enumerate(("mean", "max", "last")):
+        for i, k in enumerate(STATS):
             cells.append(
                 html.Th([html.Div(chart if i == 0 else "\u00a0", className="legend-chart"), k], className="legend-num" + (" legend-first" if i == 0 else ""))
             )
@@ -83,6 +108,7 @@ def children(found: list[dict]) -> list:
     if not any(e.get("stats") for e in found):
         return [_entry(e) for e in found]
     stats = next(e["stats"] for e in found if e.get("stats"))
+    decimals = _decimals(found, len(stats))
     rows = []
     for e in found:
         name = unescape(e["name"])  # the figure's names are escaped for Plotly's pseudo-HTML; here they are text
@@ -97,7 +123,7 @@ def children(found: list[dict]) -> list:
                         className="legend-name",
                     )
                 ]
-                + _cells(e.get("stats") or [{} for _ in stats]),
+                + _cells(e.get("stats") or [{} for _ in stats], decimals),
                 className="legend-entry",
                 title=f"{name}: hover to highlight, click to keep it highlighted",
                 **{"data-id": e["id"]},
@@ -105,7 +131,8 @@ def children(found: list[dict]) -> list:
         )
         rows.extend(
             html.Tr(
-                [html.Td([_swatch(e["color"], d["dash"]), html.Span(d["label"], className="legend-label")], className="legend-name")] + _cells(d["stats"]),
+                [html.Td([_swatch(e["color"], d["dash"]), html.Span(d["label"], className="legend-label")], className="legend-name")]
+                + _cells(d["stats"], decimals),
                 className="legend-entry legend-device",
                 **{"data-id": e["id"], "data-device": d["label"]},
             )
