@@ -229,14 +229,13 @@ def pg_alternatives(uri: str, points: int, rounds: int) -> list[tuple[str, float
 
 PHASES = (  # (owner, attribute, label): radt's functions that SqlMetricStore.write calls, timed inclusively
     (SqlMetricStore, "write", "write, whole call"),
-    (SqlMetricStore, "_insert_metrics", "  metrics insert (COPY + INSERT ... SELECT)"),
+    (SqlMetricStore, "_insert_metrics", "  metrics insert (one INSERT, or COPY + INSERT ... SELECT)"),
     (SqlMetricStore, "_copy_metrics", "    COPY into the staging table"),
     (rollups, "lock_run", "  advisory lock of the run"),
-    (rollups, "latest_rows", "  latest_metrics SELECT (before)"),
+    (rollups, "latest_and_covered", "  latest_metrics + radt_rollup_series SELECT (before)"),
     (rollups, "fold_batch", "  fold_batch"),
     (rollups, "rows_of_points", "    bucketing (numpy, rows_of_points)"),
     (rollups, "upsert", "    radt_rollups upsert"),
-    (rollups, "covered_rows", "    radt_rollup_series SELECT"),
     (rollups, "_set_covered", "    radt_rollup_series upsert"),
 )
 

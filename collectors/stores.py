@@ -75,6 +75,22 @@ class SqlMetricStore:
             raise ValueError(f"the bulk path supports PostgreSQL and SQLite, not {dialect}")
         self._insert = insert
         self._tables = False  # radt's rollup tables checked (made on the first write: opening never connects)
+        # the statements, built once: building and keying them cost a live writer's call more than running them
+        upsert = insert(self.latest)
+        current, excluded = self.latest.c, upsert.excluded
+        self._latest_upsert = upsert.on_conflict_do_update(
+            index_elements=[current.key, current.run_uuid],
+            set_={"value": excluded.value, "timestamp": excluded.timestamp, "step": excluded.step, "is_nan": excluded.is_nan},
+            where=sa.tuple_(current.step, current.timestamp, current.value) < sa.tuple_(excluded.step, excluded.timestamp, excluded.value),
+        )
+        m = self.metrics.c
+        stage = sa.table(self._STAGE, *(sa.column(c) for c in self._COLUMNS))
+        self._staged_insert = insert(self.metrics).from_select([m[c] for c in self._COLUMNS], sa.select(*stage.c)).on_conflict_do_nothing()
+        self._param_insert = insert(self.metrics).on_conflict_do_nothing()
+        returned = (m.key, m.value, m.timestamp, m.step, m.is_nan)
+        self._staged_counted = self._staged_insert.execution_options(preserve_rowcount=True)  # else -1 for an INSERT
+        self._staged_returning = self._staged_insert.returning(*returned)
+        self._param_returning = self._param_insert.returning(*returned)
 
     def write(self, run_id: str, points: Sequence[Point]) -> None:
         if not points:
@@ -88,18 +104,12 @@ class SqlMetricStore:
             best = newest.get(p.key)
             if best is None or (p.step, p.timestamp, value) > (best["step"], best["timestamp"], best["value"]):
                 newest[p.key] = row
-        upsert = self._insert(self.latest)
-        excluded = upsert.excluded
-        current = self.latest.c
-        upsert = upsert.on_conflict_do_update(
-            index_elements=[current.key, current.run_uuid],
-            set_={"value": excluded.value, "timestamp": excluded.timestamp, "step": excluded.step, "is_nan": excluded.is_nan},
-            where=sa.tuple_(current.step, current.timestamp, current.value) < sa.tuple_(excluded.step, excluded.timestamp, excluded.value),
-        )
+        upsert = self._latest_upsert
+        latest = [newest[k] for k in sorted(newest)]  # sorted keys: concurrent writers lock latest_metrics rows in one order (no deadlock)
         if not self.fold_rollups:
             with self.engine.begin() as conn:
                 self._insert_metrics(conn, list(rows.values()), returning=False)
-                conn.execute(upsert, [newest[k] for k in sorted(newest)])
+                conn.execute(upsert, latest)
                 summarytable.invalidate(conn, run_id)
             return
         if not self._tables:
@@ -110,43 +120,37 @@ class SqlMetricStore:
             # only the points the store did not hold go into the rollups: a batch sent twice (a spool replayed
             # after a write whose answer was lost) is stored once and counted once
             new = self._insert_metrics(conn, list(rows.values()), returning=True)
-            before = {key: row for (_run, key), row in rollups.latest_rows(conn, [run_id], sorted(newest)).items()}
-            # sorted keys: concurrent writers lock latest_metrics rows in one order (no deadlock)
-            conn.execute(upsert, [newest[k] for k in sorted(newest)])
+            before, covered = rollups.latest_and_covered(conn, run_id, sorted(newest))
+            conn.execute(upsert, latest)
             after = dict(before)
             for key, row in newest.items():
                 mine = (row["step"], row["timestamp"], row["value"], row["is_nan"])
                 if key not in before or mine[:3] > before[key][:3]:  # the upsert's rule
                     after[key] = mine
-            rollups.fold_batch(conn, run_id, [Point(k, math.nan if nan else v, t, st) for k, v, t, st, nan in new], before, after)
+            rollups.fold_batch(conn, run_id, [Point(k, math.nan if nan else v, t, st) for k, v, t, st, nan in new], before, after, covered)
             summarytable.invalidate(conn, run_id)  # any point radt adds drops the run's stored summary (radt_summaries)
 
     def _insert_metrics(self, conn: sa.Connection, rows: list[dict], returning: bool) -> list[tuple]:
         """Insert the rows MLflow's `metrics` does not hold yet; with `returning`, those inserted (key, value, timestamp, step, is_nan)."""
-        m = self.metrics.c
-        stmt = self._insert(self.metrics)
         if self._copy_metrics(conn, rows):
-            stage = sa.table(self._STAGE, *(sa.column(c) for c in self._COLUMNS))
-            stmt = stmt.from_select([m[c] for c in self._COLUMNS], sa.select(*stage.c)).on_conflict_do_nothing()
+            stmt = self._staged_insert
             if not returning:
                 conn.execute(stmt)
                 return []
             # nearly always every row is new: counted, not sent back (RETURNING 20,000 rows cost a fifth of the
             # insert); a replayed batch the store partly held is inserted again, returning what it adds
             with conn.begin_nested() as savepoint:
-                added = conn.execute(stmt.execution_options(preserve_rowcount=True)).rowcount  # else -1 for an INSERT
+                added = conn.execute(self._staged_counted).rowcount
                 if added == len(rows):
                     return [(r["key"], r["value"], r["timestamp"], r["step"], r["is_nan"]) for r in rows]
                 savepoint.rollback()
-            return [tuple(r) for r in conn.execute(stmt.returning(m.key, m.value, m.timestamp, m.step, m.is_nan))]
-        stmt = stmt.on_conflict_do_nothing()
+            return [tuple(r) for r in conn.execute(self._staged_returning)]
+        stmt = self._param_insert
         if returning and rows is not None and not conn.dialect.insert_returning:  # SQLite before 3.35
             held = self._held(conn, rows)
             conn.execute(stmt, rows)
             return [(r["key"], r["value"], r["timestamp"], r["step"], r["is_nan"]) for r in rows if _primary_key(r) not in held]
-        if returning:
-            stmt = stmt.returning(m.key, m.value, m.timestamp, m.step, m.is_nan)
-        result = conn.execute(stmt, rows)
+        result = conn.execute(self._param_returning if returning else stmt, rows)
         return [tuple(r) for r in result] if returning else []
 
     def _held(self, conn: sa.Connection, rows: list[dict]) -> set[tuple]:

@@ -30,6 +30,7 @@ are never touched, and MLflow (which checks its schema revision only) opens the 
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -266,6 +267,19 @@ def _first(old, new, old_ms, new_ms, better):
     return sa.case((takes_new, new), else_=old), ms
 
 
+@functools.cache
+def _staged_upsert() -> sa.Insert:
+    """The upsert from the COPY staging table (PostgreSQL), built once: building and keying it cost more than running it."""
+    stage = sa.table(_STAGE, *(sa.column(c) for c in COLUMNS))
+    order = [stage.c.run_uuid, stage.c.key, stage.c.resolution_s, stage.c.bucket_ms]
+    return upsert_statement("postgresql", sa.select(*(stage.c[c] for c in COLUMNS)).order_by(*order))
+
+
+@functools.cache
+def _param_upsert(dialect: str) -> sa.Insert:
+    return upsert_statement(dialect)
+
+
 def upsert_statement(dialect: str, select=None):
     """INSERT ... ON CONFLICT DO UPDATE merging a new row of a bucket into the stored one (bound parameters only);
     `select`: the rows come from that SELECT (a staging table) instead of parameters."""
@@ -309,7 +323,7 @@ def upsert(conn: sa.Connection, rows: Sequence[dict], batch: int = UPSERT_BATCH)
     ordered = sorted(rows, key=_PRIMARY_KEY)
     if _copy_upsert(conn, ordered):
         return len(ordered)
-    stmt = upsert_statement(conn.dialect.name)
+    stmt = _param_upsert(conn.dialect.name)
     for start in range(0, len(ordered), batch):
         conn.execute(stmt, ordered[start : start + batch])
     return len(ordered)
@@ -327,9 +341,7 @@ def _copy_upsert(conn: sa.Connection, ordered: Sequence[dict]) -> bool:
         with cur.copy(f"COPY {_STAGE} ({names}) FROM STDIN") as copy:
             for row in ordered:
                 copy.write_row(tuple(row[c] for c in COLUMNS))
-    stage = sa.table(_STAGE, *(sa.column(c) for c in COLUMNS))
-    order = [stage.c.run_uuid, stage.c.key, stage.c.resolution_s, stage.c.bucket_ms]
-    conn.execute(upsert_statement("postgresql", sa.select(*(stage.c[c] for c in COLUMNS)).order_by(*order)))
+    conn.execute(_staged_upsert())
     conn.execute(sa.text(f"TRUNCATE {_STAGE}"))  # the next batch of this transaction starts empty
     return True
 
@@ -378,6 +390,29 @@ def covered_rows(conn: sa.Connection, run_ids: Sequence[str], keys: Sequence[str
     return out
 
 
+@functools.cache
+def _latest_and_covered() -> sa.CompoundSelect:
+    lm, st = mlflowdb.latest_metrics, series_state.c
+    run, keys = sa.bindparam("run"), sa.bindparam("keys", expanding=True)
+    latest = sa.select(sa.literal("l").label("kind"), lm.c.key, lm.c.step, lm.c.timestamp, lm.c.value, lm.c.is_nan).where(
+        lm.c.run_uuid == run, lm.c.key.in_(keys)
+    )
+    covered = sa.select(sa.literal("c"), st.key, st.latest_step, st.latest_ms, st.latest_value, st.latest_is_nan).where(st.run_uuid == run, st.key.in_(keys))
+    return sa.union_all(latest, covered)
+
+
+def latest_and_covered(conn: sa.Connection, run_id: str, keys: Sequence[str]) -> tuple[dict[str, Latest], dict[tuple[str, str], Latest | None]]:
+    """latest_rows and covered_rows of one run's keys in one statement (a writer's batch asks both: one round trip)."""
+    before: dict[str, Latest] = {}
+    state: dict[tuple[str, str], Latest | None] = {}
+    for kind, key, step, ms, value, is_nan in conn.execute(_latest_and_covered(), {"run": run_id, "keys": list(keys)}):
+        if kind == "l":
+            before[key] = (step, ms, value, bool(is_nan))
+        else:
+            state[(run_id, key)] = None if ms is None else (step, ms, value, bool(is_nan))
+    return before, state
+
+
 def stale(conn: sa.Connection, run_ids: Sequence[str], key: str) -> list[str]:
     """The runs whose series `key` has points its rollups do not cover (in run_ids' order)."""
     latest = latest_rows(conn, run_ids, [key])
@@ -385,38 +420,47 @@ def stale(conn: sa.Connection, run_ids: Sequence[str], key: str) -> list[str]:
     return [r for r in dict.fromkeys(run_ids) if (r, key) in latest and covered.get((r, key)) != latest[(r, key)]]
 
 
+@functools.cache
+def _covered_upsert(dialect: str) -> sa.Insert:
+    insert, _least, _greatest = _insert(dialect)
+    stmt = insert(series_state)
+    return stmt.on_conflict_do_update(
+        index_elements=[series_state.c.run_uuid, series_state.c.key],
+        set_={c: stmt.excluded[c] for c in ("latest_step", "latest_ms", "latest_value", "latest_is_nan")},
+    )
+
+
 def _set_covered(conn: sa.Connection, run_id: str, covered: Mapping[str, Latest]) -> None:
     """Record, per key, the latest_metrics row the run's rollups now cover (raw_from_ms kept)."""
     if not covered:
         return
-    insert, _least, _greatest = _insert(conn.dialect.name)
-    stmt = insert(series_state)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[series_state.c.run_uuid, series_state.c.key],
-        set_={c: stmt.excluded[c] for c in ("latest_step", "latest_ms", "latest_value", "latest_is_nan")},
-    )
-    conn.execute(
-        stmt,
-        [
-            {"run_uuid": run_id, "key": key, "latest_step": row[0], "latest_ms": row[1], "latest_value": row[2], "latest_is_nan": row[3]}
-            for key, row in sorted(covered.items())
-        ],
-    )
+    stmt = _covered_upsert(conn.dialect.name)
+    rows = [
+        {"run_uuid": run_id, "key": key, "latest_step": row[0], "latest_ms": row[1], "latest_value": row[2], "latest_is_nan": row[3]}
+        for key, row in sorted(covered.items())
+    ]
+    conn.execute(stmt, rows)
 
 
-def fold_batch(conn: sa.Connection, run_id: str, points: Sequence, before: Mapping[str, Latest], after: Mapping[str, Latest]) -> int:
+def fold_batch(
+    conn: sa.Connection, run_id: str, points: Sequence, before: Mapping[str, Latest], after: Mapping[str, Latest], covered: Mapping | None = None
+) -> int:
     """A writer's batch, in the transaction that stores its raw points: fold the points the store did not hold into
-    the run's rollups and keep fresh series fresh (keep_fresh); rows sent. The caller holds lock_run first."""
+    the run's rollups and keep fresh series fresh (keep_fresh); rows sent. The caller holds lock_run first.
+    `covered`: covered_rows of the batch's keys, where the caller read them with `before` (latest_and_covered)."""
     written = add_points(conn, run_id, points)
-    keep_fresh(conn, run_id, sorted({p.key for p in points}), before, after)
+    keep_fresh(conn, run_id, sorted({p.key for p in points}), before, after, covered)
     return written
 
 
-def keep_fresh(conn: sa.Connection, run_id: str, keys: Sequence[str], before: Mapping[str, Latest], after: Mapping[str, Latest]) -> None:
+def keep_fresh(
+    conn: sa.Connection, run_id: str, keys: Sequence[str], before: Mapping[str, Latest], after: Mapping[str, Latest], covered: Mapping | None = None
+) -> None:
     """Mark the batch's series covered up to MLflow's new latest row. `before`/`after`: latest_metrics of the batch's
     keys before and after the batch. A series stays fresh when its rollups covered MLflow's latest row before the
     batch, or when it had no points at all; one that was stale stays stale (its next draw rebuilds it)."""
-    covered = covered_rows(conn, [run_id], keys)
+    if covered is None:
+        covered = covered_rows(conn, [run_id], keys)
     fresh = {
         k: after[k]
         for k in keys
