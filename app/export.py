@@ -17,8 +17,10 @@ import logging
 import math
 import os
 import shutil
+import struct
 import threading
 import warnings
+import zlib
 from dataclasses import dataclass
 
 import pandas as pd
@@ -493,7 +495,24 @@ def image_bytes(figure: go.Figure, fmt: str, dpi: int) -> bytes:
         raise ExportError(f"rendering the {fmt.upper()} with {os.environ['BROWSER_PATH']} failed ({reason}); set BROWSER_PATH to a working Chromium") from exc
     meta = figure.layout.meta
     title = meta.get("title") if isinstance(meta, dict) else None
+    if fmt == "png":
+        return with_png_dpi(image, dpi)
     return with_pdf_title(image, title) if fmt == "pdf" and title else image
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def with_png_dpi(png: bytes, dpi: int) -> bytes:
+    """The PNG with its resolution recorded (a pHYs chunk, pixels per metre): LaTeX, Word and Inkscape then place a
+    300 DPI export at its inches; without it they take 72 or 96 DPI and draw it three to four times too large."""
+    if not png.startswith(PNG_SIGNATURE) or b"pHYs" in png[: png.find(b"IDAT")]:
+        return png
+    per_metre = round(dpi / 0.0254)
+    body = b"pHYs" + struct.pack(">IIB", per_metre, per_metre, 1)
+    chunk = struct.pack(">I", 9) + body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
+    header_end = len(PNG_SIGNATURE) + 8 + 13 + 4  # the IHDR chunk: length, type, 13 bytes, CRC
+    return png[:header_end] + chunk + png[header_end:]
 
 
 def with_pdf_title(pdf: bytes, title: str) -> bytes:

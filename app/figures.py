@@ -35,6 +35,12 @@ MIN_SPAN = 1e-9  # no axis narrower than this (a constant series)
 MIN_SPAN_SHARE = 0.05  # nor narrower than 5 % of its values' size on either side
 GPU_MODES = ("each", "mean")  # every GPU its own trace, or per run the mean across its GPUs with a min-max band
 
+GRAPH_CONFIG = {  # every chart's modebar: no logo, no "Share chart..." (plotly.js 4 would upload the data to Plotly Cloud), SVG downloads
+    "displaylogo": False,
+    "showSendToCloud": False,
+    "showEditInChartStudio": False,
+    "toImageButtonOptions": {"format": "svg"},
+}
 SVG_POINTS = 200_000  # a figure of at most this many points draws SVG lines (bench/chart_render.py), more: WebGL
 
 Series = tuple[np.ndarray, np.ndarray]
@@ -234,7 +240,8 @@ def overlay_figure(
                         line_trace(
                             x=_compact(xs),
                             y=_compact(ema(values[1], smoothing)),
-                            mode="lines",
+                            mode="lines" if len(xs) > 1 else "lines+markers",  # one point is no line: a dot, not nothing
+                            marker={"size": 6, "color": run_colour[run_id]},
                             name=run_name,
                             legendgroup=run_id,
                             showlegend=run_id not in in_legend,

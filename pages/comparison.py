@@ -10,7 +10,7 @@ from dash import Input, Output, State, callback, dcc, html
 
 from radt.app import inputs
 from radt.app.aggregates import BY, COLLOCATION, KINDS, STATS, FigureError, activity_figure, aggregate_figure
-from radt.app.figures import empty_figure
+from radt.app.figures import GRAPH_CONFIG, empty_figure
 from radt.app.palette import run_colors
 from radt.app.views import View, view_runs
 from radt.pages import ids
@@ -41,9 +41,7 @@ def layout() -> list:
             ],
             className="controls compare-controls",
         ),
-        dcc.Graph(
-            id=ids.COMPARE_FIGURE, figure=empty_figure("Pick runs on the left."), config={"displaylogo": False, "toImageButtonOptions": {"format": "svg"}}
-        ),
+        dcc.Graph(id=ids.COMPARE_FIGURE, figure=empty_figure("Pick runs on the left."), config=GRAPH_CONFIG),
     ]
 
 

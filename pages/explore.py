@@ -14,7 +14,7 @@ from dash import ALL, ClientsideFunction, Input, Output, State, callback, client
 
 from radt.app import data, deadline, responses
 from radt.app.data import DEFAULT_METRICS
-from radt.app.figures import empty_figure, legend_entries
+from radt.app.figures import GRAPH_CONFIG, empty_figure, legend_entries
 from radt.app.runs import list_experiments, list_metric_keys, present_metrics
 from radt.app.state import STATE, store_error
 from radt.app.store import LIVE_STATUSES
@@ -193,7 +193,7 @@ def layout(
                         dcc.Graph(
                             id=ids.CHARTS,
                             figure=empty_figure("Pick runs on the left."),
-                            config={"displaylogo": False, "toImageButtonOptions": {"format": "svg"}},
+                            config=GRAPH_CONFIG,
                         ),
                         delay_show=300,
                         overlay_style={"visibility": "visible", "opacity": 0.6},  # the charts stay in view while drawn again

@@ -175,7 +175,7 @@ def _card(run: pd.Series, traces: list[live.Trace], window_min: int, now_ms: int
             dcc.Graph(
                 id=ids.card(ids.LIVE_CHART, run.run_id),
                 figure=_figure(traces, series),
-                config={"displayModeBar": False},
+                config={"displayModeBar": False, "showSendToCloud": False},
                 className="live-chart",
             ),
             dcc.Store(
@@ -191,7 +191,8 @@ def _card(run: pd.Series, traces: list[live.Trace], window_min: int, now_ms: int
 
 def _cards(runs: pd.DataFrame, traces: dict[str, list[live.Trace]], window_min: int, now_ms: int) -> list:
     if runs.empty:
-        return [html.P("No run is training now. Start one with `radt train.py` (or `radt monitor` on a GPU host) and it appears here.", className="hint")]
+        start = ["No run is training now. Start one with ", html.Code("radt train.py"), " (or ", html.Code("radt monitor"), " on a GPU host) and it appears here."]
+        return [html.P(start, className="hint")]
     out = []
     colors = run_colors(runs)
     for host, by_host in runs.groupby("host", sort=False):

@@ -226,8 +226,8 @@ def table_rows(table: pd.DataFrame) -> list[dict]:
         row = {k: (None if isinstance(v, float) and v != v else v) for k, v in record.items() if k in RUN_COLUMNS}
         minutes = row.get("duration_min")
         row["duration"] = duration_text(None if minutes is None else minutes * 60)
-        if row.get("run_id") and row.get("kind") != "workload":
-            row["logs"] = f"[logs](/runs/{row['run_id']}/artifacts)"
+        # a workload's row ("2 runs together") has no logs of its own: an empty cell (a missing one reads "undefined")
+        row["logs"] = f"[logs](/runs/{row['run_id']}/artifacts)" if row.get("run_id") and row.get("kind") != "workload" else ""
         row_id = str(row.get("run_id") or len(out))
         row["id"] = row_id if row_id not in seen else f"{row_id}#{len(out)}"  # DataTable wants unique ids; '#n' is cut before highlighting
         seen.add(row_id)

@@ -213,3 +213,14 @@ def test_a_real_radt_run_records_the_scripts_start_and_exit(store_uri, radt_home
     engine = make_read_engine(store_uri)
     assert run_summary(engine, [run.info.run_id])["duration_s"].iloc[0] == pytest.approx((end - start) / 1000), "the table's duration is the script's"
     engine.dispose()
+
+
+def test_a_workloads_row_has_an_empty_logs_cell_not_undefined():
+    """The summary table's markdown logs column printed "undefined" on a workload's "2 runs together" row (no key)."""
+    import pandas as pd
+
+    from radt.pages.summary_table import table_rows
+
+    table = pd.DataFrame([{"run_id": "r1", "run": "resnet50 2A", "kind": "run"}, {"run_id": "w1", "run": "2 runs together (A+B)", "kind": "workload"}])
+    rows = table_rows(table)
+    assert [r["logs"] for r in rows] == ["[logs](/runs/r1/artifacts)", ""]

@@ -107,6 +107,10 @@ def test_png_svg_pdf_of_every_kind_of_run_in_one_figure(store, tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", png[16:24])
     assert width == 7 * 150 and height == round(figure.layout.height * 150 / 96), "7 in at 150 dpi"
+    phys = png.find(b"pHYs")
+    assert 0 < phys < png.find(b"IDAT"), "the PNG says its resolution (LaTeX and Word placed it at 72 or 96 dpi: twice too large)"
+    per_metre_x, per_metre_y, unit = struct.unpack(">IIB", png[phys + 4 : phys + 13])
+    assert unit == 1 and per_metre_x == per_metre_y == round(150 / 0.0254)
 
     svg = image_bytes(figure, "svg", 150).decode()
     root = ET.fromstring(svg)

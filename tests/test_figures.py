@@ -281,3 +281,11 @@ def test_the_number_of_columns_is_part_of_the_view_and_its_link():
     wide, junk = View.from_dict({"cols": "9"}), View.from_dict({"cols": ["x", "2"]})
     assert wide.cols == 3 and "columns 9" in wide.notes[0]
     assert junk.cols == 1 and "columns 'x'" in junk.notes[0]
+
+
+def test_a_series_of_one_sample_is_a_dot_not_nothing():
+    """The README's first run once had one CPU sample: its chart was empty while the legend gave its mean."""
+    panel = Panel(METRICS["cpu_utilization_percentage"], {"r0": {Device(): _series(90.5, n=1)}, "r1": {Device(): _series(40.0)}})
+    figure = overlay_figure([panel], _runs("short", "long"))
+    modes = {t.meta["run_id"]: t.mode for t in _lines(figure)}
+    assert modes == {"r0": "lines+markers", "r1": "lines"}

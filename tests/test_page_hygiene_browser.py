@@ -1,0 +1,52 @@
+"""What a new user saw on the demo after the README's first command (a walk in Chromium, 2026-11-26), each a test:
+
+- a "Share chart..." button in every chart's modebar that uploads the chart's data to Plotly Cloud (plotly.js 4's default);
+- the summary table's logs cell of a workload's "2 runs together" row read "undefined";
+- a run of one sample drew nothing on its chart while the legend gave its mean;
+- the run tree's open/closed markers were cut by the sidebar's edge.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.browser import new_page
+
+DEMO = "demo: resnet50 collocation"
+
+pytestmark = pytest.mark.parametrize("filled_store", ["sqlite"], indirect=True)
+
+
+def _experiment(uri: str, name: str) -> tuple[str, list[str]]:
+    from radt.app import data
+    from radt.app.exportcli import _open_store
+    from radt.app.runs import list_experiments
+    from radt.app.state import STATE
+
+    _open_store(uri)
+    experiment = next(str(e["experiment_id"]) for e in list_experiments(STATE.engine) if e["name"] == name)
+    return experiment, list(data.runs([experiment])["run_id"])
+
+
+DRAWN = "() => { const g = document.querySelector('#charts .js-plotly-plot'); return g && g._fullData && g._fullData.length > 2; }"
+
+
+def test_no_chart_offers_to_upload_its_data_and_no_cell_reads_undefined(filled_store, served, browser):
+    experiment, runs = _experiment(filled_store["uri"], DEMO)
+    with new_page(browser, width=1440, height=900) as page:
+        page.goto(f"{served}?exp={experiment}&runs={','.join(runs)}")
+        page.wait_for_function(DRAWN)
+        page.locator("#charts").hover()
+        page.locator("#charts .modebar-btn").first.wait_for()
+        titles = page.evaluate("() => Array.from(document.querySelectorAll('.modebar-btn')).map(b => b.getAttribute('data-title'))")
+        assert "Download plot" in " ".join(t or "" for t in titles), titles
+        assert not any("Share" in (t or "") or "Cloud" in (t or "") or "Chart Studio" in (t or "") for t in titles), titles
+        page.wait_for_function("() => document.querySelectorAll('#summary td').length > 0")
+        page.wait_for_function("() => Array.from(document.querySelectorAll('#summary td')).some(td => td.textContent.includes('together'))")
+        cells = page.evaluate("() => Array.from(document.querySelectorAll('#summary td')).map(td => td.textContent.trim())")
+        assert "undefined" not in cells and not any("undefined" in c for c in cells), [c for c in cells if "undefined" in c]
+        marker = page.evaluate(
+            """() => { const s = document.querySelector('.workload summary'); const side = document.querySelector('.sidebar').getBoundingClientRect();
+              const box = s.getBoundingClientRect(); const pad = parseFloat(getComputedStyle(s.parentElement).paddingLeft); return {left: box.left - side.left, pad}; }"""
+        )
+        assert marker["pad"] >= 12, ("the workload's open/closed marker, drawn left of its summary, has room inside the sidebar", marker)
