@@ -191,7 +191,13 @@ def _card(run: pd.Series, traces: list[live.Trace], window_min: int, now_ms: int
 
 def _cards(runs: pd.DataFrame, traces: dict[str, list[live.Trace]], window_min: int, now_ms: int) -> list:
     if runs.empty:
-        start = ["No run is training now. Start one with ", html.Code("radt train.py"), " (or ", html.Code("radt monitor"), " on a GPU host) and it appears here."]
+        start = [
+            "No run is training now. Start one with ",
+            html.Code("radt train.py"),
+            " (or ",
+            html.Code("radt monitor"),
+            " on a GPU host) and it appears here.",
+        ]
         return [html.P(start, className="hint")]
     out = []
     colors = run_colors(runs)
