@@ -124,12 +124,13 @@ def duration_text(seconds: float | None) -> str:
 
 
 def table_column(column: Column) -> dict:
-    """The DataTable column: text, markdown (logs) or a number with DataTable's fixed decimals (0.31 shows as 0.310)."""
+    """The DataTable column: text, markdown (logs) or a number with DataTable's fixed decimals (0.31 shows as 0.310) and
+    thousands grouped at every precision (32,294.0 J/step, as the legend and exports write it; it read 32294.0)."""
     out = {"name": column.header, "id": column.id}
     if column.id in MARKDOWN:
         out["presentation"] = "markdown"
     if column.decimals is not None:
-        out |= {"type": "numeric", "format": Format(precision=column.decimals, scheme=Scheme.fixed).group(column.decimals == 0).to_plotly_json()}
+        out |= {"type": "numeric", "format": Format(precision=column.decimals, scheme=Scheme.fixed).group(True).to_plotly_json()}
     return out
 
 

@@ -224,3 +224,11 @@ def test_a_workloads_row_has_an_empty_logs_cell_not_undefined():
     table = pd.DataFrame([{"run_id": "r1", "run": "resnet50 2A", "kind": "run"}, {"run_id": "w1", "run": "2 runs together (A+B)", "kind": "workload"}])
     rows = table_rows(table)
     assert [r["logs"] for r in rows] == ["[logs](/runs/r1/artifacts)", ""]
+
+
+def test_every_numeric_column_of_the_summary_groups_thousands():
+    """J/step showed 32294.0 beside peak memory's 22,674: grouping was on for whole numbers only."""
+    from radt.pages.summary_table import COLUMNS, table_column
+
+    numeric = [table_column(c) for c in COLUMNS if c.decimals is not None]
+    assert numeric and all(c["format"]["specifier"].startswith(",") for c in numeric), [c["format"] for c in numeric]
