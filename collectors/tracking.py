@@ -39,6 +39,7 @@ from radt.runmodel import (
     PID_TAG,
     ROLE_TAG,
     RUN_ROLE,
+    SETTLED_TAG,
     SLURM_JOB_TAG,
     SLURM_STEP_TAG,
     SOURCE_NAME_TAG,
@@ -309,7 +310,7 @@ def _is_number(token: str) -> bool:
 
 def create_workload(client, experiment_id: str, workload: str, tags: dict[str, str]) -> str:
     """A new workload parent run (one per execution of a CSV workload, so a rerun gets its own)."""
-    all_tags = {WORKLOAD_TAG: workload, ROLE_TAG: WORKLOAD_ROLE, USER_TAG: getpass.getuser(), **tags}
+    all_tags = {WORKLOAD_TAG: workload, ROLE_TAG: WORKLOAD_ROLE, USER_TAG: getpass.getuser(), SETTLED_TAG: "true", **tags}
     return client.create_run(experiment_id, run_name=workload_run_name(workload), tags=all_tags).info.run_id
 
 
@@ -329,6 +330,7 @@ def run_again(client, run) -> None:
 
 
 PARENT_SETTLE_S = 1.0  # longer than an MLflow server takes to create a run, so the creators started together all see each other's
+SETTLE_WAIT_S = 60.0  # how long a radt waits for another's new run to be settled before it goes with what it sees (its creator gone)
 
 
 def find_or_create(client, experiment_id: str, identity: dict[str, str], tags: dict[str, str], run_name: str | None) -> tuple:
@@ -336,41 +338,57 @@ def find_or_create(client, experiment_id: str, identity: dict[str, str], tags: d
 
     On a database store the lookup and the creation are one locked transaction. Through an MLflow server,
     radts started together may each create one: each creator deletes its own once an earlier one (start time,
-    then id) shows, and takes the earliest once two looks PARENT_SETTLE_S apart (longer on a slow server) agree."""
+    then id) shows, and takes the earliest once two looks PARENT_SETTLE_S apart (longer on a slow server) agree.
+    The one taken is marked settled (SETTLED_TAG) and comes first from then on: a creator that was slower than
+    those looks (a loaded store) joins it even where its clock lags and its own run is dated earlier."""
     if isinstance(client, SqlTracking):
-        return client.find_or_create_run(experiment_id, {**identity, **tags}, run_name=run_name, identity=list(identity))
+        return client.find_or_create_run(experiment_id, {**identity, **tags, SETTLED_TAG: "true"}, run_name=run_name, identity=list(identity))
 
     def first():
         return min(find_runs(client, [experiment_id], identity, max_results=100), key=_order, default=None)
 
     found = first()
-    while found is not None and abs(time.time() * 1000 - (found.info.start_time or 0)) < 60_000:  # a new one may yet lose to another
-        time.sleep(PARENT_SETTLE_S)
-        again = first()
-        if again is not None and again.info.run_id == found.info.run_id:
-            break
-        found = again
+    deadline = time.monotonic() + SETTLE_WAIT_S
+    while found is not None and _contested(found) and time.monotonic() < deadline:
+        time.sleep(PARENT_SETTLE_S)  # another radt's new run: taken once its creator settled it (or its creator is gone)
+        found = first()
     if found is not None:
         return found, False
     began = time.monotonic()
     mine = client.create_run(experiment_id, run_name=run_name, tags={**identity, **tags})
     settle = max(PARENT_SETTLE_S, 2 * (time.monotonic() - began))  # a loaded server creates slowly for the others too
+    deadline = time.monotonic() + SETTLE_WAIT_S
     winner, mine_deleted = None, False
-    for _look in range(6):  # the earliest run, once every creator sees it, never changes: look until two looks agree
+    while True:
         time.sleep(settle)
         now = first() or mine
-        if now.info.run_id != mine.info.run_id and not mine_deleted:
-            client.delete_run(mine.info.run_id)
-            mine_deleted = True
-        if winner is not None and now.info.run_id == winner.info.run_id:
-            break
+        if now.info.run_id != mine.info.run_id:
+            if not mine_deleted:
+                client.delete_run(mine.info.run_id)
+                mine_deleted = True
+            if _settled(now) or time.monotonic() > deadline:  # only its creator settles a run: another's is taken once settled
+                return now, False
+        elif winner is not None and winner.info.run_id == mine.info.run_id:  # two looks agree: mine is the earliest
+            client.set_tag(mine.info.run_id, SETTLED_TAG, "true")
+            return mine, True
         winner = now
-    return winner, winner.info.run_id == mine.info.run_id
 
 
-def _order(run) -> tuple[int, str]:
-    """Runs in the order they started (the id breaks a tie): the same order for every radt that asks."""
-    return (run.info.start_time or 0, run.info.run_id)
+def _settled(run) -> bool:
+    return run.data.tags.get(SETTLED_TAG) == "true"
+
+
+def _contested(run) -> bool:
+    """A run that may yet lose to another radt's: not settled, RUNNING, and started in the last minute or in the future by
+    this host's clock (a lagging clock dates a new run in the past, a leading one in the future). An ended workload, or
+    one an older radt made long ago, is taken at once."""
+    age_ms = time.time() * 1000 - (run.info.start_time or 0)
+    return not _settled(run) and run.info.status == "RUNNING" and age_ms < 60_000
+
+
+def _order(run) -> tuple[int, int, str]:
+    """A settled run first, then in the order they started (the id breaks a tie): the same order for every radt that asks."""
+    return (0 if _settled(run) else 1, run.info.start_time or 0, run.info.run_id)
 
 
 def search_literal(value: str) -> str | None:

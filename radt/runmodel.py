@@ -49,6 +49,7 @@ RUNS_TAG = "radt.runs"  # a CSV workload's parent: how many runs it has
 IMPORTED_TAG = "radt.imported"  # `radt import`: the files a run was made from
 MONITOR_TAG = "radt.monitor"  # `radt monitor`: a run without a training script
 DEMO_TAG = "radt.demo"  # `radt demo`: made-up data, marked as such
+SETTLED_TAG = "radt.settled"  # a parent run its creator took after its looks agreed: later creators join it, whatever their clocks say
 PROMETHEUS_TAG = "radt.prometheus"  # `radt import --prometheus`: "<url> <n> points" read from the cluster's Prometheus
 PROMETHEUS_GAP_TAG = "radt.prometheus_gap"  # the one-line reason Prometheus series are missing (unreachable, refused, no series)
 
