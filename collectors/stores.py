@@ -73,7 +73,6 @@ class SqlMetricStore:
             from sqlalchemy.dialects.sqlite import insert
         else:
             raise ValueError(f"the bulk path supports PostgreSQL and SQLite, not {dialect}")
-        self._insert = insert
         self._tables = False  # radt's rollup tables checked (made on the first write: opening never connects)
         # the statements, built once: building and keying them cost a live writer's call more than running them
         upsert = insert(self.latest)
