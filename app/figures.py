@@ -241,7 +241,7 @@ def overlay_figure(
                             x=_compact(xs),
                             y=_compact(ema(values[1], smoothing)),
                             mode="lines" if len(xs) > 1 else "lines+markers",  # one point is no line: a dot, not nothing
-                            marker={"size": 6, "color": run_colour[run_id]},
+                            marker={"size": 6, "color": run_colour[run_id]} if len(xs) < 2 else None,
                             name=run_name,
                             legendgroup=run_id,
                             showlegend=run_id not in in_legend,

@@ -442,9 +442,7 @@ def _set_covered(conn: sa.Connection, run_id: str, covered: Mapping[str, Latest]
     conn.execute(stmt, rows)
 
 
-def fold_batch(
-    conn: sa.Connection, run_id: str, points: Sequence, before: Mapping[str, Latest], after: Mapping[str, Latest], covered: Mapping | None = None
-) -> int:
+def fold_batch(conn: sa.Connection, run_id: str, points: Sequence, before: Mapping[str, Latest], after: Mapping[str, Latest], covered: Mapping) -> int:
     """A writer's batch, in the transaction that stores its raw points: fold the points the store did not hold into
     the run's rollups and keep fresh series fresh (keep_fresh); rows sent. The caller holds lock_run first.
     `covered`: covered_rows of the batch's keys, where the caller read them with `before` (latest_and_covered)."""
@@ -453,14 +451,11 @@ def fold_batch(
     return written
 
 
-def keep_fresh(
-    conn: sa.Connection, run_id: str, keys: Sequence[str], before: Mapping[str, Latest], after: Mapping[str, Latest], covered: Mapping | None = None
-) -> None:
+def keep_fresh(conn: sa.Connection, run_id: str, keys: Sequence[str], before: Mapping[str, Latest], after: Mapping[str, Latest], covered: Mapping) -> None:
     """Mark the batch's series covered up to MLflow's new latest row. `before`/`after`: latest_metrics of the batch's
     keys before and after the batch. A series stays fresh when its rollups covered MLflow's latest row before the
-    batch, or when it had no points at all; one that was stale stays stale (its next draw rebuilds it)."""
-    if covered is None:
-        covered = covered_rows(conn, [run_id], keys)
+    batch, or when it had no points at all; one that was stale stays stale (its next draw rebuilds it). `covered`:
+    covered_rows of the keys, read with `before`."""
     fresh = {
         k: after[k]
         for k in keys

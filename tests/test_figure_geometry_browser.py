@@ -13,7 +13,7 @@ import pytest
 from radt.app.export import ExportStyle, figure_for, image_bytes
 from radt.app.exportcli import _open_store
 from radt.app.views import View, view_runs
-from tests.support.browser import new_page
+from tests.support.browser import new_page, wait_for_chart
 
 DEMO = ("demo: resnet50 collocation", "demo: bert fine-tuning")
 
@@ -103,7 +103,7 @@ TIP = """() => {
 
 def _draw(page, base: str, view: View) -> None:
     page.goto(base + "?" + "&".join(f"{k}={v}" for k, v in view.to_dict().items()))
-    page.wait_for_function("() => { const g = document.querySelector('#charts .js-plotly-plot'); return g && g._fullData && g._fullData.length > 2; }")
+    wait_for_chart(page)
     page.locator(".chart-legend .legend-table").wait_for()
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.browser import new_page
+from tests.support.browser import new_page, wait_for_chart
 
 DEMO = "demo: resnet50 collocation"
 
@@ -28,14 +28,11 @@ def _experiment(uri: str, name: str) -> tuple[str, list[str]]:
     return experiment, list(data.runs([experiment])["run_id"])
 
 
-DRAWN = "() => { const g = document.querySelector('#charts .js-plotly-plot'); return g && g._fullData && g._fullData.length > 2; }"
-
-
 def test_no_chart_offers_to_upload_its_data_and_no_cell_reads_undefined(filled_store, served, browser):
     experiment, runs = _experiment(filled_store["uri"], DEMO)
     with new_page(browser, width=1440, height=900) as page:
         page.goto(f"{served}?exp={experiment}&runs={','.join(runs)}")
-        page.wait_for_function(DRAWN)
+        wait_for_chart(page)
         page.locator("#charts").hover()
         page.locator("#charts .modebar-btn").first.wait_for()
         titles = page.evaluate("() => Array.from(document.querySelectorAll('.modebar-btn')).map(b => b.getAttribute('data-title'))")
@@ -59,7 +56,7 @@ def test_the_legend_shows_each_of_ten_runs_without_scrolling(filled_store, serve
     second, more = _experiment(filled_store["uri"], "demo: bert fine-tuning")
     with new_page(browser, width=1440, height=900) as page:
         page.goto(f"{served}?exp={first},{second}&runs={','.join(runs + more)}")
-        page.wait_for_function(DRAWN)
+        wait_for_chart(page)
         page.locator(".chart-legend .legend-table").wait_for()
         rows = page.evaluate(
             """() => { const box = document.querySelector('.chart-legend').getBoundingClientRect();

@@ -19,7 +19,7 @@ from plotly.basedatatypes import BaseTraceType
 from radt.app.downsample import envelope
 from radt.app.figures import SVG_POINTS, Panel, line_trace_class
 from radt.catalogue import METRICS, Device
-from tests.support.browser import new_page
+from tests.support.browser import new_page, wait_for_chart
 
 REPO = Path(__file__).resolve().parent.parent
 BUNDLE = REPO / "assets" / "plotly-radt.min.js"
@@ -97,7 +97,7 @@ def test_the_explore_page_draws_with_radts_bundle_and_never_loads_dashs(filled_s
         fetched: list[str] = []
         page.on("request", lambda r: fetched.append(r.url))
         page.goto(f"{served}?exp={demo}&runs=" + ",".join(_demo_runs(demo)))
-        page.wait_for_function("() => { const g = document.querySelector('#charts .js-plotly-plot'); return g && g._fullData && g._fullData.length > 2; }")
+        wait_for_chart(page)
         kinds = page.evaluate("() => [...new Set(document.querySelector('#charts .js-plotly-plot')._fullData.map(t => t.type))]")
         assert kinds == ["scatter"], ("a view of a few runs is drawn in SVG", kinds)
         assert page.locator("#charts .scatterlayer .trace path.js-line").count() > 0

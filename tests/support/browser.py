@@ -108,6 +108,14 @@ def new_page(browser, width: int = 1400, height: int = 1000, **context) -> Itera
 # --- the explore page ------------------------------------------------------------------------------
 
 
+CHARTS_DRAWN_JS = "() => { const g = document.querySelector('#charts .js-plotly-plot'); return g && g._fullData && g._fullData.length > 2; }"
+
+
+def wait_for_chart(page) -> None:
+    """Until the explore page's charts hold more than the empty figure's traces (a view was drawn)."""
+    page.wait_for_function(CHARTS_DRAWN_JS)
+
+
 def drawn_traces(page, axis: str = "y") -> list[dict]:
     """The traces Plotly drew on the chart of `axis` (y = the first chart, SMACT)."""
     return page.evaluate(TRACES_JS, axis) or []
