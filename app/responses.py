@@ -31,7 +31,7 @@ GZIP_LEVEL = 6
 MIN_SIZE = 1024  # smaller bodies are not worth a Content-Encoding
 COMPRESSIBLE = ("application/json", "text/html", "text/css", "application/javascript", "text/javascript", "image/svg+xml")
 STATIC_PREFIXES = ("/_dash-component-suites/", "/assets/")  # Dash's bundles and radt's assets (plotly-radt.min.js is 1.5 MB): compressed once per worker
-_static: dict[tuple[str, int], bytes] = {}
+_static: dict[tuple[str, int, str | None], bytes] = {}
 
 
 @dataclass
@@ -164,7 +164,8 @@ def keep_and_compress(response: flask.Response) -> flask.Response:
     if len(body) < MIN_SIZE:
         return response
     if static:
-        memo = (flask.request.full_path, len(body))  # an asset's URL carries its modification time (?m=...)
+        # the file as served (path, size, validator), never the query string: a client choosing ?m=1, ?m=2, ... gets the one entry
+        memo = (flask.request.path, len(body), response.get_etag()[0])
         if memo not in _static:
             _static[memo] = gzip.compress(body, GZIP_LEVEL)
         response = _encoded(response, _static[memo])

@@ -137,6 +137,26 @@ def test_responses_are_gzipped_for_clients_that_accept_gzip(store_uri, dashboard
     assert layout.headers["Content-Encoding"] == "gzip" and json.loads(gzip.decompress(layout.data))
 
 
+def test_radts_assets_are_gzipped_once_whatever_query_a_client_adds(store_uri, dashboard_app):
+    """plotly-radt.min.js (1.5 MB) is sent gzipped with a weak validator that still answers 304; a client that varies the
+    query string (?m=1, ?m=2, ...) to fill the server's memory of compressed files gets the one entry, not one each."""
+    from radt.app import responses
+
+    app = dashboard_app()
+    client = app.server.test_client()
+    gz = {"Accept-Encoding": "gzip"}
+    first = client.get("/assets/plotly-radt.min.js", headers=gz)
+    assert first.status_code == 200 and first.headers["Content-Encoding"] == "gzip" and "Accept-Ranges" not in first.headers
+    assert gzip.decompress(first.data).startswith(b"/* plotly.js ")
+    tag = first.headers["ETag"]
+    assert tag.startswith('W/"'), tag
+    assert client.get("/assets/plotly-radt.min.js", headers=gz | {"If-None-Match": tag}).status_code == 304
+    held = len(responses._static)
+    for n in range(50):
+        assert client.get(f"/assets/plotly-radt.min.js?m={n}", headers=gz).data == first.data
+    assert len(responses._static) == held, "one compressed copy per file, not per query string"
+
+
 def test_the_baseline_switches_turn_both_off(store_uri, dashboard_app, monkeypatch):
     monkeypatch.setenv("RADT_RESPONSE_CACHE", "0")
     monkeypatch.setenv("RADT_COMPRESS", "0")
