@@ -23,6 +23,7 @@ from plotly.subplots import make_subplots
 from radt.app.compare import METHODS
 from radt.app.palette import PALETTE, colors, dash_of
 from radt.catalogue import METRICS, unit_text
+from radt.errors import UserError
 
 RATIO = unit_text(METRICS["sm_active"])  # '0–1': the unit of SMACT and SMOCC, as every page writes it
 
@@ -58,7 +59,7 @@ NO_COMMAND = "(no command)"  # a run that recorded neither a command nor radT's 
 POINT_SPREAD = 0.28  # a run's point sits this share of its box's width either side of the centre (by its id: stable)
 
 
-class FigureError(ValueError):
+class FigureError(UserError, ValueError):
     """A comparison figure that cannot be drawn from these runs; the message says what to pick instead."""
 
 

@@ -28,6 +28,7 @@ import plotly.graph_objects as go
 
 from radt.app import data
 from radt.app.views import EXPORT_BUDGET, View, render, view_runs, x_range
+from radt.errors import UserError
 
 CSS_DPI = 96  # Plotly's pixel is a CSS pixel: 96 per inch
 SIZES = {  # width in inches, height of one chart row in inches (slide: the whole 16:9 page)
@@ -51,7 +52,7 @@ MAX_COLUMNS = {"single-column": 1, "double-column": 2, "slide": 3}
 MAX_PIXELS = 50_000_000  # a PNG's width × height: 2400 dpi on a tall figure would take the server gigabytes of memory
 
 
-class ExportError(ValueError):
+class ExportError(UserError, ValueError):
     """An export that cannot be made; the message says what to do."""
 
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from radt.options import store_parent
 from radt.settings import tracking_uri
 
 METRICS_LISTED = 8  # the metrics an unknown --metric's message names; the dashboard's list has them all
@@ -17,6 +18,7 @@ def export_parser() -> argparse.ArgumentParser:
     from radt.cli import OneLineParser  # mistakes in one line, like the rest of radt
 
     parser = OneLineParser(
+        parents=[store_parent()],
         prog="radt export",
         description="Export a comparison figure or the data behind it: from a view saved in the dashboard (--view), or from runs picked by "
         "--experiment/--workload/--run and --metric.",
@@ -51,7 +53,6 @@ def export_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mono", action="store_true", help="monochrome: dash styles and markers instead of colours")
     parser.add_argument("--legend", choices=LEGENDS, default="top")
     parser.add_argument("--dpi", type=int, default=300, help="PNG resolution (default 300)")
-    parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
     parser.add_argument(
         "--table",
         action="store_true",
@@ -116,17 +117,19 @@ def _open_store(uri: str) -> None:
     from flask import Flask
 
     from radt.app.cache import CACHE
+    from radt.app.export import ExportError
     from radt.app.state import STATE, connect_store
 
     CACHE.init_app(Flask("radt-export"), config={"CACHE_TYPE": "NullCache", "CACHE_NO_NULL_WARNING": True})
     connect_store(uri)
     if STATE.error:
-        raise ValueError(STATE.error)
+        raise ExportError(STATE.error)
 
 
 def _view(opts: argparse.Namespace):
     """The view to export: the saved one (narrowed by --metric/--x/--grouped), or one built from the run picks."""
     from radt.app import data
+    from radt.app.export import ExportError
     from radt.app.views import View, load_view, metric_spec
 
     if opts.view:
@@ -141,7 +144,7 @@ def _view(opts: argparse.Namespace):
         if opts.run:
             table = table[table["run_id"].isin(opts.run)]
         if table.empty:
-            raise ValueError(
+            raise ExportError(
                 f"no runs in experiment {', '.join(opts.experiment)}"
                 + (f" workload {', '.join(opts.workload)}" if opts.workload else "")
                 + "; check the names in the dashboard"
@@ -157,7 +160,7 @@ def _view(opts: argparse.Namespace):
     if opts.gpu:
         bad = [g for g in opts.gpu if not g.strip().isdigit()]
         if bad:
-            raise ValueError(f"--gpu {bad[0]} is not a GPU index; give the index the dashboard shows, e.g. --gpu 0")
+            raise ExportError(f"--gpu {bad[0]} is not a GPU index; give the index the dashboard shows, e.g. --gpu 0")
         view.gpus = sorted({int(g) for g in opts.gpu})
     if opts.gpu_mean:
         view.gpu_mode = "mean"
@@ -166,6 +169,7 @@ def _view(opts: argparse.Namespace):
 
 def _check_metrics(names: list[str], specs: list[str], run_ids: list[str]) -> None:
     """A --metric that none of the runs stored is a typo: refused before anything is written, naming the metrics they have."""
+    from radt.app.export import ExportError
     from radt.app.runs import keys_by_run, present_metrics
     from radt.app.series import own_keys
     from radt.app.state import STATE
@@ -179,7 +183,7 @@ def _check_metrics(names: list[str], specs: list[str], run_ids: list[str]) -> No
             continue
         have = catalogued + own_keys(stored)
         listed = ", ".join(have[:METRICS_LISTED]) + (f" and {len(have) - METRICS_LISTED} more" if len(have) > METRICS_LISTED else "")
-        raise ValueError(
+        raise ExportError(
             f"--metric {name}: none of the {len(run_ids)} run(s) stored it; give one they have ({listed or 'none'}), "
             "as the dashboard's metric list names them; nothing written"
         )
@@ -192,13 +196,14 @@ def _workload_matches(label: str, workload_id: str, wanted: list[str]) -> bool:
 
 
 def _experiment_id(name: str) -> str:
+    from radt.app.export import ExportError
     from radt.app.runs import list_experiments
     from radt.app.state import STATE
 
     for exp in list_experiments(STATE.engine):
         if name in (str(exp["experiment_id"]), exp["name"]):
             return str(exp["experiment_id"])
-    raise ValueError(f"no experiment '{name}' in this store; give its name or id as the dashboard lists it")
+    raise ExportError(f"no experiment '{name}' in this store; give its name or id as the dashboard lists it")
 
 
 def _warn_missing(missing: dict[str, list[str]]) -> None:

@@ -36,9 +36,10 @@ from radt.app.cache import LISTING_TIMEOUT
 from radt.app.state import STATE
 from radt.app.store import LATEST, chunks, plain_rows
 from radt.catalogue import METRICS, unit_text
+from radt.errors import UserError
 
 
-class FilterError(ValueError):
+class FilterError(UserError, ValueError):
     """A run filter that cannot be read; the message (one line) says what to change."""
 
 

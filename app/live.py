@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
-from radt import catalogue
+from radt import catalogue, settings
 from radt.app.runs import describe_runs, run_rows
 from radt.app.store import EXPERIMENTS, LATEST, METRICS, Series, chunks, plain_rows
 from radt.runmodel import HOST_TAG, INTERVAL_TAG
@@ -73,10 +73,12 @@ def live_runs(engine: sa.Engine, now_ms: int | None = None, linger_ms: int = LIN
 
 
 def _interval(params: Mapping[str, str]) -> float:
+    """The run's sampling interval as it recorded it (radt's default where it did not)."""
+    default = settings.INTERVAL.default
     try:
-        return max(0.1, float(params.get(INTERVAL_TAG) or params.get("interval") or 1.0))
+        return max(settings.MIN_INTERVAL, float(params.get(INTERVAL_TAG) or params.get("interval") or default))
     except ValueError:
-        return 1.0
+        return default
 
 
 def latest_values(engine: sa.Engine, run_ids: Sequence[str]) -> dict[str, dict[str, tuple[float, int]]]:

@@ -13,12 +13,12 @@ import sys
 from radt.app.dashboard import create_app
 from radt.app.state import STATE
 from radt.cli import OneLineParser
+from radt.options import store_parent
 from radt.settings import check_settings, display_uri
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(prog="radt dashboard", description="radt dashboard")  # a mistake in one line, like radt's commands
-    parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
+    parser = OneLineParser(parents=[store_parent()], prog="radt dashboard", description="radt dashboard")  # a mistake in one line, like radt's commands
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8050)
     parser.add_argument("--cache", help="simple (default), null, or a redis:// URL")

@@ -27,6 +27,7 @@ from radt import mlflowdb, rollups, summarytable
 from radt.app.summaries import SUMMARY_VERSION
 from radt.app.summarystore import store_summaries
 from radt.errors import UserError
+from radt.options import store_parent
 from radt.settings import STORE_TIMEOUT, display_uri, tracking_uri
 
 LIVE_STATUSES = ("RUNNING", "SCHEDULED")  # their runs still grow: never cut
@@ -248,12 +249,12 @@ def main(argv: list[str]) -> int:
     from radt.cli import OneLineParser  # mistakes in one line, like the rest of radt
 
     parser = OneLineParser(
+        parents=[store_parent()],
         prog="radt retain",
         description="Drop the raw points of ended runs older than --raw from MLflow's metrics table; radt's rollups, each run's "
         "summary and MLflow's latest values stay. Nothing happens unless this is run (e.g. daily from cron).",
     )
     parser.add_argument("--raw", required=True, metavar="DURATION", help="keep raw points this recent: days or hours, e.g. 30d or 12h")
-    parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
     parser.add_argument("--dry-run", action="store_true", help="count what would be dropped; change nothing")
     args = parser.parse_args(argv)
     keep_ms = parse_duration(args.raw)

@@ -27,7 +27,7 @@ STATE = DashboardState()
 
 def connect_store(uri: str) -> None:
     """Point the dashboard at `uri`: a read-only engine, or the one-line reason it cannot read it."""
-    from radt.app.store import StoreUnavailable, check_store, make_read_engine
+    from radt.app.store import StoreUnreadable, check_store, make_read_engine
     from radt.settings import display_uri
 
     if STATE.engine is not None:
@@ -46,7 +46,7 @@ def connect_store(uri: str) -> None:
         return
     try:
         check_store(engine)
-    except StoreUnavailable as exc:
+    except StoreUnreadable as exc:
         STATE.engine, STATE.error = engine, str(exc)
         return
     STATE.engine, STATE.error = engine, None

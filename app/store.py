@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from radt import mlflowdb
 from radt.app import deadline
+from radt.errors import UserError
 
 # MLflow's tables as radt's core spells them (the tracker writes the same objects)
 EXPERIMENTS = mlflowdb.experiments
@@ -33,7 +34,7 @@ CHUNK = 500  # ids per IN list (SQLite's old limit is 999 variables per statemen
 Series = tuple[np.ndarray, np.ndarray]
 
 
-class StoreUnavailable(RuntimeError):
+class StoreUnreadable(UserError, RuntimeError):
     """The store cannot be read; the message is one line for the page."""
 
 
@@ -82,7 +83,7 @@ def make_read_engine(uri: str, *, pool_size: int = 5, statement_timeout_ms: int 
 
 
 def check_store(engine: sa.Engine) -> None:
-    """Raise StoreUnavailable (one line: which store, why) unless MLflow's tables can be read."""
+    """Raise StoreUnreadable (one line: which store, why) unless MLflow's tables can be read."""
     where = _describe(engine.url)
     try:
         with engine.connect() as conn:
@@ -93,7 +94,7 @@ def check_store(engine: sa.Engine) -> None:
         reason = text.splitlines()[0][:300] if text else type(exc).__name__
         if "no such table" in reason or ("does not exist" in reason and "relation" in reason):
             reason = f"not an MLflow tracking store ({reason})"
-        raise StoreUnavailable(f"cannot read the tracking store {where}: {reason}") from exc
+        raise StoreUnreadable(f"cannot read the tracking store {where}: {reason}") from exc
 
 
 def _describe(url: sa.URL) -> str:

@@ -19,6 +19,7 @@ from radt.app import data, deadline
 from radt.app.data import DEFAULT_METRICS, X_MODES, spec_metric
 from radt.app.figures import GPU_MODES, MAX_COLUMNS, Panel, overlay_figure
 from radt.catalogue import METRICS
+from radt.errors import UserError
 
 VIEW_VERSION = 1
 SCREEN_BUDGET = 2000  # points per series sent to the browser
@@ -37,7 +38,7 @@ ZOOM_LIMITS = {"relative": 1e9, "step": 9e15}  # |x| of a zoom: minutes (1,900 y
 WALL_LIMITS = (pd.Timestamp("1970-01-01"), pd.Timestamp("2200-01-01"))  # a wall-clock zoom: MLflow's epoch ms, in pandas' ns range
 
 
-class ViewError(ValueError):
+class ViewError(UserError, ValueError):
     """A view that cannot be drawn; the message says what to change."""
 
 

@@ -17,6 +17,7 @@ from radt.cli import OneLineParser
 from radt.collectors.command import UsageError, build_command, check_name, check_numbers, check_script
 from radt.collectors.listeners import DEFAULT, ListenerError, parse_listeners, parse_profiler
 from radt.collectors.profilers import check_profiler
+from radt.options import recording_parent, store_parent
 from radt.settings import check_radt_home, tracking_uri
 
 
@@ -45,6 +46,7 @@ def check_host(text: str, option: str = "--host") -> str:
 
 def run_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
+        parents=[store_parent(), recording_parent("at exit")],
         prog="radt",
         description="Track a training script's hardware metrics in MLflow: radt [options] train.py [script args]. "
         "Run a whole experiment of collocated workloads: radt [--dry-run] [--rerun] experiment.csv. "
@@ -78,18 +80,15 @@ def run_parser() -> argparse.ArgumentParser:
         help="this node's name as its exporter labels it in Prometheus (Hostname or hostname; a pod or container has another name "
         "of its own), also the run's radt.host tag; default RADT_HOST, else this machine's host name",
     )
-    parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples (0.1 or more; default 1)")
     parser.add_argument("--max-epoch", type=int, help="stop the training cleanly after this epoch (radt.run() context)")
     parser.add_argument("--max-time", type=float, help="stop the training cleanly after this many minutes")
     parser.add_argument("--manual", action="store_true", help="start sampling when the script enters 'with radt.run()'")
-    parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
     parser.add_argument(
         "--artifacts",
         metavar="URI",
         help="where new experiments keep their artifacts (logs, nsys/ncu reports) as URI/<experiment>: a folder every host mounts, "
         "mlflow-artifacts://HOST:5000/path (an mlflow server's), s3://bucket/path...; default RADT_ARTIFACT_URI, else ~/.radt/artifacts",
     )
-    parser.add_argument("--flush-timeout", type=float, default=60.0, help="seconds to keep trying an unreachable store at exit (default 60)")
     parser.add_argument("--dry-run", action="store_true", help="CSV experiments: print the plan (workloads, devices, set-up, commands) and start nothing")
     parser.add_argument("--rerun", action="store_true", help="CSV experiments: run FAILED workloads again (FINISHED ones are always skipped)")
     parser.add_argument(

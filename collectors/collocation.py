@@ -18,6 +18,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+from radt.errors import UserError
+
 MIG_PROFILE = re.compile(r"^\d+g\.\d+gb(\+\w+)?$")  # 1g.10gb, 3g.40gb, 1g.10gb+me
 _LGIP_ROW = re.compile(r"^\|\s*(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)/(\d+)\s")
 _GPU_LINE = re.compile(r"^GPU\s+(\d+):.*\(UUID:\s*(GPU-[^)\s]+)\)")
@@ -25,7 +27,7 @@ _MIG_LINE = re.compile(r"^\s+MIG\s.*\(UUID:\s*(MIG-[^)\s]+)\)")
 TOOL_TIMEOUT = 120  # seconds; instance creation on a busy driver takes a few
 
 
-class CollocationError(RuntimeError):
+class CollocationError(UserError, RuntimeError):
     """A collocation set-up that cannot be done; the message says what to do."""
 
 

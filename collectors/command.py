@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from radt import settings
 from radt.errors import UserError
 from radt.runmodel import WORKLOAD_PREFIX
 
@@ -125,9 +126,10 @@ def check_name(kind: str, value: str | None, label: str) -> None:
 
 def check_numbers(interval: float | None, max_time: float | None, max_epoch: int | None, flush_timeout: float | None) -> None:
     """--interval, --max-time, --max-epoch and --flush-timeout: finite, and in range (argparse only checks they are numbers)."""
-    if interval is not None and not (math.isfinite(interval) and interval >= 0.1):
+    floor = settings.MIN_INTERVAL
+    if interval is not None and not (math.isfinite(interval) and interval >= floor):
         problem = "is too short" if math.isfinite(interval) else "is not a finite number"
-        raise UsageError(f"--interval {interval:g} {problem}; use 0.1 seconds or more")
+        raise UsageError(f"--interval {interval:g} {problem}; use {floor:g} seconds or more")
     if max_time is not None and not (math.isfinite(max_time) and max_time > 0):
         raise UsageError(f"--max-time {max_time:g} is not a positive number of minutes; give e.g. --max-time 90, or leave it out for no limit")
     if max_epoch is not None and max_epoch < 0:

@@ -58,6 +58,8 @@ import numpy as np
 from radt.catalogue import MIB, key
 from radt.collectors.stores import open_metric_store
 from radt.collectors.tracking import connect, create_run, redact, resolve_experiment, set_tags
+from radt.errors import UserError
+from radt.options import store_parent
 from radt.points import Point
 from radt.runmodel import DEMO_TAG, EXIT_CODE_TAG, HOST_TAG, INTERVAL_TAG, NOTE_TAG, PID_TAG, POINTS_TAG, ROLE_TAG, USER_TAG, WORKLOAD_ROLE, WORKLOAD_TAG
 from radt.settings import default_store_uri, is_database_uri, tracking_uri
@@ -512,6 +514,10 @@ def _retire(client, experiment) -> str:
     return new_name
 
 
+class DemoError(UserError, ValueError):
+    """A store the demo cannot be written into as it is; the message says what to change."""
+
+
 def write_demo(
     uri: str, minutes: float = DEFAULT_MINUTES, seed: int = 0, reset: bool = False, report: Callable[[str], None] = print, now_ms: int | None = None
 ) -> Summary:
@@ -520,7 +526,7 @@ def write_demo(
     found = {spec.name: client.get_experiment_by_name(spec.name) for spec in EXPERIMENTS}
     for name, experiment in found.items():
         if experiment is not None and experiment.tags.get(DEMO_TAG) != "true":
-            raise ValueError(f"an experiment named '{name}' exists and is not radt demo data; rename it (or delete it for good with 'mlflow gc') first")
+            raise DemoError(f"an experiment named '{name}' exists and is not radt demo data; rename it (or delete it for good with 'mlflow gc') first")
     complete = all(e is not None and e.lifecycle_stage == "active" and e.tags.get(COMPLETE_TAG) == "true" for e in found.values())
     if complete and not reset:
         summary.skipped = True
@@ -638,8 +644,9 @@ def _write_workload(
 def main(argv: list[str]) -> int:
     from radt.cli import OneLineParser
 
-    parser = OneLineParser(prog="radt demo", description="Write a demo experiment set (clearly named 'demo: ...') into the tracking store.")
-    parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
+    parser = OneLineParser(
+        parents=[store_parent()], prog="radt demo", description="Write a demo experiment set (clearly named 'demo: ...') into the tracking store."
+    )
     parser.add_argument(
         "--minutes", type=float, default=DEFAULT_MINUTES, help=f"length of the run alone; collocated runs take up to ~2x (default {DEFAULT_MINUTES:g})"
     )

@@ -19,6 +19,7 @@ from pathlib import Path
 from radt.collectors.collocation import MIG_PROFILE, CollocationError, MigProfile
 from radt.collectors.command import UsageError, build_command, check_name
 from radt.collectors.listeners import ListenerError, parse_listeners, parse_profiler
+from radt.errors import UserError
 from radt.runmodel import run_letter
 
 COLUMNS = ("Experiment", "Workload", "Status", "Run", "Devices", "Collocation", "File", "Listeners", "Params")
@@ -27,8 +28,8 @@ EXTRA_COLUMNS = ("SlurmJob",)  # written by radt where a run needs it (--slurm: 
 DEFAULT_LISTENERS = "smi+top"  # radT's default, minus dcgmi, which needs a running nv-hostengine
 
 
-class CsvError(ValueError):
-    """The file cannot be used at all (unreadable, no header); the message says what to do."""
+class CsvError(UserError, ValueError):
+    """The file or one of its cells cannot be used (unreadable, no header, a bad Devices or Collocation); the message says what to do."""
 
 
 @dataclass
@@ -231,7 +232,7 @@ def parse_devices_cell(text: str) -> list[int | str] | None:
         return None
     parts = [p.strip() for p in text.replace(",", "+").split("+")]
     if not all(p.isdigit() or (p.startswith("GPU-") and len(p) > 4) for p in parts):
-        raise ValueError(f"Devices '{text}' is not a GPU index list; write 0, 1+2, a GPU UUID (GPU-...), or - for no GPU")
+        raise CsvError(f"Devices '{text}' is not a GPU index list; write 0, 1+2, a GPU UUID (GPU-...), or - for no GPU")
     return sorted({int(p) for p in parts if p.isdigit()}) + list(dict.fromkeys(p for p in parts if not p.isdigit()))
 
 
@@ -240,10 +241,10 @@ def resolve_uuids(devices: list[int | str], uuids: list[str] | None) -> list[int
     indices = {d for d in devices if isinstance(d, int)}
     for token in (d for d in devices if isinstance(d, str)):
         if uuids is None:
-            raise ValueError(f"Devices {token}: NVML is unavailable here, so the UUID cannot be matched to a GPU; write nvidia-smi's index instead")
+            raise CsvError(f"Devices {token}: NVML is unavailable here, so the UUID cannot be matched to a GPU; write nvidia-smi's index instead")
         found = [i for i, u in enumerate(uuids) if u.lower().startswith(token.lower())]
         if len(found) != 1:
-            raise ValueError(f"Devices {token} is {'no GPU' if not found else 'more than one GPU'} of this machine (nvidia-smi -L lists them); fix Devices")
+            raise CsvError(f"Devices {token} is {'no GPU' if not found else 'more than one GPU'} of this machine (nvidia-smi -L lists them); fix Devices")
         indices.add(found[0])
     return sorted(indices)
 
@@ -263,7 +264,7 @@ def parse_collocation(text: str) -> str:
     profile = value.removeprefix("MIG ").strip().lower()
     if MIG_PROFILE.match(profile):
         return profile
-    raise ValueError(f"Collocation '{text}' is not -, MPS or a MIG profile such as 1g.10gb or 3g.40gb")
+    raise CsvError(f"Collocation '{text}' is not -, MPS or a MIG profile such as 1g.10gb or 3g.40gb")
 
 
 def plan(exp: ExperimentFile, machine: Machine, *, rerun: bool = False) -> tuple[list[Workload], list[str]]:

@@ -23,6 +23,8 @@ from typing import NamedTuple
 
 import pynvml
 
+from radt.errors import UserError
+
 TAG_CHARS = 8000  # MLflow's limit on a tag value
 PCI_BUS_ID = "PCI_BUS_ID"
 _INDEX = re.compile(r"^\d+")  # CUDA reads an index like strtoul: "1gpu" is 1 (PyTorch's emulation agrees)
@@ -34,7 +36,7 @@ class NvmlUnavailable(Exception):
     """NVML cannot be loaded or cannot list the GPUs; the message is NVML's reason."""
 
 
-class DeviceError(ValueError):
+class DeviceError(UserError, ValueError):
     """A `-d` entry this machine lacks; the message names it and the fix."""
 
 
@@ -359,7 +361,9 @@ def device_tokens(spec: str | None) -> list[int | str] | None:
         elif part.startswith(("GPU-", "MIG-")) and len(part) > 4:
             tokens.append(part)
         else:
-            raise ValueError(f"bad -d '{spec}': give GPU indices (nvidia-smi's numbering) or GPU-/MIG- UUIDs joined with '+', e.g. -d 0, -d 0+1 or -d GPU-8a1c")
+            raise DeviceError(
+                f"bad -d '{spec}': give GPU indices (nvidia-smi's numbering) or GPU-/MIG- UUIDs joined with '+', e.g. -d 0, -d 0+1 or -d GPU-8a1c"
+            )
     return list(dict.fromkeys(tokens))
 
 

@@ -19,10 +19,13 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import NamedTuple
 
+from radt import settings
 from radt.collectors.parsers import _smi_timestamp, detect_format, parse_dcgmi_dmon, parse_nvidia_smi_csv, parse_top_batch
 from radt.collectors.stores import open_metric_store
 from radt.collectors.toolmetrics import EnergyBaseline, dmon_metrics, smi_metrics, top_metrics
 from radt.collectors.tracking import connect, create_run, resolve_experiment, set_tags
+from radt.errors import UserError
+from radt.options import store_parent
 from radt.points import Point
 from radt.runmodel import (
     DEVICES_TAG,
@@ -45,6 +48,14 @@ from radt.runmodel import (
 from radt.settings import display_uri, tracking_uri
 
 CHUNK = 50_000
+
+
+class BadImport(UserError, ValueError):
+    """A log or an option `radt import` cannot use; the message names it and the fix (nothing is imported)."""
+
+
+class MissingLog(BadImport, FileNotFoundError):
+    """A log path that is not a file."""
 
 
 def _lines(path: Path) -> list[str]:
@@ -75,7 +86,7 @@ def check_timestamps(path: Path, fmt: str) -> None:
                 continue  # not a sample line (the parser skips it too), or the header repeated
             stamp = _smi_timestamp(cells[column])
             if stamp is None or stamp < 0:
-                raise ValueError(
+                raise BadImport(
                     f"{path}:{number}: timestamp '{cells[column][:40]}' is not a time as nvidia-smi writes it (2023/02/21 15:16:55.262); "
                     "fix or delete the line; nothing imported"
                 )
@@ -87,7 +98,7 @@ def check_timestamps(path: Path, fmt: str) -> None:
             parts = clock.group(1).split(":")
             ok = len(parts) == 3 and all(p.isdigit() for p in parts) and int(parts[0]) < 24 and int(parts[1]) < 60 and int(parts[2]) < 60
             if not ok:
-                raise ValueError(
+                raise BadImport(
                     f"{path}:{number}: top's clock '{clock.group(1)[:40]}' is not a time of day (15:16:05); fix or delete the line; nothing imported"
                 )
 
@@ -175,11 +186,11 @@ def build_points(
     formats = {}
     for path in paths:
         if not path.is_file():
-            raise FileNotFoundError(f"'{path}' not found; give paths to dcgmi dmon, nvidia-smi CSV or top -b logs")
+            raise MissingLog(f"'{path}' not found; give paths to dcgmi dmon, nvidia-smi CSV or top -b logs")
         with open(path, encoding="utf-8", errors="replace") as f:
             fmt = detect_format(f.read(4096))
         if fmt is None:
-            raise ValueError(f"'{path}' is not a dcgmi dmon, nvidia-smi --format=csv or top -b log; nothing imported")
+            raise BadImport(f"'{path}' is not a dcgmi dmon, nvidia-smi --format=csv or top -b log; nothing imported")
         formats[path.name] = fmt
         check_timestamps(path, fmt)
         logs.append((path, fmt, read_log(path, fmt, gpus, process)))
@@ -220,7 +231,7 @@ def parse_gpus(given: str) -> tuple[list[int], list[tuple[int, int]]]:
     for part in (p.strip() for p in given.replace(",", "+").split("+")):
         gpu, _, gi = part.partition(":")
         if not gpu.isdigit() or (gi and not gi.isdigit()) or (_ and not gi):
-            raise ValueError(f"--gpus '{given}' is not a list of GPU indices; give e.g. --gpus 0+1, or 1:3 for GPU 1's MIG slice GPU_I_ID 3")
+            raise BadImport(f"--gpus '{given}' is not a list of GPU indices; give e.g. --gpus 0+1, or 1:3 for GPU 1's MIG slice GPU_I_ID 3")
         gpus.add(int(gpu))
         if gi:
             slices.append((int(gpu), int(gi)))
@@ -283,14 +294,14 @@ def run_parts(run, host: str | None, gpus: str | None) -> list[Part]:
     if not nodes:
         found = tags.get(HOST_TAG) or host
         if not found:
-            raise ValueError(f"run {run.info.run_id} does not say its host (no {HOST_TAG} tag); give --host NODE, the exporter's Hostname")
+            raise BadImport(f"run {run.info.run_id} does not say its host (no {HOST_TAG} tag); give --host NODE, the exporter's Hostname")
         script = tags.get(SCRIPT_START_TAG, ""), tags.get(SCRIPT_END_TAG, "")
         if script[0].isdigit() and script[1].isdigit():  # radt's run: the script's time, as its prometheus listener read
             start_ms, end_ms = int(script[0]), int(script[1])
         option = None if any(isinstance(e.get("index"), int) for e in gpu_entries(tags)) else gpus  # the tag wins, as in _run_gpus
         return [_mine(Part(None, found, *_run_gpus(tags, gpus), start_ms, end_ms), tags, option)]
     if host or gpus:
-        raise ValueError(f"run {run.info.run_id} ran on nodes {', '.join(nodes)}, each tagged with its host and GPUs; drop --host and --gpus")
+        raise BadImport(f"run {run.info.run_id} ran on nodes {', '.join(nodes)}, each tagged with its host and GPUs; drop --host and --gpus")
     parts = []
     for node in nodes:
         own = tags.get(node_tag(node, "script_start_ms"), ""), tags.get(node_tag(node, "script_end_ms"), "")
@@ -348,10 +359,9 @@ def prometheus_main(argv: list[str]) -> int:
     from radt.collectors.sources.prometheus import backfill
     from radt.settings import PROMETHEUS_HOST_LABEL
 
-    parser = OneLineParser(prog="radt import", description="Fill a run with its GPUs' dcgm-exporter series from Prometheus.")
+    parser = OneLineParser(parents=[store_parent()], prog="radt import", description="Fill a run with its GPUs' dcgm-exporter series from Prometheus.")
     parser.add_argument("--prometheus", required=True, help="Prometheus server URL, e.g. http://prometheus:9090")
     parser.add_argument("--run", required=True, help="the run's id")
-    parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
     parser.add_argument("--host", help="the node the run ran on (its exporter's Hostname or hostname), where the run has no radt.host tag")
     parser.add_argument(
         "--gpus", help="GPU indices, e.g. 0+1 (1:3 for GPU 1's MIG slice GPU_I_ID 3), where the run has no radt.gpus tag (default: every GPU of the host)"
@@ -372,7 +382,7 @@ def prometheus_main(argv: list[str]) -> int:
     try:
         run = client.get_run(args.run)
     except Exception:
-        raise ValueError(f"run '{args.run}' not found in {display_uri(uri)}; give a run id of that store (or --store)") from None
+        raise BadImport(f"run '{args.run}' not found in {display_uri(uri)}; give a run id of that store (or --store)") from None
     parts = run_parts(run, args.host, args.gpus)
     try:
         step_s = float(run.data.tags.get(INTERVAL_TAG) or 1.0)
@@ -423,12 +433,13 @@ def main(argv: list[str]) -> int:
         return prometheus_main(argv)
     from radt.cli import OneLineParser  # mistakes in one line, like the rest of radt
 
-    parser = OneLineParser(prog="radt import", description="Import raw dcgmi dmon / nvidia-smi CSV / top -b logs as one run.")
+    parser = OneLineParser(parents=[store_parent()], prog="radt import", description="Import raw dcgmi dmon / nvidia-smi CSV / top -b logs as one run.")
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("-e", "--experiment", help="experiment name or id (created if new)")
     parser.add_argument("-n", "--name", help="run name (default: the first file's name)")
-    parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
-    parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples for logs without timestamps")
+    parser.add_argument(
+        "--interval", type=float, default=settings.INTERVAL.get(), help="seconds between samples for logs without timestamps (default RADT_INTERVAL, 1)"
+    )
     parser.add_argument("--start", help="ISO time of the first sample for logs without timestamps")
     parser.add_argument("--gpus", type=int, help="GPUs per sample in an nvidia-smi log without an index column")
     parser.add_argument("--process", default="python", help="top: the command whose lines are the run's (default python)")
@@ -448,7 +459,7 @@ def main(argv: list[str]) -> int:
     for note in notes:
         print(f"radt import: {note}", file=sys.stderr)
     if not points:
-        raise ValueError("the files hold no samples; nothing imported")
+        raise BadImport("the files hold no samples; nothing imported")
     uri = tracking_uri(args.store)
     client = connect(uri)
     experiment_id = resolve_experiment(client, uri, args.experiment)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from radt.collectors.sources.base import MetricSource
+from radt.errors import UserError
 
 # radT listener -> radt source. `smi` read nvidia-smi, `top`/`ps`/`iostat` read the host.
 ALIASES = {
@@ -25,7 +26,7 @@ PROFILER_ALIASES = {"nsys": "nsys", "ncu": "ncu", "nsys-raw": "nsys-raw", "nsysr
 DEFAULT = "nvml+host"
 
 
-class ListenerError(ValueError):
+class ListenerError(UserError, ValueError):
     """An unknown or unusable listener name; the message names it and the valid ones."""
 
 

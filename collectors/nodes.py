@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
+from radt.errors import UserError
 from radt.points import Point
 from radt.runmodel import SLURM_JOB_TAG, SLURM_NODE_TAG, SLURM_PARTITION_TAG, SLURM_STEP_TAG, node_tag
 
@@ -27,7 +28,7 @@ class Membership(NamedTuple):
     nodes: int | None = None  # how many nodes the Slurm step has
 
 
-class NodeError(ValueError):
+class NodeError(UserError, ValueError):
     """A node id MLflow cannot take as part of a key."""
 
 

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from radt import mlflowdb, rollups
 from radt.collectors.sqltracking import make_engine
 from radt.errors import UserError
+from radt.options import store_parent
 from radt.settings import display_uri, is_database_uri, tracking_uri
 
 PROGRESS_EVERY = 100  # runs per progress line
@@ -64,8 +65,9 @@ def build(uri: str, wanted: list[str] | None = None, out=sys.stderr) -> tuple[in
 def main(argv: list[str]) -> int:
     from radt.cli import OneLineParser  # mistakes in one line, like the rest of radt
 
-    parser = OneLineParser(prog="radt rollup", description="Build the rollups (min/max/mean/last per 10 s, 1 min, 5 min, 20 min) of a store's runs.")
-    parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
+    parser = OneLineParser(
+        parents=[store_parent()], prog="radt rollup", description="Build the rollups (min/max/mean/last per 10 s, 1 min, 5 min, 20 min) of a store's runs."
+    )
     parser.add_argument("--run", action="append", metavar="RUN_ID", help="only this run (repeatable; default: every run)")
     args = parser.parse_args(argv)
     uri = tracking_uri(args.store)

@@ -21,12 +21,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from radt import settings
 from radt.collectors.collocation import CollocationError, MpsDaemon, Setup
 from radt.collectors.command import first_line
 from radt.collectors.experiment import ExperimentFile, Machine, PlannedRun, Workload, collocation_label, plan
 from radt.collectors.nodes import slurm_tags
 from radt.collectors.proctree import catch_stops, child_setup, restore_interrupts
 from radt.collectors.reaper import GATE_PREFIX, add_radts, reap, record_workload, update_workload
+from radt.errors import report
 from radt.runmodel import COLLOCATION_TAG, EXPERIMENT_FILE_TAG, RUNS_TAG, STOP_REASON_TAG
 
 COLOURS = (31, 32, 34, 35, 36, 33)  # radT's: red, green, blue, magenta, cyan, yellow
@@ -39,14 +41,10 @@ class ExperimentOptions:
     store: str
     dry_run: bool = False
     rerun: bool = False
-    interval: float = 1.0
+    interval: float = field(default_factory=settings.INTERVAL.get)
     max_epoch: int | None = None
     max_time: float | None = None
-    flush_timeout: float = 60.0
-
-
-def report(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    flush_timeout: float = field(default_factory=settings.FLUSH_TIMEOUT.get)
 
 
 def describe(exp: ExperimentFile, workloads: list[Workload], rerun: bool) -> str:

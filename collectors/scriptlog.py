@@ -30,7 +30,6 @@ from radt.collectors.writer import CHUNK, StoreTimeout, call_with_deadline
 from radt.points import Point
 from radt.rundir import SCRIPT_ARTIFACTS_DIR, SCRIPT_LOG_FILE, SCRIPT_OFFSET_FILE, write_whole
 
-POLL = 0.2  # seconds between reads of the file while the script runs
 READ_BYTES = 4 << 20  # one read of the file at most
 CHECKPOINT_LAG = 10.0  # seconds (plus the store deadline) after which the healthy writer has written or spooled a point
 MAX_STEP = 2**63 - 1
@@ -252,7 +251,7 @@ class ScriptLog:
         return self
 
     def _loop(self) -> None:
-        while not self._stop.wait(POLL):
+        while not self._stop.wait(settings.SCRIPT_LOG_POLL.get()):
             try:
                 self.read()
                 if self.calls and time.monotonic() >= self._next_try:

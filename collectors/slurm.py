@@ -27,18 +27,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from radt import settings
 from radt.collectors.collocation import MIG_PROFILE, MigInstance, MigProfile, MpsDaemon, Setup
 from radt.collectors.command import UsageError, first_line
 from radt.collectors.experiment import ExperimentFile, Machine, Row, Workload, parse_devices_cell, plan
 from radt.collectors.proctree import catch_stops
-from radt.collectors.scheduler import ExperimentOptions, WorkloadRunner, describe, report
+from radt.collectors.scheduler import ExperimentOptions, WorkloadRunner, describe
+from radt.errors import report
 
 if TYPE_CHECKING:
     from radt.collectors import gpus
 
 JOB_COLUMN = "SlurmJob"
 FOLDER = "slurm"  # next to the CSV: the job scripts, the jobs' output (<workload>-<job>.out) and results (<job>.json)
-POLL = 1.0  # seconds between squeue calls while watching
 CANCEL_WAIT = 120.0  # seconds for cancelled jobs to end before their rows are written KILLED anyway
 FINAL = ("FINISHED", "FAILED", "KILLED")
 PENDING_STATES = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
@@ -426,14 +427,14 @@ class Submitter:
                 if not self.unanswered:
                     say(f"radt: {exc}; asking again")
                 self.unanswered += 1
-                time.sleep(POLL * 5)
+                time.sleep(settings.SLURM_POLL.get() * 5)
                 continue
             self.unanswered = 0
             for job in live:
                 self.update(job, states.get(job.id, JobState("")))
             if all(j.state in FINAL for j in live):
                 continue
-            time.sleep(POLL)
+            time.sleep(settings.SLURM_POLL.get())  # RADT_SLURM_POLL: seconds between squeue calls
         if self.interrupt:
             say(f"radt: stopped; the experiment's jobs are cancelled and their rows KILLED in {self.exp.path}. Run the same command to carry on.")
             return 130

@@ -329,16 +329,12 @@ def run_again(client, run) -> None:
         client.update_run(run.info.run_id, status="RUNNING")
 
 
-PARENT_SETTLE_S = 1.0  # longer than an MLflow server takes to create a run, so the creators started together all see each other's
-SETTLE_WAIT_S = 60.0  # how long a radt waits for another's new run to be settled before it goes with what it sees (its creator gone)
-
-
 def find_or_create(client, experiment_id: str, identity: dict[str, str], tags: dict[str, str], run_name: str | None) -> tuple:
     """The first active run with the `identity` tags, or a new one with them and `tags`: (run, created).
 
     On a database store the lookup and the creation are one locked transaction. Through an MLflow server,
     radts started together may each create one: each creator deletes its own once an earlier one (start time,
-    then id) shows, and takes the earliest once two looks PARENT_SETTLE_S apart (longer on a slow server) agree.
+    then id) shows, and takes the earliest once two looks RADT_PARENT_SETTLE apart (longer on a slow server) agree.
     The one taken is marked settled (SETTLED_TAG) and comes first from then on: a creator that was slower than
     those looks (a loaded store) joins it even where its clock lags and its own run is dated earlier."""
     if isinstance(client, SqlTracking):
@@ -348,16 +344,17 @@ def find_or_create(client, experiment_id: str, identity: dict[str, str], tags: d
         return min(find_runs(client, [experiment_id], identity, max_results=100), key=_order, default=None)
 
     found = first()
-    deadline = time.monotonic() + SETTLE_WAIT_S
+    pause, wait = settings.PARENT_SETTLE.get(), settings.SETTLE_WAIT.get()
+    deadline = time.monotonic() + wait
     while found is not None and _contested(found) and time.monotonic() < deadline:
-        time.sleep(PARENT_SETTLE_S)  # another radt's new run: taken once its creator settled it (or its creator is gone)
+        time.sleep(pause)  # another radt's new run: taken once its creator settled it (or its creator is gone)
         found = first()
     if found is not None:
         return found, False
     began = time.monotonic()
     mine = client.create_run(experiment_id, run_name=run_name, tags={**identity, **tags})
-    settle = max(PARENT_SETTLE_S, 2 * (time.monotonic() - began))  # a loaded server creates slowly for the others too
-    deadline = time.monotonic() + SETTLE_WAIT_S
+    settle = max(pause, 2 * (time.monotonic() - began))  # a loaded server creates slowly for the others too
+    deadline = time.monotonic() + wait
     winner, mine_deleted = None, False
     while True:
         time.sleep(settle)

@@ -12,6 +12,7 @@ import dash
 import pandas as pd
 from dash import ALL, ClientsideFunction, Input, Output, State, callback, clientside_callback, dcc, html
 
+from radt import settings
 from radt.app import data, deadline, responses
 from radt.app.data import DEFAULT_METRICS
 from radt.app.figures import GRAPH_CONFIG, empty_figure, legend_entries
@@ -24,7 +25,7 @@ from radt.pages import comparison, export_panel, ids, legend, run_picker, summar
 
 dash.register_page(__name__, path="/", name="Explore", title="radt · explore", order=0)
 
-LIVE_REDRAW_MS = 5000  # a drawn run still RUNNING: the charts are drawn again this often (the user's zoom kept)
+LIVE_REDRAW_MS = round(settings.LIVE_REDRAW.get() * 1000)  # a drawn run still RUNNING: the charts are drawn again this often (RADT_LIVE_REDRAW)
 
 
 def _runs(experiment_ids: list[str]) -> pd.DataFrame:

@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 from dash import ALL, Input, Output, State, callback, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from radt import catalogue
+from radt import catalogue, settings
 from radt.app import inputs, live
 from radt.app.cache import RUNNING_TIMEOUT
 from radt.app.data import cached
@@ -35,7 +35,7 @@ from radt.pages import ids
 dash.register_page(__name__, path="/live", name="Live", title="radt · live", order=1)
 
 WINDOWS = {1: "1 min", 5: "5 min", 15: "15 min", 60: "60 min"}
-POLL_MS = 1000
+POLL_MS = round(settings.LIVE_POLL.get() * 1000)  # RADT_LIVE_POLL: the page's look at the store for running runs
 STATUS_CLASS = {"RUNNING": "st-running", "SCHEDULED": "st-running", "FINISHED": "st-finished", "FAILED": "st-failed", "KILLED": "st-killed"}
 # A card is one run (its colour, app/palette.py, on the card's edge); its lines are metrics, one colour each (the activity
 # figure's), and its GPUs, nodes and slices one dash style each, as on Explore.
@@ -268,7 +268,7 @@ def _flags(cursor: dict, values: dict, idle: list[int], now_ms: int) -> list:
     flags = []
     newest = max((ts for _v, ts in values.values()), default=None)
     if cursor.get("status") in LIVE_STATUSES:
-        limit = live.STALE_INTERVALS * float(cursor.get("interval") or 1.0) * 1000
+        limit = live.STALE_INTERVALS * float(cursor.get("interval") or settings.INTERVAL.default) * 1000
         if newest is None or now_ms - newest > max(limit, 3000):
             age = "no sample yet" if newest is None else f"no sample for {math.ceil((now_ms - newest) / 1000)} s"
             flags.append(html.Span(f"stale: {age}", className="flag flag-stale"))
@@ -332,7 +332,7 @@ def _cursor(value: object, now_ms: int) -> dict:
     found = cursor.get("key_ts") if isinstance(cursor.get("key_ts"), dict) else {}
     key_ts = {k: inputs.millis(v, ts) for k, v in found.items() if inputs.key(k)}
     status = cursor.get("status") if isinstance(cursor.get("status"), str) else ""
-    interval = inputs.number(cursor.get("interval"), 1.0, 0.1, 3600.0)
+    interval = inputs.number(cursor.get("interval"), settings.INTERVAL.default, settings.MIN_INTERVAL, settings.INTERVAL.high)
     return {"ts": ts, "key_ts": key_ts, "keys": list(dict.fromkeys(k for k in keys if k)), "status": status, "interval": interval}
 
 

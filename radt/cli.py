@@ -46,6 +46,6 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(COMMANDS[name] if name else RUN_COMMAND)
         check_settings()  # and those the command's own modules define (the dashboard's)
         return module.main(argv[1:] if name else argv)
-    except (UserError, ValueError, FileNotFoundError) as exc:
+    except UserError as exc:  # every mistake a user fixes; anything else is radt's bug and keeps its traceback
         print(f"radt{' ' + name if name else ''}: {exc}", file=sys.stderr)
         return 2

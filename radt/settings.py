@@ -31,7 +31,7 @@ DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")  # SQLAlchemy's na
 SERVER_SCHEMES = ("http", "https")  # an `mlflow server`
 
 
-class StoreUriError(ValueError):
+class StoreUriError(UserError, ValueError):
     """A tracking store radt cannot use; the message names it (password masked) and the fix."""
 
 
@@ -255,6 +255,15 @@ def check_settings() -> None:
         setting.validate()
 
 
+def reference() -> str:
+    """Every setting as the README's table (name, default, what it does): tests/test_settings_reference.py keeps the README equal to it."""
+    rows = ["| variable | default | what it sets |", "| --- | --- | --- |"]
+    for setting in SETTINGS:
+        default = _plain(setting.default) if isinstance(setting.default, (int, float)) else (setting.default or "(empty)")
+        rows.append(f"| `{setting.name}` | `{default}` | {setting.doc.replace('|', '/')} |")
+    return "\n".join(rows) + "\n"
+
+
 def is_http_url(text: str) -> bool:
     """An http(s)://host[:port][/path] URL that urllib reads (a Prometheus server)."""
     try:
@@ -388,6 +397,88 @@ CACHE = Setting(
     check=lambda text: text in ("simple", "null") or re.fullmatch(r"rediss?://\S+", text) is not None,
     accepted="simple, null or a redis:// URL",
 )
+
+# --- recording: sampling, delivery, scheduling -------------------------------------------------------------------
+MIN_INTERVAL = 0.1  # the shortest sampling interval radt takes (seconds): below it the sampler's own cost shows in the run
+INTERVAL = Setting(
+    "RADT_INTERVAL",
+    float,
+    1.0,
+    "seconds between samples of a run's hardware metrics (`--interval` wins); also the step of logs without timestamps that `radt import` reads",
+    low=MIN_INTERVAL,
+    high=3600,
+    unit="seconds",
+)
+FLUSH_TIMEOUT = Setting(
+    "RADT_FLUSH_TIMEOUT",
+    float,
+    60.0,
+    "seconds a run keeps trying an unreachable store when it ends, before the points left go to the spool for `radt sync` (`--flush-timeout` wins)",
+    high=DAY,
+    unit="seconds",
+)
+SCRIPT_LOG_POLL = Setting(
+    "RADT_SCRIPT_LOG_POLL", float, 0.2, "seconds between reads of a script's metrics file while it runs", low=0.01, high=60, unit="seconds"
+)
+SLURM_POLL = Setting("RADT_SLURM_POLL", float, 1.0, "seconds between squeue calls while `radt --slurm` watches its jobs", low=0.05, high=3600, unit="seconds")
+PARENT_SETTLE = Setting(
+    "RADT_PARENT_SETTLE",
+    float,
+    1.0,
+    "seconds between two looks at an experiment's parent runs when radts started together create one (longer than an MLflow server takes to create a run)",
+    low=0.01,
+    high=600,
+    unit="seconds",
+)
+SETTLE_WAIT = Setting(
+    "RADT_SETTLE_WAIT",
+    float,
+    60.0,
+    "seconds a radt waits for another radt's new parent run to be settled before it goes with what it sees (its creator gone)",
+    low=0.1,
+    high=DAY,
+    unit="seconds",
+)
+
+# --- dashboard: periods ------------------------------------------------------------------------------------------
+LIVE_POLL = Setting(
+    "RADT_LIVE_POLL",
+    float,
+    1.0,
+    "seconds between the Live page's looks at the store for running runs and their latest values",
+    low=0.1,
+    high=600,
+    unit="seconds",
+)
+LIVE_REDRAW = Setting(
+    "RADT_LIVE_REDRAW",
+    float,
+    5.0,
+    "seconds between redraws of Explore's charts while a drawn run is still running (the user's zoom kept)",
+    low=0.2,
+    high=3600,
+    unit="seconds",
+)
+
+# --- dashboard: its cache -----------------------------------------------------------------------------------------
+FINISHED_TIMEOUT = 3600  # seconds a finished run's cached series live: they never change
+RUNNING_TIMEOUT = 2  # a running run's series grow every sample
+LISTING_TIMEOUT = 5  # experiments and runs lists
+ZOOM_TIMEOUT = 60  # a zoomed window of a run: redraws of the same zoom hit; each new zoom is another entry, gone after a minute
+RESPONSE_TIMEOUT = 600  # a whole draw response of ended runs (app/responses.py); checked against the store on every hit
+CACHE_ENTRIES = Setting(
+    "RADT_CACHE_ENTRIES",
+    int,
+    2000,
+    "entries the one-process (simple) dashboard cache keeps before it drops the oldest",
+    low=1,
+    high=10_000_000,
+    unit="a number of entries",
+)
+RESPONSE_CACHE = Setting(
+    "RADT_RESPONSE_CACHE", int, 1, "1: keep the explore chart's whole response for views of ended runs (app/responses.py); 0: draw every time", high=1
+)
+COMPRESS = Setting("RADT_COMPRESS", int, 1, "1: gzip the dashboard's responses for browsers that accept it; 0: send them as they are", high=1)
 
 # radt's exit status when the script succeeded but points were lost (neither written nor kept on disk);
 # EX_TEMPFAIL of sysexits.h. A failing script's own exit code wins; the message says the loss either way.

@@ -19,7 +19,7 @@ from radt import catalogue
 from radt.app.keys import resolve_keys, resolve_scaled
 from radt.app.runs import RUN_COLUMNS, list_experiments, list_metric_keys, list_runs, list_workloads, present_metrics
 from radt.app.series import load_metric, load_series
-from radt.app.store import RUNS, TAGS, StoreUnavailable, check_store, make_read_engine
+from radt.app.store import RUNS, TAGS, StoreUnreadable, check_store, make_read_engine
 from radt.app.summaries import SUMMARY_COLUMNS, run_summary
 from radt.catalogue import Device
 from tests.support.stores import BASE, NOW, Store, build
@@ -276,15 +276,15 @@ def test_the_read_engine_cannot_write(store_uri):
 def test_an_unreachable_store_is_one_clear_error(tmp_path: Path, pg_uri):
     missing = tmp_path / "nowhere" / "mlflow.db"
     engine = make_read_engine(f"sqlite:///{missing}")
-    with pytest.raises(StoreUnavailable, match=f"sqlite:///{missing}"):
+    with pytest.raises(StoreUnreadable, match=f"sqlite:///{missing}"):
         check_store(engine)
     assert not missing.exists(), "reading never creates a store"
     empty = tmp_path / "empty.db"
     sa.create_engine(f"sqlite:///{empty}").connect().close()
-    with pytest.raises(StoreUnavailable, match="not an MLflow tracking store"):
+    with pytest.raises(StoreUnreadable, match="not an MLflow tracking store"):
         check_store(make_read_engine(f"sqlite:///{empty}"))
     gone = pg_uri.rsplit("/", 1)[0] + "/radt_no_such_database"
-    with pytest.raises(StoreUnavailable, match="radt_no_such_database"):
+    with pytest.raises(StoreUnreadable, match="radt_no_such_database"):
         check_store(make_read_engine(gone.replace("postgresql://", "postgres://")))
     check_store(make_read_engine(pg_uri))
 

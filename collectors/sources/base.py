@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from radt import settings
+
 GPU_SERIES = "system/gpu_"  # what every per-GPU key starts with before a node id goes in (radt.catalogue.key)
 
 
@@ -18,7 +20,7 @@ class SourceUnavailable(Exception):
 class SamplingContext:
     """What a source needs to know about the run it samples."""
 
-    interval: float = 1.0
+    interval: float = settings.INTERVAL.default
     devices: list[int] | None = None  # NVML indices to watch; None: every GPU
     slices: list[tuple[int, int]] = field(default_factory=list)  # MIG slices to watch as their own series: (NVML GPU index, GPU instance id)
     pids: Callable[[], list] = field(default=lambda: [])  # psutil.Process objects of the run's tree

@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from radt import settings
 from radt.catalogue import resolve
 from radt.collectors.promql import (
     CHUNK_S,
@@ -104,7 +105,7 @@ class PrometheusSource(MetricSource):
         self._pids: Callable[[], list] = lambda: []
         self.open_migs: list[int] = []  # the run's GPUs in MIG mode, given whole: the slices its processes use are its
         self.window = WINDOW_S
-        self.interval = 1.0  # the sampler's, for the steps of final_backfill's points
+        self.interval = settings.INTERVAL.default  # the sampler's (open() sets it), for the steps of final_backfill's points
         self.selector = selector(self.host, host_label)
         self.problems: dict[str, str] = {}  # kind -> the line reported once for it
         self.read: set[str] = set()  # exporter metrics seen for the run's GPUs

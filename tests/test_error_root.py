@@ -1,0 +1,120 @@
+"""One error root: every mistake a user fixes is a UserError, the command line catches that one class, names are unique.
+
+A ValueError raised by radt's own bug must keep its traceback (it was printed as a one-line "user mistake" and exit 2);
+a user's mistake must never show one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import subprocess
+import sys
+
+import pytest
+
+import radt
+from radt import cli
+from radt.errors import UserError
+
+# the classes a user's mistake or outage is raised as, by the side that raises it
+USER_FACING = [
+    ("radt.settings", "StoreUriError"),
+    ("radt.settings", "SettingError"),
+    ("radt.settings", "RadtHomeError"),
+    ("radt.artifacts", "ArtifactUriError"),
+    ("radt.collectors.experiment", "CsvError"),
+    ("radt.collectors.nodes", "NodeError"),
+    ("radt.collectors.gpus", "DeviceError"),
+    ("radt.collectors.listeners", "ListenerError"),
+    ("radt.collectors.collocation", "CollocationError"),
+    ("radt.collectors.importer", "BadImport"),
+    ("radt.collectors.importer", "MissingLog"),
+    ("radt.collectors.demo", "DemoError"),
+    ("radt.collectors.command", "UsageError"),
+    ("radt.collectors.tracking", "StoreError"),
+    ("radt.collectors.rollup", "RollupError"),
+    ("radt.app.export", "ExportError"),
+    ("radt.app.views", "ViewError"),
+    ("radt.app.filters", "FilterError"),
+    ("radt.app.aggregates", "FigureError"),
+    ("radt.app.store", "StoreUnreadable"),
+    ("radt.app.retain", "RetainError"),
+]
+
+
+def _modules() -> list:
+    """Every module of radt that imports without a GPU or a running server (all of them)."""
+    found = []
+    for info in pkgutil.walk_packages(radt.__path__, "radt."):
+        if info.name.startswith(("radt.assets", "radt.pages")):
+            continue  # Dash pages register themselves with a Dash app on import
+        found.append(importlib.import_module(info.name))
+    return found
+
+
+@pytest.mark.parametrize(("module", "name"), USER_FACING)
+def test_each_user_facing_error_is_a_user_error(module, name):
+    assert issubclass(getattr(importlib.import_module(module), name), UserError)
+
+
+def test_exception_and_report_names_are_unique():
+    """Two `StoreUnavailable` classes (one for the writer, one for the dashboard) and two `report` functions were one name for two things."""
+    classes: dict[str, set[str]] = {}
+    reports: set[str] = set()
+    for module in _modules():
+        for name, value in vars(module).items():
+            if getattr(value, "__module__", None) != module.__name__:
+                continue  # imported, not defined here
+            if inspect.isclass(value) and issubclass(value, BaseException):
+                classes.setdefault(name, set()).add(module.__name__)
+            if name == "report" and inspect.isfunction(value):
+                reports.add(module.__name__)
+    twice = {name: sorted(where) for name, where in classes.items() if len(where) > 1}
+    assert twice == {}
+    assert reports == {"radt.errors"}
+
+
+def test_the_command_line_catches_user_errors_only(monkeypatch, capsys):
+    """A user's mistake: one line, exit 2. radt's own bug (a plain ValueError): not passed off as the user's, traceback kept."""
+
+    class Mistake:
+        @staticmethod
+        def main(argv):
+            raise UserError("--thing 3 is wrong; give 4")
+
+    class Bug:
+        @staticmethod
+        def main(argv):
+            raise ValueError("internal: cannot unpack")
+
+    monkeypatch.setattr(cli.importlib, "import_module", lambda name: Mistake)
+    assert cli.main(["train.py"]) == 2
+    assert capsys.readouterr().err == "radt: --thing 3 is wrong; give 4\n"
+    monkeypatch.setattr(cli.importlib, "import_module", lambda name: Bug)
+    with pytest.raises(ValueError, match="internal"):
+        cli.main(["train.py"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["import", "/nonexistent/dmon.log"], "radt import: '/nonexistent/dmon.log' not found; give paths to dcgmi dmon"),
+        (["import", "{notes}"], "radt import: '{notes}' is not a dcgmi dmon, nvidia-smi --format=csv or top -b log"),
+        (["-d", "0+x", "{script}"], "radt: bad -d '0+x'"),
+    ],
+)
+def test_user_mistakes_end_in_one_line(tmp_path, argv, expected):
+    """Mistakes that were raised as plain ValueError / FileNotFoundError: still one line and exit 2 with only UserError caught."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("this is not a log\n")
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    argv = [a.format(notes=notes, script=script) for a in argv]
+    expected = expected.format(notes=notes)
+    env = {"RADT_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin", "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'm.db'}"}
+    done = subprocess.run([sys.executable, "-m", "radt", *argv], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(expected), done.stderr
