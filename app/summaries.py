@@ -120,48 +120,10 @@ def run_summary(engine: sa.Engine, run_ids: list[str], *, now_ms: int | None = N
     keys = keys_by_run(engine, run_ids)
     rows = {r: dict.fromkeys(SUMMARY_COLUMNS, math.nan) | {"run_id": r, "gpu_energy_j": {}} for r in run_ids}
     with engine.connect() as conn:
-        runs = run_rows(conn, run_ids=run_ids)
-        durations(conn, runs, now_ms)
-        tags = key_values(conn, TAGS, run_ids, keys=list(SUMMARY_TAGS), prefix=NODE_TAG)
-        for r in runs:
-            start, end = script_span(r["start_time"], r["duration_s"], tags.get(r["run_id"], {}))
-            rows[r["run_id"]]["duration_s"] = max(0.0, (end - start) / 1000.0) if math.isfinite(start) and math.isfinite(end) else math.nan
-
-        memory = {r: matching(keys.get(r, ()), "memory_usage_megabytes") for r in run_ids}
-        cpu = {r: matching(keys.get(r, ()), "cpu_utilization_percentage") for r in run_ids}
-        process_cpu = {r: matching(keys.get(r, ()), "process_cpu_utilization_percentage") for r in run_ids}
-        process_memory = {r: whole_gpus(keys.get(r, ()), "process_memory_megabytes") for r in run_ids}
-        energy = {r: whole_gpus(keys.get(r, ()), "energy_joules") for r in run_ids}
-        aggregates = _aggregates(conn, {r: [k for k, _ in memory[r] + cpu[r] + process_cpu[r]] for r in run_ids})
-        held = _ever_positive(conn, {r: [k for k, _ in process_memory[r].values()] for r in run_ids})
-        latest = _latest(conn, {r: [k for k, _ in energy[r].values() if not cumulative_legacy(k)] for r in run_ids})
-
-        use = {}
-        for run_id in run_ids:
-            row = rows[run_id]
-            peaks = [aggregates[(run_id, k)][1] * res.scale for k, res in memory[run_id] if (run_id, k) in aggregates]
-            row["gpu_memory_peak_mb"] = max(peaks) if peaks else math.nan
-            for column, found in (("cpu_mean", cpu), ("process_cpu_mean", process_cpu)):
-                means = [aggregates[(run_id, k)][0] * res.scale for k, res in found[run_id] if (run_id, k) in aggregates]
-                row[column] = means[0] if means else math.nan
-            use[run_id] = gpu_use(gpu_devices(keys.get(run_id, ())), [d for d, (k, _res) in process_memory[run_id].items() if (run_id, k) in held])
-            row.update(gpus_used=len(use[run_id].used), gpus_watched=len(use[run_id].watched), gpu_basis=use[run_id].basis, gpus_text=use[run_id].text)
-
-    joules: dict[str, dict[catalogue.Device, float]] = {r: {} for r in run_ids}
-    for run_id in run_ids:
-        for device, (key, res) in energy[run_id].items():
-            value = latest.get((run_id, key), math.nan)
-            if not math.isnan(value):
-                joules[run_id][device] = value * res.scale
-    _legacy_energy(engine, {(r, d): kr for r in run_ids for d, kr in energy[r].items() if d not in joules[r] and cumulative_legacy(kr[0])}, joules)
+        tags = _script_durations(conn, run_ids, rows, now_ms)
+        use = _memory_cpu_and_gpu_use(conn, keys, rows)
     power = {r: whole_gpus(keys.get(r, ()), "power_usage_watts") for r in run_ids}
-    integrated = {(r, d): kr for r in run_ids for d, kr in power[r].items() if d not in joules[r]}
-    power_series = _power_energy(engine, integrated, joules)
-    for run_id, per_device in joules.items():
-        if per_device:
-            rows[run_id]["energy_j"] = float(sum(per_device.values()))
-            rows[run_id]["gpu_energy_j"] = {gpu_identity(d, tags.get(run_id, {})): j for d, j in per_device.items()}
-
+    power_series = _energy(engine, keys, power, tags, rows)
     _activity(engine, {r: [kr for m in ACTIVITY for d, kr in own_devices(keys.get(r, ()), m).items() if use[r].counts(d)] for r in run_ids}, rows)
     gract = {r: {d: kr for d, kr in own_devices(keys.get(r, ()), "gr_engine_active").items() if use[r].counts(d)} for r in run_ids}
     watts = {r: {d: kr for d, kr in power[r].items() if use[r].counts(d)} for r in run_ids}
@@ -169,6 +131,62 @@ def run_summary(engine: sa.Engine, run_ids: list[str], *, now_ms: int | None = N
     _own_steps(engine, run_ids, rows)
     frame = pd.DataFrame([rows[r] for r in run_ids], columns=SUMMARY_COLUMNS)
     return frame.astype({c: _dtype(c) for c in SUMMARY_COLUMNS if _dtype(c) != "object"})  # text keeps the dtype pandas gives it
+
+
+def _script_durations(conn: sa.Connection, run_ids: list[str], rows: dict[str, dict], now_ms: int | None) -> dict[str, dict[str, str]]:
+    """Each run's duration_s (the script's own span); the runs' summary tags, which energy's GPU identities read too."""
+    runs = run_rows(conn, run_ids=run_ids)
+    durations(conn, runs, now_ms)
+    tags = key_values(conn, TAGS, run_ids, keys=list(SUMMARY_TAGS), prefix=NODE_TAG)
+    for r in runs:
+        start, end = script_span(r["start_time"], r["duration_s"], tags.get(r["run_id"], {}))
+        rows[r["run_id"]]["duration_s"] = max(0.0, (end - start) / 1000.0) if math.isfinite(start) and math.isfinite(end) else math.nan
+    return tags
+
+
+def _memory_cpu_and_gpu_use(conn: sa.Connection, keys: Mapping[str, Sequence[str]], rows: dict[str, dict]) -> dict[str, GpuUse]:
+    """gpu_memory_peak_mb, cpu_mean, process_cpu_mean and the GPUs each run used (gpu_use), which the GPU figures are over."""
+    run_ids = list(rows)
+    memory = {r: matching(keys.get(r, ()), "memory_usage_megabytes") for r in run_ids}
+    cpu = {r: matching(keys.get(r, ()), "cpu_utilization_percentage") for r in run_ids}
+    process_cpu = {r: matching(keys.get(r, ()), "process_cpu_utilization_percentage") for r in run_ids}
+    process_memory = {r: whole_gpus(keys.get(r, ()), "process_memory_megabytes") for r in run_ids}
+    aggregates = _aggregates(conn, {r: [k for k, _ in memory[r] + cpu[r] + process_cpu[r]] for r in run_ids})
+    held = _ever_positive(conn, {r: [k for k, _ in process_memory[r].values()] for r in run_ids})
+    use = {}
+    for run_id in run_ids:
+        row = rows[run_id]
+        peaks = [aggregates[(run_id, k)][1] * res.scale for k, res in memory[run_id] if (run_id, k) in aggregates]
+        row["gpu_memory_peak_mb"] = max(peaks) if peaks else math.nan
+        for column, found in (("cpu_mean", cpu), ("process_cpu_mean", process_cpu)):
+            means = [aggregates[(run_id, k)][0] * res.scale for k, res in found[run_id] if (run_id, k) in aggregates]
+            row[column] = means[0] if means else math.nan
+        use[run_id] = gpu_use(gpu_devices(keys.get(run_id, ())), [d for d, (k, _res) in process_memory[run_id].items() if (run_id, k) in held])
+        row.update(gpus_used=len(use[run_id].used), gpus_watched=len(use[run_id].watched), gpu_basis=use[run_id].basis, gpus_text=use[run_id].text)
+    return use
+
+
+def _energy(engine: sa.Engine, keys: Mapping[str, Sequence[str]], power: Mapping[str, dict], tags: Mapping[str, dict], rows: dict[str, dict]) -> dict:
+    """energy_j and gpu_energy_j per run: each GPU's energy counter, else radT's legacy counter, else its power integrated
+    over time; the power series read for that, which the power mean reuses."""
+    run_ids = list(rows)
+    energy = {r: whole_gpus(keys.get(r, ()), "energy_joules") for r in run_ids}
+    with engine.connect() as conn:
+        latest = _latest(conn, {r: [k for k, _ in energy[r].values() if not cumulative_legacy(k)] for r in run_ids})
+    joules: dict[str, dict[catalogue.Device, float]] = {r: {} for r in run_ids}
+    for run_id in run_ids:
+        for device, (key, res) in energy[run_id].items():
+            value = latest.get((run_id, key), math.nan)
+            if not math.isnan(value):
+                joules[run_id][device] = value * res.scale
+    _legacy_energy(engine, {(r, d): kr for r in run_ids for d, kr in energy[r].items() if d not in joules[r] and cumulative_legacy(kr[0])}, joules)
+    integrated = {(r, d): kr for r in run_ids for d, kr in power[r].items() if d not in joules[r]}
+    power_series = _power_energy(engine, integrated, joules)
+    for run_id, per_device in joules.items():
+        if per_device:
+            rows[run_id]["energy_j"] = float(sum(per_device.values()))
+            rows[run_id]["gpu_energy_j"] = {gpu_identity(d, tags.get(run_id, {})): j for d, j in per_device.items()}
+    return power_series
 
 
 def _dtype(column: str) -> str:

@@ -272,16 +272,11 @@ def plan(exp: ExperimentFile, machine: Machine, *, rerun: bool = False) -> tuple
     problems: list[str] = []
     groups: dict[tuple[str, str], list[Row]] = {}
     for row in exp.rows:
-        key = (exp.get(row, "Experiment"), exp.get(row, "Workload"))
-        groups.setdefault(key, []).append(row)
-    base = exp.path.resolve().parent
-    gpus: int | None | str = "unknown"
-    uuids: list[str] | None | str = "unknown"
-    profiles: dict[int, dict[str, MigProfile] | str] = {}
+        groups.setdefault((exp.get(row, "Experiment"), exp.get(row, "Workload")), []).append(row)
+    facts = _MachineFacts(machine)
     workloads = []
     for (experiment, name), rows in groups.items():
-        statuses = [exp.get(r, "Status") for r in rows]
-        workload = Workload(experiment, name, [], statuses)
+        workload = Workload(experiment, name, [], [exp.get(r, "Status") for r in rows])
         will_run = workload.state() == "todo" or (rerun and workload.state() == "failed")
         mig_wanted: dict[tuple[int, str], list[Row]] = {}
         sharing: dict[int, set[str]] = {}
@@ -292,111 +287,148 @@ def plan(exp: ExperimentFile, machine: Machine, *, rerun: bool = False) -> tuple
             def problem(text: str, where=where) -> None:
                 problems.append(f"{where}: {text}")
 
-            if not experiment:
-                problem("Experiment is empty; give an MLflow experiment id or name")
-            if not name:
-                problem("Workload is empty; give the workload's number or name (rows with the same one run together)")
-            for kind, column, value in (("experiment", "Experiment", experiment), ("workload", "Workload", name)):
-                try:
-                    check_name(kind, value, column)
-                except UsageError as exc:
-                    problem(str(exc))
-            try:
-                devices = parse_devices_cell(exp.get(row, "Devices"))
-            except ValueError as exc:
-                problem(str(exc))
-                devices = None
-            try:
-                collocation = parse_collocation(exp.get(row, "Collocation"))
-            except ValueError as exc:
-                problem(str(exc))
-                collocation = "-"
-            listeners = exp.get(row, "Listeners") or DEFAULT_LISTENERS
-            try:
-                sources = parse_listeners(listeners)
-                profiler = parse_profiler(listeners)
-            except ListenerError as exc:
-                problem(f"{exc}")
-                sources, profiler = [], None
-            try:
-                params = shlex.split(exp.get(row, "Params"))
-            except ValueError as exc:
-                problem(f"Params cannot be split into arguments ({exc}); close the quote")
-                params = []
-            file = exp.get(row, "File")
-            if not file:
-                problem("File is empty; give the training script, e.g. train.py")
-            planned = PlannedRun(row, run_letter(number), devices, collocation, file, params, listeners, sources, profiler)
+            planned = _planned_run(exp, row, number, experiment, name, problem)
             workload.runs.append(planned)
-            if collocation != "-" and devices is None:
-                problem(f"Collocation {collocation_label(collocation)} needs a GPU; set Devices, e.g. 0")
-            if planned.mig and devices is not None and len(devices) != 1:
-                problem(f"a MIG instance lives on one GPU; give one device for {collocation}, not {'+'.join(map(str, devices))}")
             if not will_run or len(problems) > before:
                 continue
-            # what the machine must offer, checked only for workloads that will run
-            resolved = _resolve_file(file, base)
-            try:
-                if Path(resolved).is_dir():
-                    problem(f"File '{file}' is a folder; give the training script in it, e.g. {Path(file) / 'train.py'}")
-                else:
-                    build_command(resolved, params)
-                    planned.file = resolved
-            except UsageError as exc:
-                if Path(resolved).exists():  # there, but it cannot run (no x bit, a bad #! line): build_command says why and the fix
-                    problem(f"File '{file}': {str(exc).removeprefix('radt: ')}")
-                else:
-                    places = " and ".join(dict.fromkeys(str(Path(folder).resolve()) for folder in (base, Path.cwd())))
-                    problem(f"File '{file}' not found (looked in {places}); fix the path or create the script")
-            if profiler:
-                from radt.collectors.profilers import EXECUTABLE
-
-                if not machine.has(EXECUTABLE[profiler]):
-                    problem(f"listener '{profiler}' needs '{EXECUTABLE[profiler]}' on PATH; install Nsight or drop it from Listeners")
-            if collocation == "mps" and not machine.has("nvidia-cuda-mps-control"):
-                problem("Collocation MPS needs 'nvidia-cuda-mps-control' on PATH (it comes with the NVIDIA driver)")
-            if devices and any(isinstance(d, str) for d in devices):
-                if uuids == "unknown":
-                    uuids = machine.gpu_uuids()
-                try:
-                    devices = planned.devices = resolve_uuids(devices, uuids)
-                except ValueError as exc:
-                    problem(str(exc))
-                    continue
-            if devices:
-                if gpus == "unknown":
-                    gpus = machine.gpu_count()
-                if isinstance(gpus, int) and max(devices) >= gpus:
-                    span = f"0 to {gpus - 1}" if gpus else "none"
-                    problem(f"GPU {max(devices)} does not exist on this machine (GPUs: {span}); fix Devices")
-                    continue
-                for d in devices:
-                    sharing.setdefault(d, set()).add("mig" if planned.mig else collocation)
+            devices = _check_on_machine(planned, exp.path.resolve().parent, facts, problem)  # only for workloads that will run
+            for d in devices or ():
+                sharing.setdefault(d, set()).add("mig" if planned.mig else planned.collocation)
             if planned.mig and devices:
-                mig_wanted.setdefault((devices[0], collocation), []).append(row)
+                mig_wanted.setdefault((devices[0], planned.collocation), []).append(row)
         for gpu, kinds in sharing.items():
             if {"mig", "mps"} <= kinds:
                 rows_text = ", ".join(str(r.line) for r in rows)
                 problems.append(f"{exp.path.name} rows {rows_text}: workload {name} mixes MPS and MIG on GPU {gpu}; give each its own workload or GPU")
         for (gpu, profile), wanting in mig_wanted.items():
-            if gpu not in profiles:
-                try:
-                    profiles[gpu] = machine.mig_profiles(gpu)
-                except CollocationError as exc:
-                    profiles[gpu] = str(exc)
-            offered = profiles[gpu]
-            where = f"{exp.path.name} row {wanting[0].line}"
-            if isinstance(offered, str):
-                problems.append(f"{where}: {offered}")
-            elif profile not in offered:
-                names = ", ".join(sorted(offered, key=lambda p: offered[p].profile_id)) or "none"
-                problems.append(f"{where}: GPU {gpu} does not offer MIG profile {profile}; it offers {names}")
-            elif len(wanting) > offered[profile].free:
-                problems.append(
-                    f"{where}: workload {name} wants {len(wanting)} × {profile} on GPU {gpu}, which has {offered[profile].free} free; use fewer runs or a smaller profile"
-                )
+            found = _mig_problem(facts.mig_profiles(gpu), gpu, profile, len(wanting), name)
+            if found:
+                problems.append(f"{exp.path.name} row {wanting[0].line}: {found}")
         workloads.append(workload)
     return workloads, problems
+
+
+class _MachineFacts:
+    """What plan() asks the machine, each asked once and only when a row needs it (NVML and nvidia-smi are slow to start)."""
+
+    def __init__(self, machine: Machine) -> None:
+        self.machine = machine
+        self._gpus: int | None | str = "unknown"
+        self._uuids: list[str] | None | str = "unknown"
+        self._profiles: dict[int, dict[str, MigProfile] | str] = {}
+
+    def gpu_count(self) -> int | None:
+        if self._gpus == "unknown":
+            self._gpus = self.machine.gpu_count()
+        return self._gpus
+
+    def gpu_uuids(self) -> list[str] | None:
+        if self._uuids == "unknown":
+            self._uuids = self.machine.gpu_uuids()
+        return self._uuids
+
+    def mig_profiles(self, gpu: int) -> dict[str, MigProfile] | str:
+        """The GPU's MIG profiles, or the one line saying why they cannot be read."""
+        if gpu not in self._profiles:
+            try:
+                self._profiles[gpu] = self.machine.mig_profiles(gpu)
+            except CollocationError as exc:
+                self._profiles[gpu] = str(exc)
+        return self._profiles[gpu]
+
+
+def _planned_run(exp: ExperimentFile, row: Row, number: int, experiment: str, name: str, problem: Callable[[str], None]) -> PlannedRun:
+    """A row's run as the file gives it; each cell that cannot be used is one problem (and a harmless stand-in)."""
+    if not experiment:
+        problem("Experiment is empty; give an MLflow experiment id or name")
+    if not name:
+        problem("Workload is empty; give the workload's number or name (rows with the same one run together)")
+    for kind, column, value in (("experiment", "Experiment", experiment), ("workload", "Workload", name)):
+        try:
+            check_name(kind, value, column)
+        except UsageError as exc:
+            problem(str(exc))
+    try:
+        devices = parse_devices_cell(exp.get(row, "Devices"))
+    except ValueError as exc:
+        problem(str(exc))
+        devices = None
+    try:
+        collocation = parse_collocation(exp.get(row, "Collocation"))
+    except ValueError as exc:
+        problem(str(exc))
+        collocation = "-"
+    listeners = exp.get(row, "Listeners") or DEFAULT_LISTENERS
+    try:
+        sources, profiler = parse_listeners(listeners), parse_profiler(listeners)
+    except ListenerError as exc:
+        problem(f"{exc}")
+        sources, profiler = [], None
+    try:
+        params = shlex.split(exp.get(row, "Params"))
+    except ValueError as exc:
+        problem(f"Params cannot be split into arguments ({exc}); close the quote")
+        params = []
+    file = exp.get(row, "File")
+    if not file:
+        problem("File is empty; give the training script, e.g. train.py")
+    planned = PlannedRun(row, run_letter(number), devices, collocation, file, params, listeners, sources, profiler)
+    if collocation != "-" and devices is None:
+        problem(f"Collocation {collocation_label(collocation)} needs a GPU; set Devices, e.g. 0")
+    if planned.mig and devices is not None and len(devices) != 1:
+        problem(f"a MIG instance lives on one GPU; give one device for {collocation}, not {'+'.join(map(str, devices))}")
+    return planned
+
+
+def _check_on_machine(planned: PlannedRun, base: Path, facts: _MachineFacts, problem: Callable[[str], None]) -> list[int] | None:
+    """What the machine must offer a run that will start: its script, its tools, its GPUs; the run's GPU indices, None on a problem."""
+    file = planned.file
+    resolved = _resolve_file(file, base)
+    try:
+        if Path(resolved).is_dir():
+            problem(f"File '{file}' is a folder; give the training script in it, e.g. {Path(file) / 'train.py'}")
+        else:
+            build_command(resolved, planned.params)
+            planned.file = resolved
+    except UsageError as exc:
+        if Path(resolved).exists():  # there, but it cannot run (no x bit, a bad #! line): build_command says why and the fix
+            problem(f"File '{file}': {str(exc).removeprefix('radt: ')}")
+        else:
+            places = " and ".join(dict.fromkeys(str(Path(folder).resolve()) for folder in (base, Path.cwd())))
+            problem(f"File '{file}' not found (looked in {places}); fix the path or create the script")
+    if planned.profiler:
+        from radt.collectors.profilers import EXECUTABLE
+
+        if not facts.machine.has(EXECUTABLE[planned.profiler]):
+            problem(f"listener '{planned.profiler}' needs '{EXECUTABLE[planned.profiler]}' on PATH; install Nsight or drop it from Listeners")
+    if planned.collocation == "mps" and not facts.machine.has("nvidia-cuda-mps-control"):
+        problem("Collocation MPS needs 'nvidia-cuda-mps-control' on PATH (it comes with the NVIDIA driver)")
+    devices = planned.devices
+    if devices and any(isinstance(d, str) for d in devices):
+        try:
+            devices = planned.devices = resolve_uuids(devices, facts.gpu_uuids())
+        except ValueError as exc:
+            problem(str(exc))
+            return None
+    if devices:
+        gpus = facts.gpu_count()
+        if isinstance(gpus, int) and max(devices) >= gpus:
+            span = f"0 to {gpus - 1}" if gpus else "none"
+            problem(f"GPU {max(devices)} does not exist on this machine (GPUs: {span}); fix Devices")
+            return None
+    return devices
+
+
+def _mig_problem(offered: dict[str, MigProfile] | str, gpu: int, profile: str, wanted: int, workload: str) -> str | None:
+    """Why a GPU cannot give a workload `wanted` instances of a MIG profile (None: it can)."""
+    if isinstance(offered, str):
+        return offered
+    if profile not in offered:
+        names = ", ".join(sorted(offered, key=lambda p: offered[p].profile_id)) or "none"
+        return f"GPU {gpu} does not offer MIG profile {profile}; it offers {names}"
+    if wanted > offered[profile].free:
+        return f"workload {workload} wants {wanted} × {profile} on GPU {gpu}, which has {offered[profile].free} free; use fewer runs or a smaller profile"
+    return None
 
 
 def _resolve_file(file: str, base: Path) -> str:

@@ -5,6 +5,7 @@ monitor's own run and the training run(s) RUNNING on that GPU of this host (run_
 experiment, workload; "" when none), so a cluster's Grafana can show which run uses which GPU.
 The GPU -> run mapping comes from the store's radt.gpus tags, refreshed every REFRESH seconds,
 never per scrape. Samples carry their own timestamps, so Prometheus holds the values radt wrote.
+prometheus_client writes the text (escaping, timestamps) and serves it; radt gives it a collector.
 """
 
 from __future__ import annotations
@@ -13,11 +14,16 @@ import errno
 import math
 import sys
 import threading
-from collections.abc import Callable, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from socketserver import ThreadingMixIn
 from typing import NamedTuple
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 import sqlalchemy as sa
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from radt import catalogue
 from radt import mlflowdb as db
@@ -28,7 +34,6 @@ from radt.points import Point
 from radt.runmodel import DEVICES_TAG, HOST_TAG, MONITOR_TAG, ROLE_TAG, RUN_ROLE, WORKLOAD_TAG, gpu_entries, node_statuses, node_tag
 
 REFRESH = 10.0  # seconds between looks in the store for the training runs on this host's GPUs
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class Training(NamedTuple):
@@ -39,18 +44,6 @@ class Training(NamedTuple):
     experiment: str
     workload: str
     entries: list[dict]  # radt.gpus entries: {"series", "index", "uuid", "gpu_instance", ...}
-
-
-def escape_label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def format_value(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
 
 
 def _experiment_ids(client) -> list[str]:
@@ -99,12 +92,12 @@ def uses(training: Training, gpu: int, mig: int | None, uuid: str | None) -> boo
     return False
 
 
-class Exposition:
-    """The latest value of each key the sampler gave, served at /metrics; `tee` puts a batch here and into the writer."""
+class Exposition(Collector):
+    """The latest value of each key the sampler gave, collected into gauges at each scrape of /metrics; `tee` puts a
+    batch here and into the writer."""
 
-    def __init__(self, server: ThreadingHTTPServer, hostname: str, report: Callable[[str], None]) -> None:
+    def __init__(self, server: _Server, hostname: str, report: Callable[[str], None]) -> None:
         self.server = server
-        server.exposition = self  # for the handler
         self.hostname = hostname
         self.report = report
         self.devices: dict[str, str] = {}  # series ("gpu_0", "gpu_0_mig_3") -> UUID, from the monitor's plan
@@ -114,6 +107,9 @@ class Exposition:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self.registry = CollectorRegistry()  # its own, not the global one: radt's gauges only, none of the process's
+        self.registry.register(self)
+        server.set_app(_metrics_only(make_wsgi_app(self.registry)))
 
     # -- the sink --------------------------------------------------------------------------------
 
@@ -163,29 +159,30 @@ class Exposition:
         with self._lock:
             self._runs = runs
 
-    def render(self) -> str:
-        """The exposition text: HELP and TYPE once per metric, then one sample per device and training run on it."""
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """prometheus_client calls this per scrape: one gauge per metric, one sample per device and training run on it,
+        each at its own timestamp (the mapping to runs is the last refresh's, never looked up here)."""
         with self._lock:
             latest = dict(self._latest)
             runs = list(self._runs)
         monitor_run = self.monitor_run()
-        families: dict[str, tuple[catalogue.Metric, list[str]]] = {}
         rows = []
         for key, (value, timestamp) in latest.items():
             resolved = catalogue.resolve(key)
             if resolved is None:
                 continue
             rows.append((catalogue.exposition_name(resolved.metric), resolved.device.sort_key(), resolved, value * resolved.scale, timestamp))
+        families: dict[str, GaugeMetricFamily] = {}
         for name, _order, resolved, value, timestamp in sorted(rows, key=lambda row: row[:2]):
-            lines = families.setdefault(name, (resolved.metric, []))[1]
+            family = families.get(name)
+            if family is None:
+                metric = resolved.metric
+                help_text = f"{metric.label}" + (f": {metric.description}" if metric.description else "") + f" ({metric.unit})"
+                family = families[name] = GaugeMetricFamily(name, help_text)
             for labels in self._label_sets(resolved, runs, monitor_run):
-                text = ",".join(f'{k}="{escape_label(v)}"' for k, v in labels.items())
-                lines.append(f"{name}{{{text}}} {format_value(value)} {timestamp}")
-        out = []
-        for name, (metric, lines) in families.items():
-            help_text = f"{metric.label}" + (f": {metric.description}" if metric.description else "") + f" ({metric.unit})"
-            out += [f"# HELP {name} {help_text.replace(chr(92), chr(92) * 2).replace(chr(10), ' ')}", f"# TYPE {name} gauge", *lines]
-        return "\n".join(out) + "\n" if out else ""
+                # add_sample, not add_metric: one family's samples carry different label names (GPU_I_ID on a slice, node)
+                family.add_sample(name, labels, value, _seconds(timestamp))
+        yield from families.values()
 
     def _label_sets(self, resolved: catalogue.Resolved, runs: list[Training], monitor_run: str) -> list[dict[str, str]]:
         base = {"Hostname": self.hostname, "monitor_run": monitor_run}
@@ -206,23 +203,31 @@ class Exposition:
         return [{**base, "run_id": t.run_id, "run_name": t.run_name, "experiment": t.experiment, "workload": t.workload} for t in on_it]
 
 
-class _Handler(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        if self.path.split("?", 1)[0] != "/metrics":
-            self.send_error(404, "radt serves /metrics")
-            return
-        body = self.server.exposition.render().encode()
-        self.send_response(200)
-        self.send_header("Content-Type", CONTENT_TYPE)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+def _seconds(ms: int) -> float:
+    """A millisecond stamp as prometheus_client takes it, in seconds one float step up: it writes int(seconds * 1000),
+    and ms / 1000 * 1000 falls a hair short of ms for a quarter of the stamps from 2038-01-19 (2**31 s) on."""
+    return math.nextafter(ms / 1000, math.inf)
 
+
+def _metrics_only(app: WSGIApplication) -> WSGIApplication:
+    """prometheus_client's app at /metrics only (it answers any path), in the 0.0.4 text format whatever the scraper
+    asks: its timestamps are whole milliseconds, where OpenMetrics' float seconds may come back a millisecond short."""
+
+    def serve(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != "/metrics":
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"radt serves /metrics\n"]
+        return app({**environ, "HTTP_ACCEPT": ""}, start_response)
+
+    return serve
+
+
+class _Handler(WSGIRequestHandler):
     def log_message(self, format: str, *args) -> None:  # a scrape a second: nothing on stderr
         pass
 
 
-class _Server(ThreadingHTTPServer):
+class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
     def handle_error(self, request, client_address) -> None:

@@ -13,14 +13,15 @@ from __future__ import annotations
 import json
 import math
 import re
-import urllib.error
-import urllib.parse
-import urllib.request
+import threading
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
+import requests
+
 from radt.catalogue import DCGM_TAGS, METRICS, exposition_name, key
 from radt.collectors.gpus import OLD_MIG
+from radt.errors import UserError
 from radt.settings import LABEL_NAME, PROMETHEUS_HOST_LABEL, is_http_url
 
 # dcgm-exporter metric -> the `dcgmi dmon` tag of the same DCGM field (DCGM's field names), whose
@@ -56,23 +57,28 @@ TIMEOUT = 5.0  # seconds for one HTTP call
 CHUNK_S = 3600  # seconds of raw samples asked for in one backfill query
 
 
+class PromUrlError(UserError, ValueError):
+    """A Prometheus URL or label name the user gave is malformed; the message names the option and the fix (a ValueError
+    still, for the callers that catch it with the other bad values)."""
+
+
 def check_url(text: str, source: str = "--prometheus") -> str:
-    """A Prometheus server's base URL without its trailing slash; ValueError in one line naming the fix."""
+    """A Prometheus server's base URL without its trailing slash; PromUrlError in one line naming the fix."""
     url = text.strip().rstrip("/")
-    if not is_http_url(url):  # also 'http://[::1' and 'http://host:99999', which urllib raises on
-        raise ValueError(f"{source} '{text}' is not a Prometheus server's http(s) URL; give e.g. {source} http://prometheus:9090")
+    if not is_http_url(url):  # also 'http://[::1' and 'http://host:99999', which the HTTP client raises on
+        raise PromUrlError(f"{source} '{text}' is not a Prometheus server's http(s) URL; give e.g. {source} http://prometheus:9090")
     return url
 
 
 def check_label(name: str, source: str = "RADT_PROMETHEUS_HOST_LABEL") -> str:
-    """A Prometheus label name (Hostname, instance, node); ValueError in one line naming the fix."""
+    """A Prometheus label name (Hostname, instance, node); PromUrlError in one line naming the fix."""
     if not LABEL_NAME.fullmatch(name):
-        raise ValueError(f"{source}={name!r} is not a Prometheus label name; give the exporter's node label, e.g. Hostname or instance")
+        raise PromUrlError(f"{source}={name!r} is not a Prometheus label name; give the exporter's node label, e.g. Hostname or instance")
     return name
 
 
 def host_labels(text: str, source: str = "RADT_PROMETHEUS_HOST_LABEL") -> tuple[str, ...]:
-    """'Hostname,hostname' -> the node labels tried in turn (empty: both spellings); ValueError in one line naming the fix."""
+    """'Hostname,hostname' -> the node labels tried in turn (empty: both spellings); PromUrlError in one line naming the fix."""
     names = tuple(check_label(name.strip(), source) for name in text.split(",") if name.strip())
     return names or DEFAULT_HOST_LABELS
 
@@ -95,21 +101,42 @@ class Series(NamedTuple):
     samples: list[tuple[int, float]]  # (timestamp in ms, value), oldest first
 
 
+_sessions = threading.local()  # one requests.Session per thread: a requests.Session is not meant to be shared across threads
+
+
+def _session() -> requests.Session:
+    """This thread's session, whose kept-alive connections the next query reuses (a tick a second: no new TCP per query)."""
+    session = getattr(_sessions, "session", None)
+    if session is None:
+        session = _sessions.session = requests.Session()
+    return session
+
+
+def _cause(exc: BaseException) -> BaseException:
+    """The innermost error under requests' and urllib3's wrappers: '[Errno 111] Connection refused', 'timed out'."""
+    seen: set[int] = set()
+    while id(exc) not in seen:
+        seen.add(id(exc))
+        inner = exc.__cause__ or getattr(exc, "reason", None) or next((a for a in exc.args[:1] if isinstance(a, BaseException)), None)
+        if not isinstance(inner, BaseException):
+            break
+        exc = inner
+    return exc
+
+
 def _get(url: str, path: str, params: Mapping[str, str], timeout: float) -> dict:
     """One API call's `data`; PromError when the server is not there or says error."""
-    address = f"{url.rstrip('/')}{path}?{urllib.parse.urlencode(params)}"
     try:
-        with urllib.request.urlopen(address, timeout=timeout) as response:
-            body = json.load(response)
-    except urllib.error.HTTPError as exc:  # 400 bad query, 422 execution error, 503 overloaded: a JSON error body
-        try:
-            said = json.load(exc).get("error") or exc.reason
-        except (ValueError, OSError):
-            said = exc.reason
-        raise PromError("refused", f"Prometheus at {url} refused the query (HTTP {exc.code}: {said})") from None
-    except (OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise PromError("unreachable", f"Prometheus at {url} did not answer ({reason})") from None
+        response = _session().get(f"{url.rstrip('/')}{path}", params=params, timeout=timeout)
+        if response.status_code >= 400:  # 400 bad query, 422 execution error, 503 overloaded: a JSON error body
+            try:
+                said = response.json().get("error") or response.reason
+            except (ValueError, AttributeError):
+                said = response.reason
+            raise PromError("refused", f"Prometheus at {url} refused the query (HTTP {response.status_code}: {said})")
+        body = response.json()
+    except (requests.RequestException, ValueError) as exc:
+        raise PromError("unreachable", f"Prometheus at {url} did not answer ({_cause(exc)})") from None
     if body.get("status") != "success":
         raise PromError("refused", f"Prometheus at {url} refused the query ({body.get('errorType')}: {body.get('error')})")
     return body["data"]
