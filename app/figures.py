@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -192,66 +193,13 @@ def overlay_figure(
     per_minute = 60.0 if x_mode == "relative" and not grouped and _short(panels, runs) else 1.0
     line_trace = line_trace_class(panels)
     step_placed = x_mode == "step" and any(p.placed for p in panels)
-    in_legend: set[str] = set()  # a run (or workload) is in the legend once, from the first chart it appears in
+    drawing = _Drawing(fig, runs, x_mode, smoothing, gpu_mode, per_minute, line_trace, run_colour, wl_colors, dashes, set())
     for index, panel in enumerate(panels):
         cell = {"row": index // cols + 1, "col": index % cols + 1}
-        look = _value_look(panel.metric)
         if grouped:
-            members = {}
-            for run_id, devices in panel.series.items():
-                if run_id in runs.index:
-                    wl = runs.loc[run_id, "workload_id"]
-                    members.setdefault(wl, []).extend((run_id, *_points(found)) for found in devices.values())
-            for workload_id, found in members.items():
-                label = runs.loc[runs["workload_id"] == workload_id, "workload_label"].iloc[0]
-                count = len({run_id for run_id, _xs, _ys in found})
-                series = len(found)
-                what = f"mean of {count}" if series == count else f"mean of {count} runs, {series} GPU series"
-                band_meta = {"workload_id": workload_id, "name": f"{label} ({what})", "device": "", "dash": "solid"} | look
-                band = Band(workload_id, plain(f"{label} ({what})"), wl_colors[workload_id], band_meta, GROUP_BAND_ALPHA, True)
-                _add_band(fig, runs, found, x_mode, smoothing, cell, in_legend, band)
+            _draw_workloads(drawing, panel, cell)
         else:
-            for run_id, devices in panel.series.items():
-                if run_id not in runs.index:
-                    continue
-                meta = runs.loc[run_id]
-                run_name = plain(meta["run_name"])
-                if gpu_mode == "mean" and sum(1 for d in devices if d.gpu is not None) > 1:
-                    found = [(run_id, *_points(values)) for values in devices.values()]
-                    series_meta = {"run_id": run_id, "name": str(meta["run_name"]), "device": f"mean of {len(found)} GPUs", "dash": "solid"} | look
-                    band = Band(run_id, run_name, run_colour[run_id], series_meta | _details(meta, run_id, in_legend), ENVELOPE_ALPHA, False)
-                    _add_band(fig, runs, found, x_mode, smoothing, cell, in_legend, band, per_minute)
-                    continue
-                for device, values in devices.items():
-                    if len(values[0]) == 0:
-                        continue
-                    dash = dashes.get(device, "solid")
-                    trace_meta = {"run_id": run_id, "name": str(meta["run_name"]), "device": device.label, "dash": dash} | look
-                    where = [gpu_identity(meta, device), _mig_caveat(meta) if device.gpu is not None and device.mig is None else ""]
-                    if any(where):
-                        trace_meta["where"] = " · ".join(w for w in where if w)
-                    xs = x_values(values[0], meta["start_time"], x_mode)
-                    xs = xs * per_minute if per_minute != 1 else xs
-                    if isinstance(values, Envelope):
-                        envelope = (ema(values.low, smoothing), ema(values.high, smoothing))
-                        _add_envelope(fig, line_trace, xs, *envelope, run_name, run_id, run_colour[run_id], trace_meta, cell)
-                        trace_meta["mean"] = True  # the line is the mean of each bucket; the band its min-max
-                    fig.add_trace(
-                        line_trace(
-                            x=_compact(xs),
-                            y=_compact(ema(values[1], smoothing)),
-                            mode="lines" if len(xs) > 1 else "lines+markers",  # one point is no line: a dot, not nothing
-                            marker={"size": 6, "color": run_colour[run_id]} if len(xs) < 2 else None,
-                            name=run_name,
-                            legendgroup=run_id,
-                            showlegend=run_id not in in_legend,
-                            line={"color": run_colour[run_id], "width": LINE_WIDTH, "dash": dash},
-                            hoverinfo="none",  # assets/charts.js draws one small box per chart from the points and their meta
-                            meta=trace_meta | _details(meta, run_id, in_legend),
-                        ),
-                        **cell,
-                    )
-                    in_legend.add(run_id)
+            _draw_runs(drawing, panel, cell)
         low, high = _extremes(fig, index + 1)
         fig.update_yaxes(**y_axis(panel.metric, low, high, log_y), **cell)
     axis = "relative" if grouped and x_mode == "wall" else x_mode
@@ -273,6 +221,88 @@ def overlay_figure(
         uirevision=f"{x_mode}-{grouped}-{gpu_mode}-{cols}-{per_minute}",  # keeps the user's zoom across redraws until the axis changes
     )
     return fig
+
+
+class _Drawing(NamedTuple):
+    """What every chart of one overlay figure draws with: the figure, its runs and their colours, and the view's choices."""
+
+    fig: go.Figure
+    runs: pd.DataFrame
+    x_mode: str
+    smoothing: float
+    gpu_mode: str
+    per_minute: float
+    line_trace: type
+    run_colour: dict[str, str]
+    wl_colors: dict[str, str]
+    dashes: dict
+    in_legend: set[str]  # a run (or workload) is in the legend once, from the first chart it appears in
+
+
+def _draw_workloads(d: _Drawing, panel: Panel, cell: dict) -> None:
+    """One chart of a grouped view: per workload, the mean of all its runs' series inside their min-max band."""
+    runs, look = d.runs, _value_look(panel.metric)
+    members: dict[str, list] = {}
+    for run_id, devices in panel.series.items():
+        if run_id in runs.index:
+            members.setdefault(runs.loc[run_id, "workload_id"], []).extend((run_id, *_points(found)) for found in devices.values())
+    for workload_id, found in members.items():
+        label = runs.loc[runs["workload_id"] == workload_id, "workload_label"].iloc[0]
+        count = len({run_id for run_id, _xs, _ys in found})
+        what = f"mean of {count}" if len(found) == count else f"mean of {count} runs, {len(found)} GPU series"
+        band_meta = {"workload_id": workload_id, "name": f"{label} ({what})", "device": "", "dash": "solid"} | look
+        band = Band(workload_id, plain(f"{label} ({what})"), d.wl_colors[workload_id], band_meta, GROUP_BAND_ALPHA, True)
+        _add_band(d.fig, runs, found, d.x_mode, d.smoothing, cell, d.in_legend, band)
+
+
+def _draw_runs(d: _Drawing, panel: Panel, cell: dict) -> None:
+    """One chart of a run view: a line per run and device (a run's colour, a device's dash), or per run the mean of its GPUs."""
+    look = _value_look(panel.metric)
+    for run_id, devices in panel.series.items():
+        if run_id not in d.runs.index:
+            continue
+        meta = d.runs.loc[run_id]
+        if d.gpu_mode == "mean" and sum(1 for device in devices if device.gpu is not None) > 1:
+            found = [(run_id, *_points(values)) for values in devices.values()]
+            series_meta = {"run_id": run_id, "name": str(meta["run_name"]), "device": f"mean of {len(found)} GPUs", "dash": "solid"} | look
+            band = Band(run_id, plain(meta["run_name"]), d.run_colour[run_id], series_meta | _details(meta, run_id, d.in_legend), ENVELOPE_ALPHA, False)
+            _add_band(d.fig, d.runs, found, d.x_mode, d.smoothing, cell, d.in_legend, band, d.per_minute)
+            continue
+        for device, values in devices.items():
+            if len(values[0]):
+                _draw_line(d, run_id, meta, device, values, look, cell)
+
+
+def _draw_line(d: _Drawing, run_id: str, meta: pd.Series, device, values, look: dict, cell: dict) -> None:
+    """One run's series of one device: its line (inside its min-max envelope where it was downsampled to one)."""
+    run_name, colour = plain(meta["run_name"]), d.run_colour[run_id]
+    dash = d.dashes.get(device, "solid")
+    trace_meta = {"run_id": run_id, "name": str(meta["run_name"]), "device": device.label, "dash": dash} | look
+    where = [gpu_identity(meta, device), _mig_caveat(meta) if device.gpu is not None and device.mig is None else ""]
+    if any(where):
+        trace_meta["where"] = " · ".join(w for w in where if w)
+    xs = x_values(values[0], meta["start_time"], d.x_mode)
+    xs = xs * d.per_minute if d.per_minute != 1 else xs
+    if isinstance(values, Envelope):
+        envelope = (ema(values.low, d.smoothing), ema(values.high, d.smoothing))
+        _add_envelope(d.fig, d.line_trace, xs, *envelope, run_name, run_id, colour, trace_meta, cell)
+        trace_meta["mean"] = True  # the line is the mean of each bucket; the band its min-max
+    d.fig.add_trace(
+        d.line_trace(
+            x=_compact(xs),
+            y=_compact(ema(values[1], d.smoothing)),
+            mode="lines" if len(xs) > 1 else "lines+markers",  # one point is no line: a dot, not nothing
+            marker={"size": 6, "color": colour} if len(xs) < 2 else None,
+            name=run_name,
+            legendgroup=run_id,
+            showlegend=run_id not in d.in_legend,
+            line={"color": colour, "width": LINE_WIDTH, "dash": dash},
+            hoverinfo="none",  # assets/charts.js draws one small box per chart from the points and their meta
+            meta=trace_meta | _details(meta, run_id, d.in_legend),
+        ),
+        **cell,
+    )
+    d.in_legend.add(run_id)
 
 
 def _workload_starts(runs: pd.DataFrame) -> dict[str, float | None]:
