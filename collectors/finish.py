@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from radt.collectors import gpus
 from radt.collectors.artifacts import attach_logs
@@ -102,38 +103,45 @@ def freeze_cache() -> Path:
     return folder / f"pip-freeze-{hashlib.sha1('|'.join(stamp).encode()).hexdigest()[:16]}.txt"
 
 
+class RunPart(NamedTuple):
+    """Which run radt ends (a node's part of it, `node`), its local folder, and the workload parent it ends too (-w)."""
+
+    run_id: str
+    run_dir: Path
+    parent_id: str | None = None
+    node: str | None = None
+
+
+class RunEnd(NamedTuple):
+    """How a run ended: its status, the script's exit code, why it stopped; the script's own start and exit (epoch ms,
+    the duration the comparison table uses); further run tags (a source's gap), node-scoped like the others."""
+
+    status: str
+    returncode: int = 0
+    stop_reason: str | None = None
+    script_ms: tuple[int, int] | None = None
+    tags: dict[str, str] | None = None
+
+
 def finish_run(
-    client,
-    run_dir: Path,
-    run_id: str,
-    parent_id: str | None,
-    status: str,
-    returncode: int,
-    stop_reason: str | None,
-    all_written: bool,
-    points: int,
-    script_ms: tuple[int, int] | None = None,
-    deadline: float | None = None,
-    cancel: threading.Event | None = None,
-    node: str | None = None,
-    tags: dict[str, str] | None = None,
+    client, part: RunPart, end: RunEnd, all_written: bool, points: int, deadline: float | None = None, cancel: threading.Event | None = None
 ) -> None:
     """Attach logs, tag and terminate the run (and its workload parent); on failure leave it to `radt sync`.
-    A node's part (`node`) ends its part; the run ends with the last part (see complete_run).
+    A node's part (`part.node`) ends its part; the run ends with the last part (see complete_run).
 
-    ``script_ms``: the script's own start and exit (epoch ms), the duration the comparison table uses.
+    ``all_written``: nothing of the run waits in its spool; ``points``: radt.points.
     ``deadline`` (monotonic; at least a second from now) bounds the store calls, FINISH_TIMEOUT without
-    it; ``cancel`` (Ctrl-C at exit) stops them: what is not sent waits in pending.json for `radt sync`.
-    ``tags``: further run tags written with these (a source's gap), node-scoped like them."""
-    tags = {**(tags or {}), EXIT_CODE_TAG: str(returncode), POINTS_TAG: str(points)}
+    it; ``cancel`` (Ctrl-C at exit) stops them: what is not sent waits in pending.json for `radt sync`."""
+    run_dir, run_id, status, script_ms, stop_reason = part.run_dir, part.run_id, end.status, end.script_ms, end.stop_reason
+    tags = {**(end.tags or {}), EXIT_CODE_TAG: str(end.returncode), POINTS_TAG: str(points)}
     if script_ms:
         tags[SCRIPT_START_TAG], tags[SCRIPT_END_TAG] = str(script_ms[0]), str(script_ms[1])
     if stop_reason:
         tags[STOP_REASON_TAG] = stop_reason
     end_time = int(time.time() * 1000)
-    pending = {"status": status, "end_time": end_time, "tags": tags, "parent_id": parent_id}
-    if node:
-        pending["node"] = node
+    pending = {"status": status, "end_time": end_time, "tags": tags, "parent_id": part.parent_id}
+    if part.node:
+        pending["node"] = part.node
     if not all_written:
         save_pending(run_dir, pending)
         report(f"radt: store still unreachable; samples and the final status wait in {run_dir}. Run 'radt sync' when it is back.")

@@ -3,7 +3,7 @@
 One run per host per day in the `monitor` experiment (tag `radt.monitor=true`), named
 `<hostname> <YYYY-MM-DD>`; at local midnight the day's run ends FINISHED and the next one starts
 (`--rollover never` keeps one run). The samplers, sources, writer and run model are the training
-run's (sampler.py, sources/, writer.py, tracking.py, runner.finish_run), so the points carry the
+run's (recording.py: sampler.py, sources/, writer.py, finish.finish_run; tracking.py), so the points carry the
 same catalogue keys, the writer spools while the store is away, and `radt sync` sends what a
 stopped monitor left behind. SIGINT/SIGTERM end the current run FINISHED and exit 0. A RUNNING
 monitor run of this host whose radt is gone (killed, machine rebooted) is marked KILLED at start.
@@ -19,9 +19,8 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from pathlib import Path
+from typing import NamedTuple
 
 from radt.artifacts import configure as configure_artifacts
 from radt.cli import OneLineParser
@@ -29,15 +28,15 @@ from radt.collectors import gpus
 from radt.collectors.cli import check_host, parse_devices
 from radt.collectors.command import UsageError, check_numbers, first_line
 from radt.collectors.exposition import Exposition, bind, training_runs
-from radt.collectors.finish import describe_environment, finish_run, local_run_dir, mark_killed, report
+from radt.collectors.finish import RunEnd, RunPart, describe_environment, local_run_dir, mark_killed, report
 from radt.collectors.listeners import DEFAULT, ListenerError, make_source, parse_listeners, parse_profiler
-from radt.collectors.sampler import Sampler, open_sources
+from radt.collectors.recording import Recording
+from radt.collectors.sampler import open_sources
 from radt.collectors.sources.base import SamplingContext
-from radt.collectors.stores import open_metric_store
 from radt.collectors.sync import orphaned, replay_spool
 from radt.collectors.tracking import StoreError, connect, create_run, find_runs, resolve_experiment, set_tags
-from radt.collectors.writer import MetricWriter
-from radt.rundir import DONE_FILE, LOGS_DIR, META_FILE, SPOOL_FILE, claim_run_dir, owner_pid, release_run_dir
+from radt.options import recording_parent, store_parent
+from radt.rundir import DONE_FILE, LOGS_DIR, META_FILE, claim_run_dir, owner_pid, release_run_dir
 from radt.runmodel import GPUS_TAG, HOST_TAG, INTERVAL_TAG, MONITOR_TAG, PID_TAG, STOP_REASON_TAG
 from radt.settings import check_radt_home, host_name, runs_dir, tracking_uri
 
@@ -49,8 +48,8 @@ def monitor_parser() -> argparse.ArgumentParser:
         prog="radt monitor",
         description="Record this machine's GPU and host metrics, without a training run, into one run per host per day "
         "of the 'monitor' experiment, until Ctrl-C or SIGTERM.",
+        parents=[store_parent(), recording_parent("when a run ends")],  # --store, --interval, --flush-timeout
     )
-    parser.add_argument("--store", help="tracking URI (default: MLFLOW_TRACKING_URI, else ~/.radt/mlflow.db)")
     parser.add_argument("-e", "--experiment", default="monitor", help="MLflow experiment name or id (created if new; default monitor)")
     parser.add_argument(
         "--artifacts",
@@ -61,8 +60,6 @@ def monitor_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-d", "--devices", help="GPUs to watch, joined with '+': nvidia-smi's indices (0+1) or UUIDs (GPU-..., MIG-... for a MIG slice); default every GPU"
     )
-    parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples (0.1 or more; default 1)")
-    parser.add_argument("--flush-timeout", type=float, default=60.0, help="seconds to keep trying an unreachable store when a run ends (default 60)")
     parser.add_argument(
         "--rollover", choices=("daily", "never"), default="daily", help="daily (default): a new run at local midnight; never: one run until stopped"
     )
@@ -87,15 +84,11 @@ def seconds_to_midnight(now: datetime | None = None) -> float:
     return (datetime.combine(now.date() + timedelta(days=1), datetime.min.time()) - now).total_seconds()
 
 
-@dataclass
-class Recording:
-    """One monitor run and what records into it."""
+class Day(NamedTuple):
+    """A monitor run created for one calendar day, before anything records into it."""
 
-    run_id: str
-    run_dir: Path
+    part: RunPart
     day: date
-    writer: MetricWriter | None = None
-    sampler: Sampler | None = None
 
 
 class Monitor:
@@ -129,6 +122,7 @@ class Monitor:
         self.client = connect(store)
         self.experiment_id = resolve_experiment(self.client, store, experiment)
         self.current: Recording | None = None
+        self.day: date | None = None  # the current run's day
         self._retry_at = 0.0
         self._retry_reported = False
 
@@ -180,7 +174,7 @@ class Monitor:
             self.client.set_terminated(run_id, status="KILLED", end_time=int(time.time() * 1000))
         report(f"radt monitor: run {run_id} ({run.info.run_name}) lost its radt; marked KILLED")
 
-    def _create_run(self) -> Recording:
+    def _create_run(self) -> Day:
         day = self.today()
         devices = "+".join(map(str, self.devices)) if self.devices is not None else "all"
         run_id, _ = create_run(
@@ -203,32 +197,29 @@ class Monitor:
         set_tags(self.client, run_id, tags)
         run_dir = local_run_dir(self.store, run_id, None, monitor=True)
         describe_environment(run_dir / LOGS_DIR, self.plan)
-        return Recording(run_id, run_dir, day)
+        return Day(RunPart(run_id, run_dir), day)
 
     def _open_sources(self) -> list:
         # no training process: the process-tree metrics (CPU, RSS, a run's GPU memory) are skipped
         ctx = SamplingContext(interval=self.interval, devices=self.devices, slices=self.plan.slices if self.plan else [], pids=lambda: [])
         return open_sources([make_source(name) for name in self.listeners], ctx, report)
 
-    def _record(self, recording: Recording, sources: list) -> None:
-        recording.writer = MetricWriter(open_metric_store(self.store), recording.run_id, recording.run_dir / SPOOL_FILE, report=report).start()
-        put = recording.writer.put if self.exposition is None else self.exposition.tee(recording.writer.put)
-        recording.sampler = Sampler(sources, self.interval, put, report)
-        recording.sampler.start()
-        self.current = recording
-        report(f"radt monitor: recording {self.host} into run {recording.run_id} ('{self.host} {recording.day.isoformat()}', experiment {self.experiment_id})")
+    def _record(self, new: Day, sources: list) -> None:
+        """Record into the day's run: a Recording (writer, sampler over `sources`) that ends the run when closed."""
+        recording = Recording(self.flush_timeout, cancel_on_signal=False)  # a second Ctrl-C interrupts the flush (main)
+        with recording.opening():
+            recording.callback(release_run_dir, new.part.run_dir)  # after the run ended, or waits for `radt sync`, which may take it over
+            writer = recording.write(self.client, new.part, self.store)
+            recording.sample(sources, self.interval, writer.put if self.exposition is None else self.exposition.tee(writer.put))
+        self.current, self.day = recording, new.day
+        report(f"radt monitor: recording {self.host} into run {recording.run_id} ('{self.host} {new.day.isoformat()}', experiment {self.experiment_id})")
 
-    def _finish(self, recording: Recording, status: str, stop_reason: str) -> bool:
+    @staticmethod
+    def _finish(recording: Recording, status: str, stop_reason: str) -> bool:
         """Stop sampling into `recording`, flush its writer (bounded) and end the run; False if something waits for `radt sync`."""
-        recording.sampler.stop()
-        exit_by = time.monotonic() + self.flush_timeout
-        written = recording.writer.close(self.flush_timeout)
-        recording.writer.store.close()
-        logs = recording.run_dir / LOGS_DIR
-        (logs / "radt-sources.json").write_text(json.dumps(recording.sampler.describe(), indent=2))
-        finish_run(self.client, recording.run_dir, recording.run_id, None, status, 0, stop_reason, written, recording.writer.written, deadline=exit_by)
-        release_run_dir(recording.run_dir)  # ended, or waiting for `radt sync`, which may take it over now
-        return (recording.run_dir / DONE_FILE).exists()
+        recording.end = RunEnd(status, 0, stop_reason)
+        recording.close()
+        return recording.done
 
     def begin(self) -> None:
         """Open the sources (refused if none works here) and start the first run."""
@@ -254,7 +245,8 @@ class Monitor:
             return False
         self._retry_reported = False
         old = self.current
-        old.sampler.stop()  # closes the day's sources; the new run gets fresh ones (energy and totals from 0)
+        old.client = self.client  # the day's run ends through the client that just reached the store
+        old.stop_sampling()  # closes the day's sources; the new run gets fresh ones (energy and totals from 0)
         self._record(new, self._open_sources())
         self._finish(old, "FINISHED", "day_end")
         return True
@@ -262,7 +254,7 @@ class Monitor:
     def run_until(self, stop: threading.Event, rollover: str) -> None:
         """Wait for `stop`; at local midnight (daily) roll over to the next run."""
         while not stop.is_set():
-            if rollover == "daily" and self.today() != self.current.day and time.monotonic() >= self._retry_at:
+            if rollover == "daily" and self.today() != self.day and time.monotonic() >= self._retry_at:
                 self.roll()
             stop.wait(min(1.0, seconds_to_midnight() + 0.01))
 

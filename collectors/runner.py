@@ -2,40 +2,39 @@
 
 The script runs as a child in its own session (so Ctrl-C reaches radt once and is forwarded
 once), with MLFLOW_RUN_ID set so `mlflow.start_run()` inside it joins the same run. Every exit
-path stops the samplers, flushes the writer, attaches the logs and sets the final status.
+path stops the samplers, flushes the writer, attaches the logs and sets the final status: the parts
+open on one recording.Recording, which closes them in reverse whichever way run_script leaves.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 
 import radt
+from radt import settings
 from radt.collectors import gpus
 from radt.collectors.command import UsageError, build_command, exec_failure
-from radt.collectors.finish import describe_environment, finish_run, freeze, local_run_dir, report
-from radt.collectors.listeners import make_source
+from radt.collectors.finish import RunEnd, RunPart, describe_environment, local_run_dir, report
 from radt.collectors.nodes import membership, node_scoped, on_node
-from radt.collectors.proctree import ProcessTree, become_subreaper, catch_stops, check_cgroup, child_setup, make_cgroup, restore_interrupts
+from radt.collectors.proctree import ProcessTree, become_subreaper, check_cgroup, child_setup, make_cgroup, restore_interrupts
 from radt.collectors.profilers import wrap
-from radt.collectors.sampler import Sampler, open_sources
+from radt.collectors.recording import Recording
+from radt.collectors.sampler import Sampler
 from radt.collectors.scriptlog import ScriptLog
 from radt.collectors.sources.base import SamplingContext
-from radt.collectors.stores import open_metric_store
 from radt.collectors.tracking import ADDED_ENV, connect, create_run, join_run, resolve_experiment, set_tags
 from radt.collectors.watchdog import Guard, kill_recorded, read_record, remove_cgroup
-from radt.collectors.writer import MetricWriter
-from radt.rundir import CONTEXT_FILE, LOGS_DIR, SPOOL_FILE, STARTED_FILE, STOP_REASON_FILE
+from radt.rundir import CONTEXT_FILE, LOGS_DIR, STARTED_FILE, STOP_REASON_FILE
 from radt.runmodel import GPUS_TAG, INTERVAL_TAG, MIG_ACTIVITY_TAG, PROMETHEUS_GAP_TAG
 from radt.settings import POINTS_LOST_EXIT, display_uri, radt_home
 
@@ -52,13 +51,13 @@ class RunOptions:
     workload: str | None = None
     devices: list[int | str] | None = None  # -d: NVML indices and GPU-/MIG- UUIDs
     listeners: list[str] = field(default_factory=lambda: ["nvml", "host"])
-    interval: float = 1.0
+    interval: float = field(default_factory=settings.INTERVAL.get)
     max_epoch: int | None = None
     max_time: float | None = None  # minutes
     manual: bool = False
     letter: str = "A"
     collocation: str = "-"
-    flush_timeout: float = 60.0
+    flush_timeout: float = field(default_factory=settings.FLUSH_TIMEOUT.get)
     profiler: str | None = None  # nsys/ncu wrapping the command (collectors/profilers.py)
     parent_run: str | None = None  # a workload parent that the CSV scheduler creates and ends
     cuda_visible: str | None = None  # CUDA_VISIBLE_DEVICES when it is not -d (a MIG UUID, an MPS daemon's numbering)
@@ -354,10 +353,20 @@ def run_script(opts: RunOptions) -> int:
     become_subreaper()
     gpu_plan = check_devices(opts.devices, opts.cuda_visible)
     gate = StartGate(opts.start_gate, opts.letter) if opts.start_gate else None
-    early = catch_stops(gate.on_signal) if gate else {}
-    member = membership(os.environ)
-    client = connect(opts.store)
-    settings = {INTERVAL_TAG: str(opts.interval), "max_epoch": str(opts.max_epoch), "max_time": str(opts.max_time), "manual": str(opts.manual)}
+    with Recording(opts.flush_timeout) as rec:
+        if gate:
+            rec.catch_signals(gate.on_signal)  # before the run exists: a Ctrl-C while it is created calls it off
+            rec.callback(lambda: rec.end and gate.record(rec.end.status))  # after finish_run: the scheduler reads it
+        code = _record(rec, opts, command, gpu_plan, gate)
+    if rec.writer.lost and code == 0:
+        report(f"radt: exit status {POINTS_LOST_EXIT}: the script succeeded, but {rec.writer.lost:,} points of its run were lost (see above)")
+        return POINTS_LOST_EXIT
+    return code
+
+
+def _open_run(opts: RunOptions, client, command: list[str], member) -> tuple[RunPart, str]:
+    """Create the run (or join it, a node of a multi-node run) and claim its local folder; the run's part and experiment id."""
+    run_settings = {INTERVAL_TAG: str(opts.interval), "max_epoch": str(opts.max_epoch), "max_time": str(opts.max_time), "manual": str(opts.manual)}
     if member.run_id:  # a node joining a run that exists (MLFLOW_RUN_ID + MLFLOW_SYSTEM_METRICS_NODE_ID)
         run_id = member.run_id
         experiment_id, parent_id = join_run(client, run_id, member.node)
@@ -376,167 +385,171 @@ def run_script(opts: RunOptions) -> int:
             devices="+".join(map(str, opts.devices)) if opts.devices is not None else os.environ.get("CUDA_VISIBLE_DEVICES", "all"),
             collocation=opts.collocation,
             listeners=opts.listeners,
-            settings=settings,
+            settings=run_settings,
             member=member,
         )
     if opts.parent_run:
         parent_id = None  # the scheduler ends the workload's parent run, not its children
     run_dir = local_run_dir(opts.store, run_id, parent_id, node=member.node)
-    logs = run_dir / LOGS_DIR
     part = f" as node {member.node}" if member.node else ""
     report(f"radt: run {run_id}{part} in experiment {experiment_id} (store {display_uri(opts.store)})")
+    return RunPart(run_id, run_dir, parent_id, member.node), experiment_id
 
-    writer = MetricWriter(open_metric_store(opts.store), run_id, run_dir / SPOOL_FILE, report=report).start()
-    tree = ProcessTree(record=run_dir)  # tree.json, for the watchdog and the reaper
+
+class Prepared(NamedTuple):
+    """What is set up before the script starts: the run, its process tree's record, sources, command and containment."""
+
+    client: object
+    part: RunPart
+    experiment_id: str
+    tree: ProcessTree
+    sources: list
+    command: list[str]
+    profiler_env: dict[str, str]
+    cgroup: str | None
+    guard: Guard
+
+
+def _prepare(rec: Recording, opts: RunOptions, command: list[str], gpu_plan: gpus.Plan) -> Prepared:
+    """The run, its writer and sources on the recording; the GPU tags, the profiler's command, the cgroup and the watchdog."""
+    member = membership(os.environ)
+    client = connect(opts.store)
+    part, experiment_id = _open_run(opts, client, command, member)
+    logs = part.run_dir / LOGS_DIR
+    rec.write(client, part, opts.store)
+    tree = ProcessTree(record=part.run_dir)  # tree.json, for the watchdog and the reaper
     ctx = SamplingContext(interval=opts.interval, devices=gpu_plan.indices, slices=gpu_plan.slices, pids=tree.processes, given=gpu_plan.unmapped)
-    sources = open_sources([make_source(name) for name in opts.listeners], ctx, report)
+    sources = rec.open_sources(opts.listeners, ctx)
     describe_environment(logs, gpu_plan)
     if gpu_plan.watched is not None:
-        set_tags(client, run_id, node_scoped(gpu_tags(gpu_plan, sources), member.node))
+        set_tags(client, part.run_id, node_scoped(gpu_tags(gpu_plan, sources), member.node))
     command, profiler_env = wrap(opts.profiler, command, logs, f"{experiment_id}_{opts.workload or 'run'}_{opts.letter}")
     # before a CSV workload's gate: once it opens, only the script's own start is left
-    cgroup = make_cgroup(f"radt-{run_id[:12]}-{os.getpid()}")
-    guard = Guard.start(run_dir)  # kills the tree if this process dies without doing it
-    if gate and not gate.wait(run_id):
-        report(f"radt: run {opts.letter} did not start: {'interrupted' if gate.signals else 'the workload was called off'}")
-        guard.release()
-        remove_cgroup(cgroup)
-        for source in sources:
-            source.close()
-        exit_by = time.monotonic() + opts.flush_timeout
-        written = writer.close(opts.flush_timeout)
-        finish_run(client, run_dir, run_id, parent_id, "KILLED", -signal.SIGINT, "not_started", written, writer.written, deadline=exit_by, node=member.node)
-        gate.record("KILLED")
-        for sig, handler in early.items():
-            signal.signal(sig, handler)
-        return 130
+    cgroup = make_cgroup(f"radt-{part.run_id[:12]}-{os.getpid()}")
+    guard = Guard.start(part.run_dir)  # kills the tree if this process dies without doing it
+    rec.callback(_release, guard, cgroup)
+    return Prepared(client, part, experiment_id, tree, sources, command, profiler_env, cgroup, guard)
 
+
+def _record(rec: Recording, opts: RunOptions, command: list[str], gpu_plan: gpus.Plan, gate: StartGate | None) -> int:
+    """Open the recording's parts, start the script and wait for it; sets `rec.end` and returns radt's exit code."""
+    run = _prepare(rec, opts, command, gpu_plan)
+    part, logs = run.part, run.part.run_dir / LOGS_DIR
+    if gate and not gate.wait(part.run_id):
+        report(f"radt: run {opts.letter} did not start: {'interrupted' if gate.signals else 'the workload was called off'}")
+        rec.end = RunEnd("KILLED", -signal.SIGINT, "not_started")
+        return 130
     deadline = time.time() + opts.max_time * 60 if opts.max_time else None
-    started_flag = run_dir / STARTED_FILE
-    child_env = child_environment(opts, run_id, experiment_id, run_dir, deadline, gpu_plan)
-    child_env.update(profiler_env)
+    child_env = child_environment(opts, part.run_id, run.experiment_id, part.run_dir, deadline, gpu_plan)
+    child_env.update(run.profiler_env)
     caught: list[int] = []  # a Ctrl-C between the script's start and the supervisor's handlers: passed on, not lost
+    _touch_logs(logs)
+    if not gate:
+        rec.catch_signals(lambda signum, _frame: caught.append(signum))
+    try:
+        child = _popen(run.command, child_env, run.cgroup)
+    except OSError as exc:  # the file changed since build_command checked it, or the kernel refuses it
+        code = _cannot_start(logs, run.command[0], exc)
+        rec.end = RunEnd("FAILED", code)
+        return code
+    supervisor = Supervisor(child, deadline, part.run_dir, run.tree.processes)
+    script_start_ms = _follow(rec, opts, run, child, gpu_plan)
+    rec.catch_signals(supervisor.on_signal)
+    if gate and gate.signals:  # a signal between the gate opening and now
+        supervisor.on_signal(gate.signals[0], None)
+    elif caught:  # a signal since the script started (radt started with SIGINT ignored would have dropped it)
+        supervisor.on_signal(caught[0], None)
+    returncode = supervisor.wait()
+    rec.end = _outcome(part.run_dir, returncode, supervisor, (script_start_ms, int(time.time() * 1000)))
+    return 0 if supervisor.time_limited else exit_code(returncode)
+
+
+def _touch_logs(logs: Path) -> None:
     for name in ("stdout.log", "stderr.log"):  # there from the script's start: a radt SIGKILLed at once leaves them to sync
         try:
             (logs / name).touch()
         except OSError:
             pass  # a full disk: the tee says so once
-    if not gate:
-        early = catch_stops(lambda signum, _frame: caught.append(signum))
+
+
+def _outcome(run_dir: Path, returncode: int, supervisor: Supervisor, script_ms: tuple[int, int]) -> RunEnd:
+    """The ended script's run: its status, exit code, why it stopped (radt.run()'s own reason, or radt's --max-time)."""
+    stop_file = run_dir / STOP_REASON_FILE
+    stop_reason = stop_file.read_text().strip() if stop_file.exists() else None
+    status = final_status(returncode, supervisor, stop_reason)
+    return RunEnd(status, returncode, stop_reason or ("max_time" if supervisor.time_limited else None), script_ms)
+
+
+def _cannot_start(logs: Path, program: str, exc: OSError) -> int:
+    """Say why the script could not start, here and in its stderr.log (attached to the run); its exit code, as a shell gives it."""
+    line = exec_failure(program, exc)
+    report(f"radt: {line}")
     try:
-        child = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL if not sys.stdin or not sys.stdin.isatty() else None,
-            start_new_session=True,
-            preexec_fn=child_setup(cgroup),  # SIGKILL when radt dies, default SIGINT/SIGTERM, into the cgroup
-            env=child_env,
-        )
-    except OSError as exc:  # the file changed since build_command checked it, or the kernel refuses it
-        guard.release()
-        remove_cgroup(cgroup)
-        line = exec_failure(command[0], exc)
-        report(f"radt: {line}")
-        try:
-            with open(logs / "stderr.log", "a") as log:  # attached to the run: the reason is in the store too
-                log.write(line + "\n")
-        except OSError:
-            pass
-        for source in sources:
-            source.close()
-        code = 127 if isinstance(exc, FileNotFoundError) else 126
-        exit_by = time.monotonic() + opts.flush_timeout
-        written = writer.close(opts.flush_timeout)
-        finish_run(client, run_dir, run_id, parent_id, "FAILED", code, None, written, writer.written, deadline=exit_by, node=member.node)
-        if gate:
-            gate.record("FAILED")
-        for sig, handler in early.items():
-            signal.signal(sig, handler)
-        return code
+        with open(logs / "stderr.log", "a") as log:  # attached to the run: the reason is in the store too
+            log.write(line + "\n")
+    except OSError:
+        pass
+    return 127 if isinstance(exc, FileNotFoundError) else 126
+
+
+def _follow(rec: Recording, opts: RunOptions, run: Prepared, child: subprocess.Popen, gpu_plan: gpus.Plan) -> int:
+    """The started script's parts on the recording: its tree (stopped first at the end), output tees, sampler, script log.
+    Returns the script's start, epoch ms."""
     script_start_ms = int(time.time() * 1000)
-    tree.attach(child.pid, check_cgroup(cgroup, child.pid), helpers={guard.proc.pid} if guard.proc else None)
-    tees = [_tee(child.stdout, sys.stdout.buffer, logs / "stdout.log"), _tee(child.stderr, sys.stderr.buffer, logs / "stderr.log")]
-    sampler = Sampler(sources, opts.interval, on_node(writer.put, member.node), report, start_gate=started_flag.exists if opts.manual else None)
-    sampler.start()
-    script_log = ScriptLog(run_dir, run_id, client, writer.put, report).start(lambda: writer.healthy)  # the script's radt.run() calls
+    part, logs, guard = run.part, run.part.run_dir / LOGS_DIR, run.guard
+    script = Script(child, run.tree, part.run_dir, guard)
+    rec.callback(script.stop)  # before the sampler stops: the tree killed, the watchdog released, the output read
+    rec.freeze = True
+    run.tree.attach(child.pid, check_cgroup(run.cgroup, child.pid), helpers={guard.proc.pid} if guard.proc else None)
+    script.tees = [_tee(child.stdout, sys.stdout.buffer, logs / "stdout.log"), _tee(child.stderr, sys.stderr.buffer, logs / "stderr.log")]
+    put = on_node(rec.writer.put, part.node)
+    started_flag = part.run_dir / STARTED_FILE
+    rec.sample(
+        run.sources,
+        opts.interval,
+        put,
+        start_gate=started_flag.exists if opts.manual else None,
+        late=lambda sampler: _prometheus_final(sampler, script_start_ms, _script_end_ms(rec), put, gpu_plan),
+    )
+    writer = rec.writer
+    rec.script_log = ScriptLog(part.run_dir, part.run_id, run.client, writer.put, report).start(lambda: writer.healthy)  # the script's radt.run() calls
+    return script_start_ms
 
-    supervisor = Supervisor(child, deadline, run_dir, tree.processes)
-    previous = catch_stops(supervisor.on_signal)
-    previous.update(early)
-    if gate and gate.signals:  # a signal between the gate opening and now
-        supervisor.on_signal(gate.signals[0], None)
-    elif caught:  # a signal since the script started (radt started with SIGINT ignored would have dropped it)
-        supervisor.on_signal(caught[0], None)
-    try:
-        returncode = supervisor.wait()
-        script_end_ms = int(time.time() * 1000)
-        exit_by = time.monotonic() + opts.flush_timeout  # everything radt still does, the writer's flush and the last writes included
-        leftovers = [p for p in tree.processes(fresh=True) if p.pid != child.pid]
-        _kill_tree(child.pid, leftovers)
-        kill_recorded(read_record(run_dir) or {"cgroup": tree.cgroup}, timeout=2.0)  # what escaped the group meanwhile; the cgroup goes
-        guard.release()
-        for tee in tees:
+
+def _script_end_ms(rec: Recording) -> int:
+    """The script's exit (epoch ms); now, where radt ends the recording without it (an exception)."""
+    return rec.end.script_ms[1] if rec.end and rec.end.script_ms else int(time.time() * 1000)
+
+
+def _popen(command: list[str], env: dict[str, str], cgroup: str | None) -> subprocess.Popen:
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL if not sys.stdin or not sys.stdin.isatty() else None,
+        start_new_session=True,
+        preexec_fn=child_setup(cgroup),  # SIGKILL when radt dies, default SIGINT/SIGTERM, into the cgroup
+        env=env,
+    )
+
+
+def _release(guard: Guard, cgroup: str | None) -> None:
+    """The watchdog told radt is done, and the run's cgroup removed (nothing of the script left in it)."""
+    guard.release()
+    remove_cgroup(cgroup)
+
+
+class Script:
+    """The training script's process tree as a part of the recording: stop() ends what is left of it, once."""
+
+    def __init__(self, child: subprocess.Popen, tree: ProcessTree, run_dir: Path, guard: Guard) -> None:
+        self.child, self.tree, self.run_dir, self.guard = child, tree, run_dir, guard
+        self.tees: list[threading.Thread] = []
+
+    def stop(self) -> None:
+        leftovers = [p for p in self.tree.processes(fresh=True) if p.pid != self.child.pid]
+        _kill_tree(self.child.pid, leftovers)
+        kill_recorded(read_record(self.run_dir) or {"cgroup": self.tree.cgroup}, timeout=2.0)  # what escaped the group meanwhile; the cgroup goes
+        self.guard.release()
+        for tee in self.tees:
             tee.join(5)
-        sampler.stop()
-        source_tags = _prometheus_final(sampler, script_start_ms, script_end_ms, on_node(writer.put, member.node), gpu_plan)
-        stop_file = run_dir / STOP_REASON_FILE
-        stop_reason = stop_file.read_text().strip() if stop_file.exists() else None
-        status = final_status(returncode, supervisor, stop_reason)
-        with flush_signals() as cancel:
-            try:
-                freeze(logs)  # the writer keeps sending meanwhile
-                (logs / "radt-sources.json").write_text(json.dumps(sampler.describe(), indent=2))
-            except OSError as exc:  # a full disk must not cost the run its status
-                report(f"radt: cannot write the run's logs in {logs} ({exc.strerror or exc})")
-            script_log.close(exit_by, cancel)  # its last calls into the writer before it closes
-            written = writer.close(max(0.0, exit_by - time.monotonic()), cancel)
-            written = script_log.settle(kept=not writer.lost) and written
-            finish_run(
-                client,
-                run_dir,
-                run_id,
-                parent_id,
-                status,
-                returncode,
-                stop_reason or ("max_time" if supervisor.time_limited else None),
-                written,
-                max(0, writer.written - script_log.points),  # radt.points: the system points, as `radt sync` counts them
-                script_ms=(script_start_ms, script_end_ms),
-                deadline=exit_by,
-                cancel=cancel,
-                node=member.node,
-                tags=source_tags,
-            )
-        if gate:
-            gate.record(status)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    code = 0 if supervisor.time_limited else exit_code(returncode)
-    if writer.lost and code == 0:
-        report(f"radt: exit status {POINTS_LOST_EXIT}: the script succeeded, but {writer.lost:,} points of its run were lost (see above)")
-        return POINTS_LOST_EXIT
-    return code
-
-
-@contextmanager
-def flush_signals():
-    """Ctrl-C, SIGTERM or SIGHUP while radt flushes at exit: stop waiting on the store; what is not sent stays for `radt sync`.
-
-    Yields the event they set (the writer's close() and finish_run() watch it); said once afterwards."""
-    cancel = threading.Event()
-    received: list[int] = []
-
-    def on_signal(signum: int, _frame) -> None:
-        received.append(signum)
-        cancel.set()
-
-    saved = catch_stops(on_signal)
-    try:
-        yield cancel
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
-        if received:
-            report(f"radt: {signal.Signals(received[0]).name} received during the final flush; what was not sent waits for 'radt sync'")
