@@ -22,6 +22,7 @@ from radt.collectors.nodes import node_scoped, worst
 from radt.collectors.sources.nvml import gpu_inventory
 from radt.collectors.tracking import find_runs, set_tags
 from radt.collectors.writer import StoreTimeout, call_with_deadline
+from radt.errors import report
 from radt.rundir import DONE_FILE, LOGS_DIR, META_FILE, PENDING_FILE, claim_run_dir, owner_pid, write_whole
 from radt.runmodel import (
     EXIT_CODE_TAG,
@@ -35,10 +36,6 @@ from radt.runmodel import (
     node_tag,
 )
 from radt.settings import FINISH_TIMEOUT, radt_home, runs_dir
-
-
-def report(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def local_run_dir(store: str, run_id: str, parent_id: str | None, node: str | None = None, **extra) -> Path:
