@@ -1,6 +1,8 @@
-"""The suite's fixtures (helpers live in tests/support): a fresh MLflow store per test on SQLite and on the
-real PostgreSQL, an isolated RADT_HOME, the real tool logs, headless Chromium, the browser tests'
-store and dashboard; and, around every test, the process-wide state a test may change, put back.
+"""The suite's fixtures (helpers live in tests/support): a fresh MLflow store per test (SQLite; SQLite and the real
+PostgreSQL where the dialect matters: the `dialects` marker), an isolated RADT_HOME, the real tool logs, headless
+Chromium, the browser tests' store and dashboard; around every test, the process-wide state a test may change, put
+back; and the markers of the slow kinds (`browser`, `slurm`, `prometheus`, `e2e`), set by what a test uses, so that
+`-m "not browser and not slurm and not prometheus and not e2e"` is the fast inner loop.
 
 PostgreSQL at 127.0.0.1:5432 (user postgres, trust auth) is required under CI (CI=true): there
 an unreachable server fails the tests instead of skipping them.
@@ -13,6 +15,7 @@ import functools
 import json
 import os
 import shutil
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -105,9 +108,9 @@ def radt_home(tmp_path, tmp_path_factory, monkeypatch) -> Path:
     return home
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture
 def store_uri(request, tmp_path, sqlite_template, radt_home) -> str:
-    """A fresh, empty MLflow store: every store test runs on SQLite and on the real PostgreSQL."""
+    """A fresh, empty MLflow store: SQLite, and the real PostgreSQL too for a test marked `dialects` (pytest_generate_tests)."""
     if request.param == "sqlite":
         path = tmp_path / "store.db"
         shutil.copy(sqlite_template, path)
@@ -168,10 +171,11 @@ def page(browser):
         yield p
 
 
-@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
+@pytest.fixture(scope="session")
 def filled_store(request, tmp_path_factory, sqlite_template):
     """A store holding `radt demo`, a three-hour run and the real 5-GPU logs (tests/support/stores.py), written once
-    per store kind for all xdist workers (they only read it); the PostgreSQL one is dropped when the whole run ends."""
+    per store kind for all xdist workers (they only read it); the PostgreSQL one is dropped when the whole run ends.
+    SQLite, and PostgreSQL for a test marked `dialects` or parametrized `["postgresql"]` (pytest_generate_tests)."""
     from tests.support.stores import fill_browser_store
 
     kind = request.param
@@ -200,6 +204,80 @@ def served(filled_store):
     """`python app.py` on the browser tests' store, for every browser test of this process on that store kind."""
     with dashboard(filled_store["uri"], radt_env(filled_store["home"])) as base:
         yield base
+
+
+# --- store kinds and markers ----------------------------------------------------------------------------------
+
+STORE_KINDS = ("sqlite", "postgresql")
+STORE_FIXTURES = ("store_uri", "filled_store")
+
+
+def _parametrized(metafunc, name: str) -> bool:
+    """Whether the test parametrizes NAME itself (`@pytest.mark.parametrize("store_uri", ["sqlite"], indirect=True)`)."""
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0] if mark.args else mark.kwargs.get("argnames", ())
+        names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+        if name in names:
+            return True
+    return False
+
+
+def pytest_generate_tests(metafunc):
+    """A store test runs on SQLite; one marked `dialects` (its SQL differs per dialect) also on the real PostgreSQL.
+    End-to-end and browser tests take SQLite, and each area keeps its PostgreSQL one by the marker or `pg_uri`."""
+    for name in STORE_FIXTURES:
+        if name in metafunc.fixturenames and not _parametrized(metafunc, name):
+            kinds = STORE_KINDS if metafunc.definition.get_closest_marker("dialects") else STORE_KINDS[:1]
+            metafunc.parametrize(name, kinds, indirect=True)
+
+
+# what puts a test in a slow kind: a fixture it uses (its own or through others), or a name its code (or a helper of
+# its module that it calls, or one of its fixtures) refers to
+KIND_FIXTURES = {"browser": {"browser"}, "slurm": {"cluster"}, "prometheus": set(), "e2e": set()}
+KIND_NAMES = {
+    "browser": {"chromium"},
+    "slurm": {"cluster"},  # slurm.cluster(), the fixture's own call
+    "prometheus": {"prom", "Prometheus", "serving"},
+    "e2e": {"run_radt", "LiveRadt", "radt_command", "subprocess", "dashboard", "MlflowServer", "mlflow_server"},
+}
+
+
+def _names(function, module, seen: set) -> set[str]:
+    """The global names FUNCTION's code refers to, with those of the module's own functions it calls, transitively."""
+    code = getattr(function, "__code__", None)
+    if code is None or code in seen:
+        return set()
+    seen.add(code)
+    found: set[str] = set()
+    stack = [code]
+    while stack:
+        current = stack.pop()
+        found.update(current.co_names)
+        stack.extend(c for c in current.co_consts if hasattr(c, "co_names"))
+    for name in list(found):
+        helper = getattr(module, name, None)
+        if callable(helper) and getattr(helper, "__module__", None) == module.__name__:
+            found |= _names(getattr(helper, "__wrapped__", helper), module, seen)
+    return found
+
+
+def pytest_collection_modifyitems(config, items):
+    """Each test marked with the slow kinds it belongs to (KIND_FIXTURES, KIND_NAMES)."""
+    for item in items:
+        function = getattr(item, "function", None)
+        if function is None or not hasattr(item, "_fixtureinfo"):
+            continue
+        module = item.module
+        seen: set = set()
+        names = _names(function, module, seen)
+        for defs in item._fixtureinfo.name2fixturedefs.values():  # the fixtures it uses, its own and through others
+            for fixturedef in defs:
+                home = sys.modules.get(getattr(fixturedef.func, "__module__", ""))
+                if home is not None and home.__name__.startswith("tests."):
+                    names |= _names(fixturedef.func, home, seen)
+        for kind, fixtures in KIND_FIXTURES.items():
+            if fixtures & set(item.fixturenames) or KIND_NAMES[kind] & names:
+                item.add_marker(kind)
 
 
 # --- process-wide state, put back after every test -------------------------------------------------------

@@ -31,6 +31,8 @@ from radt.points import Point
 from radt.runmodel import COLLOCATION_TAG
 from tests.support.runs import radt_run
 
+pytestmark = pytest.mark.dialects  # the SQL radt issues differs per dialect: SQLite and the real PostgreSQL
+
 BASE = 1_700_000_000_000
 MIN = 60_000
 # workload -> (collocation tag, [(start min, end min, SMACT, energy J, steps)] per run)

@@ -21,6 +21,8 @@ from radt.collectors import tracking
 from radt.collectors.stores import open_metric_store
 from radt.points import Point
 
+pytestmark = pytest.mark.dialects  # the SQL radt issues differs per dialect: SQLite and the real PostgreSQL
+
 BASE = 1_700_000_000_000
 
 

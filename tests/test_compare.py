@@ -32,6 +32,8 @@ from radt.runmodel import SCRIPT_END_TAG, SCRIPT_START_TAG
 from tests.support.radtproc import radt_env, run_radt
 from tests.support.runs import radt_run
 
+pytestmark = pytest.mark.dialects  # the SQL radt issues differs per dialect: SQLite and the real PostgreSQL
+
 BASE = 1_700_000_000_000
 MIN = 60_000
 X = ("--model", "resnet50")  # the command most runs share

@@ -54,9 +54,14 @@ def _fill(uri: str) -> dict:
     return {"experiment": experiment, "evil": evil, "other": other}
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+# what a request carries reaches each dialect's SQL (PostgreSQL refuses a NUL byte in a query): SQLite and PostgreSQL
+BOTH = pytest.mark.parametrize("junk", ["sqlite", "postgresql"], indirect=True)
+SQLITE = pytest.mark.parametrize("junk", ["sqlite"], indirect=True)  # the page and the cache, the same on both
+
+
+@pytest.fixture(scope="module")
 def junk(request, tmp_path_factory, sqlite_template):
-    """A store holding the junk experiment, and `python app.py` serving it; SQLite and the real PostgreSQL."""
+    """A store holding the junk experiment, and `python app.py` serving it: SQLite (BOTH: and the real PostgreSQL)."""
     home = tmp_path_factory.mktemp(f"junk-{request.param}")
     database, pool = None, None
     if request.param == "sqlite":
@@ -141,6 +146,7 @@ def _links(ids: dict) -> list[tuple[str, str]]:
     ]
 
 
+@BOTH
 def test_junk_links_answer_with_a_message(junk):
     for search, message in _links(junk):
         status, page = _page(junk["base"], search)
@@ -148,6 +154,7 @@ def test_junk_links_answer_with_a_message(junk):
         assert json.dumps(message)[1:-1] in page, (search, message)
 
 
+@BOTH
 def test_the_draw_callback_answers_junk_inputs(junk):
     base, evil, other = junk["base"], junk["evil"], junk["other"]
     experiment = [junk["experiment"]]
@@ -183,8 +190,6 @@ def _open(page, url: str, names: list[str]) -> list[dict]:
 
 @pytest.fixture
 def page(browser, junk):
-    if junk["kind"] != "sqlite":
-        pytest.skip("what the browser shows does not depend on the store; SQLite only")
     failed: list[str] = []
     with new_page(browser, accept_downloads=True) as page:
         page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 500 else None)
@@ -192,6 +197,7 @@ def page(browser, junk):
     assert not failed, failed
 
 
+@SQLITE
 def test_names_are_text_in_the_legend_the_tooltip_and_the_run_tree(page, junk):
     url = f"{junk['base']}?exp={junk['experiment']}&runs={junk['evil']},{junk['other']}&metrics=cat:sm_active"
     _open(page, url, [f"{EVIL} · GPU 0", "plain run · GPU 0"])
@@ -214,6 +220,7 @@ def test_names_are_text_in_the_legend_the_tooltip_and_the_run_tree(page, junk):
     screenshot(page, "dashboard-names-are-text")
 
 
+@SQLITE
 def test_an_export_past_the_limits_answers_with_a_message(page, junk):
     downloads: list = []
     page.on("download", lambda download: downloads.append(download))
@@ -249,6 +256,7 @@ def test_a_png_is_capped_in_pixels_before_it_is_drawn():
     assert check_style(ExportStyle(dpi=3000), "svg").dpi == 3000, "the DPI is a PNG's only"
 
 
+@SQLITE
 def test_zoomed_windows_are_cached_for_a_minute_not_an_hour(junk):
     """Each zoom is a new window of a run: cached briefly, so a user zooming around cannot fill Redis."""
     redis = pytest.importorskip("redis")

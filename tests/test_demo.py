@@ -1,4 +1,4 @@
-"""`radt demo` run as a user runs it, on SQLite and on the real PostgreSQL, read back with MLflow's client.
+"""`radt demo` run as a user runs it, on SQLite (the first test on the real PostgreSQL too), read back with MLflow's client.
 
 The demo must give the dashboard what real radt runs give it (experiments, workload parents with
 their runs as children, radt's tags and params, 1 Hz hardware series with steps and timestamps,
@@ -36,9 +36,7 @@ HOST_CHECKED = ["cpu_utilization_percentage", "process_cpu_utilization_percentag
 
 
 def _demo(home, store, cwd, *args: str, minutes: str = MINUTES):
-    began = time.monotonic()
-    result = run_radt(["demo", "--minutes", minutes, *args], env=radt_env(home, store), cwd=cwd)
-    return result, time.monotonic() - began
+    return run_radt(["demo", "--minutes", minutes, *args], env=radt_env(home, store), cwd=cwd)
 
 
 def _experiments(client) -> dict:
@@ -71,13 +69,13 @@ def _steady(values: np.ndarray) -> float:
     return float(np.percentile(values, 75))
 
 
+@pytest.mark.dialects  # the demo writes through radt's SQL path, per dialect
 def test_demo_writes_workloads_runs_and_realistic_series(store_uri, radt_home, tmp_path):
-    result, took = _demo(radt_home, store_uri, tmp_path)
+    result = _demo(radt_home, store_uri, tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert sum("/ workload" in line for line in lines) == 7, result.stdout
     assert "radt dashboard" in lines[-1] and "mlflow ui --backend-store-uri" in lines[-1], lines[-1]
-    assert took < 90, f"radt demo took {took:.1f} s"
 
     client = mlflow.MlflowClient(store_uri)
     experiments = _experiments(client)
@@ -199,7 +197,7 @@ def test_demo_writes_workloads_runs_and_realistic_series(store_uri, radt_home, t
 
 def test_demo_again_skips_and_reset_replaces_with_the_same_values(store_uri, radt_home, tmp_path):
     # skipping and replacing do not depend on the length of the runs: the shortest demo keeps this quick
-    first, _ = _demo(radt_home, store_uri, tmp_path, minutes="1")
+    first = _demo(radt_home, store_uri, tmp_path, minutes="1")
     assert first.returncode == 0, first.stderr
     client = mlflow.MlflowClient(store_uri)
     before = _experiments(client)
@@ -207,14 +205,13 @@ def test_demo_again_skips_and_reset_replaces_with_the_same_values(store_uri, rad
     alone = next(r for r in runs_before if r.data.tags.get("radt.workload") == "1 alone" and r.data.tags["radt.role"] == "run")
     _, stamps_before, values_before = _history(client, alone.info.run_id, key("sm_active", 0))
 
-    again, took = _demo(radt_home, store_uri, tmp_path, minutes="1")
+    again = _demo(radt_home, store_uri, tmp_path, minutes="1")
     assert again.returncode == 0, again.stderr
     assert "already" in again.stdout and "--reset" in again.stdout
-    assert took < 60
     assert {n: e.experiment_id for n, e in _experiments(client).items()} == {n: e.experiment_id for n, e in before.items()}
     assert len(_runs(client, before.values())) == len(runs_before)
 
-    reset, _ = _demo(radt_home, store_uri, tmp_path, "--reset", minutes="1")
+    reset = _demo(radt_home, store_uri, tmp_path, "--reset", minutes="1")
     assert reset.returncode == 0, reset.stderr
     assert "soft-deleted" in reset.stdout
     after = _experiments(client)
@@ -233,7 +230,7 @@ def test_demo_again_skips_and_reset_replaces_with_the_same_values(store_uri, rad
 
     # a demo deleted in MLflow's UI (name kept by the soft delete) is written again without --reset
     client.delete_experiment(active[BERT].experiment_id)
-    rewrite, _ = _demo(radt_home, store_uri, tmp_path)
+    rewrite = _demo(radt_home, store_uri, tmp_path)
     assert rewrite.returncode == 0, rewrite.stderr
     assert "writing the demo again" in rewrite.stdout
     final = {name: e for name, e in _experiments(client).items() if e.lifecycle_stage == "active"}
@@ -243,7 +240,7 @@ def test_demo_again_skips_and_reset_replaces_with_the_same_values(store_uri, rad
 
 def test_demo_into_the_default_store_and_its_refusals(radt_home, tmp_path, sqlite_template):
     # no MLFLOW_TRACKING_URI, no --store: the embedded store under RADT_HOME, which the dashboard finds by itself
-    result, _ = _demo(radt_home, None, tmp_path, minutes="1")
+    result = _demo(radt_home, None, tmp_path, minutes="1")
     assert result.returncode == 0, result.stderr
     database = radt_home / "mlflow.db"
     assert f"mlflow ui --backend-store-uri 'sqlite:///{database}'" in result.stdout
@@ -252,7 +249,7 @@ def test_demo_into_the_default_store_and_its_refusals(radt_home, tmp_path, sqlit
         names = {row[0] for row in conn.execute("select name from experiments where lifecycle_stage = 'active'")}
     assert {RESNET, BERT} <= names
 
-    bad, _ = _demo(radt_home, None, tmp_path, minutes="0")
+    bad = _demo(radt_home, None, tmp_path, minutes="0")
     assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.strip().splitlines()) == 1 and "--minutes" in bad.stderr
 
     # an experiment of the user's that happens to carry a demo name is never touched

@@ -1,4 +1,4 @@
-"""The explore page in real headless Chromium against a real `python app.py`, on SQLite and PostgreSQL.
+"""The explore page in real headless Chromium against a real `python app.py`, on SQLite (the Redis-cached view on PostgreSQL).
 
 A user picks experiment → workload → runs, sees one SMACT trace per run, switches to grouped,
 reloads and finds the same view from the URL; zooming asks the store again for the visible window
@@ -189,7 +189,7 @@ def test_a_missing_sqlite_store_says_how_to_make_one(tmp_path):
     assert not missing.exists(), "the dashboard never creates a store"
 
 
-@pytest.mark.parametrize("filled_store", ["postgresql"], indirect=True)  # the production set-up; store kinds are covered above
+@pytest.mark.parametrize("filled_store", ["postgresql"], indirect=True)  # the production set-up: explore's PostgreSQL end to end
 def test_several_workers_under_gunicorn_share_a_redis_cache(page, filled_store):
     """The documented multi-user set-up: `gunicorn -w 2 'radt.app:server'` with RADT_CACHE=redis://..."""
     import subprocess

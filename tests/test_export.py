@@ -1,5 +1,5 @@
 """`radt export`: valid PNG/SVG/PDF and exact CSV from radt, MLflow system-metric and radT-legacy runs,
-on SQLite and the real PostgreSQL; the figure is the dashboard's own (app/views.render).
+on SQLite (the CSV on the real PostgreSQL too); the figure is the dashboard's own (app/views.render).
 
 Images are drawn by kaleido in Debian's real Chromium, as a user's export would be.
 """
@@ -56,6 +56,7 @@ def _stored(built, run_id: str, key: str) -> list[tuple[int, float]]:
     return [(int(t), float("nan") if nan else float(v)) for t, v, nan in rows]  # MLflow stores NaN as 0 with is_nan
 
 
+@pytest.mark.dialects  # the points read through each dialect's SQL
 def test_csv_holds_exactly_the_selected_runs_points(store, tmp_path, capsys):
     for kind, (_exp, labels, _spec, key) in KINDS.items():
         view = _view(store, kind)

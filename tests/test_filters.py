@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 
 import numpy as np
 import pytest
@@ -15,6 +14,8 @@ from mlflow.entities import Metric, Param, RunTag
 from radt.app.filters import FilterError, Query, narrow, parse
 from radt.app.filters import apply as apply_filter
 from tests.support.state import dashboard_reads
+
+pytestmark = pytest.mark.dialects  # the SQL radt issues differs per dialect: SQLite and the real PostgreSQL
 
 BASE = 1_700_000_000_000
 MINUTE = 60_000
@@ -224,18 +225,19 @@ def test_the_parse_of_mlflows_forms():
     assert isinstance(parse("resnet"), Query) and not parse("resnet batch=256").structured and parse("smact.mean < 0.3").structured
 
 
-def test_a_500_run_list_is_filtered_quickly(store):
-    """The evaluation itself: 500 rows of the run list through a structured filter in well under a second."""
+def test_a_500_run_list_is_filtered_row_by_row(store):
+    """The evaluation itself: 500 rows of the run list through a structured filter, each row kept or not as its own
+    values say (the picker's speed with 500 runs is bench/filter_picker.py's)."""
     import pandas as pd
 
     from radt.app import data
 
     runs = data.runs([store.experiment])
     many = pd.concat([runs] * 100, ignore_index=True)
-    began = time.perf_counter()
-    kept = apply_filter(many, "params.batch_size = '128' and tags.radt.collocation = 'MPS' and attributes.run_name LIKE '%mps' and duration > 10m")
-    elapsed = time.perf_counter() - began
-    assert len(kept) == 200 and elapsed < 0.5, f"{elapsed:.3f} s"
+    condition = "params.batch_size = '128' and tags.radt.collocation = 'MPS' and attributes.run_name LIKE '%mps' and duration > 10m"
+    once = apply_filter(runs, condition)
+    kept = apply_filter(many, condition)
+    assert len(once) == 2 and len(kept) == 100 * len(once) and set(kept["run_id"]) == set(once["run_id"]), kept["run_id"].value_counts()
 
 
 def test_the_filter_is_part_of_the_view_in_the_url():

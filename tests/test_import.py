@@ -1,4 +1,4 @@
-"""`radt import` run as a user runs it, on SQLite and on the real PostgreSQL, read back with MLflow.
+"""`radt import` run as a user runs it, on SQLite (the mnist trio on the real PostgreSQL too), read back with MLflow.
 
 Every real tool log is imported (the mnist trio as one run, each microbench dcgmi + nvidia-smi pair
 as one run) and MLflow's own client must read back the values of the files, their timestamps,
@@ -92,6 +92,7 @@ def _check_artifacts(client: mlflow.MlflowClient, run_id: str, fixtures_dir: Pat
 # --------------------------------------------------------------------------- mnist: dcgmi + nvidia-smi + top
 
 
+@pytest.mark.dialects  # the import's PostgreSQL end to end; the microbench pairs take SQLite
 def test_import_mnist_trio_as_one_run(store_uri, radt_home, tmp_path, fixtures_dir):
     result = _import(fixtures_dir, MNIST, radt_home, store_uri, tmp_path, "-e", "mnist", "-n", "mnist-cnn")
     run_id = _imported_run_id(result)

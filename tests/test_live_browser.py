@@ -21,7 +21,7 @@ from radt.collectors.stores import SqlMetricStore
 from radt.points import Point
 from tests.fakes.fake_nvml import A100, H100
 from tests.support.browser import dashboard, new_page, screenshot
-from tests.support.radtproc import radt_command, radt_env
+from tests.support.radtproc import DEFAULT_PERIODS, radt_command, radt_env
 from tests.support.runs import radt_run
 
 GPUS = json.dumps([{**H100, "load": 0.7}, {**A100, "load": 0.0}])  # one busy GPU, one idle
@@ -55,7 +55,7 @@ def test_a_training_run_appears_grows_and_ends_on_the_live_tab(pg_uri, radt_home
     script = tmp_path / "train.py"
     script.write_text(TRAIN)
     stop = tmp_path / "stop"
-    env = radt_env(radt_home, pg_uri)
+    env = radt_env(radt_home, pg_uri, extra=DEFAULT_PERIODS)  # every period at radt's default, Explore's redraw included
     with dashboard(pg_uri, env) as base, new_page(browser, width=1300, height=900) as page:
         page.goto(base + "live")
         page.wait_for_selector("text=No run is training now")

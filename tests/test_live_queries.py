@@ -4,6 +4,7 @@ and the incremental query that feeds extendData."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from mlflow import MlflowClient
 
 from radt.app import live
@@ -12,6 +13,8 @@ from radt.collectors import tracking
 from radt.collectors.stores import SqlMetricStore
 from radt.points import Point
 from tests.support.runs import radt_run
+
+pytestmark = pytest.mark.dialects  # the SQL radt issues differs per dialect: SQLite and the real PostgreSQL
 
 NOW = 1_760_000_000_000
 SMACT = "system/gpu_0_sm_active"

@@ -30,7 +30,10 @@ from tests.support.radtproc import radt_env
 UNKNOWN = "0a1b2c3d4e5f"  # a revision neither radt nor the installed MLflow knows: an MLflow newer than both
 MLFLOW_3_18 = "f4a9b2c7d1e6"
 PROBE = "import json, sys; from radt.cli import main; code = main(sys.argv[1:]); print(json.dumps({'code': code, 'mlflow': 'mlflow' in sys.modules}))"
-pytestmark = pytest.mark.filterwarnings("ignore:Unnamed CHECK constraint:UserWarning")  # alembic's SQLite table rebuild, as in MLflow's migrations
+pytestmark = [
+    pytest.mark.dialects,  # the store's schema and radt's SQL path, per dialect
+    pytest.mark.filterwarnings("ignore:Unnamed CHECK constraint:UserWarning"),  # alembic's SQLite table rebuild, as in MLflow's migrations
+]
 POINTS = [Point("system/cpu_percent", float(i), 1_700_000_000_000 + i * 1000, i) for i in range(5)]
 
 

@@ -326,7 +326,7 @@ def test_a_full_disk_under_the_spool_is_loud_and_radt_says_what_was_lost(pg_uri,
 
 
 def test_final_status_waits_for_sync_when_the_store_hangs_at_the_end(pg_uri, radt_home, tmp_path, monkeypatch, capfd):
-    from radt.collectors.finish import finish_run, local_run_dir
+    from radt.collectors.finish import RunEnd, RunPart, finish_run, local_run_dir
     from radt.collectors.tracking import PROCESS_ONLY_ENV, connect
     from radt.rundir import release_run_dir
 
@@ -342,7 +342,7 @@ def test_final_status_waits_for_sync_when_the_store_hangs_at_the_end(pg_uri, rad
         (run_dir / "logs" / "stdout.log").write_text("epoch 0\n")
         proxy.blackhole()
         started = time.monotonic()
-        finish_run(client, run_dir, run_id, None, "FINISHED", 0, None, True, 42, deadline=time.monotonic() + 2)
+        finish_run(client, RunPart(run_id, run_dir), RunEnd("FINISHED"), True, 42, deadline=time.monotonic() + 2)
         seconds = time.monotonic() - started
         release_run_dir(run_dir)  # radt exits
         proxy.resume()

@@ -24,6 +24,8 @@ from radt.app.summaries import SUMMARY_COLUMNS, run_summary
 from radt.catalogue import Device
 from tests.support.stores import BASE, NOW, Store, build
 
+pytestmark = pytest.mark.dialects  # the SQL radt issues differs per dialect: SQLite and the real PostgreSQL
+
 
 @pytest.fixture
 def built(store_uri, snapshots) -> Store:

@@ -31,7 +31,7 @@ START = 1_760_000_000_000
 TIMEOUT_S = 1.0
 NEVER_S = 20.0  # the old code waited 60 s (PostgreSQL) or 30 s (SQLite) here: the test gives up on it after this
 # no cache: each draw reads the store
-pytestmark = pytest.mark.filterwarnings("ignore:Flask-Caching. CACHE_TYPE is set to NullCache:UserWarning")
+pytestmark = [pytest.mark.dialects, pytest.mark.filterwarnings("ignore:Flask-Caching. CACHE_TYPE is set to NullCache:UserWarning")]
 
 
 def _fill(uri: str) -> tuple[str, str]:

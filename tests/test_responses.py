@@ -25,6 +25,8 @@ from tests.support.drawrequest import draw_request
 from tests.support.polling import wait_for
 from tests.support.runs import radt_run
 
+pytestmark = pytest.mark.dialects  # the SQL radt issues differs per dialect: SQLite and the real PostgreSQL
+
 START = 1_700_000_000_000  # long ended: every cache may keep these runs
 POINTS = 120
 GZIP = {"Content-Type": "application/json", "Accept-Encoding": "gzip, deflate"}

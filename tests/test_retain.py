@@ -8,6 +8,7 @@ import random
 import time
 
 import pandas as pd
+import pytest
 import sqlalchemy as sa
 from mlflow import MlflowClient
 from mlflow.entities import Metric
@@ -22,6 +23,8 @@ from radt.collectors.sqltracking import make_engine
 from radt.collectors.stores import SqlMetricStore
 from radt.points import Point
 from tests.support.rollupcheck import assert_same, direct, raw_points, stored
+
+pytestmark = pytest.mark.dialects  # the SQL radt issues differs per dialect: SQLite and the real PostgreSQL
 
 DAY_MS = 86_400_000
 NOW = (int(time.time() * 1000) // 600_000) * 600_000 + 123_456  # a fixed "now" for the library calls

@@ -66,6 +66,7 @@ def _steps(client: MlflowClient, run_id: str, key: str) -> list[int]:
     return sorted(m.step for m in client.get_metric_history(run_id, key))
 
 
+@pytest.mark.dialects  # the CLI run's PostgreSQL end to end; the others here take SQLite (or pg_uri where the server matters)
 def test_tracks_a_script_like_python_would_run_it(store_uri, radt_home, tmp_path):
     _script(tmp_path, TRAIN)
     result = run_radt(

@@ -22,6 +22,8 @@ from radt.collectors.sqltracking import make_engine
 from radt.collectors.stores import SqlMetricStore
 from radt.points import Point
 
+pytestmark = pytest.mark.dialects  # the SQL radt issues differs per dialect: SQLite and the real PostgreSQL
+
 KEY = "system/gpu_0_sm_active"
 BASE = 1_760_000_000_000
 N = 3 * 3600  # three hours at 1 Hz

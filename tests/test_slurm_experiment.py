@@ -18,9 +18,7 @@ from mlflow import MlflowClient
 from radt.collectors.experiment import ExperimentFile
 from tests.support import slurm
 from tests.support.polling import wait_for
-from tests.support.radtproc import LiveRadt, fake_tools_env, radt_env, run_radt
-
-pytestmark = pytest.mark.xdist_group("slurm")
+from tests.support.radtproc import DEFAULT_PERIODS, LiveRadt, fake_tools_env, radt_env, run_radt
 
 HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
 FOUR_GPUS = json.dumps([{"name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-5105{n}000-0000-0000-0000-00000000000{n}"} for n in range(4)])
@@ -42,8 +40,8 @@ def folder(tmp_path, cluster) -> Path:
     return tmp_path
 
 
-def _env(home: Path, store: str | None = None) -> dict[str, str]:
-    return radt_env(home, store, fake_gpus=FOUR_GPUS, extra=slurm.env())
+def _env(home: Path, store: str | None = None, periods: dict | None = None) -> dict[str, str]:
+    return radt_env(home, store, fake_gpus=FOUR_GPUS, extra={**slurm.env(), **(periods or {})})
 
 
 def _cells(csv: Path, column: str) -> list[str]:
@@ -61,7 +59,8 @@ def test_each_workload_is_one_slurm_job_and_the_csv_gets_its_job_and_statuses(fo
     rows = "sl,1,,,0,-,train.py,host,--seconds 0.5\nsl,1,,,1,-,train.py,host,--seconds 0.5\nsl,2,,,3,-,train.py,host,--exit 3\n"
     (folder / "experiment.csv").write_text(HEADER + rows)
 
-    result = run_radt(["--slurm", "--interval", "0.5", "experiment.csv"], env=_env(radt_home, store_uri), cwd=folder, timeout=180)
+    env = _env(radt_home, store_uri, DEFAULT_PERIODS)  # squeue at its real 1 s period; the other Slurm tests poll faster
+    result = run_radt(["--slurm", "--interval", "0.5", "experiment.csv"], env=env, cwd=folder, timeout=180)
 
     assert result.returncode == 1, f"workload 2 FAILED, so radt exits 1:\n{result.stderr[-3000:]}"
     csv = folder / "experiment.csv"

@@ -23,8 +23,6 @@ from radt.collectors.slurm import given_devices
 from tests.support import slurm
 from tests.support.radtproc import fake_tools_env, radt_env, run_radt
 
-pytestmark = pytest.mark.xdist_group("slurm")
-
 HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
 TRAIN = """\
 import os, re, subprocess

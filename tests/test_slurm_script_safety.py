@@ -140,7 +140,6 @@ def test_a_line_end_in_any_value_of_the_job_is_refused_in_one_line(tmp_path, rad
     assert result.stdout == "" and csv.read_bytes() == before and not (csv.parent / "slurm").exists()
 
 
-@pytest.mark.xdist_group("slurm")
 def test_the_issues_path_submits_nothing_to_a_real_cluster(tmp_path, radt_home):
     """`radt --slurm $'evil\\ntouch pwned\\n.csv'` against the real one-node cluster: old radt submitted the job, which ran `touch pwned`."""
     env = radt_env(radt_home, extra=slurm.cluster())
@@ -154,7 +153,6 @@ def test_the_issues_path_submits_nothing_to_a_real_cluster(tmp_path, radt_home):
     assert not (tmp_path / "slurm").exists() and not (tmp_path / MARK).exists()
 
 
-@pytest.mark.xdist_group("slurm")
 def test_a_percent_in_the_csvs_folder_is_a_folder_name_not_a_slurm_pattern(tmp_path, radt_home, empty_sqlite):
     """sbatch's --output expands %j, %u, %x: old radt gave it the folder `runs%j%u` as it was, so Slurm wrote the job's
     output into `runs1234root/...`, a folder that does not exist, and the output the message pointed at never appeared."""

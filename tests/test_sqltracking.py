@@ -26,6 +26,8 @@ from radt.collectors.tracking import StoreError
 from tests.support import postgres
 from tests.support.radtproc import radt_env
 
+pytestmark = pytest.mark.dialects  # the SQL radt issues differs per dialect: SQLite and the real PostgreSQL
+
 WORKLOAD = "w 'one' two"  # a quote: MLflow's filter takes it between double quotes, and radt's SQL reads that literal as MLflow does
 PROBE = (
     "import json, sys; from radt.cli import main; code = main(sys.argv[1:]); "

@@ -18,6 +18,8 @@ from radt.collectors.stores import MlflowMetricStore, SqlMetricStore, StoreUnava
 from radt.collectors.tracking import PROCESS_ONLY_ENV
 from radt.points import Point
 
+pytestmark = pytest.mark.dialects  # the SQL radt issues differs per dialect: SQLite and the real PostgreSQL
+
 
 def _points() -> list[Point]:
     base = 1_700_000_000_000

@@ -29,6 +29,8 @@ from radt.points import Point
 from tests.support.paths import FIXTURES
 from tests.support.runs import radt_run
 
+pytestmark = pytest.mark.dialects  # the SQL radt issues differs per dialect: SQLite and the real PostgreSQL
+
 BIG = ["microbench_131072.1024_dcgmi_dmon.txt", "microbench_131072.1024_nvidia_smi.csv"]
 START = 1_700_000_000_000
 N = 120  # samples of each written series, 1 s apart

@@ -26,6 +26,8 @@ from tests.support.paths import FIXTURES
 from tests.support.state import dashboard_reads
 from tests.support.stores import import_five_gpus
 
+pytestmark = pytest.mark.dialects  # the SQL radt issues differs per dialect: SQLite and the real PostgreSQL
+
 BASE = 1_700_000_000_000
 SMACT = "system/gpu_0_sm_active"
 RAW = re.compile(r"\bmetrics\b", re.IGNORECASE)  # MLflow's raw points; latest_metrics is not them

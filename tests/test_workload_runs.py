@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
 from mlflow import MlflowClient
 
 from tests.support.polling import wait_for
-from tests.support.radtproc import radt_command, radt_env, run_radt
+from tests.support.radtproc import DEFAULT_PERIODS, radt_command, radt_env, run_radt
 
 WAIT_FOR_GO = """
 import os, sys, time
@@ -31,10 +32,11 @@ def _workload(client: MlflowClient, experiment: str):
     return parents[0], children
 
 
+@pytest.mark.dialects  # radts racing for one parent: each database's own locking
 def test_runs_started_together_get_their_own_letters_and_the_parent_waits_for_both(store_uri, radt_home, tmp_path):
     (tmp_path / "wait.py").write_text(WAIT_FOR_GO)
     go = tmp_path / "go"
-    env = radt_env(radt_home, store_uri)
+    env = radt_env(radt_home, store_uri, extra=DEFAULT_PERIODS)  # the parents' real settle period (1 s), which the race is about
     started = [
         subprocess.Popen(
             radt_command("-e", "side by side", "-w", "7", "-l", "host", "wait.py", str(go)), env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True

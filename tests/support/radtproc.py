@@ -13,14 +13,28 @@ from pathlib import Path
 from tests.support.paths import FAKE_BIN, FAKE_NVML_DIR, FAKE_TOOLS, REPO
 from tests.support.polling import wait_for
 
+# radt's fixed periods (radt/settings.py) that a test would only wait out: short in every process radt_env starts, the
+# dashboard's included. The tests in this process, and one test per period given DEFAULT_PERIODS, keep the real defaults.
+QUICK_PERIODS = {
+    "RADT_SLURM_POLL": "0.2",  # `radt --slurm`'s squeue period (1 s)
+    "RADT_PARENT_SETTLE": "0.3",  # two looks at a new workload parent (1 s)
+    "RADT_LIVE_REDRAW": "2",  # Explore's redraw of a running run (5 s)
+    # not RADT_LIVE_POLL (1 s): a tick that comes before the last one's answer supersedes it, and at 0.5 s under load
+    # the Live page never showed a value (three Live tests failed in a full run)
+    "RADT_SCRIPT_LOG_POLL": "0.05",  # reads of a script's metrics file (0.2 s)
+}
+DEFAULT_PERIODS = {name: "" for name in QUICK_PERIODS}  # `extra=DEFAULT_PERIODS`: each period at radt's own default
+
 
 def radt_env(home: Path, store: str | None = None, fake_gpus: str = "null", fake_bin: bool = False, extra: dict | None = None) -> dict[str, str]:
     """The environment a user's shell would give `radt`, with fakes only at the hardware boundary.
 
     `fake_gpus`: the GPUs the fake NVML (tests/fakes/fake_nvml.py) answers for, as JSON; the default
     "null" is a machine without the NVIDIA driver, so a developer's real GPU never changes what a test sees.
+    The periods are QUICK_PERIODS; a name given "" in `extra` is left out (radt's default).
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "RADT_", "PYTEST_", "SLURM"))}
+    env.update(QUICK_PERIODS)
     env["RADT_HOME"] = str(home)
     # MLflow 3.17's telemetry thread can unset its session variable while a request in the script reads it
     # (KeyError '_MLFLOW_TELEMETRY_SESSION_ID', seen once under load); CI=true turns it off the same way
@@ -33,7 +47,7 @@ def radt_env(home: Path, store: str | None = None, fake_gpus: str = "null", fake
     if fake_bin:
         env["PATH"] = os.pathsep.join([str(FAKE_BIN), env.get("PATH", "")])
     env.update(extra or {})
-    return env
+    return {k: v for k, v in env.items() if not (k in QUICK_PERIODS and v == "")}
 
 
 def fake_tools_env(folder: Path) -> dict[str, str]:
