@@ -93,6 +93,7 @@ def _scraped_monitor(store_uri: str, radt_home, tmp_path, fake_gpus: str, *args:
             scraped.stderr = stderr
 
 
+@pytest.mark.dialects  # the GPU -> run lookup is radt's own SQL on the store: the one PostgreSQL end to end of the exposition
 def test_prometheus_scrapes_the_monitor_with_the_training_run_on_each_gpu(store_uri, radt_home, tmp_path):
     client = MlflowClient(store_uri)
     training = _training_run(client)
