@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from radt.app.compare import METHODS
-from radt.app.palette import PALETTE, colors, dash_of
+from radt.app.palette import PALETTE, PAPER, colors, dash_of
 from radt.catalogue import METRICS, unit_text
 from radt.errors import UserError
 
@@ -234,7 +234,7 @@ def _layout(figure: go.Figure, title: str, x_title: str, y_title: str, ratio: bo
     figure.update_layout(
         title={"text": title, "x": 0, "xref": "container", "xanchor": "left", "y": 1, "yref": "container", "yanchor": "top",
                "pad": {"t": 14, "l": 12}, "font": {"size": 15}},
-        template="simple_white",
+        template=PAPER,
         height=HEIGHT,
         showlegend=legend,
         legend={"orientation": "v", "x": 1.02, "xanchor": "left", "xref": "paper", "y": 1, "yanchor": "top", "yref": "paper"},

@@ -27,6 +27,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from radt.app import data
+from radt.app.palette import PAPER
 from radt.app.views import EXPORT_BUDGET, View, render, view_runs, x_range
 from radt.errors import UserError
 
@@ -276,7 +277,7 @@ def restyle(figure: go.Figure, style: ExportStyle, charts: int, title: str | Non
         showlegend=bool(names),
         legend=legend | {"font": {"size": legend_font}, "bgcolor": "rgba(0,0,0,0)", "tracegroupgap": 0},
         margin=margin,
-        template="simple_white",
+        template=PAPER,
         hovermode=False,
         meta={"title": title} if title else None,
     )

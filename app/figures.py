@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from radt.app.downsample import Envelope
-from radt.app.palette import colors, dash_of, run_colors
+from radt.app.palette import SCREEN, colors, dash_of, run_colors
 from radt.catalogue import Device, Metric, unit_text
 from radt.runmodel import MIG_ACTIVITY_TAG, gpu_entries
 
@@ -212,7 +212,7 @@ def overlay_figure(
     fig.update_layout(
         height=height,
         margin={"l": 60, "r": 20, "t": 40, "b": 50},
-        template="plotly_white",
+        template=SCREEN,
         hovermode="x",  # every run's point at the cursor's x, for assets/charts.js's one box per chart and its crosshair
         hoverlabel={"namelength": -1, "font": {"size": 11}},
         spikedistance=-1,
@@ -589,5 +589,5 @@ def _alpha(color: str, alpha: float) -> str:
 def empty_figure(message: str) -> go.Figure:
     fig = go.Figure()
     fig.add_annotation(text=plain(message), showarrow=False, font={"size": 15, "color": "#666"}, xref="paper", yref="paper", x=0.5, y=0.5)
-    fig.update_layout(template="plotly_white", height=260, xaxis={"visible": False}, yaxis={"visible": False})
+    fig.update_layout(template=SCREEN, height=260, xaxis={"visible": False}, yaxis={"visible": False})
     return fig

@@ -11,12 +11,17 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable
 
+import plotly.graph_objects as go
+import plotly.io as pio
+
 # 20 colours that stay apart on white and in print (Tableau 10 and its darker companions; no pale tints, no two greys)
 PALETTE = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f",
     "#393b79", "#ad494a", "#637939", "#8c6d31", "#7b4173", "#3182bd", "#e6550d", "#31a354", "#756bb1", "#843c39",
 )  # fmt: skip
 PRIMARY = 10  # the first ten are used first: a view of up to ten runs gets ten well-separated colours
+SCREEN = "radt"  # the theme of every chart drawn on a page (Explore, Live): plotly_white's grid, radt's colours
+PAPER = "radt_paper"  # the same theme for figures made to be printed (comparison, export): simple_white's axes, no grid
 SERIES_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")  # a run's GPUs, nodes and slices: one colour, a dash each
 
 
@@ -68,3 +73,15 @@ def run_colors(runs) -> dict[str, str]:
 def dash_of(position: int) -> str:
     """The dash style of a run's `position`-th device (0: solid)."""
     return SERIES_DASHES[position % len(SERIES_DASHES)]
+
+
+def _register_templates() -> None:
+    """SCREEN and PAPER as Plotly templates: one colourway (the palette's first ten), so a trace without its own colour
+    (a comparison figure's category) is coloured as the runs are everywhere else."""
+    for name, base in ((SCREEN, "plotly_white"), (PAPER, "simple_white")):
+        template = go.layout.Template(pio.templates[base])
+        template.layout.colorway = list(PALETTE[:PRIMARY])
+        pio.templates[name] = template
+
+
+_register_templates()
