@@ -18,8 +18,7 @@ from urllib.parse import urlencode
 import dash
 import pandas as pd
 import plotly.graph_objects as go
-from dash import ALL, Input, Output, State, callback, dcc, html, no_update
-from dash.exceptions import PreventUpdate
+from dash import ALL, Input, Output, State, callback, clientside_callback, dcc, html, no_update
 
 from radt import catalogue, settings
 from radt.app import inputs, live
@@ -59,6 +58,9 @@ def layout(**_query):
                 className="controls live-controls",
             ),
             dcc.Interval(id=ids.LIVE_TICK, interval=POLL_MS, n_intervals=0),
+            dcc.Store(id=ids.LIVE_GO),
+            dcc.Store(id=ids.LIVE_DONE),
+            dcc.Store(id=ids.LIVE_TICKED),
             dcc.Store(id=ids.LIVE_SIGNATURE),
             html.Div(html.P("Looking for running runs…", className="hint"), id=ids.LIVE_RUNS),
         ],
@@ -212,18 +214,43 @@ def _cards(runs: pd.DataFrame, traces: dict[str, list[live.Trace]], window_min: 
     return out
 
 
+# A poll goes to the server only once the last one is answered: the cards' render, then the tick's points after it.
+# Dash keeps the newest request's answer only, so on a server slower than the poll every answer was dropped and the
+# page never showed a run. A poll whose answer is lost (an error) frees the gate after GATE_MS.
+GATE_MS = 30_000
+clientside_callback(
+    f"""function(n) {{
+        const g = window.radtLive || (window.radtLive = {{since: 0}});
+        const now = Date.now();
+        if (g.since && now - g.since < {GATE_MS}) {{ return window.dash_clientside.no_update; }}
+        g.since = now;
+        return n;
+    }}""",
+    Output(ids.LIVE_GO, "data"),
+    Input(ids.LIVE_TICK, "n_intervals"),
+)
+clientside_callback(
+    """function() { if (window.radtLive) { window.radtLive.since = 0; } return window.dash_clientside.no_update; }""",
+    Output(ids.LIVE_GO, "data", allow_duplicate=True),
+    Input(ids.LIVE_TICKED, "data"),
+    prevent_initial_call=True,
+)
+
+
 @callback(
     Output(ids.LIVE_RUNS, "children"),
     Output(ids.LIVE_SIGNATURE, "data"),
-    Input(ids.LIVE_TICK, "n_intervals"),
+    Output(ids.LIVE_DONE, "data"),
+    Input(ids.LIVE_GO, "data"),
     Input(ids.LIVE_WINDOW, "value"),
     State(ids.LIVE_SIGNATURE, "data"),
 )
-def render(_tick, window_min, previous):
+def render(go, window_min, previous):
     """Rebuild the cards when a run appears, ends or leaves, starts storing a new metric, or the window
-    changes; otherwise nothing (the tick callback extends the charts)."""
+    changes; otherwise nothing (the tick callback extends the charts). LIVE_DONE always answers: the tick follows it."""
+    done = {"go": go, "at": time.time()}  # a new value each answer, so the tick fires
     if store_error():
-        raise PreventUpdate
+        return no_update, no_update, done
     window_min = inputs.choice(window_min, WINDOWS, 5)  # a request may carry anything: not a window is the default
     now_ms = int(time.time() * 1000)
     runs = _runs(now_ms)
@@ -231,8 +258,8 @@ def render(_tick, window_min, previous):
     traces = {r: live.chart_traces(sorted(latest.get(r, {}))) for r in runs["run_id"]}
     signature = {"runs": [[r, s, [t.key for t in traces[r]]] for r, s in zip(runs["run_id"], runs["status"], strict=False)], "window": window_min}
     if signature == previous:
-        raise PreventUpdate
-    return _cards(runs, traces, window_min, now_ms), signature
+        return no_update, no_update, done
+    return _cards(runs, traces, window_min, now_ms), signature, done
 
 
 # --- every tick: new points, current values, flags ---------------------------------------------------
@@ -283,12 +310,13 @@ def _flags(cursor: dict, values: dict, idle: list[int], now_ms: int) -> list:
     Output(ids.card(ids.LIVE_VALUES, ALL), "children"),
     Output(ids.card(ids.LIVE_FLAGS, ALL), "children"),
     Output(ids.LIVE_CLOCK, "children"),
-    Input(ids.LIVE_TICK, "n_intervals"),
+    Output(ids.LIVE_TICKED, "data"),
+    Input(ids.LIVE_DONE, "data"),
     State(ids.card(ids.LIVE_CURSOR, ALL), "data"),
     State(ids.card(ids.LIVE_CURSOR, ALL), "id"),
     State(ids.LIVE_WINDOW, "value"),
 )
-def tick(_tick, cursors, cursor_ids, window_min):
+def tick(done, cursors, cursor_ids, window_min):
     """Append the points newer than each chart's cursor; refresh the numbers and the flags."""
     now_ms = int(time.time() * 1000)
     clock = f"updated {time.strftime('%H:%M:%S', time.gmtime(now_ms / 1000))} UTC"
@@ -296,7 +324,8 @@ def tick(_tick, cursors, cursor_ids, window_min):
     window_min = inputs.choice(window_min, WINDOWS, 5)  # a request may carry anything: not a window is the default
     kept = _cursors(cursor_ids, cursors, now_ms)
     answers = {} if store_error() or not kept else _answers(kept, window_min, now_ms)
-    return *([answers.get(_run_of(o), (no_update,) * 4)[k] for o in out] for k, out in enumerate(cards)), clock
+    ticked = {"done": done, "at": time.time()}  # a new value each answer: the gate's callback fires and lets the next poll go
+    return *([answers.get(_run_of(o), (no_update,) * 4)[k] for o in out] for k, out in enumerate(cards)), clock, ticked
 
 
 def _cursors(cursor_ids: object, cursors: object, now_ms: int) -> dict[str, dict]:

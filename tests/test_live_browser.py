@@ -162,3 +162,24 @@ def test_a_card_shows_the_runs_own_metrics_cpu_above_100_and_collocated_runs_sha
             shown = page.evaluate(CARD_JS, name)
             assert shown["inside"] and shown["clear"] and shown["titles"] == 2, (name, shown)
         screenshot(page, "live-collocated")
+
+
+def test_a_dashboard_slower_than_its_poll_still_shows_the_run_and_its_new_points(store_uri, radt_home, browser):
+    """A loaded server answers a Live poll after the next poll: each answer was dropped for the newer request (Dash keeps
+    the newest only), so the page never showed a run (CI under load; at a 0.1 s poll on any machine). A poll now waits for
+    the last one's answer."""
+    client = MlflowClient(store_uri)
+    experiment = tracking.resolve_experiment(client, store_uri, "slow server")
+    now = int(time.time() * 1000)
+    run_id = radt_run(client, experiment, "busy trainer", start_time=now - 30_000)
+    writer = SqlMetricStore(store_uri)
+    writer.write(run_id, [Point("system/cpu_utilization_percentage", 40.0, now - (30 - s) * 1000, s) for s in range(30)])
+    env = radt_env(radt_home, store_uri, extra={"RADT_LIVE_POLL": "0.1"})  # every answer takes longer than a poll
+    with dashboard(store_uri, env) as base, new_page(browser, width=1300, height=900) as page:
+        page.goto(base + "live")
+        card = _card(page, "busy trainer")
+        card.locator(".status", has_text="RUNNING").wait_for(timeout=20_000)
+        page.wait_for_function(f"({POINTS_JS})('busy trainer') >= 30", timeout=20_000)
+        newest = int(time.time() * 1000)
+        writer.write(run_id, [Point("system/cpu_utilization_percentage", 60.0, newest + s * 100, 30 + s) for s in range(5)])
+        page.wait_for_function(f"({POINTS_JS})('busy trainer') >= 35", timeout=20_000)
