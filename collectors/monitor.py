@@ -28,13 +28,14 @@ from radt.collectors import gpus
 from radt.collectors.cli import check_host, parse_devices
 from radt.collectors.command import UsageError, check_numbers, first_line
 from radt.collectors.exposition import Exposition, bind, training_runs
-from radt.collectors.finish import RunEnd, RunPart, describe_environment, local_run_dir, mark_killed, report
+from radt.collectors.finish import RunEnd, RunPart, describe_environment, local_run_dir, mark_killed
 from radt.collectors.listeners import DEFAULT, ListenerError, make_source, parse_listeners, parse_profiler
 from radt.collectors.recording import Recording
 from radt.collectors.sampler import open_sources
 from radt.collectors.sources.base import SamplingContext
 from radt.collectors.sync import orphaned, replay_spool
 from radt.collectors.tracking import StoreError, connect, create_run, find_runs, resolve_experiment, set_tags
+from radt.errors import report
 from radt.options import recording_parent, store_parent
 from radt.rundir import DONE_FILE, LOGS_DIR, META_FILE, claim_run_dir, owner_pid, release_run_dir
 from radt.runmodel import GPUS_TAG, HOST_TAG, INTERVAL_TAG, MONITOR_TAG, PID_TAG, STOP_REASON_TAG

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack, contextmanager
 
-from radt.collectors.finish import RunEnd, RunPart, finish_run, freeze, report
+from radt.collectors.finish import RunEnd, RunPart, finish_run, freeze
 from radt.collectors.listeners import make_source
 from radt.collectors.proctree import catch_stops
 from radt.collectors.sampler import Sampler, open_sources
@@ -33,6 +33,7 @@ from radt.collectors.scriptlog import ScriptLog
 from radt.collectors.sources.base import SamplingContext
 from radt.collectors.stores import open_metric_store
 from radt.collectors.writer import MetricWriter
+from radt.errors import report
 from radt.points import Point
 from radt.rundir import DONE_FILE, LOGS_DIR, SPOOL_FILE
 

@@ -24,7 +24,7 @@ import radt
 from radt import settings
 from radt.collectors import gpus
 from radt.collectors.command import UsageError, build_command, exec_failure
-from radt.collectors.finish import RunEnd, RunPart, describe_environment, local_run_dir, report
+from radt.collectors.finish import RunEnd, RunPart, describe_environment, local_run_dir
 from radt.collectors.nodes import membership, node_scoped, on_node
 from radt.collectors.proctree import ProcessTree, become_subreaper, check_cgroup, child_setup, make_cgroup, restore_interrupts
 from radt.collectors.profilers import wrap
@@ -34,6 +34,7 @@ from radt.collectors.scriptlog import ScriptLog
 from radt.collectors.sources.base import SamplingContext
 from radt.collectors.tracking import ADDED_ENV, connect, create_run, join_run, resolve_experiment, set_tags
 from radt.collectors.watchdog import Guard, kill_recorded, read_record, remove_cgroup
+from radt.errors import report
 from radt.rundir import CONTEXT_FILE, LOGS_DIR, STARTED_FILE, STOP_REASON_FILE
 from radt.runmodel import GPUS_TAG, INTERVAL_TAG, MIG_ACTIVITY_TAG, PROMETHEUS_GAP_TAG
 from radt.settings import POINTS_LOST_EXIT, display_uri, radt_home

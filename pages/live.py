@@ -216,7 +216,8 @@ def _cards(runs: pd.DataFrame, traces: dict[str, list[live.Trace]], window_min: 
 
 # A poll goes to the server only once the last one is answered: the cards' render, then the tick's points after it.
 # Dash keeps the newest request's answer only, so on a server slower than the poll every answer was dropped and the
-# page never showed a run. A poll whose answer is lost (an error) frees the gate after GATE_MS.
+# page never showed a run. A poll whose answer is lost (an error) frees the gate after GATE_MS; a page that mounts
+# again (back from Explore) frees it at once: its first render and tick answer without the gate and open it.
 GATE_MS = 30_000
 clientside_callback(
     f"""function(n) {{
@@ -245,10 +246,10 @@ clientside_callback(
     Input(ids.LIVE_WINDOW, "value"),
     State(ids.LIVE_SIGNATURE, "data"),
 )
-def render(go, window_min, previous):
+def render(_go, window_min, previous):
     """Rebuild the cards when a run appears, ends or leaves, starts storing a new metric, or the window
     changes; otherwise nothing (the tick callback extends the charts). LIVE_DONE always answers: the tick follows it."""
-    done = {"go": go, "at": time.time()}  # a new value each answer, so the tick fires
+    done = time.time()  # a new value each answer, so the tick fires (nothing of the request echoed back)
     if store_error():
         return no_update, no_update, done
     window_min = inputs.choice(window_min, WINDOWS, 5)  # a request may carry anything: not a window is the default
@@ -316,7 +317,7 @@ def _flags(cursor: dict, values: dict, idle: list[int], now_ms: int) -> list:
     State(ids.card(ids.LIVE_CURSOR, ALL), "id"),
     State(ids.LIVE_WINDOW, "value"),
 )
-def tick(done, cursors, cursor_ids, window_min):
+def tick(_done, cursors, cursor_ids, window_min):
     """Append the points newer than each chart's cursor; refresh the numbers and the flags."""
     now_ms = int(time.time() * 1000)
     clock = f"updated {time.strftime('%H:%M:%S', time.gmtime(now_ms / 1000))} UTC"
@@ -324,7 +325,7 @@ def tick(done, cursors, cursor_ids, window_min):
     window_min = inputs.choice(window_min, WINDOWS, 5)  # a request may carry anything: not a window is the default
     kept = _cursors(cursor_ids, cursors, now_ms)
     answers = {} if store_error() or not kept else _answers(kept, window_min, now_ms)
-    ticked = {"done": done, "at": time.time()}  # a new value each answer: the gate's callback fires and lets the next poll go
+    ticked = time.time()  # a new value each answer: the gate's callback fires and lets the next poll go
     return *([answers.get(_run_of(o), (no_update,) * 4)[k] for o in out] for k, out in enumerate(cards)), clock, ticked
 
 

@@ -183,3 +183,10 @@ def test_a_dashboard_slower_than_its_poll_still_shows_the_run_and_its_new_points
         newest = int(time.time() * 1000)
         writer.write(run_id, [Point("system/cpu_utilization_percentage", 60.0, newest + s * 100, 30 + s) for s in range(5)])
         page.wait_for_function(f"({POINTS_JS})('busy trainer') >= 35", timeout=20_000)
+        # away to Explore and back (the app's own links: the same window) while a poll is out: its answer never comes, and
+        # the page that mounts again must not wait out the lost poll's 30 s
+        page.click("nav a.nav-link:text-is('Explore')")
+        page.wait_for_selector("#charts")
+        page.evaluate("() => { window.radtLive.since = Date.now(); }")  # the poll that was out when the page left: never answered
+        page.click("nav a.nav-link:text-is('Live')")
+        _card(page, "busy trainer").locator(".status", has_text="RUNNING").wait_for(timeout=10_000)
