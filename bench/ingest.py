@@ -17,6 +17,11 @@ Rounds alternate the contenders (A B C ... A B C ...) against noise; the table g
 points/s over the rounds (and the best), the ratio lines divide radt's bulk figure by each
 baseline. The baselines are slow (a few thousand points/s), so they get fewer points.
 
+Beside points/s, each bulk round records the CPU it cost per point: this process's, and on PostgreSQL the
+server's (its processes on this machine, from /proc). On a shared machine the wall-clock ratio of two
+rounds moves by ±15 %; CPU time moves far less, and it is what throughput costs on a machine of its own,
+so the ROLLUPS-CPU lines give the rollups' share of it next to the points/s ratios.
+
 With --profile, one more pass of each bulk size times the phases of `write` (the metrics insert, the
 latest_metrics SELECT, the rollup upsert, the series-state reads and writes) by wrapping radt's functions.
 
@@ -33,6 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import os
 import random
 import shutil
@@ -79,14 +85,36 @@ def bench_plain(uri: str, client: mlflow.MlflowClient, stores: dict[str, SqlMetr
     return _bulk(client, stores["plain"], total, batch)
 
 
+CPU: dict[str, list[tuple[float, float]]] = {}  # contender -> per round (this process's, the database server's) CPU µs per point
+
+
+def server_cpu() -> float | None:
+    """CPU seconds used so far by this machine's PostgreSQL processes (None: none visible, e.g. a remote server or SQLite)."""
+    total, seen = 0, False
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            head, tail = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)
+        except (OSError, ValueError):
+            continue
+        if head.split("(", 1)[1].startswith("postgres"):
+            fields = tail.split()
+            total, seen = total + int(fields[11]) + int(fields[12]), True  # utime + stime, in clock ticks
+    return total / os.sysconf("SC_CLK_TCK") if seen else None
+
+
 def _bulk(client: mlflow.MlflowClient, store: SqlMetricStore, total: int, batch: int) -> tuple[int, float]:
     run_id = client.create_run("0").info.run_id
     flat = [p for s in samples(total // len(KEYS)) for p in s]
     batches = chunks(flat, batch)
-    t0 = time.perf_counter()
+    server = server_cpu() if store.engine.dialect.name == "postgresql" else None
+    c0, t0 = time.process_time(), time.perf_counter()
     for b in batches:
         store.write(run_id, b)
-    return len(flat), time.perf_counter() - t0
+    secs = time.perf_counter() - t0
+    after = server_cpu() if server is not None else None
+    name = f"{'radt bulk' if store.fold_rollups else 'no rollups'} {batch}"
+    CPU.setdefault(name, []).append(((time.process_time() - c0) / len(flat) * 1e6, (after - server) / len(flat) * 1e6 if after is not None else math.nan))
+    return len(flat), secs
 
 
 def bench_log_batch(uri: str, client: mlflow.MlflowClient, stores, total: int, batch: int) -> tuple[int, float]:
@@ -294,6 +322,8 @@ def run_store(label: str, uri: str, plan: list[tuple[str, object, int, int]], ro
         for r in range(rounds):
             for name, fn, total, batch in plan:
                 n, secs = fn(uri, client, stores, total, batch)
+                if name in CPU:  # a bulk contender: its CPU, by store
+                    CPU.setdefault(f"{label} {name}", []).append(CPU.pop(name)[-1])
                 results[name].append(n / secs)
                 sizes[name] = n
                 print(f"  [{label} round {r + 1}/{rounds}] {name:<18} {n:>7} points in {secs:7.3f} s = {n / secs:>10,.0f} points/s", flush=True)
@@ -374,10 +404,28 @@ def main() -> int:
             print(f"{'':<12} {name:<18} {n:>8} {medians[name]:>13,.0f} {max(vals):>11,.0f}")
         print(check)
         for name in [n for n in medians if n.startswith("radt bulk")]:
-            plain = medians[name.replace("radt bulk", "no rollups")]
+            baseline = name.replace("radt bulk", "no rollups")
+            plain = medians[baseline]
+            # each round's pair ran back to back: the median of the pairs' ratios is steadier than the ratio of medians
+            paired = statistics.median(1 - a / b for a, b in zip(results[name][1], results[baseline][1], strict=True))
             print(
-                f"ROLLUPS {label} {name} / no rollups = {medians[name] / plain:.3f} (rollups cost {1 - medians[name] / plain:.1%} of throughput; target < 10 %)"
+                f"ROLLUPS {label} {name} / no rollups = {medians[name] / plain:.3f} (rollups cost {1 - medians[name] / plain:.1%} of throughput, "
+                f"{paired:.1%} as the median of the rounds' pairs; target < 10 %)"
             )
+            cpu = {n: CPU.get(f"{label} {n}") for n in (name, baseline)}
+            if all(cpu.values()):
+                mine, server = (statistics.median(c[i] for c in cpu[name]) for i in (0, 1))
+                plain_mine, plain_server = (statistics.median(c[i] for c in cpu[baseline]) for i in (0, 1))
+                if math.isnan(server):
+                    print(
+                        f"ROLLUPS-CPU {label} {name}: {mine:.2f} µs per point in radt's process, {plain_mine:.2f} without rollups ({1 - plain_mine / mine:.1%} of it is theirs)"
+                    )
+                else:
+                    both, plain_both = mine + server, plain_mine + plain_server
+                    print(
+                        f"ROLLUPS-CPU {label} {name}: {both:.2f} µs CPU per point (radt {mine:.2f} + PostgreSQL {server:.2f}), "
+                        f"{plain_both:.2f} without rollups (radt {plain_mine:.2f} + PostgreSQL {plain_server:.2f}): rollups cost {1 - plain_both / both:.1%} of the CPU"
+                    )
         if phases:
             print(f"profile, {label}:")
             print("\n".join(phases))

@@ -3,7 +3,7 @@
 A chart draws a run from the coarsest resolution that still gives it its point budget, so its cost depends
 on runs × budget, not on run length; min and max keep every dip and spike exact at every resolution.
 
-Rules, the same in numpy (`bucket_rows`), in Python (`merge_row`) and in SQL (`upsert`):
+Rules, the same in numpy (`_bucket`), in plain Python (`_few_rows`, `merge_row`) and in SQL (`upsert`):
 - a bucket is [bucket_ms, bucket_ms + resolution_s * 1000) of the point's timestamp (ms since the epoch);
 - values that are no reading are counted in `nans`, not in min/max/sum/count: NaN (MLflow stores it as 0 with
   is_nan), infinities (MLflow stores them as ±1.797e308, ±MAX_FLOAT: a sum or mean holding them means nothing,
@@ -16,6 +16,11 @@ Rules, the same in numpy (`bucket_rows`), in Python (`merge_row`) and in SQL (`u
   latest_metrics does, so the result does not depend on the order batches arrive in;
 - merging is min of mins, max of maxes, sum + sum, count + count, nans + nans, the later last: late and
   out-of-order batches give the rows one computation over all points gives (sums up to float rounding).
+
+Writing (PostgreSQL): a batch's buckets past each series' last stored one are COPYed straight into the table;
+only the rest (the bucket the batch continues, late points) is merged by ON CONFLICT DO UPDATE. Every writer of a
+run's rollups holds lock_run, so where a series ends is known exactly (bench/ingest.py: the fold costs about a
+tenth of a catching-up writer's throughput).
 
 Freshness: `radt_rollup_series` holds, per series, the MLflow `latest_metrics` row its rollups cover. A series
 is fresh while that row is MLflow's current one; one another writer added to (a script's mlflow.log_metric, a
@@ -45,7 +50,7 @@ if TYPE_CHECKING:
 
 RESOLUTIONS = (10, 60, 300, 1200)  # seconds per bucket, finest first; each divides the next (a coarse bucket is whole finer ones)
 UPSERT_BATCH = 5000  # rows per upsert statement batch
-NUMPY_MIN_POINTS = 64  # points of one key in a batch from which numpy buckets them faster than plain Python
+NUMPY_MIN_POINTS = 200  # points in a batch from which numpy buckets them (all keys at once) faster than plain Python
 READ_CHUNK = 200_000  # raw points read at a time by rebuild_run: memory stays bounded on any run length
 
 metadata = sa.MetaData()
@@ -103,30 +108,74 @@ def ensure_table(engine: sa.Engine) -> None:
 # --- computing -----------------------------------------------------------------------------------
 
 
+class Stored(NamedTuple):
+    """A batch's points as MLflow stores them, column by column (NaN as value 0 with is_nan): what a writer inserted."""
+
+    keys: Sequence[str]
+    values: Sequence[float]
+    timestamps: Sequence[int]
+    steps: Sequence[int]
+    is_nan: Sequence[bool]
+
+    @classmethod
+    def of_rows(cls, rows: Sequence[tuple]) -> Stored:
+        """From (key, value, timestamp, step, is_nan) rows, as an INSERT ... RETURNING gives them."""
+        return cls(*zip(*rows, strict=True)) if rows else cls((), (), (), (), ())
+
+    @classmethod
+    def of_dicts(cls, rows: Sequence[Mapping]) -> Stored:
+        """From MLflow `metrics` rows as dicts, a column at a time (no tuple per row: a 20,000-point batch's
+        allocations were a fold's largest cost, through the garbage collector)."""
+        return cls(*(list(map(operator.itemgetter(c), rows)) for c in ("key", "value", "timestamp", "step", "is_nan")))
+
+    @classmethod
+    def of_points(cls, points: Iterable) -> Stored:
+        """From radt Points (NaN as NaN)."""
+        return cls.of_rows([(p.key, p.value, p.timestamp, p.step, False) for p in points])
+
+
 def bucket_rows(run_id: str, key: str, timestamps, steps, values, resolutions: Sequence[int] = RESOLUTIONS) -> list[dict]:
     """The rollup rows of one series' points, one per (resolution, bucket) holding a point."""
     import numpy as np  # here, not at import: the recording process never loads numpy
+
+    ts = np.asarray(timestamps, dtype=np.int64)
+    return _bucket(run_id, [key], np.zeros(len(ts), dtype=np.int64), ts, steps, values, np.zeros(len(ts), dtype=bool), resolutions)
+
+
+def bucket_stored(run_id: str, batch: Stored, resolutions: Sequence[int] = RESOLUTIONS) -> list[dict]:
+    """The rollup rows of a batch of any keys, in one numpy pass per resolution (no per-key cost)."""
+    import numpy as np
+
+    names = sorted(dict.fromkeys(batch.keys))  # codes in name order: the rows come out sorted by key (np.unique on strings costs more)
+    rank = {name: code for code, name in enumerate(names)}
+    codes = np.fromiter((rank[k] for k in batch.keys), dtype=np.int64, count=len(batch.keys))
+    return _bucket(run_id, names, codes, batch.timestamps, batch.steps, batch.values, batch.is_nan, resolutions)
+
+
+def _bucket(run_id: str, names: Sequence[str], codes, timestamps, steps, values, is_nan, resolutions: Sequence[int]) -> list[dict]:
+    """Rows of points of keys names[codes]: sorted once by (key, timestamp, step, value), cut where the key or the bucket changes."""
+    import numpy as np
 
     ts = np.asarray(timestamps, dtype=np.int64)
     st = np.asarray(steps, dtype=np.int64)
     vs = np.asarray(values, dtype=np.float64)
     if not len(ts):
         return []
-    keep = np.abs(vs) < mlflowdb.MAX_FLOAT  # NaN and ±inf (±MAX_FLOAT as MLflow stores them) are no reading
-    missing = catalogue.missing_values(key)
-    if missing:
-        keep &= ~np.isin(vs, missing)
-    gone = ts[~keep]
-    order = np.lexsort((vs[keep], st[keep], ts[keep]))  # by (timestamp, step, value), once: buckets follow time at every resolution
-    t, s, v = ts[keep][order], st[keep][order], vs[keep][order]
+    keep = (np.abs(vs) < mlflowdb.MAX_FLOAT) & ~np.asarray(is_nan, dtype=bool)  # NaN and ±inf (±MAX_FLOAT as MLflow stores them) are no reading
+    for code, name in enumerate(names):
+        missing = catalogue.missing_values(name)
+        if missing:
+            keep &= ~((codes == code) & np.isin(vs, missing))
+    gone_codes, gone = codes[~keep], ts[~keep]
+    order = np.lexsort((vs[keep], st[keep], ts[keep], codes[keep]))  # by (key, timestamp, step, value), once: buckets follow time at every resolution
+    c, t, s, v = codes[keep][order], ts[keep][order], st[keep][order], vs[keep][order]
     where = np.arange(len(t))
-    rows: list[dict] = []
+    found: dict[tuple, dict] = {}
     for resolution in resolutions:
         width = resolution * 1000
-        found: dict[int, dict] = {}
         if len(t):
             b = (t // width) * width
-            starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+            starts = np.flatnonzero(np.r_[True, (b[1:] != b[:-1]) | (c[1:] != c[:-1])])
             ends = np.r_[starts[1:], len(b)] - 1  # a bucket ends with its last
             counts = np.diff(np.r_[starts, len(b)])
             sums = np.add.reduceat(v, starts)
@@ -134,11 +183,11 @@ def bucket_rows(run_id: str, key: str, timestamps, steps, values, resolutions: S
             # the earliest point of the bucket holding its min (max): the first such index, points being in time order
             low_at = np.minimum.reduceat(np.where(v == np.repeat(lows, counts), where, len(t)), starts)
             high_at = np.minimum.reduceat(np.where(v == np.repeat(highs, counts), where, len(t)), starts)
-            columns = (b[starts], v[ends], t[ends], s[ends], sums, counts, lows, t[low_at], highs, t[high_at])
-            for bucket_ms, last_value, last_ms, last_step, total, n, lo, lo_ms, hi, hi_ms in zip(*(c.tolist() for c in columns), strict=True):
-                found[bucket_ms] = {
+            columns = (c[starts], b[starts], v[ends], t[ends], s[ends], sums, counts, lows, t[low_at], highs, t[high_at])
+            for code, bucket_ms, last_value, last_ms, last_step, total, n, lo, lo_ms, hi, hi_ms in zip(*(x.tolist() for x in columns), strict=True):
+                found[(code, resolution, bucket_ms)] = {
                     "run_uuid": run_id,
-                    "key": key,
+                    "key": names[code],
                     "resolution_s": resolution,
                     "bucket_ms": bucket_ms,
                     "min": lo,
@@ -153,47 +202,50 @@ def bucket_rows(run_id: str, key: str, timestamps, steps, values, resolutions: S
                     "last_step": last_step,
                 }
         if len(gone):
-            for bucket_ms, n in zip(*(c.tolist() for c in np.unique((gone // width) * width, return_counts=True)), strict=True):
-                row = found.get(bucket_ms)
+            pairs, counted = np.unique(np.stack([gone_codes, (gone // width) * width]), axis=1, return_counts=True)
+            for code, bucket_ms, n in zip(pairs[0].tolist(), pairs[1].tolist(), counted.tolist(), strict=True):
+                row = found.get((code, resolution, bucket_ms))
                 if row is None:
-                    row = found[bucket_ms] = {"run_uuid": run_id, "key": key, "resolution_s": resolution, "bucket_ms": bucket_ms, "count": 0, **_NO_READING}
+                    row = found[(code, resolution, bucket_ms)] = {
+                        "run_uuid": run_id,
+                        "key": names[code],
+                        "resolution_s": resolution,
+                        "bucket_ms": bucket_ms,
+                        "count": 0,
+                        **_NO_READING,
+                    }
                 row["nans"] = n
-        rows.extend(found[b] for b in sorted(found))
-    return rows
+    return [found[pk] for pk in sorted(found)]
 
 
 def rows_of_points(run_id: str, points: Iterable, resolutions: Sequence[int] = RESOLUTIONS) -> list[dict]:
-    """The rollup rows of a batch of radt Points (any keys, any order); each row's primary key once.
+    """The rollup rows of a batch of radt Points (any keys, any order); each row's primary key once."""
+    return rows_of_stored(run_id, Stored.of_points(points), resolutions)
 
-    A key with NUMPY_MIN_POINTS points or more goes through bucket_rows (numpy); a live writer's second of points
-    (a few per key) through plain Python, the same rules, without numpy's per-call cost or its import in the
+
+def rows_of_stored(run_id: str, batch: Stored, resolutions: Sequence[int] = RESOLUTIONS) -> list[dict]:
+    """The rollup rows of a batch as stored; each row's primary key once.
+
+    From NUMPY_MIN_POINTS points on, numpy buckets every key at once (bucket_stored); a live writer's second of
+    points goes through plain Python, the same rules, without numpy's per-call cost or its import in the
     recording process (bench/startup.py)."""
-    by_key: dict[str, list] = {}
-    for p in points:
-        by_key.setdefault(p.key, []).append(p)
-    rows: list[dict] = []
-    for key in sorted(by_key):
-        mine = by_key[key]
-        if len(mine) >= NUMPY_MIN_POINTS:
-            rows.extend(bucket_rows(run_id, key, [p.timestamp for p in mine], [p.step for p in mine], [p.value for p in mine], resolutions))
-        else:
-            rows.extend(_few_rows(run_id, key, mine, resolutions))
-    return rows
+    if len(batch.keys) >= NUMPY_MIN_POINTS:
+        return bucket_stored(run_id, batch, resolutions)
+    return _few_rows(run_id, batch, resolutions)
 
 
-def _few_rows(run_id: str, key: str, points: Sequence, resolutions: Sequence[int]) -> list[dict]:
-    """bucket_rows in plain Python, for a few points of one key."""
+def _few_rows(run_id: str, batch: Stored, resolutions: Sequence[int]) -> list[dict]:
+    """bucket_stored in plain Python, for a few points."""
     found: dict[tuple, dict] = {}
-    missing = catalogue.missing_values(key)
-    for p in points:
-        value, ms, step = p.value, p.timestamp, p.step
-        reading = abs(value) < mlflowdb.MAX_FLOAT and value not in missing  # False for NaN too
+    for key, value, ms, step, nan in zip(*batch, strict=True):
+        missing = catalogue.missing_values(key)
+        reading = not nan and abs(value) < mlflowdb.MAX_FLOAT and value not in missing  # False for NaN too
         for resolution in resolutions:
             width = resolution * 1000
-            pk = (resolution, ms - ms % width)
+            pk = (key, resolution, ms - ms % width)
             row = found.get(pk)
             if row is None:
-                row = found[pk] = {"run_uuid": run_id, "key": key, "resolution_s": resolution, "bucket_ms": pk[1], "count": 0, "nans": 0, **_NO_READING}
+                row = found[pk] = {"run_uuid": run_id, "key": key, "resolution_s": resolution, "bucket_ms": pk[2], "count": 0, "nans": 0, **_NO_READING}
             if not reading:
                 row["nans"] += 1
                 continue
@@ -312,16 +364,22 @@ def upsert_statement(dialect: str, select=None):
 
 
 _PRIMARY_KEY = operator.itemgetter("run_uuid", "key", "resolution_s", "bucket_ms")
+_IN_COLUMNS = operator.itemgetter(*COLUMNS)
+# COLUMNS' PostgreSQL types: COPY in binary costs the client a third of what text does (bench/ingest.py)
+_COPY_TYPES = ["varchar", "varchar", "int4", "int8", "float8", "float8", "float8", "int8", "int8", "int8", "int8", "float8", "int8", "int8"]
 _STAGE = "radt_rollups_stage"
+STAGE_DDL = f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE} (LIKE radt_rollups) ON COMMIT DELETE ROWS"  # constant text: a writer sends it with its own
+SPLIT_FROM = 400  # rows from which upsert asks where each series' buckets end, to COPY the ones past that straight in
 
 
-def upsert(conn: sa.Connection, rows: Sequence[dict], batch: int = UPSERT_BATCH) -> int:
+def upsert(conn: sa.Connection, rows: Sequence[dict], batch: int = UPSERT_BATCH, staged: bool = False) -> int:
     """Merge rows (each primary key once, as bucket_rows gives them) into the table, in sorted key order
-    so concurrent writers lock rows in one order; the number of rows sent."""
+    so concurrent writers lock rows in one order; the number of rows sent. The caller holds lock_run of the
+    rows' runs, or is their only writer. `staged`: the caller made this transaction's staging table (STAGE_DDL)."""
     if not rows:
         return 0
     ordered = sorted(rows, key=_PRIMARY_KEY)
-    if _copy_upsert(conn, ordered):
+    if _copy_upsert(conn, ordered, staged):
         return len(ordered)
     stmt = _param_upsert(conn.dialect.name)
     for start in range(0, len(ordered), batch):
@@ -329,21 +387,68 @@ def upsert(conn: sa.Connection, rows: Sequence[dict], batch: int = UPSERT_BATCH)
     return len(ordered)
 
 
-def _copy_upsert(conn: sa.Connection, ordered: Sequence[dict]) -> bool:
-    """PostgreSQL with psycopg 3: COPY the rows into a session-local staging table, then one INSERT ... SELECT
-    ... ON CONFLICT DO UPDATE (psycopg sends a multi-row insert as one statement per row, several times slower)."""
+def _copy_upsert(conn: sa.Connection, ordered: Sequence[dict], staged: bool) -> bool:
+    """PostgreSQL with psycopg 3: the buckets past a series' last stored one are COPYed straight into the table (nothing
+    to merge: most of a catching-up batch); the rest (the bucket a batch continues, late points) is COPYed into a
+    session-local staging table and merged by one INSERT ... SELECT ... ON CONFLICT DO UPDATE (psycopg sends a
+    multi-row insert as one statement per row, several times slower)."""
     if conn.dialect.name != "postgresql" or conn.dialect.driver != "psycopg":
         return False
+    fresh, merged = _split_new(conn, ordered) if len(ordered) >= SPLIT_FROM else ((), ordered)
     raw = conn.connection.driver_connection
     names = ", ".join(f'"{c}"' for c in COLUMNS)
     with raw.cursor() as cur:
-        cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE} (LIKE radt_rollups) ON COMMIT DELETE ROWS")
-        with cur.copy(f"COPY {_STAGE} ({names}) FROM STDIN") as copy:
-            for row in ordered:
-                copy.write_row(tuple(row[c] for c in COLUMNS))
-    conn.execute(_staged_upsert())
-    conn.execute(sa.text(f"TRUNCATE {_STAGE}"))  # the next batch of this transaction starts empty
+        if fresh:
+            with cur.copy(f"COPY radt_rollups ({names}) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(_COPY_TYPES)
+                for row in map(_IN_COLUMNS, fresh):
+                    copy.write_row(row)
+        if merged:
+            transaction = conn.get_transaction()
+            if conn.info.get(_STAGE) is transaction:  # staged rows of this transaction's earlier upsert are still in it
+                cur.execute(f"TRUNCATE {_STAGE}")
+            elif not staged:
+                cur.execute(STAGE_DDL)
+            with cur.copy(f"COPY {_STAGE} ({names}) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(_COPY_TYPES)
+                for row in map(_IN_COLUMNS, merged):
+                    copy.write_row(row)
+            conn.info[_STAGE] = transaction  # ON COMMIT DELETE ROWS empties it when this transaction ends
+    if merged:
+        conn.execute(_staged_upsert())
     return True
+
+
+@functools.cache
+def _frontier() -> sa.Select:
+    """Per (run, key, resolution) given as arrays, the start of its last stored bucket (NULL: none); one index probe each."""
+    from sqlalchemy.dialects.postgresql import ARRAY
+
+    groups = (
+        sa.func.unnest(
+            sa.bindparam("runs", type_=ARRAY(sa.String)),
+            sa.bindparam("keys", type_=ARRAY(sa.String)),
+            sa.bindparam("levels", type_=ARRAY(sa.Integer)),
+        )
+        .table_valued("run_uuid", "key", "resolution_s")
+        .render_derived(name="g")
+    )
+    r = rollups.c
+    last = sa.select(sa.func.max(r.bucket_ms)).where(r.run_uuid == groups.c.run_uuid, r.key == groups.c.key, r.resolution_s == groups.c.resolution_s)
+    return sa.select(groups.c.run_uuid, groups.c.key, groups.c.resolution_s, last.scalar_subquery())
+
+
+def _split_new(conn: sa.Connection, ordered: Sequence[dict]) -> tuple[list[dict], list[dict]]:
+    """(rows past their series' last stored bucket at their resolution, the rest). Exact while the caller holds
+    lock_run: no other writer adds buckets between this read and the COPY."""
+    groups = list(dict.fromkeys((r["run_uuid"], r["key"], r["resolution_s"]) for r in ordered))
+    runs, keys, levels = (list(c) for c in zip(*groups, strict=True))
+    last = {(run, key, level): ms for run, key, level, ms in conn.execute(_frontier(), {"runs": runs, "keys": keys, "levels": levels})}
+    fresh, merged = [], []
+    for row in ordered:
+        edge = last.get((row["run_uuid"], row["key"], row["resolution_s"]))
+        (fresh if edge is None or row["bucket_ms"] > edge else merged).append(row)
+    return fresh, merged
 
 
 def add_points(conn: sa.Connection, run_id: str, points: Iterable) -> int:
@@ -442,12 +547,15 @@ def _set_covered(conn: sa.Connection, run_id: str, covered: Mapping[str, Latest]
     conn.execute(stmt, rows)
 
 
-def fold_batch(conn: sa.Connection, run_id: str, points: Sequence, before: Mapping[str, Latest], after: Mapping[str, Latest], covered: Mapping) -> int:
+def fold_batch(
+    conn: sa.Connection, run_id: str, batch: Stored, before: Mapping[str, Latest], after: Mapping[str, Latest], covered: Mapping, staged: bool = False
+) -> int:
     """A writer's batch, in the transaction that stores its raw points: fold the points the store did not hold into
     the run's rollups and keep fresh series fresh (keep_fresh); rows sent. The caller holds lock_run first.
-    `covered`: covered_rows of the batch's keys, where the caller read them with `before` (latest_and_covered)."""
-    written = add_points(conn, run_id, points)
-    keep_fresh(conn, run_id, sorted({p.key for p in points}), before, after, covered)
+    `covered`: covered_rows of the batch's keys, where the caller read them with `before` (latest_and_covered).
+    `staged`: the caller made the staging table in this transaction (STAGE_DDL)."""
+    written = upsert(conn, rows_of_stored(run_id, batch), staged=staged)
+    keep_fresh(conn, run_id, sorted(set(batch.keys)), before, after, covered)
     return written
 
 

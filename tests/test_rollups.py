@@ -260,6 +260,42 @@ def test_writers_of_one_run_on_several_nodes_at_once(pg_uri):
     assert_rollups_cover_raw(pg_uri, run_id)
 
 
+def test_buckets_past_a_series_end_go_straight_in_and_the_rest_are_merged(pg_uri, monkeypatch):
+    """PostgreSQL's writer COPYs the buckets past each series' last stored one straight into radt_rollups and merges
+    only the rest (the bucket a batch continues, late points): with the split taken at every batch, catching-up,
+    out-of-order and replayed batches of two runs still give one computation's rows, and both halves were used."""
+    monkeypatch.setattr(rollups, "SPLIT_FROM", 1)
+    halves = {"straight": 0, "merged": 0}
+    split = rollups._split_new
+
+    def counted(conn, ordered):
+        fresh, merged = split(conn, ordered)
+        halves["straight"] += len(fresh)
+        halves["merged"] += len(merged)
+        return fresh, merged
+
+    monkeypatch.setattr(rollups, "_split_new", counted)
+    rng = random.Random(16)
+    client = MlflowClient(pg_uri)
+    runs = [_run(client, f"split-{i}") for i in range(2)]
+    store = SqlMetricStore(pg_uri)
+    everything = {}
+    for run_id in runs:
+        series = random_series(rng, "system/gpu_0_sm_active", 3000) + random_series(rng, "system/gpu_1_sm_active", 2000)
+        in_order = sorted(series, key=lambda p: p.timestamp)
+        for start in range(0, len(in_order), 777):  # catching up: each batch continues the last one's buckets
+            store.write(run_id, in_order[start : start + 777])
+        late = random_series(rng, "system/gpu_0_sm_active", 400)  # the same span again, other values: every bucket merged
+        for batch in deliveries(rng, late, 3):
+            store.write(run_id, batch)
+        store.write(run_id, late[:100])  # replayed: stored once, counted once
+        everything[run_id] = series + late
+    store.close()
+    for run_id, points in everything.items():
+        assert_same(stored(pg_uri, run_id), direct(run_id, points))
+    assert halves["straight"] > 5 * halves["merged"] > 0, halves
+
+
 def test_a_point_another_writer_adds_makes_the_series_stale_until_rebuilt(store_uri):
     rng = random.Random(10)
     client = MlflowClient(store_uri)
@@ -342,26 +378,34 @@ def test_a_live_run_another_writer_logs_to_is_refreshed_from_its_tail_and_a_late
 
 
 def test_the_writers_plain_python_rows_equal_the_numpy_rows():
-    """The plain-Python bucketing (a live writer's few points per key: the recording process never loads numpy)
-    and bucket_rows (numpy: big batches, rebuilds) give the same rows for the same points, legacy sentinels included."""
+    """The plain-Python bucketing (a live writer's few points: the recording process never loads numpy), numpy over
+    every key of a batch at once (bucket_stored: a catching-up writer, imports) and numpy per key (bucket_rows:
+    rebuilds) give the same rows for the same points, legacy sentinels included, whether NaN comes as NaN or as
+    MLflow stores it (0 with is_nan)."""
     rng = random.Random(14)
-    points = random_series(rng, "a", 3000) + random_series(rng, "SMI - GPU Util", 500)
+    points = random_series(rng, "a", 3000) + random_series(rng, "SMI - GPU Util", 500) + random_series(rng, "b", 700)
     points += [Point("SMI - GPU Util", v, BASE + 5_000_000 + i, i) for i, v in enumerate(rollups.catalogue.missing_values("SMI - GPU Util") * 3)]
-    python = [row for key in sorted({p.key for p in points}) for row in rollups._few_rows("r", key, [p for p in points if p.key == key], rollups.RESOLUTIONS)]
+    rng.shuffle(points)
+    stored_form = rollups.Stored.of_rows([(p.key, 0.0 if math.isnan(p.value) else p.value, p.timestamp, p.step, math.isnan(p.value)) for p in points])
+    python = rollups._few_rows("r", stored_form, rollups.RESOLUTIONS)
+    together = rollups.bucket_stored("r", stored_form)
     by_key: dict = {}
     for p in points:
         by_key.setdefault(p.key, []).append(p)
-    numpy_rows = [
+    per_key = [
         row for key in sorted(by_key) for row in rollups.bucket_rows("r", key, *zip(*((p.timestamp, p.step, p.value) for p in by_key[key]), strict=True))
     ]
     pk = lambda row: (row["key"], row["resolution_s"], row["bucket_ms"])  # noqa: E731
-    assert sorted(map(pk, python)) == sorted(map(pk, numpy_rows))
-    numpy_by = {pk(row): row for row in numpy_rows}
-    for row in python:
-        other = numpy_by[pk(row)]
-        assert {**row, "sum": 0} == {**other, "sum": 0}
-        assert row["sum"] == (None if other["sum"] is None else pytest.approx(other["sum"], rel=1e-12))
+    assert [pk(row) for row in python] == [pk(row) for row in together] == sorted(map(pk, per_key))
+    per_key_by = {pk(row): row for row in per_key}
+    for row, other in zip(python, together, strict=True):
+        for one in (other, per_key_by[pk(row)]):
+            assert {**row, "sum": 0} == {**one, "sum": 0}
+            assert row["sum"] == (None if one["sum"] is None else pytest.approx(one["sum"], rel=1e-12))
     assert any(row["nans"] and not row["count"] for row in python if row["key"] == "SMI - GPU Util"), "sentinels are no reading"
+    missing = rollups.catalogue.missing_values("SMI - GPU Util")
+    no_reading = sum(math.isnan(p.value) or (p.key == "SMI - GPU Util" and p.value in missing) for p in points)
+    assert sum(row["nans"] for row in together if row["resolution_s"] == 10) == no_reading
 
 
 def test_legacy_keys_sentinels_are_no_reading_in_the_writers_rollups(store_uri):
