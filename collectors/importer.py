@@ -429,11 +429,21 @@ def prometheus_main(argv: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
+    if any(a in ("--slurm", "--slurm-since") or a.startswith(("--slurm=", "--slurm-since=")) for a in argv):
+        from radt.collectors.slurmimport import main as slurm_main
+
+        return slurm_main(argv, fill=prometheus_main)
     if any(a == "--prometheus" or a.startswith("--prometheus=") for a in argv):
         return prometheus_main(argv)
     from radt.cli import OneLineParser  # mistakes in one line, like the rest of radt
 
-    parser = OneLineParser(parents=[store_parent()], prog="radt import", description="Import raw dcgmi dmon / nvidia-smi CSV / top -b logs as one run.")
+    parser = OneLineParser(
+        parents=[store_parent()],
+        prog="radt import",
+        description="Import raw dcgmi dmon / nvidia-smi CSV / top -b logs as one run. "
+        "Also: radt import --prometheus URL --run RUN_ID (a run's GPU series from Prometheus); "
+        "radt import --slurm JOBID[,...] or --slurm-since 1d (a run per Slurm job, see radt import --slurm 0 --help).",
+    )
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("-e", "--experiment", help="experiment name or id (created if new)")
     parser.add_argument("-n", "--name", help="run name (default: the first file's name)")

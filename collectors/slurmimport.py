@@ -1,0 +1,169 @@
+"""`radt import --slurm JOBID[,JOBID...]` / `--slurm-since 1d`: a run for every Slurm job, with nothing of radt in the job.
+
+Each job's facts come from Slurm's accounting (collectors/slurmacct.py), its GPUs' series from the cluster's
+Prometheus (`radt import --prometheus`'s backfill, for the job's node, GPUs and time). One experiment per user
+(`slurm-<user>`, or per account with --group-by account), one run per job found again by its radt.slurm.job_id tag,
+so importing again adds nothing twice and fills what was not yet scraped; an array's tasks are runs of one workload.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import sys
+from collections.abc import Callable
+from typing import NamedTuple
+
+from radt.collectors.slurmacct import AccountingError, Job, sacct
+from radt.collectors.tracking import connect, find_or_create_workload, find_runs, resolve_experiment, set_tags
+from radt.options import store_parent
+from radt.runmodel import HOST_TAG, PARENT_TAG, ROLE_TAG, RUN_ROLE, SLURM_JOB_TAG, SLURM_PARTITION_TAG, USER_TAG, WORKLOAD_TAG
+from radt.settings import PROMETHEUS_URL, tracking_uri
+
+SLURM_PREFIX = "radt.slurm."
+NO_SERIES_TAG = "radt.slurm.no_gpu_series"  # why a job's run has no GPU series: never another job's GPU instead
+_SINCE = re.compile(r"^(\d+)([dhm])$")
+
+
+def since_for_sacct(text: str) -> str:
+    """'1d' / '6h' / '30m' -> sacct's now-1days / now-6hours / now-30minutes; an ISO time as it is."""
+    match = _SINCE.match(text.strip())
+    if match:
+        unit = {"d": "days", "h": "hours", "m": "minutes"}[match.group(2)]
+        return f"now-{match.group(1)}{unit}"
+    if re.match(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2})?)?$", text.strip()):
+        return text.strip().replace(" ", "T")
+    raise AccountingError(f"--slurm-since '{text}' is not a span or a time; give e.g. --slurm-since 1d, 6h, 30m or 2026-11-26T08:00")
+
+
+def job_tags(job: Job) -> dict[str, str]:
+    """The run's tags: the job's Slurm facts under radt.slurm.*, its user as MLflow's, its node as radt's host."""
+    gpus = "" if job.gpus is None else ";".join(f"{node}:{','.join(map(str, idx))}" for node, idx in sorted(job.gpus.items()) if idx)
+    tags = {
+        SLURM_JOB_TAG: job.job_id,
+        f"{SLURM_PREFIX}raw_id": job.raw_id,
+        f"{SLURM_PREFIX}user": job.user,
+        f"{SLURM_PREFIX}account": job.account,
+        SLURM_PARTITION_TAG: job.partition,
+        f"{SLURM_PREFIX}state": job.state,
+        f"{SLURM_PREFIX}exit_code": f"{job.exit_code}:{job.signal}",
+        f"{SLURM_PREFIX}nodes": ",".join(job.nodes),
+        f"{SLURM_PREFIX}gpus_requested": str(job.gpus_requested),
+        f"{SLURM_PREFIX}gpus_used": gpus,
+        ROLE_TAG: RUN_ROLE,
+        USER_TAG: job.user,
+    }
+    if len(job.nodes) == 1:
+        tags[HOST_TAG] = job.nodes[0]
+    if job.array_job:
+        tags[f"{SLURM_PREFIX}array_job"] = job.array_job
+    return tags
+
+
+def why_no_series(job: Job) -> str | None:
+    """Why the job's GPU series cannot be taken (None: they can): radt takes a job's own GPUs or none."""
+    if job.gpus_requested == 0 and not any((job.gpus or {}).values()):
+        return "the job had no GPU"
+    if len(job.nodes) != 1:
+        return f"a job on {len(job.nodes)} nodes: radt import --slurm takes the series of one-node jobs only, for now"
+    if job.gpus is None or not job.gpus.get(job.nodes[0]):
+        return "Slurm's accounting keeps no GPU index and the job's AdminComment holds none; install examples/slurm/radt-gres-prolog.sh as PrologSlurmctld"
+    return None
+
+
+def _run_for(client, uri: str, job: Job, group_by: str) -> tuple[str, bool, dict]:
+    """The job's run, found by its job id in its experiment, else created at the job's start; (run id, created, its tags before)."""
+    experiment = resolve_experiment(client, uri, f"slurm-{job.user if group_by == 'user' else job.account}")
+    identity = {SLURM_JOB_TAG: job.job_id, ROLE_TAG: RUN_ROLE}
+    found = find_runs(client, [experiment], identity, max_results=10)
+    tags = job_tags(job)
+    if job.array_job:
+        workload = f"{job.name} (array {job.array_job})"
+        tags[WORKLOAD_TAG] = workload
+        tags[PARENT_TAG] = find_or_create_workload(client, experiment, workload)
+    if found:
+        run_id = found[0].info.run_id
+        set_tags(client, run_id, tags)
+        return run_id, False, dict(found[0].data.tags)
+    return client.create_run(experiment, start_time=job.start_ms, run_name=job.name or f"job {job.job_id}", tags=tags).info.run_id, True, {}
+
+
+Fill = Callable[[list[str]], int]  # `radt import --prometheus`'s main (importer.prometheus_main), passed in: no import cycle
+
+
+def _fill(fill: Fill, uri: str, run_id: str, job: Job, url: str) -> int:
+    """The job's GPU series from Prometheus into its run (radt import --prometheus's backfill); its exit code."""
+    gpus = "+".join(map(str, job.gpus[job.nodes[0]]))  # type: ignore[index]
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints the run id; this command prints a line per job
+        return fill(["--prometheus", url, "--run", run_id, "--store", uri, "--gpus", gpus])
+
+
+class Imported(NamedTuple):
+    """What importing one job did: its run, whether it was made now, why it has no GPU series (None: it has), whether
+    the series were read (False: Prometheus failed; the run has a gap tag and the next import fills it)."""
+
+    run_id: str
+    created: bool
+    reason: str | None
+    filled: bool
+
+
+def import_job(client, uri: str, job: Job, group_by: str, url: str | None, fill: Fill | None = None) -> Imported:
+    """One started job into its run: facts, status and end, then its GPUs' series where they can be known."""
+    run_id, created, before = _run_for(client, uri, job, group_by)
+    if job.status != "RUNNING":  # before the series: the backfill reads the run's own span
+        client.set_terminated(run_id, status=job.status, end_time=job.end_ms)
+    reason = why_no_series(job) or (None if url else "no Prometheus given (--prometheus or RADT_PROMETHEUS_URL)")
+    if reason:
+        set_tags(client, run_id, {NO_SERIES_TAG: reason})
+        return Imported(run_id, created, reason, True)
+    if NO_SERIES_TAG in before:  # an earlier import had no Prometheus to ask
+        client.delete_tag(run_id, NO_SERIES_TAG)
+    assert fill is not None, "a Prometheus URL needs the backfill"
+    return Imported(run_id, created, None, _fill(fill, uri, run_id, job, url) == 0)
+
+
+def main(argv: list[str], fill: Fill) -> int:
+    """The command; `fill`: importer.prometheus_main, which reads a run's series from Prometheus."""
+    from radt.cli import OneLineParser
+
+    parser = OneLineParser(
+        parents=[store_parent()], prog="radt import", description="A run for every Slurm job, from Slurm's accounting and the cluster's Prometheus."
+    )
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--slurm", help="job ids, e.g. 1234,1235_3 (an array's task)")
+    which.add_argument("--slurm-since", help="every job started since: a span (1d, 6h, 30m) or a time (2026-11-26T08:00)")
+    parser.add_argument("--user", help="only this user's jobs")
+    parser.add_argument("--partition", help="only this partition's jobs")
+    parser.add_argument("--account", help="only this account's jobs")
+    parser.add_argument("--group-by", choices=("user", "account"), default="user", help="one experiment per user (default) or per account")
+    parser.add_argument(
+        "--prometheus", default=None, help="the cluster's Prometheus URL (default RADT_PROMETHEUS_URL); without one, the runs get the jobs' facts only"
+    )
+    args = parser.parse_args(argv)
+    ids = [j.strip() for j in (args.slurm or "").split(",") if j.strip()]
+    if args.slurm is not None and (not ids or not all(re.fullmatch(r"\d+(_\d+)?", j) for j in ids)):
+        raise AccountingError(f"--slurm '{args.slurm}' is not a list of job ids; give e.g. --slurm 1234,1235_3")
+    since = since_for_sacct(args.slurm_since) if args.slurm_since else None
+    jobs = sacct(ids or None, since, args.user, args.partition, args.account)
+    for missing in [j for j in ids if j not in {job.job_id for job in jobs} and j not in {job.raw_id for job in jobs}]:
+        print(f"radt import: job {missing}: Slurm's accounting has no such job; check the id (sacct -j {missing})", file=sys.stderr)
+    url = args.prometheus if args.prometheus is not None else PROMETHEUS_URL.get()
+    uri = tracking_uri(args.store)
+    client = connect(uri)
+    made = failed = 0
+    for job in jobs:
+        if job.start_ms is None:
+            print(f"radt import: job {job.job_id}: {job.state}, not started yet; import it again once it runs", file=sys.stderr)
+            continue
+        done = import_job(client, uri, job, args.group_by, url, fill)
+        made += done.created
+        failed += not done.filled
+        note = f"no GPU series: {done.reason}" if done.reason else "GPU series from Prometheus"
+        print(
+            f"radt import: job {job.job_id} ({job.user}, {job.partition}, {job.state}) -> run {done.run_id}{' (new)' if done.created else ''}; {note}",
+            file=sys.stderr,
+        )
+    print(f"radt import: {len(jobs)} jobs, {made} new runs", file=sys.stderr)
+    return 1 if failed or (ids and len(jobs) < len(ids)) else 0

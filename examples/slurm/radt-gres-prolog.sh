@@ -1,0 +1,17 @@
+#!/bin/sh
+# radt's PrologSlurmctld: keep which GPUs each node gave the job in its AdminComment.
+#
+# Slurm's accounting keeps no GPU index (no sacct field, not --json, not the database); `scontrol show job -d`
+# shows them (GRES=gpu:2(IDX:0-1)) only while the job runs. This copies them, per node, into the job's
+# AdminComment, which sacct keeps, as `radt-gres=NODES>GRES;NODES>GRES`, after what the comment held already.
+# `radt import --slurm` reads it to take each job's own GPU series and no other job's.
+# Install: copy to /etc/slurm/, chmod 755, add `PrologSlurmctld=/etc/slurm/radt-gres-prolog.sh` to slurm.conf,
+# restart slurmctld (a reconfigure does not start running a new PrologSlurmctld).
+[ -n "$SLURM_JOB_ID" ] || exit 0
+line=$(scontrol -o -d show job "$SLURM_JOB_ID" 2>/dev/null | grep "^JobId=$SLURM_JOB_ID ")
+gres=$(printf '%s\n' "$line" | tr ' ' '\n' | awk -F= '$1 == "Nodes" { n = $2 } $1 == "GRES" && n != "" { sub(/^GRES=/, ""); print n ">" $0; n = "" }' | paste -sd';' -)
+[ -n "$gres" ] || exit 0
+old=$(printf '%s\n' "$line" | tr ' ' '\n' | sed -n 's/^AdminComment=//p' | sed 's/(null)//')
+case "$old" in *radt-gres=*) exit 0 ;; esac
+scontrol update jobid="$SLURM_JOB_ID" AdminComment="${old:+$old }radt-gres=$gres" || true
+exit 0

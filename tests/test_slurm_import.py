@@ -1,0 +1,145 @@
+"""`radt import --slurm`: a run for every Slurm job from a real Slurm's accounting (slurmdbd on MariaDB) and the GPU
+series of exactly the job's GPUs from a real Prometheus scraping a dcgm-exporter stand-in."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from radt.cli import main as radt_main
+from radt.collectors import slurmacct as acct
+from radt.collectors.slurmimport import NO_SERIES_TAG
+from tests.support import prometheus as prom
+from tests.support import slurmacct
+from tests.support.dcgm_exporter import Device
+from tests.test_prometheus_import import held, in_run
+
+LOG = Path(__file__).parent / "fixtures" / "real-tool-logs" / "mnist_dcgmi_dmon_18fields.txt"
+
+
+@pytest.fixture(scope="module")
+def cluster(monkeypatch_module):
+    env = slurmacct.cluster()
+    monkeypatch_module.setenv("SLURM_CONF", env["SLURM_CONF"])
+    return env
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
+
+
+def radt_import(capsys, *args: str) -> tuple[int, str]:
+    code = radt_main(["import", *args])
+    return code, capsys.readouterr().err
+
+
+def runs_of(client: MlflowClient, user: str) -> dict[str, object]:
+    experiment = client.get_experiment_by_name(f"slurm-{user}")
+    return {r.data.tags["radt.slurm.job_id"]: r for r in client.search_runs([experiment.experiment_id]) if r.data.tags.get("radt.role") == "run"}
+
+
+def test_every_job_gets_one_run_with_its_slurm_facts_and_a_second_import_adds_nothing(cluster, store_uri, capsys):
+    two = slurmacct.submit("--gres=gpu:2", "-J", "train-two", "--wrap", "sleep 1")
+    array = slurmacct.submit("--array=0-1", "--gres=gpu:1", "-J", "sweep", "--wrap", "sleep 1")
+    failing = slurmacct.submit("-J", "broken", "--wrap", "exit 3")
+    jobs = [two, f"{array}_0", f"{array}_1", failing]
+    for job, state in zip(jobs, ("COMPLETED", "COMPLETED", "COMPLETED", "FAILED"), strict=True):
+        slurmacct.accounted(job, (state,))
+    code, err = radt_import(capsys, "--slurm", ",".join(jobs), "--store", store_uri)
+    assert code == 0, err
+    client = MlflowClient(store_uri)
+    runs = runs_of(client, "root")
+    assert set(jobs) <= set(runs)
+    facts = {j.job_id: j for j in acct.sacct(jobs)}
+    for job in jobs:
+        run, fact = runs[job], facts[job]
+        tags = run.data.tags
+        assert run.info.run_name == fact.name and run.info.start_time == fact.start_ms and run.info.end_time == fact.end_ms
+        assert tags["radt.slurm.state"] == fact.state and tags["radt.slurm.partition"] == "debug" and tags["radt.host"] == slurmacct.host()
+        assert tags["mlflow.user"] == "root" and tags["radt.slurm.gpus_requested"] == str(fact.gpus_requested)
+    assert runs[failing].info.status == "FAILED" and runs[failing].data.tags["radt.slurm.exit_code"] == "3:0"
+    assert runs[failing].data.tags[NO_SERIES_TAG] == "the job had no GPU"
+    assert runs[two].info.status == "FINISHED"
+    used = runs[two].data.tags["radt.slurm.gpus_used"]  # radt's prolog put the indices in the AdminComment
+    host, _, indices = used.partition(":")
+    assert host == slurmacct.host() and len(indices.split(",")) == 2 and set(indices.split(",")) <= {"0", "1", "2", "3"}
+    parents = {runs[f"{array}_{t}"].data.tags["mlflow.parentRunId"] for t in (0, 1)}
+    assert len(parents) == 1, "an array's tasks are runs of one workload"
+    assert client.get_run(parents.pop()).data.tags["radt.workload"] == f"sweep (array {array})"
+    # again: nothing made twice, by ids or by the time window (which also takes other tests' jobs)
+    code, err = radt_import(capsys, "--slurm", ",".join(jobs), "--store", store_uri)
+    assert code == 0 and err.endswith(f"{len(jobs)} jobs, 0 new runs\n"), err
+    code, err = radt_import(capsys, "--slurm-since", "1d", "--user", "root", "--store", store_uri)
+    assert code == 0, err
+    assert {k: r.info.run_id for k, r in runs_of(client, "root").items() if k in jobs} == {k: runs[k].info.run_id for k in jobs}
+
+
+def test_an_unknown_job_and_a_bad_id_are_one_line_each(cluster, store_uri, capsys):
+    code, err = radt_import(capsys, "--slurm", "987654", "--store", store_uri)
+    assert code == 1 and err.splitlines()[0] == "radt import: job 987654: Slurm's accounting has no such job; check the id (sacct -j 987654)", err
+    code, err = radt_import(capsys, "--slurm", "12;rm", "--store", store_uri)
+    assert code == 2 and err.count("\n") == 1 and "not a list of job ids" in err, err
+    code, err = radt_import(capsys, "--slurm-since", "yesterday", "--store", store_uri)
+    assert code == 2 and err.count("\n") == 1 and "--slurm-since 1d" in err, err
+
+
+def test_without_accounting_sacct_says_so_in_one_line(cluster, tmp_path, store_uri, capsys, monkeypatch):
+    """A Slurm without slurmdbd: sacct fails; radt says what it needs."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(
+        Path(slurmacct.env()["SLURM_CONF"])
+        .read_text()
+        .replace("AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageType=accounting_storage/none")
+    )
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    code, err = radt_import(capsys, "--slurm", "1", "--store", store_uri)
+    assert code == 2 and err.count("\n") == 1 and "slurmdbd" in err, err
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, cluster):
+    devices = [Device(slurmacct.host(), gpu, gpu) for gpu in range(4)]
+    until = f'DCGM_FI_PROF_SM_ACTIVE{{Hostname="{slurmacct.host()}",gpu="0"}}[1h]'
+    with prom.serving(tmp_path_factory.mktemp("prometheus"), LOG, devices, until, 2) as (exporter, server):
+        yield exporter, server
+
+
+def test_a_job_gets_the_series_of_its_own_gpus_and_no_other(served, store_uri, capsys):
+    _exporter, server = served
+    job = slurmacct.submit("--gres=gpu:2", "-J", "train-series", "--wrap", "sleep 5")
+    slurmacct.accounted(job, ("COMPLETED",))
+    fact = acct.sacct([job])[0]
+    mine = fact.gpus[slurmacct.host()]
+    time.sleep(1.5)  # the scrape after the job's last second is stored (Prometheus scrapes each second)
+    code, err = radt_import(capsys, "--slurm", job, "--prometheus", server.url, "--store", store_uri)
+    assert code == 0, err
+    client = MlflowClient(store_uri)
+    run = runs_of(client, "root")[job]
+    gpus = {int(k.split("_")[1]) for k in run.data.metrics if k.startswith("system/gpu_")}
+    assert gpus == set(mine), (gpus, mine)
+    for key in run.data.metrics:
+        history = client.get_metric_history(run.info.run_id, key)
+        assert len(history) >= 3 and all(fact.start_ms <= m.timestamp <= fact.end_ms for m in history), (
+            key,
+            fact.start_ms,
+            fact.end_ms,
+            [m.timestamp for m in history],
+        )
+    expected = {k: v for gpu in mine for k, v in held(server, slurmacct.host(), gpu, fact.start_ms, fact.end_ms).items()}
+    assert in_run(client, run.info.run_id) == expected, "point for point what Prometheus holds for the job's GPUs over its time"
+    assert NO_SERIES_TAG not in run.data.tags
+    code, err = radt_import(capsys, "--slurm", job, "--prometheus", server.url, "--store", store_uri)
+    assert code == 0 and "0 new points" in err, err
+
+
+def test_the_prolog_copies_the_gpu_indices_slurm_gave_the_job(cluster):
+    job = slurmacct.submit("--gres=gpu:1", "--wrap", "sleep 4")
+    detail = slurmacct.running(job)
+    slurmacct.accounted(job, ("COMPLETED",))
+    fact = acct.sacct([job])[0]
+    assert fact.gpus == {slurmacct.host(): acct._indices(detail)} and len(fact.gpus[slurmacct.host()]) == 1, (fact, detail)
