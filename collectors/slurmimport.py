@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import re
 import sys
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from typing import NamedTuple
 
 from radt.collectors.slurmacct import AccountingError, Job, sacct
 from radt.collectors.tracking import connect, find_or_create_workload, find_runs, resolve_experiment, set_tags
+from radt.collectors.verdicts import Verdict, judge
 from radt.options import store_parent
 from radt.runmodel import HOST_TAG, PARENT_TAG, ROLE_TAG, RUN_ROLE, SLURM_JOB_TAG, SLURM_PARTITION_TAG, USER_TAG, WORKLOAD_TAG
 from radt.settings import PROMETHEUS_URL, tracking_uri
@@ -121,7 +123,33 @@ def import_job(client, uri: str, job: Job, group_by: str, url: str | None, fill:
     if NO_SERIES_TAG in before:  # an earlier import had no Prometheus to ask
         client.delete_tag(run_id, NO_SERIES_TAG)
     assert fill is not None, "a Prometheus URL needs the backfill"
-    return Imported(run_id, created, None, _fill(fill, uri, run_id, job, url) == 0)
+    filled = _fill(fill, uri, run_id, job, url) == 0
+    set_tags(client, run_id, verdict_of(client, run_id, job).tags())
+    return Imported(run_id, created, None, filled)
+
+
+def verdict_of(client, run_id: str, job: Job) -> Verdict:
+    """The job's efficiency verdict from the GPU series its run now holds (its own GPUs only)."""
+    return judge(_gpu_series(client, run_id), job.gpus[job.nodes[0]])  # type: ignore[index]
+
+
+def _gpu_series(client, run_id: str) -> dict[str, list[tuple[int, float]]]:
+    """{key: [(ms, value)]} of the run's per-GPU series: one SQL query on radt's SQL client, MLflow's history otherwise."""
+    engine = getattr(client, "engine", None)
+    if engine is None:
+        keys = [k for k in client.get_run(run_id).data.metrics if k.startswith("system/gpu_")]
+        return {k: [(m.timestamp, m.value) for m in client.get_metric_history(run_id, k)] for k in keys}
+    import sqlalchemy as sa
+
+    from radt import mlflowdb
+
+    m = mlflowdb.metrics.c
+    query = sa.select(m.key, m.timestamp, m.value, m.is_nan).where(m.run_uuid == run_id, m.key.startswith("system/gpu_", autoescape=True))
+    out: dict[str, list[tuple[int, float]]] = {}
+    with engine.connect() as conn:
+        for key, ms, value, is_nan in conn.execute(query):
+            out.setdefault(key, []).append((int(ms), math.nan if is_nan else float(value)))
+    return out
 
 
 def main(argv: list[str], fill: Fill) -> int:

@@ -133,6 +133,16 @@ def test_a_job_gets_the_series_of_its_own_gpus_and_no_other(served, store_uri, c
     expected = {k: v for gpu in mine for k, v in held(server, slurmacct.host(), gpu, fact.start_ms, fact.end_ms).items()}
     assert in_run(client, run.info.run_id) == expected, "point for point what Prometheus holds for the job's GPUs over its time"
     assert NO_SERIES_TAG not in run.data.tags
+    smact = [v for k, values in expected.items() if k.endswith("_sm_active") for v in values.values()]
+    tags = client.get_run(run.info.run_id).data.tags
+    assert float(tags["radt.verdict.smact_mean"]) == pytest.approx(sum(smact) / len(smact), rel=1e-3), "the verdict is over the job's own GPUs"
+    assert tags["radt.verdict.gpus"] == "2"
+    idle = [g for g in mine if g != 0]  # the exporter serves the log's GPU g as GPU g: GPU 0 barely busy, GPUs 1-4 idle
+    flags = tags["radt.verdict.flags"]
+    assert (f"{len(idle)} of 2 GPUs idle (GPU {', '.join(map(str, idle))}: " in flags) == bool(idle) and "SMACT < 0.1 for " in flags, flags
+    experiment = client.get_experiment_by_name("slurm-root").experiment_id
+    found = client.search_runs([experiment], filter_string="tags.`radt.verdict.flags` LIKE '%SMACT < 0.1%'")
+    assert run.info.run_id in {r.info.run_id for r in found}, "MLflow's own search finds the wasteful jobs"
     code, err = radt_import(capsys, "--slurm", job, "--prometheus", server.url, "--store", store_uri)
     assert code == 0 and "0 new points" in err, err
 
@@ -143,3 +153,21 @@ def test_the_prolog_copies_the_gpu_indices_slurm_gave_the_job(cluster):
     slurmacct.accounted(job, ("COMPLETED",))
     fact = acct.sacct([job])[0]
     assert fact.gpus == {slurmacct.host(): acct._indices(detail)} and len(fact.gpus[slurmacct.host()]) == 1, (fact, detail)
+
+
+def test_prometheus_away_leaves_the_jobs_facts_and_a_gap_the_next_import_fills(served, store_uri, capsys):
+    _exporter, server = served
+    job = slurmacct.submit("--gres=gpu:1", "-J", "gap", "--wrap", "sleep 2")
+    slurmacct.accounted(job, ("COMPLETED",))
+    time.sleep(1.5)  # the scrape after the job's last second is stored
+    closed = "http://127.0.0.1:9"  # nothing listens on the discard port
+    code, err = radt_import(capsys, "--slurm", job, "--prometheus", closed, "--store", store_uri)
+    assert code == 1 and "import again" in err, err
+    client = MlflowClient(store_uri)
+    run = runs_of(client, "root")[job]
+    assert run.info.status == "FINISHED" and run.data.tags["radt.slurm.state"] == "COMPLETED" and "radt.prometheus_gap" in run.data.tags
+    assert not run.data.metrics
+    code, err = radt_import(capsys, "--slurm", job, "--prometheus", server.url, "--store", store_uri)
+    assert code == 0, err
+    filled = client.get_run(run.info.run_id)
+    assert "radt.prometheus_gap" not in filled.data.tags and filled.data.metrics, "the next import filled the gap"

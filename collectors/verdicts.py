@@ -1,0 +1,94 @@
+"""A job's GPU efficiency from its GPUs' series, the way cluster tools (jobstats, jobscope) judge it: numbers and flags.
+
+Over the job's own GPUs only: SM activity (SMACT) mean and p95, occupancy, tensor and DRAM activity means, the share of
+samples each GPU sat idle, GPUs allocated but never used, peak memory, energy. Flags say what a person would act on,
+each with the numbers behind it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+IDLE_SMACT = 0.01  # a sample below this SM activity is an idle GPU (dcgm-exporter's SMACT is 0..1)
+LOW_SMACT = 0.1  # "SMACT < 0.1" flag: the job's GPUs together below this ...
+LOW_SHARE = 0.8  # ... for at least this share of its samples
+SLICE_GB = ((5, "1g.5gb"), (10, "1g.10gb"), (20, "2g.20gb"), (40, "3g.40gb"))  # the smallest MIG slice that holds a peak (A100/H100 profiles)
+VERDICT_PREFIX = "radt.verdict."
+_KEY = re.compile(r"^system/gpu_(\d+)_(.+)$")
+
+
+class Verdict(NamedTuple):
+    """Flags (one line each, with their numbers) and the numbers, keyed as the run's radt.verdict.* tags."""
+
+    flags: list[str]
+    numbers: dict[str, float]
+
+    def tags(self) -> dict[str, str]:
+        tags = {f"{VERDICT_PREFIX}{k}": (f"{v:.4g}" if isinstance(v, float) else str(v)) for k, v in self.numbers.items()}
+        tags[f"{VERDICT_PREFIX}flags"] = "; ".join(self.flags) or "none"
+        return tags
+
+
+def _p95(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def _mean(values: Sequence[float]) -> float:
+    return math.fsum(values) / len(values)
+
+
+def _energy_kj(points: Sequence[tuple[int, float]]) -> float:
+    """Watts over time (ms) to kJ, by the trapezoid rule between samples."""
+    ordered = sorted(points)
+    return math.fsum((b[0] - a[0]) / 1000 * (a[1] + b[1]) / 2 for a, b in zip(ordered, ordered[1:])) / 1000
+
+
+def judge(series: Mapping[str, Sequence[tuple[int, float]]], gpus: Sequence[int]) -> Verdict:
+    """The verdict of a job whose GPUs `gpus` gave `series` ({'system/gpu_<i>_<metric>': [(ms, value)]}); other GPUs' keys are ignored."""
+    by_gpu: dict[int, dict[str, list[tuple[int, float]]]] = {g: {} for g in gpus}
+    for key, points in series.items():
+        match = _KEY.match(key)
+        if match and int(match.group(1)) in by_gpu:
+            by_gpu[int(match.group(1))][match.group(2)] = [p for p in points if math.isfinite(p[1])]
+    numbers: dict[str, float] = {"gpus": len(gpus)}
+    flags: list[str] = []
+    smact = {g: [v for _, v in m.get("sm_active", [])] for g, m in by_gpu.items() if m.get("sm_active")}
+    if smact:
+        every = [v for values in smact.values() for v in values]
+        numbers["smact_mean"], numbers["smact_p95"] = _mean(every), _p95(every)
+        for name, metric in (("smocc_mean", "sm_occupancy"), ("tensor_mean", "tensor_active"), ("drama_mean", "dram_active")):
+            values = [v for m in by_gpu.values() for _, v in m.get(metric, [])]
+            if values:
+                numbers[name] = _mean(values)
+        idle = {g: sum(v < IDLE_SMACT for v in values) / len(values) for g, values in smact.items()}
+        for g, share in sorted(idle.items()):
+            numbers[f"gpu_{g}_idle_share"] = share
+        unused = sorted(g for g, values in smact.items() if max(values) < IDLE_SMACT)
+        numbers["gpus_unused"] = len(unused)
+        if unused:
+            flags.append(f"{len(unused)} of {len(gpus)} GPUs idle (GPU {', '.join(map(str, unused))}: SMACT never reached {IDLE_SMACT})")
+        by_time: dict[int, list[float]] = {}
+        for values in (m.get("sm_active", []) for m in by_gpu.values()):
+            for ms, v in values:
+                by_time.setdefault(ms, []).append(v)
+        low = sum(_mean(v) < LOW_SMACT for v in by_time.values()) / len(by_time)
+        numbers["smact_low_share"] = low
+        if low >= LOW_SHARE:
+            flags.append(f"SMACT < {LOW_SMACT} for {low:.0%} of the time (mean {numbers['smact_mean']:.3f}, p95 {numbers['smact_p95']:.3f})")
+    memory = [v for m in by_gpu.values() for _, v in m.get("memory_usage_megabytes", [])]
+    if memory:
+        peak_gb = max(memory) / 1000
+        numbers["memory_peak_gb"] = peak_gb
+        fits = next((name for size, name in SLICE_GB if peak_gb <= size), None)
+        if fits:
+            flags.append(f"peak memory {peak_gb:.1f} GB per GPU: fits a {fits} MIG slice")
+    power = [m["power_usage_watts"] for m in by_gpu.values() if m.get("power_usage_watts")]
+    if power:
+        numbers["energy_kj"] = math.fsum(_energy_kj(p) for p in power)
+    if not smact:
+        flags.append("no SM activity series for the job's GPUs: no verdict on its use")
+    return Verdict(flags, numbers)
