@@ -1,0 +1,76 @@
+"""The Cluster view's rows: every run `radt import --slurm` made, with its job's facts and verdict, worst waste first.
+
+Waste is the GPU-hours the job held but did not use: GPUs × hours × (1 − SMACT mean), SMACT being the share of time
+the SMs were active (dcgm-exporter's DCGM_FI_PROF_SM_ACTIVE). Jobs without a verdict come last.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import sqlalchemy as sa
+
+from radt.app.store import ACTIVE, EXPERIMENTS, RUNS, TAGS
+
+EXPERIMENT_PREFIX = "slurm-"  # radt import --slurm's experiments: slurm-<user> or slurm-<account>
+TAG_KEYS = {
+    "radt.slurm.job_id": "job",
+    "radt.slurm.user": "user",
+    "radt.slurm.account": "account",
+    "radt.slurm.partition": "partition",
+    "radt.slurm.state": "state",
+    "radt.slurm.gpus_requested": "gpus_requested",
+    "radt.slurm.gpus_used": "gpus_used",
+    "radt.verdict.smact_mean": "smact_mean",
+    "radt.verdict.flags": "flags",
+    "radt.slurm.no_gpu_series": "no_series",
+}
+
+
+def _gpus(row: dict) -> int:
+    used = [part.partition(":")[2] for part in (row.get("gpus_used") or "").split(";") if part]
+    count = sum(len([g for g in indices.split(",") if g]) for indices in used)
+    requested = row.get("gpus_requested") or ""
+    return count or (int(requested) if requested.isdigit() else 0)
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        value = float(text) if text else None
+    except ValueError:
+        return None
+    return value if value is not None and math.isfinite(value) else None
+
+
+def job_rows(engine: sa.Engine, now_ms: int | None = None) -> list[dict]:
+    """One dict per imported job (its run id and experiment id beside its facts), worst waste first."""
+    e, r, t = EXPERIMENTS, RUNS, TAGS
+    stmt = (
+        sa.select(r.c.run_uuid, r.c.experiment_id, r.c.start_time, r.c.end_time, t.c.key, t.c.value)
+        .select_from(r.join(e, e.c.experiment_id == r.c.experiment_id).join(t, t.c.run_uuid == r.c.run_uuid))
+        .where(
+            e.c.name.startswith(EXPERIMENT_PREFIX, autoescape=True),
+            e.c.lifecycle_stage == ACTIVE,
+            r.c.lifecycle_stage == ACTIVE,
+            t.c.key.in_(list(TAG_KEYS)),
+        )
+    )
+    runs: dict[str, dict] = {}
+    with engine.connect() as conn:
+        for run_id, experiment_id, start, end, key, value in conn.execute(stmt):
+            row = runs.setdefault(run_id, {"run_id": run_id, "experiment_id": str(experiment_id), "start_ms": start, "end_ms": end})
+            row[TAG_KEYS[key]] = value
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    out = []
+    for row in runs.values():
+        if "job" not in row:
+            continue  # a workload parent, or a run made otherwise
+        row["gpus"] = _gpus(row)
+        row["hours"] = max(0.0, ((row["end_ms"] or now_ms) - (row["start_ms"] or now_ms)) / 3_600_000)
+        row["smact_mean"] = _float(row.get("smact_mean"))
+        smact = row["smact_mean"]
+        row["wasted_gpu_hours"] = None if smact is None else row["gpus"] * row["hours"] * (1 - min(1.0, max(0.0, smact)))
+        out.append(row)
+    out.sort(key=lambda x: (x["wasted_gpu_hours"] is None, -(x["wasted_gpu_hours"] or 0), x["job"]))
+    return out

@@ -1,0 +1,74 @@
+"""The Cluster view in Chromium: every imported Slurm job with its verdict, the most wasted GPU-hours first, names shown
+as text (a hostile account name stays text), and a job's link opening its run in Explore."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from radt.collectors import slurmacct, slurmimport
+from radt.collectors.tracking import connect, set_tags
+from radt.collectors.verdicts import judge
+from tests.support import state
+from tests.support.browser import dashboard, screenshot
+from tests.support.radtproc import radt_env
+
+HOSTILE = '<img src=x onerror="document.title=1">'
+# sacct --parsable2 lines as Slurm 22.05 printed them on the tests' cluster (tests/support/slurmacct.py), three jobs:
+# 4 GPUs for 2 h barely used, 1 GPU for 1 h busy, no GPU at all
+SACCT = (
+    "101|101|train-big|alice|proj|gpu|2026-11-20T10:00:00|2026-11-20T10:00:05|2026-11-20T12:00:05|COMPLETED|0:0|gpu01|"
+    "billing=1,cpu=8,gres/gpu=4,node=1|radt-gres=gpu01>gpu:4(IDX:0-3)\n"
+    f"102|102|train-small|bob|{HOSTILE}|gpu|2026-11-20T10:00:00|2026-11-20T10:00:05|2026-11-20T11:00:05|COMPLETED|0:0|gpu02|"
+    "billing=1,cpu=8,gres/gpu=1,node=1|radt-gres=gpu02>gpu:1(IDX:2)\n"
+    "103|103|prep|alice|proj|cpu|2026-11-20T10:00:00|2026-11-20T10:00:05|2026-11-20T10:30:05|FAILED|2:0|cpu07|billing=1,cpu=8,node=1|\n"
+)
+
+
+def _series(gpus: list[int], value: float, start_ms: int) -> dict:
+    return {f"system/gpu_{g}_sm_active": [(start_ms + i * 1000, value) for i in range(60)] for g in gpus}
+
+
+@pytest.fixture(scope="module")
+def cluster_store(tmp_path_factory, sqlite_template):
+    home = tmp_path_factory.mktemp("cluster")
+    with state.kept_environ(), pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RADT_HOME", str(home))
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        shutil.copy(sqlite_template, home / "store.db")
+        uri = f"sqlite:///{home / 'store.db'}"
+        client = connect(uri)
+        runs = {}
+        for job in slurmacct.parse_sacct(SACCT):  # the importer's own path, facts only (no Prometheus here)
+            runs[job.job_id] = slurmimport.import_job(client, uri, job, "user", None).run_id
+        # the verdicts radt import --slurm computes from the series (collectors/verdicts.judge), 4 idle-ish GPUs and 1 busy one
+        set_tags(client, runs["101"], judge(_series([0, 1, 2, 3], 0.04, 0), [0, 1, 2, 3]).tags())
+        set_tags(client, runs["102"], judge(_series([2], 0.9, 0), [2]).tags())
+    with dashboard(uri, radt_env(home)) as base:
+        yield base, runs
+
+
+def test_jobs_come_worst_waste_first_with_their_verdict_and_open_in_explore(page, cluster_store):
+    base, runs = cluster_store
+    page.goto(base + "cluster")
+    page.locator("#cluster-jobs .job-row").first.wait_for()
+    rows = page.eval_on_selector_all("#cluster-jobs .job-row", "rows => rows.map(r => Array.from(r.cells).map(c => c.textContent))")
+    screenshot(page, "cluster-jobs")
+    assert [r[0] for r in rows] == ["101", "102", "103"], rows  # 4 × 2 h × 0.96 = 7.68 wasted GPU-h, then 0.1, then no verdict
+    assert rows[0][5:9] == ["4", "2.00", "0.040", "7.68"] and rows[1][5:9] == ["1", "1.00", "0.900", "0.10"], rows
+    assert rows[0][9].startswith("SMACT < 0.1 for 100% of the time") and rows[2][9] == "the job had no GPU", rows
+    assert rows[1][2] == HOSTILE and page.locator("#cluster-jobs img").count() == 0, "an account name is text, never markup"
+    assert page.title() != "1"
+    page.locator("#cluster-jobs a.job-link", has_text="101").click()
+    page.wait_for_url(lambda url: f"runs={runs['101']}" in url)
+    page.locator("#run-filter").wait_for()  # Explore's run picker: the run's experiment is open
+
+
+def test_a_store_without_jobs_says_how_to_get_them(page, tmp_path, sqlite_template):
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(sqlite_template, home / "store.db")
+    with dashboard(f"sqlite:///{home / 'store.db'}", radt_env(home)) as base:
+        page.goto(base + "cluster")
+        assert "radt import --slurm-since 1d" in page.locator("#cluster-empty").text_content()
