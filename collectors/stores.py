@@ -128,36 +128,33 @@ class SqlMetricStore:
                 mine = (row["step"], row["timestamp"], row["value"], row["is_nan"])
                 if key not in before or mine[:3] > before[key][:3]:  # the upsert's rule
                     after[key] = mine
-            staged = self._staged(conn)
-            batch = rollups.Stored.of_dicts(new) if new and isinstance(new[0], dict) else rollups.Stored.of_rows(new)
-            rollups.fold_batch(conn, run_id, batch, before, after, covered, staged=staged)
+            rollups.fold_batch(conn, run_id, new, before, after, covered)
             summarytable.invalidate(conn, run_id)  # any point radt adds drops the run's stored summary (radt_summaries)
 
-    def _insert_metrics(self, conn: sa.Connection, rows: list[dict], returning: bool) -> list:
-        """Insert the rows MLflow's `metrics` does not hold yet; with `returning`, those inserted: the rows themselves
-        where all were new (the usual case), else (key, value, timestamp, step, is_nan) tuples."""
+    def _insert_metrics(self, conn: sa.Connection, rows: list[dict], returning: bool) -> rollups.Stored | None:
+        """Insert the rows MLflow's `metrics` does not hold yet; with `returning`, those inserted, as rollups.Stored."""
         if self._copy_metrics(conn, rows):
             stmt = self._staged_insert
             if not returning:
                 conn.execute(stmt)
-                return []
+                return None
             if len(rows) < COUNT_FROM:  # RETURNING a few rows costs less than the savepoint's two round trips
-                return [tuple(r) for r in conn.execute(self._staged_returning)]
+                return rollups.Stored.of_rows(conn.execute(self._staged_returning).all())
             # nearly always every row is new: counted, not sent back (RETURNING 20,000 rows cost a fifth of the
             # insert); a replayed batch the store partly held is inserted again, returning what it adds
             with conn.begin_nested() as savepoint:
                 added = conn.execute(self._staged_counted).rowcount
                 if added == len(rows):
-                    return rows
+                    return rollups.Stored.of_dicts(rows)
                 savepoint.rollback()
-            return [tuple(r) for r in conn.execute(self._staged_returning)]
+            return rollups.Stored.of_rows(conn.execute(self._staged_returning).all())
         stmt = self._param_insert
         if returning and rows is not None and not conn.dialect.insert_returning:  # SQLite before 3.35
             held = self._held(conn, rows)
             conn.execute(stmt, rows)
-            return [r for r in rows if _primary_key(r) not in held]
+            return rollups.Stored.of_dicts([r for r in rows if _primary_key(r) not in held])
         result = conn.execute(self._param_returning if returning else stmt, rows)
-        return [tuple(r) for r in result] if returning else []
+        return rollups.Stored.of_rows(result.all()) if returning else None
 
     def _held(self, conn: sa.Connection, rows: list[dict]) -> set[tuple]:
         """Primary keys of these rows (one run) that the store already holds: for a SQLite without RETURNING."""
@@ -190,7 +187,7 @@ class SqlMetricStore:
             # with rollups, their staging table in the same round trip (constant text, no parameters)
             if self.fold_rollups and self._tables:
                 cur.execute(f"{ddl}; {rollups.STAGE_DDL}")
-                conn.info[self._STAGED] = conn.get_transaction()
+                rollups.staged(conn)
             else:
                 cur.execute(ddl)
             with cur.copy(f"COPY {self._STAGE} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
@@ -198,13 +195,6 @@ class SqlMetricStore:
                 for row in map(self._IN_COLUMNS, rows):
                     copy.write_row(row)
         return True
-
-    _STAGED = "radt_stages_made"
-
-    @classmethod
-    def _staged(cls, conn: sa.Connection) -> bool:
-        """Whether _copy_metrics made the rollups' staging table in this transaction (so fold_batch need not)."""
-        return conn.info.get(cls._STAGED) is conn.get_transaction()
 
     def close(self) -> None:
         self.engine.dispose()

@@ -372,14 +372,14 @@ STAGE_DDL = f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE} (LIKE radt_rollups) ON CO
 SPLIT_FROM = 400  # rows from which upsert asks where each series' buckets end, to COPY the ones past that straight in
 
 
-def upsert(conn: sa.Connection, rows: Sequence[dict], batch: int = UPSERT_BATCH, staged: bool = False) -> int:
+def upsert(conn: sa.Connection, rows: Sequence[dict], batch: int = UPSERT_BATCH) -> int:
     """Merge rows (each primary key once, as bucket_rows gives them) into the table, in sorted key order
     so concurrent writers lock rows in one order; the number of rows sent. The caller holds lock_run of the
-    rows' runs, or is their only writer. `staged`: the caller made this transaction's staging table (STAGE_DDL)."""
+    rows' runs, or is their only writer."""
     if not rows:
         return 0
     ordered = sorted(rows, key=_PRIMARY_KEY)
-    if _copy_upsert(conn, ordered, staged):
+    if _copy_upsert(conn, ordered):
         return len(ordered)
     stmt = _param_upsert(conn.dialect.name)
     for start in range(0, len(ordered), batch):
@@ -387,7 +387,13 @@ def upsert(conn: sa.Connection, rows: Sequence[dict], batch: int = UPSERT_BATCH,
     return len(ordered)
 
 
-def _copy_upsert(conn: sa.Connection, ordered: Sequence[dict], staged: bool) -> bool:
+def staged(conn: sa.Connection) -> None:
+    """Note that the caller sent STAGE_DDL in this transaction (with its own statement: one round trip less), so the
+    staging table exists and is empty."""
+    conn.info[_STAGE] = (conn.get_transaction(), False)
+
+
+def _copy_upsert(conn: sa.Connection, ordered: Sequence[dict]) -> bool:
     """PostgreSQL with psycopg 3: the buckets past a series' last stored one are COPYed straight into the table (nothing
     to merge: most of a catching-up batch); the rest (the bucket a batch continues, late points) is COPYed into a
     session-local staging table and merged by one INSERT ... SELECT ... ON CONFLICT DO UPDATE (psycopg sends a
@@ -405,15 +411,16 @@ def _copy_upsert(conn: sa.Connection, ordered: Sequence[dict], staged: bool) -> 
                     copy.write_row(row)
         if merged:
             transaction = conn.get_transaction()
-            if conn.info.get(_STAGE) is transaction:  # staged rows of this transaction's earlier upsert are still in it
-                cur.execute(f"TRUNCATE {_STAGE}")
-            elif not staged:
+            made, holds_rows = conn.info.get(_STAGE, (None, False))  # what this transaction did to the staging table
+            if made is not transaction:
                 cur.execute(STAGE_DDL)
+            elif holds_rows:  # an earlier upsert of this transaction staged rows
+                cur.execute(f"TRUNCATE {_STAGE}")
             with cur.copy(f"COPY {_STAGE} ({names}) FROM STDIN (FORMAT BINARY)") as copy:
                 copy.set_types(_COPY_TYPES)
                 for row in map(_IN_COLUMNS, merged):
                     copy.write_row(row)
-            conn.info[_STAGE] = transaction  # ON COMMIT DELETE ROWS empties it when this transaction ends
+            conn.info[_STAGE] = (transaction, True)  # ON COMMIT DELETE ROWS empties it when this transaction ends
     if merged:
         conn.execute(_staged_upsert())
     return True
@@ -547,14 +554,11 @@ def _set_covered(conn: sa.Connection, run_id: str, covered: Mapping[str, Latest]
     conn.execute(stmt, rows)
 
 
-def fold_batch(
-    conn: sa.Connection, run_id: str, batch: Stored, before: Mapping[str, Latest], after: Mapping[str, Latest], covered: Mapping, staged: bool = False
-) -> int:
+def fold_batch(conn: sa.Connection, run_id: str, batch: Stored, before: Mapping[str, Latest], after: Mapping[str, Latest], covered: Mapping) -> int:
     """A writer's batch, in the transaction that stores its raw points: fold the points the store did not hold into
     the run's rollups and keep fresh series fresh (keep_fresh); rows sent. The caller holds lock_run first.
-    `covered`: covered_rows of the batch's keys, where the caller read them with `before` (latest_and_covered).
-    `staged`: the caller made the staging table in this transaction (STAGE_DDL)."""
-    written = upsert(conn, rows_of_stored(run_id, batch), staged=staged)
+    `covered`: covered_rows of the batch's keys, where the caller read them with `before` (latest_and_covered)."""
+    written = upsert(conn, rows_of_stored(run_id, batch))
     keep_fresh(conn, run_id, sorted(set(batch.keys)), before, after, covered)
     return written
 
