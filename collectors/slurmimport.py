@@ -74,23 +74,6 @@ def why_no_series(job: Job) -> str | None:
     return None
 
 
-def _run_for(client, uri: str, job: Job, group_by: str) -> tuple[str, bool, dict]:
-    """The job's run, found by its job id in its experiment, else created at the job's start; (run id, created, its tags before)."""
-    experiment = resolve_experiment(client, uri, f"slurm-{job.user if group_by == 'user' else job.account}")
-    identity = {SLURM_JOB_TAG: job.job_id, ROLE_TAG: RUN_ROLE}
-    found = find_runs(client, [experiment], identity, max_results=10)
-    tags = job_tags(job)
-    if job.array_job:
-        workload = f"{job.name} (array {job.array_job})"
-        tags[WORKLOAD_TAG] = workload
-        tags[PARENT_TAG] = find_or_create_workload(client, experiment, workload)
-    if found:
-        run_id = found[0].info.run_id
-        set_tags(client, run_id, tags)
-        return run_id, False, dict(found[0].data.tags)
-    return client.create_run(experiment, start_time=job.start_ms, run_name=job.name or f"job {job.job_id}", tags=tags).info.run_id, True, {}
-
-
 Fill = Callable[[list[str]], int]  # `radt import --prometheus`'s main (importer.prometheus_main), passed in: no import cycle
 
 
@@ -111,21 +94,50 @@ class Imported(NamedTuple):
     filled: bool
 
 
-def import_job(client, uri: str, job: Job, group_by: str, url: str | None, fill: Fill | None = None) -> Imported:
-    """One started job into its run: facts, status and end, then its GPUs' series where they can be known."""
-    run_id, created, before = _run_for(client, uri, job, group_by)
-    if job.status != "RUNNING":  # before the series: the backfill reads the run's own span
-        client.set_terminated(run_id, status=job.status, end_time=job.end_ms)
-    reason = why_no_series(job) or (None if url else "no Prometheus given (--prometheus or RADT_PROMETHEUS_URL)")
-    if reason:
-        set_tags(client, run_id, {NO_SERIES_TAG: reason})
-        return Imported(run_id, created, reason, True)
-    if NO_SERIES_TAG in before:  # an earlier import had no Prometheus to ask
-        client.delete_tag(run_id, NO_SERIES_TAG)
-    assert fill is not None, "a Prometheus URL needs the backfill"
-    filled = _fill(fill, uri, run_id, job, url) == 0
-    set_tags(client, run_id, verdict_of(client, run_id, job).tags())
-    return Imported(run_id, created, None, filled)
+class JobImporter:
+    """Imports jobs into one store: each experiment (and array workload) is looked up once per import, not once per job."""
+
+    def __init__(self, client, uri: str, group_by: str = "user", url: str | None = None, fill: Fill | None = None) -> None:
+        self.client, self.uri, self.group_by, self.url, self.fill = client, uri, group_by, url, fill
+        self._experiments: dict[str, str] = {}
+        self._workloads: dict[tuple[str, str], str] = {}
+
+    def job(self, job: Job) -> Imported:
+        """One started job into its run: facts, status and end, then its GPUs' series where they can be known."""
+        client = self.client
+        run_id, created, before = self._run_for(job)
+        if job.status != "RUNNING":  # before the series: the backfill reads the run's own span
+            client.set_terminated(run_id, status=job.status, end_time=job.end_ms)
+        reason = why_no_series(job) or (None if self.url else "no Prometheus given (--prometheus or RADT_PROMETHEUS_URL)")
+        if reason:
+            set_tags(client, run_id, {NO_SERIES_TAG: reason})
+            return Imported(run_id, created, reason, True)
+        if NO_SERIES_TAG in before:  # an earlier import had no Prometheus to ask
+            client.delete_tag(run_id, NO_SERIES_TAG)
+        assert self.fill is not None, "a Prometheus URL needs the backfill"
+        filled = _fill(self.fill, self.uri, run_id, job, self.url) == 0
+        set_tags(client, run_id, verdict_of(client, run_id, job).tags())
+        return Imported(run_id, created, None, filled)
+
+    def _run_for(self, job: Job) -> tuple[str, bool, dict]:
+        """The job's run, found by its job id in its experiment, else created at the job's start; (run id, created, its tags before)."""
+        name = f"slurm-{job.user if self.group_by == 'user' else job.account}"
+        if name not in self._experiments:
+            self._experiments[name] = resolve_experiment(self.client, self.uri, name)
+        experiment = self._experiments[name]
+        found = find_runs(self.client, [experiment], {SLURM_JOB_TAG: job.job_id, ROLE_TAG: RUN_ROLE}, max_results=10)
+        tags = job_tags(job)
+        if job.array_job:
+            workload = f"{job.name} (array {job.array_job})"
+            if (experiment, workload) not in self._workloads:
+                self._workloads[(experiment, workload)] = find_or_create_workload(self.client, experiment, workload)
+            tags[WORKLOAD_TAG], tags[PARENT_TAG] = workload, self._workloads[(experiment, workload)]
+        if found:
+            run_id = found[0].info.run_id
+            set_tags(self.client, run_id, tags)
+            return run_id, False, dict(found[0].data.tags)
+        run = self.client.create_run(experiment, start_time=job.start_ms, run_name=job.name or f"job {job.job_id}", tags=tags)
+        return run.info.run_id, True, {}
 
 
 def verdict_of(client, run_id: str, job: Job) -> Verdict:
@@ -180,12 +192,13 @@ def main(argv: list[str], fill: Fill) -> int:
     url = args.prometheus if args.prometheus is not None else PROMETHEUS_URL.get()
     uri = tracking_uri(args.store)
     client = connect(uri)
+    importer = JobImporter(client, uri, args.group_by, url, fill)
     made = failed = 0
     for job in jobs:
         if job.start_ms is None:
             print(f"radt import: job {job.job_id}: {job.state}, not started yet; import it again once it runs", file=sys.stderr)
             continue
-        done = import_job(client, uri, job, args.group_by, url, fill)
+        done = importer.job(job)
         made += done.created
         failed += not done.filled
         note = f"no GPU series: {done.reason}" if done.reason else "GPU series from Prometheus"

@@ -40,8 +40,9 @@ def cluster_store(tmp_path_factory, sqlite_template):
         uri = f"sqlite:///{home / 'store.db'}"
         client = connect(uri)
         runs = {}
+        importer = slurmimport.JobImporter(client, uri)
         for job in slurmacct.parse_sacct(SACCT):  # the importer's own path, facts only (no Prometheus here)
-            runs[job.job_id] = slurmimport.import_job(client, uri, job, "user", None).run_id
+            runs[job.job_id] = importer.job(job).run_id
         # the verdicts radt import --slurm computes from the series (collectors/verdicts.judge), 4 idle-ish GPUs and 1 busy one
         set_tags(client, runs["101"], judge(_series([0, 1, 2, 3], 0.04, 0), [0, 1, 2, 3]).tags())
         set_tags(client, runs["102"], judge(_series([2], 0.9, 0), [2]).tags())
