@@ -12,25 +12,24 @@ import time
 import sqlalchemy as sa
 
 from radt.app.store import ACTIVE, EXPERIMENTS, RUNS, TAGS
+from radt.runmodel import NO_SERIES_TAG, SLURM_EXPERIMENT_PREFIX, SLURM_JOB_TAG, SLURM_PARTITION_TAG, SLURM_PREFIX, VERDICT_PREFIX, gpus_in_tag
 
-EXPERIMENT_PREFIX = "slurm-"  # radt import --slurm's experiments: slurm-<user> or slurm-<account>
 TAG_KEYS = {
-    "radt.slurm.job_id": "job",
-    "radt.slurm.user": "user",
-    "radt.slurm.account": "account",
-    "radt.slurm.partition": "partition",
-    "radt.slurm.state": "state",
-    "radt.slurm.gpus_requested": "gpus_requested",
-    "radt.slurm.gpus_used": "gpus_used",
-    "radt.verdict.smact_mean": "smact_mean",
-    "radt.verdict.flags": "flags",
-    "radt.slurm.no_gpu_series": "no_series",
+    SLURM_JOB_TAG: "job",
+    f"{SLURM_PREFIX}user": "user",
+    f"{SLURM_PREFIX}account": "account",
+    SLURM_PARTITION_TAG: "partition",
+    f"{SLURM_PREFIX}state": "state",
+    f"{SLURM_PREFIX}gpus_requested": "gpus_requested",
+    f"{SLURM_PREFIX}gpus_used": "gpus_used",
+    f"{VERDICT_PREFIX}smact_mean": "smact_mean",
+    f"{VERDICT_PREFIX}flags": "flags",
+    NO_SERIES_TAG: "no_series",
 }
 
 
 def _gpus(row: dict) -> int:
-    used = [part.partition(":")[2] for part in (row.get("gpus_used") or "").split(";") if part]
-    count = sum(len([g for g in indices.split(",") if g]) for indices in used)
+    count = gpus_in_tag(row.get("gpus_used") or "")
     requested = row.get("gpus_requested") or ""
     return count or (int(requested) if requested.isdigit() else 0)
 
@@ -50,7 +49,7 @@ def job_rows(engine: sa.Engine, now_ms: int | None = None) -> list[dict]:
         sa.select(r.c.run_uuid, r.c.experiment_id, r.c.start_time, r.c.end_time, t.c.key, t.c.value)
         .select_from(r.join(e, e.c.experiment_id == r.c.experiment_id).join(t, t.c.run_uuid == r.c.run_uuid))
         .where(
-            e.c.name.startswith(EXPERIMENT_PREFIX, autoescape=True),
+            e.c.name.startswith(SLURM_EXPERIMENT_PREFIX, autoescape=True),
             e.c.lifecycle_stage == ACTIVE,
             r.c.lifecycle_stage == ACTIVE,
             t.c.key.in_(list(TAG_KEYS)),

@@ -20,11 +20,22 @@ from radt.collectors.slurmacct import AccountingError, Job, sacct
 from radt.collectors.tracking import connect, find_or_create_workload, find_runs, resolve_experiment, set_tags
 from radt.collectors.verdicts import Verdict, judge
 from radt.options import store_parent
-from radt.runmodel import HOST_TAG, PARENT_TAG, ROLE_TAG, RUN_ROLE, SLURM_JOB_TAG, SLURM_PARTITION_TAG, USER_TAG, WORKLOAD_TAG
+from radt.runmodel import (
+    HOST_TAG,
+    NO_SERIES_TAG,
+    PARENT_TAG,
+    ROLE_TAG,
+    RUN_ROLE,
+    SLURM_EXPERIMENT_PREFIX,
+    SLURM_JOB_TAG,
+    SLURM_PARTITION_TAG,
+    SLURM_PREFIX,
+    USER_TAG,
+    WORKLOAD_TAG,
+    gpus_used_tag,
+)
 from radt.settings import PROMETHEUS_URL, tracking_uri
 
-SLURM_PREFIX = "radt.slurm."
-NO_SERIES_TAG = "radt.slurm.no_gpu_series"  # why a job's run has no GPU series: never another job's GPU instead
 _SINCE = re.compile(r"^(\d+)([dhm])$")
 
 
@@ -41,7 +52,6 @@ def since_for_sacct(text: str) -> str:
 
 def job_tags(job: Job) -> dict[str, str]:
     """The run's tags: the job's Slurm facts under radt.slurm.*, its user as MLflow's, its node as radt's host."""
-    gpus = "" if job.gpus is None else ";".join(f"{node}:{','.join(map(str, idx))}" for node, idx in sorted(job.gpus.items()) if idx)
     tags = {
         SLURM_JOB_TAG: job.job_id,
         f"{SLURM_PREFIX}raw_id": job.raw_id,
@@ -52,7 +62,7 @@ def job_tags(job: Job) -> dict[str, str]:
         f"{SLURM_PREFIX}exit_code": f"{job.exit_code}:{job.signal}",
         f"{SLURM_PREFIX}nodes": ",".join(job.nodes),
         f"{SLURM_PREFIX}gpus_requested": str(job.gpus_requested),
-        f"{SLURM_PREFIX}gpus_used": gpus,
+        f"{SLURM_PREFIX}gpus_used": gpus_used_tag(job.gpus),
         ROLE_TAG: RUN_ROLE,
         USER_TAG: job.user,
     }
@@ -121,7 +131,7 @@ class JobImporter:
 
     def _run_for(self, job: Job) -> tuple[str, bool, dict]:
         """The job's run, found by its job id in its experiment, else created at the job's start; (run id, created, its tags before)."""
-        name = f"slurm-{job.user if self.group_by == 'user' else job.account}"
+        name = f"{SLURM_EXPERIMENT_PREFIX}{job.user if self.group_by == 'user' else job.account}"
         if name not in self._experiments:
             self._experiments[name] = resolve_experiment(self.client, self.uri, name)
         experiment = self._experiments[name]

@@ -12,11 +12,12 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
+from radt.runmodel import VERDICT_PREFIX
+
 IDLE_SMACT = 0.01  # a sample below this SM activity is an idle GPU (dcgm-exporter's SMACT is 0..1)
 LOW_SMACT = 0.1  # "SMACT < 0.1" flag: the job's GPUs together below this ...
 LOW_SHARE = 0.8  # ... for at least this share of its samples
 SLICE_GB = ((5, "1g.5gb"), (10, "1g.10gb"), (20, "2g.20gb"), (40, "3g.40gb"))  # the smallest MIG slice that holds a peak (A100/H100 profiles)
-VERDICT_PREFIX = "radt.verdict."
 _KEY = re.compile(r"^system/gpu_(\d+)_(.+)$")
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from string import ascii_uppercase
 
 # MLflow's own system tags (mlflow/utils/mlflow_tags.py), so radt's runs look right in MLflow's UI
@@ -59,6 +59,21 @@ SLURM_JOB_TAG = "radt.slurm.job_id"
 SLURM_STEP_TAG = "radt.slurm.step"  # <job id>.<step id>: the radts of one multi-node step share one run
 SLURM_NODE_TAG = "radt.slurm.node"
 SLURM_PARTITION_TAG = "radt.slurm.partition"
+# `radt import --slurm` (collectors/slurmimport.py) writes these; the Cluster page (app/jobs.py) reads them
+SLURM_PREFIX = "radt.slurm."  # radt.slurm.<fact>: user, account, state, exit_code, nodes, gpus_requested, gpus_used ...
+SLURM_EXPERIMENT_PREFIX = "slurm-"  # its experiments: slurm-<user> or slurm-<account>
+NO_SERIES_TAG = "radt.slurm.no_gpu_series"  # why a job's run has no GPU series: never another job's GPU instead
+VERDICT_PREFIX = "radt.verdict."  # radt.verdict.<number> and radt.verdict.flags (collectors/verdicts.py)
+
+
+def gpus_used_tag(gpus: Mapping[str, Sequence[int]] | None) -> str:
+    """radt.slurm.gpus_used: 'node:0,1;node2:3' for {node: GPU indices}; '' where they are not known."""
+    return "" if gpus is None else ";".join(f"{node}:{','.join(map(str, idx))}" for node, idx in sorted(gpus.items()) if idx)
+
+
+def gpus_in_tag(text: str) -> int:
+    """How many GPUs a radt.slurm.gpus_used tag names."""
+    return sum(len([g for g in part.partition(":")[2].split(",") if g]) for part in text.split(";") if part)
 
 
 def node_tag(node: str, what: str = "") -> str:

@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 
 from radt.cli import main as radt_main
 from radt.collectors import slurmacct as acct
-from radt.collectors.slurmimport import NO_SERIES_TAG
+from radt.runmodel import NO_SERIES_TAG
 from tests.support import prometheus as prom
 from tests.support import slurmacct
 from tests.support.dcgm_exporter import Device
