@@ -79,6 +79,10 @@ def test_a_training_run_appears_grows_and_ends_on_the_live_tab(pg_uri, radt_home
         try:
             card = _card(page, "cpu trainer")
             card.locator(".status", has_text="RUNNING").wait_for()
+            # the cards are rebuilt (render) when a run appears or a run starts storing a metric: the monitor's card and the
+            # trainer's process CPU come first, so the chart marked below is rebuilt by nothing but a missed extend
+            page.locator(".live-run", has=page.locator(".value-row .where", has_text="GPU 1")).locator(".status", has_text="RUNNING").wait_for()
+            card.locator(".value[data-metric=process_cpu_utilization_percentage]").wait_for()
             page.wait_for_function(f"({POINTS_JS})('cpu trainer') >= 2")
             before = page.evaluate(f"({POINTS_JS})('cpu trainer')")
             # mark the plot element: extendData must grow this very element, not a redrawn one
