@@ -79,9 +79,15 @@ def test_a_training_run_appears_grows_and_ends_on_the_live_tab(pg_uri, radt_home
         try:
             card = _card(page, "cpu trainer")
             card.locator(".status", has_text="RUNNING").wait_for()
-            # the cards are rebuilt (render) when a run appears or a run starts storing a metric: the monitor's card and the
+            # every card is rebuilt (render) when a run appears or any run starts storing a chart metric (the monitor's SMACT
+            # comes with its second GPM sample and replaces its GPU util line): the monitor's card with its GPU metrics and the
             # trainer's process CPU come first, so the chart marked below is rebuilt by nothing but a missed extend
-            page.locator(".live-run", has=page.locator(".value-row .where", has_text="GPU 1")).locator(".status", has_text="RUNNING").wait_for()
+            early = page.locator(".live-run", has=page.locator(".value-row .where", has_text="GPU 1"))
+            early.locator(".status", has_text="RUNNING").wait_for()
+            early.locator(".value-row", has_text="GPU 0").locator(".value[data-metric=sm_active]").wait_for()
+            early.locator(".value-row", has_text="GPU 1").locator(".value-low[data-metric=utilization_percentage]").wait_for()
+            early.locator(".value[data-metric=cpu_utilization_percentage]").wait_for()
+            card.locator(".value[data-metric=cpu_utilization_percentage]").wait_for()
             card.locator(".value[data-metric=process_cpu_utilization_percentage]").wait_for()
             page.wait_for_function(f"({POINTS_JS})('cpu trainer') >= 2")
             before = page.evaluate(f"({POINTS_JS})('cpu trainer')")
