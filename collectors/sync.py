@@ -50,7 +50,7 @@ def replay_spool(store_uri: str, run_dir, run_id: str, spool: Spool | None = Non
     store = open_metric_store(store_uri)
     timeout = FINISH_TIMEOUT.get()
     try:
-        return spool.replay(lambda batch: call_with_deadline(lambda: store.write(run_id, batch), timeout))
+        return spool.replay(lambda batch: call_with_deadline(lambda: store.write(run_id, batch), timeout), store.batch_points)
     finally:
         store.close()
 

@@ -38,7 +38,7 @@ from radt.rundir import write_whole
 
 log = logging.getLogger("radt")
 
-CHUNK = 2000  # points per store call: under a second even through a busy `mlflow server` (3k points/s), well inside the deadline
+CHUNK = 2000  # points per store call where the store names no batch_points of its own
 MAX_ABANDONED = 4  # store calls left hanging past their deadline; while this many hang, no new one starts
 
 
@@ -154,14 +154,14 @@ class Spool:
         if batch or start < len(lines):
             yield start, len(lines), batch
 
-    def replay(self, write: Callable[[Sequence[Point]], None]) -> int:
-        """Send every spooled batch; on failure keep the unsent ones and re-raise. Returns points sent.
+    def replay(self, write: Callable[[Sequence[Point]], None], chunk: int = CHUNK) -> int:
+        """Send every spooled batch, up to `chunk` points a call; on failure keep the unsent ones and re-raise. Returns points sent.
 
         Lines appended while it runs (by the owner's own thread) are kept: the trim drops only the
         lines it sent, counted from the start of the file."""
         self.sent = 0
         lines = self._lines()
-        for start, _end, batch in self._batches(lines):
+        for start, _end, batch in self._batches(lines, chunk):
             try:
                 if batch:
                     write(batch)
@@ -210,6 +210,7 @@ class MetricWriter:
         self.retry_interval = settings.RETRY_INTERVAL.get() if retry_interval is None else retry_interval
         self.store_timeout = settings.STORE_TIMEOUT.get() if store_timeout is None else store_timeout
         self.memory_points = settings.MEMORY_POINTS.get() if memory_points is None else memory_points
+        self.chunk = getattr(store, "batch_points", CHUNK)  # points per store call when more are queued
         self.report = report
         self.written = 0  # points the store took from this writer
         self.lost = 0  # points neither written nor kept (spool unwritable and memory full, or left at exit)
@@ -245,7 +246,7 @@ class MetricWriter:
         return bool(self._held) or bool(self.spool)
 
     def _drain(self, wait: float) -> list[Point]:
-        """Everything queued within `wait` seconds (at most CHUNK points); sets _stopping once close() asked and the queue is empty."""
+        """Everything queued within `wait` seconds (at most `chunk` points); sets _stopping once close() asked and the queue is empty."""
         batch: list[Point] = []
         deadline = time.monotonic() + wait
         while True:
@@ -264,7 +265,7 @@ class MetricWriter:
                     if rest:
                         batch.extend(rest)
             batch.extend(item)
-            if len(batch) >= CHUNK:
+            if len(batch) >= self.chunk:
                 return batch
 
     def _run(self) -> None:
@@ -339,12 +340,13 @@ class MetricWriter:
         return ahead[0]
 
     def _write_all(self, points: list[Point]) -> None:
-        """`points` in calls of at most CHUNK; on failure the unwritten rest is kept and the error raised."""
-        for start in range(0, len(points), CHUNK):
+        """`points` in calls of at most `chunk`; on failure the unwritten rest is kept and the error raised."""
+        chunk = self.chunk
+        for start in range(0, len(points), chunk):
             try:
-                self._write(points[start : start + CHUNK], direct=True)
+                self._write(points[start : start + chunk], direct=True)
             except BaseException as exc:
-                self._keep(points[start + (CHUNK if getattr(exc, "kept", False) else 0) :])
+                self._keep(points[start + (chunk if getattr(exc, "kept", False) else 0) :])
                 raise
 
     def _spool_queue(self) -> None:
@@ -408,7 +410,7 @@ class MetricWriter:
         try:
             try:
                 if self.spool:
-                    self.spool.replay(self._write)
+                    self.spool.replay(self._write, self.chunk)
             finally:
                 self._resent[0] += self.spool.sent
                 self.spool.sent = 0
