@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 
 import sqlalchemy as sa
 
@@ -72,4 +73,37 @@ def job_rows(engine: sa.Engine, now_ms: int | None = None) -> list[dict]:
         row["wasted_gpu_hours"] = None if smact is None else row["gpus"] * row["hours"] * (1 - min(1.0, max(0.0, smact)))
         out.append(row)
     out.sort(key=lambda x: (x["wasted_gpu_hours"] is None, -(x["wasted_gpu_hours"] or 0), x["job"]))
+    return out
+
+
+GROUPS = ("user", "account", "partition")  # what the Cluster view totals and narrows by
+
+
+def narrow(rows: list[dict], chosen: Mapping[str, str]) -> list[dict]:
+    """The rows whose user / account / partition equal the chosen ones (compared as text; the order kept)."""
+    wanted = {k: v for k, v in chosen.items() if k in GROUPS and v}
+    return [row for row in rows if all(row.get(k, "") == v for k, v in wanted.items())]
+
+
+def totals(rows: list[dict], by: str) -> list[dict]:
+    """Per user / account / partition: jobs, GPU-hours held, wasted GPU-hours and the SMACT mean weighted by GPU-hours,
+    the last two over the jobs that have a verdict (`judged`); the most wasted first."""
+    groups: dict[str, dict] = {}
+    for row in rows:
+        name = row.get(by, "") or ""
+        group = groups.setdefault(name, {"name": name, "jobs": 0, "judged": 0, "gpu_hours": 0.0, "wasted_gpu_hours": 0.0, "_busy": 0.0, "_held": 0.0})
+        held = row["gpus"] * row["hours"]
+        group["jobs"] += 1
+        group["gpu_hours"] += held
+        if row["wasted_gpu_hours"] is not None:
+            group["judged"] += 1
+            group["wasted_gpu_hours"] += row["wasted_gpu_hours"]
+            group["_held"] += held
+            group["_busy"] += held - row["wasted_gpu_hours"]
+    out = []
+    for group in groups.values():
+        held, busy = group.pop("_held"), group.pop("_busy")
+        group["smact_mean"] = busy / held if held > 0 else None
+        out.append(group)
+    out.sort(key=lambda g: (-g["wasted_gpu_hours"], -g["gpu_hours"], g["name"]))
     return out

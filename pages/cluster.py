@@ -1,5 +1,8 @@
-"""The Cluster view: every Slurm job `radt import --slurm` made a run of, by user, account and partition, with its
-efficiency verdict, the jobs that wasted the most GPU-hours first; a job opens in Explore like any run."""
+"""The Cluster view: every Slurm job `radt import --slurm` made a run of, totalled by user, account or partition, with
+each job's efficiency verdict, the jobs that wasted the most GPU-hours first; a job opens in Explore like any run.
+
+The URL holds the view (`/cluster?by=partition&user=alice`), so a link to one user's jobs can be passed on; the jobs
+listed stop at RADT_CLUSTER_ROWS, and the line above them says how many there are."""
 
 from __future__ import annotations
 
@@ -8,13 +11,16 @@ from urllib.parse import urlencode
 import dash
 from dash import html
 
-from radt.app.jobs import job_rows
+from radt import settings
+from radt.app.jobs import GROUPS, job_rows, narrow, totals
 from radt.app.state import STATE, store_error
 from radt.pages import ids
 
 dash.register_page(__name__, path="/cluster", name="Cluster", title="radt · cluster", order=2)
 
 COLUMNS = ("job", "user", "account", "partition", "state", "GPUs", "hours", "SMACT mean", "wasted GPU-h", "verdict")
+TOTAL_COLUMNS = ("jobs", "GPU-hours", "wasted GPU-h", "SMACT mean", "without a verdict")
+NOTE = "Wasted GPU-hours: GPUs × hours × (1 − SMACT mean) over the job's own GPUs. Worst first."
 
 
 def _explore(row: dict) -> str:
@@ -22,8 +28,25 @@ def _explore(row: dict) -> str:
     return "/?" + urlencode({"exp": row["experiment_id"], "runs": row["run_id"]})
 
 
+def _here(by: str, chosen: dict[str, str]) -> str:
+    """This page's URL for a grouping and a choice of user / account / partition."""
+    query = {"by": by} if by != GROUPS[0] else {}
+    query.update((k, v) for k, v in chosen.items() if v)
+    return "/cluster" + ("?" + urlencode(query) if query else "")
+
+
+def _text(value) -> str:
+    """A query value as text: Dash hands a repeated parameter over as a list; anything else is not a choice."""
+    if isinstance(value, list):
+        value = value[-1] if value else ""
+    return value if isinstance(value, str) else ""
+
+
+def _number(value: float | None, digits: int) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
 def _cells(row: dict) -> list:
-    smact, wasted = row["smact_mean"], row["wasted_gpu_hours"]
     verdict = row.get("flags") or row.get("no_series") or ""
     return [
         html.Td(html.A(row["job"], href=_explore(row), className="job-link")),
@@ -33,13 +56,44 @@ def _cells(row: dict) -> list:
         html.Td(row.get("state", "")),
         html.Td(str(row["gpus"]), className="num"),
         html.Td(f"{row['hours']:.2f}", className="num"),
-        html.Td("" if smact is None else f"{smact:.3f}", className="num"),
-        html.Td("" if wasted is None else f"{wasted:.2f}", className="num"),
+        html.Td(_number(row["smact_mean"], 3), className="num"),
+        html.Td(_number(row["wasted_gpu_hours"], 2), className="num"),
         html.Td(verdict, className="verdict"),
     ]
 
 
-def layout(**_query):
+def _totals(rows: list[dict], by: str, chosen: dict[str, str]) -> html.Div:
+    """The totals per `by`, each name a link narrowing the page to it, and links to total by the other groups."""
+    switch = [html.A(f"by {g}", href=_here(g, chosen), className="group-by" + (" chosen" if g == by else ""), id=f"cluster-by-{g}") for g in GROUPS]
+    body = []
+    for group in totals(rows, by):
+        name = group["name"]
+        label = html.A(name, href=_here(by, {**chosen, by: name}), className="group-link") if name else html.I("(none)")
+        body.append(
+            html.Tr(
+                [
+                    html.Td(label),
+                    html.Td(f"{group['jobs']:,}", className="num"),
+                    html.Td(f"{group['gpu_hours']:.2f}", className="num"),
+                    html.Td(f"{group['wasted_gpu_hours']:.2f}", className="num"),
+                    html.Td(_number(group["smact_mean"], 3), className="num"),
+                    html.Td(f"{group['jobs'] - group['judged']:,}", className="num"),
+                ],
+                className="total-row",
+            )
+        )
+    head = html.Thead(html.Tr([html.Th(by)] + [html.Th(c) for c in TOTAL_COLUMNS]))
+    return html.Div([html.P(switch, className="group-switch"), html.Table([head, html.Tbody(body)], id="cluster-totals", className="jobs")])
+
+
+def _chosen_line(by: str, chosen: dict[str, str]) -> html.P | None:
+    if not chosen:
+        return None
+    parts = [f"{k} {v}" for k, v in chosen.items()]
+    return html.P(["Jobs of " + " · ".join(parts) + " — ", html.A("all jobs", href=_here(by, {}), id="cluster-all")], id="cluster-chosen")
+
+
+def layout(by=None, **query):
     error = store_error()
     if error:
         return html.Div([html.H2("The tracking store cannot be read"), html.P(error, id=ids.STORE_ERROR_REASON)], className="store-error")
@@ -51,7 +105,23 @@ def layout(**_query):
                 html.P("No Slurm jobs in this store yet: radt import --slurm-since 1d makes a run of each (see the README).", id="cluster-empty"),
             ]
         )
+    by = _text(by) if _text(by) in GROUPS else GROUPS[0]
+    chosen = {g: _text(query.get(g)) for g in GROUPS if _text(query.get(g))}
+    rows = narrow(rows, chosen)
+    shown = rows[: settings.CLUSTER_ROWS.get()]
+    count = f"{len(rows):,} job{'s' if len(rows) != 1 else ''}"
+    if len(shown) < len(rows):
+        count = f"The {len(shown):,} most wasteful of {count}; narrow by {', '.join(GROUPS)} above to see the others ({settings.CLUSTER_ROWS.name})."
     head = html.Thead(html.Tr([html.Th(c) for c in COLUMNS]))
-    body = html.Tbody([html.Tr(_cells(row), className="job-row") for row in rows])
-    note = "Wasted GPU-hours: GPUs × hours × (1 − SMACT mean) over the job's own GPUs. Worst first."
-    return html.Div([html.H2("Cluster"), html.P(note, className="note"), html.Table([head, body], id="cluster-jobs", className="jobs")], className="cluster")
+    body = html.Tbody([html.Tr(_cells(row), className="job-row") for row in shown])
+    return html.Div(
+        [
+            html.H2("Cluster"),
+            html.P(NOTE, className="note"),
+            _chosen_line(by, chosen),
+            _totals(rows, by, chosen),
+            html.P(count, id="cluster-count", className="note"),
+            html.Table([head, body], id="cluster-jobs", className="jobs"),
+        ],
+        className="cluster",
+    )

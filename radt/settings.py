@@ -478,6 +478,15 @@ CACHE_ENTRIES = Setting(
 RESPONSE_CACHE = Setting(
     "RADT_RESPONSE_CACHE", int, 1, "1: keep the explore chart's whole response for views of ended runs (app/responses.py); 0: draw every time", high=1
 )
+CLUSTER_ROWS = Setting(
+    "RADT_CLUSTER_ROWS",
+    int,
+    500,
+    "jobs the Cluster page lists, the most wasted GPU-hours first (the totals above it count every job; narrow by user, account or partition to see the rest)",
+    low=1,
+    high=100_000,
+    unit="a number of jobs",
+)
 COMPRESS = Setting("RADT_COMPRESS", int, 1, "1: gzip the dashboard's responses for browsers that accept it; 0: send them as they are", high=1)
 
 # radt's exit status when the script succeeded but points were lost (neither written nor kept on disk);

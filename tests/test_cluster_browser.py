@@ -1,9 +1,11 @@
 """The Cluster view in Chromium: every imported Slurm job with its verdict, the most wasted GPU-hours first, names shown
-as text (a hostile account name stays text), and a job's link opening its run in Explore."""
+as text (a hostile account name stays text), a job's link opening its run in Explore, totals per user / account /
+partition that narrow the page, and a cap on the jobs listed that says how many there are."""
 
 from __future__ import annotations
 
 import shutil
+from urllib.parse import urlencode
 
 import pytest
 
@@ -46,24 +48,65 @@ def cluster_store(tmp_path_factory, sqlite_template):
         # the verdicts radt import --slurm computes from the series (collectors/verdicts.judge), 4 idle-ish GPUs and 1 busy one
         set_tags(client, runs["101"], judge(_series([0, 1, 2, 3], 0.04, 0), [0, 1, 2, 3]).tags())
         set_tags(client, runs["102"], judge(_series([2], 0.9, 0), [2]).tags())
-    with dashboard(uri, radt_env(home)) as base:
+    with dashboard(uri, {**radt_env(home), "RADT_CLUSTER_ROWS": "2"}) as base:  # 3 jobs: the cap cuts one
         yield base, runs
+
+
+def _rows(page, table: str) -> list[list[str]]:
+    page.locator(f"#{table} tbody tr").first.wait_for()
+    return page.eval_on_selector_all(f"#{table} tbody tr", "rows => rows.map(r => Array.from(r.cells).map(c => c.textContent))")
 
 
 def test_jobs_come_worst_waste_first_with_their_verdict_and_open_in_explore(page, cluster_store):
     base, runs = cluster_store
     page.goto(base + "cluster")
-    page.locator("#cluster-jobs .job-row").first.wait_for()
-    rows = page.eval_on_selector_all("#cluster-jobs .job-row", "rows => rows.map(r => Array.from(r.cells).map(c => c.textContent))")
+    rows = _rows(page, "cluster-jobs")
     screenshot(page, "cluster-jobs")
-    assert [r[0] for r in rows] == ["101", "102", "103"], rows  # 4 × 2 h × 0.96 = 7.68 wasted GPU-h, then 0.1, then no verdict
+    assert [r[0] for r in rows] == ["101", "102"], rows  # 4 × 2 h × 0.96 = 7.68 wasted GPU-h, then 0.1; 103 (no verdict) is past the cap
     assert rows[0][5:9] == ["4", "2.00", "0.040", "7.68"] and rows[1][5:9] == ["1", "1.00", "0.900", "0.10"], rows
-    assert rows[0][9].startswith("SMACT < 0.1 for 100% of the time") and rows[2][9] == "the job had no GPU", rows
-    assert rows[1][2] == HOSTILE and page.locator("#cluster-jobs img").count() == 0, "an account name is text, never markup"
+    assert rows[0][9].startswith("SMACT < 0.1 for 100% of the time"), rows
+    count = page.locator("#cluster-count").text_content()
+    assert count.startswith("The 2 most wasteful of 3 jobs") and "RADT_CLUSTER_ROWS" in count, count
+    assert rows[1][2] == HOSTILE and page.locator("#cluster-jobs img, #cluster-totals img").count() == 0, "an account name is text, never markup"
     assert page.title() != "1"
     page.locator("#cluster-jobs a.job-link", has_text="101").click()
     page.wait_for_url(lambda url: f"runs={runs['101']}" in url)
     page.locator("#run-filter").wait_for()  # Explore's run picker: the run's experiment is open
+
+
+def test_totals_per_user_account_and_partition_narrow_the_jobs(page, cluster_store):
+    base, _runs = cluster_store
+    page.goto(base + "cluster")
+    totals = _rows(page, "cluster-totals")
+    # alice: 101 (4 GPUs × 2 h, SMACT 0.04) and 103 (no GPU, no verdict); bob: 102 (1 GPU × 1 h, SMACT 0.9)
+    assert totals == [["alice", "2", "8.00", "7.68", "0.040", "1"], ["bob", "1", "1.00", "0.10", "0.900", "0"]], totals
+    page.locator("#cluster-totals a.group-link", has_text="alice").click()
+    page.wait_for_url(lambda url: url.endswith("/cluster?user=alice"))
+    page.locator("#cluster-chosen").wait_for()
+    assert [r[0] for r in _rows(page, "cluster-jobs")] == ["101", "103"], "alice's jobs, the one past the cap too"
+    assert _rows(page, "cluster-jobs")[1][9] == "the job had no GPU"
+    assert page.locator("#cluster-count").text_content() == "2 jobs"
+    page.locator("#cluster-by-partition").click()
+    page.wait_for_url(lambda url: "by=partition" in url and "user=alice" in url)
+    page.locator("#cluster-by-partition.chosen").wait_for()
+    assert [r[0] for r in _rows(page, "cluster-totals")] == ["gpu", "cpu"], "alice's jobs by partition"
+    page.locator("#cluster-all").click()
+    page.wait_for_url(lambda url: url.endswith("/cluster?by=partition"))
+    page.locator("#cluster-chosen").wait_for(state="detached")
+    assert [r[0] for r in _rows(page, "cluster-totals")] == ["gpu", "cpu"]
+    assert _rows(page, "cluster-totals")[0][1:4] == ["2", "9.00", "7.78"]
+
+
+def test_a_hostile_query_is_no_choice_and_no_markup(page, cluster_store):
+    base, _runs = cluster_store
+    page.goto(base + "cluster?" + urlencode([("by", "<script>"), ("user", HOSTILE), ("account", HOSTILE), ("user", "bob"), ("partition", "gpu' OR 1=1 --")]))
+    page.locator("#cluster-chosen").wait_for()
+    assert page.locator("#cluster-by-user.chosen").count() == 1, "an unknown grouping is the default one"
+    assert page.locator("#cluster-jobs tbody tr").count() == 0
+    assert page.locator("#cluster-count").text_content() == "0 jobs", "a partition named like SQL is just a name nobody has"
+    assert page.locator(".cluster img, .cluster script").count() == 0 and page.title() != "1"
+    page.goto(base + "cluster?" + urlencode({"account": HOSTILE}))
+    assert [r[0] for r in _rows(page, "cluster-jobs")] == ["102"], "the hostile account is a name like any other"
 
 
 def test_a_store_without_jobs_says_how_to_get_them(page, tmp_path, sqlite_template):
