@@ -24,8 +24,13 @@ import pytest
 from tests.support import postgres, state
 from tests.support.browser import chromium, dashboard, new_page
 from tests.support.paths import FIXTURES
-from tests.support.radtproc import radt_env
+from tests.support.radtproc import QUICK_PERIODS, radt_env
 from tests.support.snapshots import Snapshots
+
+# radt's fixed periods short in this process too, as in every process radt_env starts: a workload parent made through
+# MLflow's client waited its 1 s settle twice (8 s of sleep to build test_aggregates' store, ~100 s in the suite).
+# The tests given DEFAULT_PERIODS keep each period at its default.
+os.environ.update(QUICK_PERIODS)
 
 
 def _run_folder(tmp_path_factory) -> Path:

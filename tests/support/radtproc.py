@@ -13,8 +13,9 @@ from pathlib import Path
 from tests.support.paths import FAKE_BIN, FAKE_NVML_DIR, FAKE_TOOLS, REPO
 from tests.support.polling import wait_for
 
-# radt's fixed periods (radt/settings.py) that a test would only wait out: short in every process radt_env starts, the
-# dashboard's included. The tests in this process, and one test per period given DEFAULT_PERIODS, keep the real defaults.
+# radt's fixed periods (radt/settings.py) that a test would only wait out: short in the tests' own processes
+# (tests/conftest.py) and in every process radt_env starts, the dashboard's included. One test per period, given
+# DEFAULT_PERIODS, keeps the real defaults.
 QUICK_PERIODS = {
     "RADT_SLURM_POLL": "0.2",  # `radt --slurm`'s squeue period (1 s)
     "RADT_PARENT_SETTLE": "0.3",  # two looks at a new workload parent (1 s)
