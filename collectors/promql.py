@@ -173,15 +173,53 @@ def selector(host: str | None, host_label: str = DEFAULT_HOST_LABEL, metrics: It
     names = "|".join(re.escape(m) for m in metrics)
     matchers = [f"__name__=~{_quote(names)}"]
     if host:
-        if host_label == "instance":
-            matchers.append(f"instance=~{_quote(re.escape(host) + '(:[0-9]+)?')}")
-        else:
-            matchers.append(f"{host_label}={_quote(host)}")
+        matchers.append(_host_matcher(host, host_label))
     return "{" + ", ".join(matchers) + "}"
+
+
+def _host_matcher(host: str, host_label: str) -> str:
+    """Hostname="node-7"; with host_label "instance", any port of that host."""
+    if host_label == "instance":
+        return f"instance=~{_quote(re.escape(host) + '(:[0-9]+)?')}"
+    return f"{host_label}={_quote(host)}"
 
 
 JOB_LABELS = ("jobid", "hpc_job")  # the Slurm job an exporter says uses a device (a prolog's mapping; dcgm-exporter's --hpc-job-mapping-dir)
 POD_LABELS = ("pod", "exported_pod")  # the Kubernetes pod dcgm-exporter says uses a device (exported_: renamed by a scrape of a pod)
+
+
+class Labelled(NamedTuple):
+    """The GPUs an exporter labelled with a job, and which label said so (jobid, hpc_job)."""
+
+    label: str
+    gpus: tuple[int, ...]
+
+
+LABELLED_BY = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE")  # any exporter has one
+
+
+def labelled_gpus(
+    url: str, host: str, host_labels: Iterable[str], job_ids: Iterable[str], start_ms: int, end_ms: int, timeout: float = TIMEOUT
+) -> Labelled | None:
+    """The node's GPUs whose series an exporter labelled with one of `job_ids` over [start_ms, end_ms] (dcgm-exporter's
+    hpc_job from its HPC job mapping, or a prolog's jobid); None where no series carries such a label. A MIG slice's
+    series name a slice, not a GPU of the job's own: they are not taken. One query per node label tried: the parts are
+    per metric (count_over_time drops the metric's name, and two metrics of one GPU would clash) joined by `or`."""
+    wanted = _quote("|".join(re.escape(j) for j in dict.fromkeys(job_ids) if j))
+    span = f"{max(1, end_ms - start_ms + 1)}ms"
+    for host_label in host_labels:
+        where = _host_matcher(host, host_label)
+        parts = [
+            f"count by (gpu, GPU_I_ID, {label}) (count_over_time({metric}{{{where}, {label}=~{wanted}}}[{span}]))"
+            for label in JOB_LABELS
+            for metric in LABELLED_BY
+        ]
+        found = query(url, " or ".join(parts), at=end_ms / 1000, timeout=timeout)
+        for label in JOB_LABELS:
+            gpus = sorted({int(s.labels["gpu"]) for s in found if s.labels.get(label) and s.labels.get("gpu", "").isdigit() and not s.labels.get("GPU_I_ID")})
+            if gpus:
+                return Labelled(label, tuple(gpus))
+    return None
 
 
 def owners(environ: Mapping[str, str]) -> dict[str, str]:
@@ -259,8 +297,10 @@ def series_key(labels: Mapping[str, str], wanted: Wanted) -> tuple[str, float] |
 def keyed_samples(found: Iterable[Series], wanted: Wanted, conflicts: list[str] | None = None) -> dict[str, list[tuple[int, float]]]:
     """{catalogue key: [(timestamp ms, value in the catalogue unit)]} of the watched series; NaN samples left out.
 
-    Two series for one key are never merged: dcgm-exporter's is kept over radt monitor's (both on the node); two of one
-    metric (a host label that matches two nodes, two dcgm-exporters) keep the first and say the clash in `conflicts`."""
+    Two series of one device are one: an exporter adds a job's label (jobid, hpc_job, pod) while the job runs and drops it
+    after, so a device's series changes its labels at a job's start and end; their samples are joined. Otherwise two series
+    for one key are never merged: dcgm-exporter's is kept over radt monitor's (both on the node); two of one metric (a
+    host label that matches two nodes, two dcgm-exporters) keep the first and say the clash in `conflicts`."""
     out: dict[str, list[tuple[int, float]]] = {}
     owner: dict[str, dict[str, str]] = {}
     for series in sorted(found, key=lambda s: s.labels.get("__name__", "") not in DCGM_METRICS):  # dcgm-exporter's first
@@ -268,13 +308,23 @@ def keyed_samples(found: Iterable[Series], wanted: Wanted, conflicts: list[str] 
         if named is None:
             continue
         where, scale = named
+        samples = [(t, v * scale) for t, v in series.samples if not math.isnan(v)]
         if where in owner:
-            if conflicts is not None and owner[where].get("__name__") == series.labels.get("__name__"):  # not two exporters: two GPUs
+            if _device(owner[where]) == _device(series.labels):  # the same device before, during or after a job
+                joined = dict(out[where])
+                joined.update((t, v) for t, v in samples if t not in joined)
+                out[where] = sorted(joined.items())
+            elif conflicts is not None and owner[where].get("__name__") == series.labels.get("__name__"):  # not two exporters: two GPUs
                 conflicts.append(f"{where}: {_labels(owner[where])} and {_labels(series.labels)}")
             continue
         owner[where] = series.labels
-        out[where] = sorted((t, v * scale) for t, v in series.samples if not math.isnan(v))
+        out[where] = sorted(samples)
     return out
+
+
+def _device(labels: Mapping[str, str]) -> dict[str, str]:
+    """A series' labels without those naming who used the device (a job's, a pod's): what names the device itself."""
+    return {k: v for k, v in labels.items() if k not in JOB_LABELS and k not in POD_LABELS}
 
 
 def _labels(labels: Mapping[str, str]) -> str:

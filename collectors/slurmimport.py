@@ -13,14 +13,17 @@ import io
 import math
 import re
 import sys
+import time
 from collections.abc import Callable
 from typing import NamedTuple
 
+from radt.collectors.promql import PromError, host_labels, labelled_gpus
 from radt.collectors.slurmacct import AccountingError, Job, sacct
 from radt.collectors.tracking import connect, find_or_create_workload, find_runs, resolve_experiment, set_tags
 from radt.collectors.verdicts import Verdict, judge
 from radt.options import store_parent
 from radt.runmodel import (
+    GPUS_FROM_TAG,
     HOST_TAG,
     NO_SERIES_TAG,
     PARENT_TAG,
@@ -34,7 +37,7 @@ from radt.runmodel import (
     WORKLOAD_TAG,
     gpus_used_tag,
 )
-from radt.settings import PROMETHEUS_URL, tracking_uri
+from radt.settings import PROMETHEUS_HOST_LABEL, PROMETHEUS_URL, tracking_uri
 
 _SINCE = re.compile(r"^(\d+)([dhm])$")
 
@@ -80,7 +83,10 @@ def why_no_series(job: Job) -> str | None:
     if len(job.nodes) != 1:
         return f"a job on {len(job.nodes)} nodes: radt import --slurm takes the series of one-node jobs only, for now"
     if job.gpus is None or not job.gpus.get(job.nodes[0]):
-        return "Slurm's accounting keeps no GPU index and the job's AdminComment holds none; install examples/slurm/radt-gres-prolog.sh as PrologSlurmctld"
+        return (
+            "no exporter series is labelled with the job (jobid, hpc_job), Slurm's accounting keeps no GPU index and the job's "
+            "AdminComment holds none; install examples/slurm/radt-gres-prolog.sh as PrologSlurmctld"
+        )
     return None
 
 
@@ -111,11 +117,13 @@ class JobImporter:
         self.client, self.uri, self.group_by, self.url, self.fill = client, uri, group_by, url, fill
         self._experiments: dict[str, str] = {}
         self._workloads: dict[tuple[str, str], str] = {}
+        self.host_labels = host_labels(PROMETHEUS_HOST_LABEL.get())
 
     def job(self, job: Job) -> Imported:
         """One started job into its run: facts, status and end, then its GPUs' series where they can be known."""
         client = self.client
-        run_id, created, before = self._run_for(job)
+        job, source = self._gpus_of(job)
+        run_id, created, before = self._run_for(job, source)
         if job.status != "RUNNING":  # before the series: the backfill reads the run's own span
             client.set_terminated(run_id, status=job.status, end_time=job.end_ms)
         reason = why_no_series(job) or (None if self.url else "no Prometheus given (--prometheus or RADT_PROMETHEUS_URL)")
@@ -129,7 +137,21 @@ class JobImporter:
         set_tags(client, run_id, verdict_of(client, run_id, job).tags())
         return Imported(run_id, created, None, filled)
 
-    def _run_for(self, job: Job) -> tuple[str, bool, dict]:
+    def _gpus_of(self, job: Job) -> tuple[Job, str]:
+        """The job with the GPUs it had, and where they come from: the GPUs its exporter labelled with its id (jobid, hpc_job)
+        over its time, else its AdminComment's (radt's prolog); '' where neither says."""
+        if self.url and len(job.nodes) == 1 and job.start_ms is not None:
+            end_ms = job.end_ms or int(time.time() * 1000)
+            try:
+                found = labelled_gpus(self.url, job.nodes[0], self.host_labels, (job.job_id, job.raw_id), job.start_ms, end_ms)
+            except PromError:
+                found = None  # the backfill meets it too, and leaves the gap tag
+            if found is not None:
+                return job._replace(gpus={job.nodes[0]: found.gpus}), f"exporter label {found.label}"
+        known = job.gpus is not None and any(job.gpus.values())
+        return job, "AdminComment" if known else ""
+
+    def _run_for(self, job: Job, source: str) -> tuple[str, bool, dict]:
         """The job's run, found by its job id in its experiment, else created at the job's start; (run id, created, its tags before)."""
         name = f"{SLURM_EXPERIMENT_PREFIX}{job.user if self.group_by == 'user' else job.account}"
         if name not in self._experiments:
@@ -137,6 +159,8 @@ class JobImporter:
         experiment = self._experiments[name]
         found = find_runs(self.client, [experiment], {SLURM_JOB_TAG: job.job_id, ROLE_TAG: RUN_ROLE}, max_results=10)
         tags = job_tags(job)
+        if source:
+            tags[GPUS_FROM_TAG] = source
         if job.array_job:
             workload = f"{job.name} (array {job.array_job})"
             if (experiment, workload) not in self._workloads:

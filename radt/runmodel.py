@@ -62,6 +62,7 @@ SLURM_PARTITION_TAG = "radt.slurm.partition"
 # `radt import --slurm` (collectors/slurmimport.py) writes these; the Cluster page (app/jobs.py) reads them
 SLURM_PREFIX = "radt.slurm."  # radt.slurm.<fact>: user, account, state, exit_code, nodes, gpus_requested, gpus_used ...
 SLURM_EXPERIMENT_PREFIX = "slurm-"  # its experiments: slurm-<user> or slurm-<account>
+GPUS_FROM_TAG = "radt.slurm.gpus_from"  # where a job's GPU indices came from: "exporter label hpc_job" (or jobid), "AdminComment"
 NO_SERIES_TAG = "radt.slurm.no_gpu_series"  # why a job's run has no GPU series: never another job's GPU instead
 VERDICT_PREFIX = "radt.verdict."  # radt.verdict.<number> and radt.verdict.flags (collectors/verdicts.py)
 

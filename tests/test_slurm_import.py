@@ -11,10 +11,12 @@ from mlflow.tracking import MlflowClient
 
 from radt.cli import main as radt_main
 from radt.collectors import slurmacct as acct
+from radt.collectors.promql import EXPORTER_METRICS
 from radt.runmodel import NO_SERIES_TAG
 from tests.support import prometheus as prom
 from tests.support import slurmacct
 from tests.support.dcgm_exporter import Device
+from tests.support.polling import wait_for
 from tests.test_prometheus_import import held, in_run
 
 LOG = Path(__file__).parent / "fixtures" / "real-tool-logs" / "mnist_dcgmi_dmon_18fields.txt"
@@ -145,6 +147,49 @@ def test_a_job_gets_the_series_of_its_own_gpus_and_no_other(served, store_uri, c
     assert run.info.run_id in {r.info.run_id for r in found}, "MLflow's own search finds the wasteful jobs"
     code, err = radt_import(capsys, "--slurm", job, "--prometheus", server.url, "--store", store_uri)
     assert code == 0 and "0 new points" in err, err
+
+
+def _scraped_after(server, host: str, gpu: int, ms: int) -> None:
+    """Wait until Prometheus stored a scrape of the GPU later than `ms` (a job's last second is then in)."""
+    promql = f'DCGM_FI_PROF_SM_ACTIVE{{Hostname="{host}",gpu="{gpu}"}}[30s]'
+    wait_for(lambda: any(float(t) * 1000 > ms for r in server.api("/api/v1/query", query=promql)["result"] for t, _v in r["values"]), timeout=30)
+
+
+def test_gpus_the_exporter_labels_with_the_job_are_its_own_where_accounting_has_none(served, store_uri, capsys):
+    """A cluster without radt's prolog but with dcgm-exporter's HPC job mapping: the GPUs whose series carry the job's
+    hpc_job label are the job's; their samples from before the label appeared are joined, another job's GPU is not taken."""
+    exporter, server = served
+    host = slurmacct.host()
+    job = slurmacct.submit("--gres=gpu:2", "-J", "labelled", "--wrap", "sleep 6")
+    mine = acct._indices(slurmacct.running(job))  # the GPUs Slurm gave it
+    other = next(g for g in range(4) if g not in mine)
+    slurmacct.scontrol("update", f"JobId={job}", "AdminComment=")  # what radt's prolog wrote: gone, as on a cluster without it
+    plain = list(exporter.devices)
+    labels = {g: (("hpc_job", job),) for g in mine} | {other: (("hpc_job", "424242"),)}  # another job on a third GPU
+    exporter.devices = [Device(host, g, g, labels=labels.get(g, ())) for g in range(4)]
+    try:
+        slurmacct.accounted(job, ("COMPLETED",))
+        fact = acct.sacct([job])[0]
+        _scraped_after(server, host, mine[0], fact.end_ms)
+    finally:
+        exporter.devices = plain
+    assert not (fact.gpus or {}).get(host), "Slurm's accounting alone cannot say which GPUs the job had"
+    code, err = radt_import(capsys, "--slurm", job, "--prometheus", server.url, "--store", store_uri)
+    assert code == 0, err
+    client = MlflowClient(store_uri)
+    run = runs_of(client, "root")[job]
+    tags = run.data.tags
+    assert tags["radt.slurm.gpus_from"] == "exporter label hpc_job" and tags["radt.slurm.gpus_used"] == f"{host}:{','.join(map(str, mine))}", tags
+    assert {int(k.split("_")[1]) for k in run.data.metrics if k.startswith("system/gpu_")} == set(mine)
+    expected: dict[str, dict[int, float]] = {}
+    for gpu in mine:  # every series Prometheus holds for the GPU over the job, unlabelled or labelled with this job
+        span = fact.end_ms - fact.start_ms + 1
+        promql = f'{{__name__=~"{"|".join(EXPORTER_METRICS)}",Hostname="{host}",gpu="{gpu}",hpc_job=~"|{job}"}}[{span}ms]'
+        for series in server.api("/api/v1/query", query=promql, time=f"{fact.end_ms / 1000:.3f}")["result"]:
+            name, scale = EXPORTER_METRICS[series["metric"]["__name__"]]
+            got = expected.setdefault(f"system/gpu_{gpu}_{name}", {})
+            got.update({round(float(t) * 1000): float(v) * scale for t, v in series["values"] if fact.start_ms <= round(float(t) * 1000) <= fact.end_ms})
+    assert in_run(client, run.info.run_id) == {k: v for k, v in expected.items() if v}, "point for point, across the label's coming"
 
 
 def test_the_prolog_copies_the_gpu_indices_slurm_gave_the_job(cluster):

@@ -143,6 +143,13 @@ def submit(*args: str) -> str:
     return done.stdout.strip().split(";")[0]
 
 
+def scontrol(*args: str) -> str:
+    """scontrol ARGS on this cluster (as its administrator); what it printed."""
+    done = subprocess.run(["scontrol", *args], env=env(), capture_output=True, text=True, timeout=20)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def accounted(job: str, states: tuple[str, ...], timeout: float = 60) -> str:
     """Wait until sacct holds `job` (an id, or array_task) in one of `states`; that state."""
 
