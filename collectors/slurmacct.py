@@ -2,6 +2,8 @@
 
 sacct keeps no GPU index; radt's PrologSlurmctld (examples/slurm/radt-gres-prolog.sh) copies them into the job's
 AdminComment as `radt-gres=NODES>GRES;...`, which is read here, and `scontrol show job -d` gives them while a job runs.
+Where Slurm keeps no accounting (no slurmdbd), `scontrol -o -d show job` gives the jobs slurmctld still holds: those
+running, and those ended within its MinJobAge.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ class AccountingError(UserError, RuntimeError):
     """sacct cannot answer (no accounting, not installed) or gave a line radt cannot read; one line with the fix."""
 
 
+class NoAccounting(AccountingError):
+    """This Slurm keeps no accounting (no slurmdbd): only scontrol can say which jobs run."""
+
+
 class Job(NamedTuple):
     """One job (an array's task is a job of its own) as sacct keeps it."""
 
@@ -56,6 +62,7 @@ class Job(NamedTuple):
     nodes: tuple[str, ...]
     gpus_requested: int
     gpus: dict[str, tuple[int, ...]] | None  # node -> GPU indices; None: not known (no radt-gres in AdminComment)
+    gpus_from: str = ""  # where `gpus` came from: "AdminComment", "scontrol" (its GRES while the job runs)
 
     @property
     def array_job(self) -> str | None:
@@ -151,6 +158,7 @@ def parse_sacct(text: str) -> list[Job]:
                 gpus_requested=_gpus_requested(row["AllocTRES"]),
                 gpus=gres_indices(row["AdminComment"]),
             )
+            job = job._replace(gpus_from="AdminComment" if job.gpus else "")
         except ValueError as exc:
             raise AccountingError(f"sacct line {number} cannot be read ({exc}): '{line[:120]}'") from None
         jobs.append(job)
@@ -182,8 +190,96 @@ def sacct(
     if done.returncode != 0:
         said = " ".join(done.stderr.split())[:300]
         if any(sign in said.lower() for sign in ("accounting storage is disabled", "accounting_storage/none", "supported accounting_storage", "slurmdbd")):
-            raise AccountingError(
+            raise NoAccounting(
                 f"Slurm keeps no accounting here ({said}); radt import --slurm needs slurmdbd (AccountingStorageType=accounting_storage/slurmdbd)"
             )
         raise AccountingError(f"sacct failed: {said or 'exit ' + str(done.returncode)}")
     return parse_sacct(done.stdout)
+
+
+# --- scontrol: the jobs slurmctld holds, and the GPUs of a running job ---------------------------------------------
+
+
+def _pairs(line: str) -> list[tuple[str, str]]:
+    """`scontrol -o` fields in order (a key may repeat: each node's Nodes= ... GRES=); a word without '=' belongs to the
+    value before it (a job name with spaces)."""
+    pairs: list[tuple[str, str]] = []
+    for word in line.split():
+        key, eq, value = word.partition("=")
+        if eq and re.fullmatch(r"[A-Za-z][A-Za-z_:/]*", key):
+            pairs.append((key, value))
+        elif pairs:
+            pairs[-1] = (pairs[-1][0], f"{pairs[-1][1]} {word}")
+    return pairs
+
+
+def parse_scontrol(line: str) -> Job:
+    """A Job from one line of `scontrol -o -d show job`: its GPU indices per node from the GRES of each node's detail
+    (while it runs), else from radt's AdminComment."""
+    pairs = _pairs(line)
+    fields = dict(pairs)
+    gpus: dict[str, tuple[int, ...]] = {}
+    nodes: tuple[str, ...] = ()
+    for key, value in pairs:
+        if key == "Nodes":
+            nodes = expand_hostlist(value)
+        elif key == "GRES" and nodes:
+            for node in nodes:
+                gpus[node] = tuple(sorted(set(gpus.get(node, ())) | set(_indices(value))))
+    raw = fields.get("JobId", "")
+    task = fields.get("ArrayTaskId", "")
+    job_id = f"{fields['ArrayJobId']}_{task}" if fields.get("ArrayJobId") and task.isdigit() else raw
+    code, _, sig = fields.get("ExitCode", "0:0").partition(":")
+    try:
+        return Job(
+            job_id=job_id,
+            raw_id=raw,
+            name=fields.get("JobName", ""),
+            user=fields.get("UserId", "").partition("(")[0],
+            account=fields.get("Account", ""),
+            partition=fields.get("Partition", ""),
+            submit_ms=_time_ms(fields.get("SubmitTime", "")),
+            start_ms=_time_ms(fields.get("StartTime", "")),
+            end_ms=_time_ms(fields.get("EndTime", "")) if fields.get("JobState") != "RUNNING" else None,
+            state=fields.get("JobState", "UNKNOWN"),
+            exit_code=int(code or 0),
+            signal=int(sig or 0),
+            nodes=expand_hostlist(fields.get("NodeList", "")),
+            gpus_requested=_gpus_requested(fields.get("TRES", "")),
+            gpus=gpus if any(gpus.values()) else gres_indices(fields.get("AdminComment", "")),
+            gpus_from="scontrol" if any(gpus.values()) else "AdminComment" if gres_indices(fields.get("AdminComment", "")) else "",
+        )
+    except ValueError as exc:
+        raise AccountingError(f"scontrol's line for job {raw or '?'} cannot be read ({exc}): '{line[:120]}'") from None
+
+
+def scontrol_jobs(job_ids: list[str] | None = None, user: str | None = None, partition: str | None = None, account: str | None = None) -> list[Job]:
+    """The jobs slurmctld holds (running, or ended within MinJobAge), by id or all of them; an id it does not hold is left out."""
+    lines: list[str] = []
+    for target in job_ids or [None]:
+        args = ["scontrol", "-o", "-d", "show", "job"] + ([target] if target else [])
+        try:
+            done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        except FileNotFoundError:
+            raise AccountingError("scontrol not found on PATH; run radt import --slurm on a host of the cluster (Slurm's client commands installed)") from None
+        except subprocess.TimeoutExpired:
+            raise AccountingError("scontrol did not answer in 60 s; check slurmctld (scontrol ping) and import again") from None
+        if done.returncode != 0 and "invalid job id" not in done.stderr.lower():
+            raise AccountingError(f"scontrol failed: {' '.join(done.stderr.split())[:300] or 'exit ' + str(done.returncode)}")
+        lines += [line for line in done.stdout.splitlines() if line.startswith("JobId=")]
+    jobs = [parse_scontrol(line) for line in lines]
+    wanted = {"user": user, "partition": partition, "account": account}
+    return [j for j in jobs if all(not v or getattr(j, k) == v for k, v in wanted.items())]
+
+
+def running_gpus(job: Job) -> dict[str, tuple[int, ...]] | None:
+    """node -> GPU indices of a job while it runs (`scontrol -o -d show job`'s GRES per node); None once slurmctld no
+    longer says (ended, or scontrol unreachable)."""
+    try:
+        found = scontrol_jobs([job.raw_id or job.job_id])
+    except AccountingError:
+        return None
+    for other in found:
+        if other.raw_id == job.raw_id and other.state == "RUNNING" and other.gpus and any(other.gpus.values()):
+            return other.gpus
+    return None

@@ -15,10 +15,11 @@ import re
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import NamedTuple
 
 from radt.collectors.promql import PromError, host_labels, labelled_gpus
-from radt.collectors.slurmacct import AccountingError, Job, sacct
+from radt.collectors.slurmacct import AccountingError, Job, NoAccounting, running_gpus, sacct, scontrol_jobs
 from radt.collectors.tracking import connect, find_or_create_workload, find_runs, resolve_experiment, set_tags
 from radt.collectors.verdicts import Verdict, judge
 from radt.options import store_parent
@@ -35,11 +36,13 @@ from radt.runmodel import (
     SLURM_PREFIX,
     USER_TAG,
     WORKLOAD_TAG,
+    gpus_of_tag,
     gpus_used_tag,
 )
 from radt.settings import PROMETHEUS_HOST_LABEL, PROMETHEUS_URL, tracking_uri
 
 _SINCE = re.compile(r"^(\d+)([dhm])$")
+SCONTROL = "scontrol"  # radt.slurm.gpus_from of GPUs scontrol gave while the job ran
 
 
 def since_for_sacct(text: str) -> str:
@@ -51,6 +54,18 @@ def since_for_sacct(text: str) -> str:
     if re.match(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2})?)?$", text.strip()):
         return text.strip().replace(" ", "T")
     raise AccountingError(f"--slurm-since '{text}' is not a span or a time; give e.g. --slurm-since 1d, 6h, 30m or 2026-11-26T08:00")
+
+
+def _since_ms(text: str) -> int | None:
+    """--slurm-since as ms since the epoch (where sacct is not there to read it)."""
+    match = _SINCE.match(text.strip())
+    if match:
+        seconds = int(match.group(1)) * {"d": 86_400, "h": 3_600, "m": 60}[match.group(2)]
+        return int((time.time() - seconds) * 1000)
+    try:
+        return int(datetime.fromisoformat(text.strip()).timestamp() * 1000)
+    except ValueError:
+        return None
 
 
 def job_tags(job: Job) -> dict[str, str]:
@@ -122,24 +137,27 @@ class JobImporter:
     def job(self, job: Job) -> Imported:
         """One started job into its run: facts, status and end, then its GPUs' series where they can be known."""
         client = self.client
-        job, source = self._gpus_of(job)
-        run_id, created, before = self._run_for(job, source)
+        experiment, found = self._find(job)
+        before = dict(found.data.tags) if found is not None else {}
+        job, source = self._gpus_of(job, before)
+        run_id, created = self._put(job, source, experiment, found)
         if job.status != "RUNNING":  # before the series: the backfill reads the run's own span
             client.set_terminated(run_id, status=job.status, end_time=job.end_ms)
         reason = why_no_series(job) or (None if self.url else "no Prometheus given (--prometheus or RADT_PROMETHEUS_URL)")
         if reason:
             set_tags(client, run_id, {NO_SERIES_TAG: reason})
             return Imported(run_id, created, reason, True)
-        if NO_SERIES_TAG in before:  # an earlier import had no Prometheus to ask
+        if NO_SERIES_TAG in before:  # an earlier import had no Prometheus to ask (or could not tell the GPUs)
             client.delete_tag(run_id, NO_SERIES_TAG)
         assert self.fill is not None, "a Prometheus URL needs the backfill"
         filled = _fill(self.fill, self.uri, run_id, job, self.url) == 0
         set_tags(client, run_id, verdict_of(client, run_id, job).tags())
         return Imported(run_id, created, None, filled)
 
-    def _gpus_of(self, job: Job) -> tuple[Job, str]:
-        """The job with the GPUs it had, and where they come from: the GPUs its exporter labelled with its id (jobid, hpc_job)
-        over its time, else its AdminComment's (radt's prolog); '' where neither says."""
+    def _gpus_of(self, job: Job, before: dict[str, str]) -> tuple[Job, str]:
+        """The job with the GPUs it had, and where they come from, in this order: the GPUs its exporter labelled with its
+        id (jobid, hpc_job) over its time; its AdminComment's (radt's prolog); scontrol's while it runs; what an import
+        took from scontrol while it ran (the run's gpus_used tag). '' where none says."""
         if self.url and len(job.nodes) == 1 and job.start_ms is not None:
             end_ms = job.end_ms or int(time.time() * 1000)
             try:
@@ -148,16 +166,27 @@ class JobImporter:
                 found = None  # the backfill meets it too, and leaves the gap tag
             if found is not None:
                 return job._replace(gpus={job.nodes[0]: found.gpus}), f"exporter label {found.label}"
-        known = job.gpus is not None and any(job.gpus.values())
-        return job, "AdminComment" if known else ""
+        if job.gpus is not None and any(job.gpus.values()):
+            return job, job.gpus_from
+        if job.state == "RUNNING" and job.gpus_requested:
+            running = running_gpus(job)
+            if running:
+                return job._replace(gpus=running), SCONTROL
+        if before.get(GPUS_FROM_TAG, "").startswith(SCONTROL) and gpus_of_tag(before.get(f"{SLURM_PREFIX}gpus_used", "")):
+            return job._replace(gpus=gpus_of_tag(before[f"{SLURM_PREFIX}gpus_used"])), f"{SCONTROL}, while it ran"
+        return job, ""
 
-    def _run_for(self, job: Job, source: str) -> tuple[str, bool, dict]:
-        """The job's run, found by its job id in its experiment, else created at the job's start; (run id, created, its tags before)."""
+    def _find(self, job: Job) -> tuple[str, object | None]:
+        """The job's experiment (made where it is new) and its run there, found by its job id (None: not imported yet)."""
         name = f"{SLURM_EXPERIMENT_PREFIX}{job.user if self.group_by == 'user' else job.account}"
         if name not in self._experiments:
             self._experiments[name] = resolve_experiment(self.client, self.uri, name)
         experiment = self._experiments[name]
         found = find_runs(self.client, [experiment], {SLURM_JOB_TAG: job.job_id, ROLE_TAG: RUN_ROLE}, max_results=10)
+        return experiment, (found[0] if found else None)
+
+    def _put(self, job: Job, source: str, experiment: str, found) -> tuple[str, bool]:
+        """The job's facts on its run (`found`), or a new run of them at the job's start; (run id, created)."""
         tags = job_tags(job)
         if source:
             tags[GPUS_FROM_TAG] = source
@@ -166,12 +195,11 @@ class JobImporter:
             if (experiment, workload) not in self._workloads:
                 self._workloads[(experiment, workload)] = find_or_create_workload(self.client, experiment, workload)
             tags[WORKLOAD_TAG], tags[PARENT_TAG] = workload, self._workloads[(experiment, workload)]
-        if found:
-            run_id = found[0].info.run_id
-            set_tags(self.client, run_id, tags)
-            return run_id, False, dict(found[0].data.tags)
+        if found is not None:
+            set_tags(self.client, found.info.run_id, tags)
+            return found.info.run_id, False
         run = self.client.create_run(experiment, start_time=job.start_ms, run_name=job.name or f"job {job.job_id}", tags=tags)
-        return run.info.run_id, True, {}
+        return run.info.run_id, True
 
 
 def verdict_of(client, run_id: str, job: Job) -> Verdict:
@@ -220,9 +248,17 @@ def main(argv: list[str], fill: Fill) -> int:
     if args.slurm is not None and (not ids or not all(re.fullmatch(r"\d+(_\d+)?", j) for j in ids)):
         raise AccountingError(f"--slurm '{args.slurm}' is not a list of job ids; give e.g. --slurm 1234,1235_3")
     since = since_for_sacct(args.slurm_since) if args.slurm_since else None
-    jobs = sacct(ids or None, since, args.user, args.partition, args.account)
+    try:
+        jobs, holder = sacct(ids or None, since, args.user, args.partition, args.account), "Slurm's accounting"
+    except NoAccounting as exc:
+        print(f"radt import: {exc}; importing the jobs slurmctld still holds (running, or ended within its MinJobAge) from scontrol", file=sys.stderr)
+        jobs, holder = scontrol_jobs(ids or None, args.user, args.partition, args.account), "slurmctld"
+        if since is not None:
+            floor = _since_ms(args.slurm_since)
+            jobs = [j for j in jobs if j.start_ms is None or floor is None or j.start_ms >= floor]
     for missing in [j for j in ids if j not in {job.job_id for job in jobs} and j not in {job.raw_id for job in jobs}]:
-        print(f"radt import: job {missing}: Slurm's accounting has no such job; check the id (sacct -j {missing})", file=sys.stderr)
+        check = f"sacct -j {missing}" if holder != "slurmctld" else f"scontrol show job {missing}"
+        print(f"radt import: job {missing}: {holder} has no such job; check the id ({check})", file=sys.stderr)
     url = args.prometheus if args.prometheus is not None else PROMETHEUS_URL.get()
     uri = tracking_uri(args.store)
     client = connect(uri)

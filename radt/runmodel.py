@@ -72,6 +72,17 @@ def gpus_used_tag(gpus: Mapping[str, Sequence[int]] | None) -> str:
     return "" if gpus is None else ";".join(f"{node}:{','.join(map(str, idx))}" for node, idx in sorted(gpus.items()) if idx)
 
 
+def gpus_of_tag(text: str) -> dict[str, tuple[int, ...]]:
+    """{node: GPU indices} of a radt.slurm.gpus_used tag (gpus_used_tag's inverse); a part it cannot read is left out."""
+    out: dict[str, tuple[int, ...]] = {}
+    for part in filter(None, (text or "").split(";")):
+        node, _, indices = part.partition(":")
+        found = [int(g) for g in indices.split(",") if g.strip().isdigit()]
+        if node and found:
+            out[node] = tuple(found)
+    return out
+
+
 def gpus_in_tag(text: str) -> int:
     """How many GPUs a radt.slurm.gpus_used tag names."""
     return sum(len([g for g in part.partition(":")[2].split(",") if g]) for part in text.split(";") if part)

@@ -3,6 +3,7 @@ series of exactly the job's GPUs from a real Prometheus scraping a dcgm-exporter
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
@@ -90,17 +91,52 @@ def test_an_unknown_job_and_a_bad_id_are_one_line_each(cluster, store_uri, capsy
     assert code == 2 and err.count("\n") == 1 and "--slurm-since 1d" in err, err
 
 
-def test_without_accounting_sacct_says_so_in_one_line(cluster, tmp_path, store_uri, capsys, monkeypatch):
-    """A Slurm without slurmdbd: sacct fails; radt says what it needs."""
-    conf = tmp_path / "slurm.conf"
-    conf.write_text(
-        Path(slurmacct.env()["SLURM_CONF"])
-        .read_text()
-        .replace("AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageType=accounting_storage/none")
-    )
-    monkeypatch.setenv("SLURM_CONF", str(conf))
-    code, err = radt_import(capsys, "--slurm", "1", "--store", store_uri)
-    assert code == 2 and err.count("\n") == 1 and "slurmdbd" in err, err
+def test_without_accounting_the_jobs_slurmctld_holds_come_from_scontrol(cluster, tmp_path, store_uri, capsys, monkeypatch):
+    """A Slurm without slurmdbd: sacct fails; radt says so in one line and imports what scontrol shows, GPUs included."""
+    job = slurmacct.submit("--gres=gpu:2", "-J", "no accounting", "--wrap", "sleep 30")
+    try:
+        mine = acct._indices(slurmacct.running(job))
+        conf = tmp_path / "slurm.conf"
+        conf.write_text(
+            Path(slurmacct.env()["SLURM_CONF"])
+            .read_text()
+            .replace("AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageType=accounting_storage/none")
+        )
+        monkeypatch.setenv("SLURM_CONF", str(conf))
+        code, err = radt_import(capsys, "--slurm", job, "--store", store_uri)
+        assert code == 0, err
+        assert "slurmdbd" in err.splitlines()[0] and "from scontrol" in err.splitlines()[0], err
+        run = runs_of(MlflowClient(store_uri), "root")[job]
+        tags = run.data.tags
+        assert run.info.status == "RUNNING" and run.info.run_name == "no accounting" and tags["radt.slurm.state"] == "RUNNING"
+        assert tags["radt.slurm.gpus_used"] == f"{slurmacct.host()}:{','.join(map(str, mine))}" and tags["radt.slurm.gpus_from"] == "scontrol", tags
+        code, err = radt_import(capsys, "--slurm", "987654", "--store", store_uri)
+        assert code == 1 and "job 987654: slurmctld has no such job; check the id (scontrol show job 987654)" in err, err
+    finally:
+        subprocess.run(["scancel", job], env=slurmacct.env(), check=False)
+
+
+def test_a_running_import_keeps_the_gpus_scontrol_gave_for_the_import_after_the_end(cluster, store_uri, capsys, monkeypatch):
+    """Accounting without radt's prolog: an import while the job runs takes its GPUs from scontrol and the run keeps them,
+    so the import after its end (when only sacct knows the job, without GPUs) still knows them."""
+    monkeypatch.delenv("RADT_PROMETHEUS_URL", raising=False)
+    job = slurmacct.submit("--gres=gpu:1", "-J", "caught running", "--wrap", "sleep 4")
+    mine = acct._indices(slurmacct.running(job))
+    slurmacct.scontrol("update", f"JobId={job}", "AdminComment=")  # as on a cluster without radt's prolog
+    wait_for(lambda: acct.sacct([job]) and acct.sacct([job])[0].state == "RUNNING", timeout=30)  # sacct shows it running
+    code, err = radt_import(capsys, "--slurm", job, "--store", store_uri)
+    assert code == 0, err
+    client = MlflowClient(store_uri)
+    tags = runs_of(client, "root")[job].data.tags
+    used = f"{slurmacct.host()}:{','.join(map(str, mine))}"
+    assert tags["radt.slurm.gpus_from"] == "scontrol" and tags["radt.slurm.gpus_used"] == used, tags
+    slurmacct.accounted(job, ("COMPLETED",))
+    assert not (acct.sacct([job])[0].gpus or {}), "sacct alone has no GPU for it"
+    code, err = radt_import(capsys, "--slurm", job, "--store", store_uri)
+    assert code == 0, err
+    run = runs_of(client, "root")[job]
+    assert run.info.status == "FINISHED" and run.data.tags["radt.slurm.gpus_used"] == used, run.data.tags
+    assert run.data.tags["radt.slurm.gpus_from"] == "scontrol, while it ran"
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,50 @@
+"""Slurm's own words into Jobs: `scontrol -o -d show job` lines as Slurm 22.05 printed them on the tests' cluster
+(tests/support/slurmacct.py), a job name with spaces and an array's task among them (the first with its AdminComment
+emptied, as on a cluster without radt's prolog)."""
+
+from __future__ import annotations
+
+from radt.collectors.slurmacct import parse_scontrol
+from radt.runmodel import gpus_of_tag, gpus_used_tag
+
+RUNNING = (
+    "JobId=41 JobName=my job UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901724 Nice=0 Account=root QOS=normal "
+    "JobState=RUNNING Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 DerivedExitCode=0:0 "
+    "RunTime=00:00:02 TimeLimit=UNLIMITED TimeMin=N/A SubmitTime=2026-11-26T21:54:08 EligibleTime=2026-11-26T21:54:08 "
+    "AccrueTime=2026-11-26T21:54:08 StartTime=2026-11-26T21:54:08 EndTime=Unknown Deadline=N/A SuspendTime=None SecsPreSuspend=0 "
+    "LastSchedEval=2026-11-26T21:54:08 Scheduler=Main Partition=debug AllocNode:Sid=localhost:4260 ReqNodeList=(null) "
+    "ExcNodeList=(null) NodeList=vm BatchHost=vm NumNodes=1 NumCPUs=1 NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:* "
+    "TRES=cpu=1,node=1,billing=1,gres/gpu=2 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* JOB_GRES=gpu:2   Nodes=vm CPU_IDs=0 "
+    "Mem=0 GRES=gpu:2(IDX:0-1) MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 OverSubscribe=OK "
+    "Contiguous=0 Licenses=(null) Network=(null) Command=(null) WorkDir=/work/main AdminComment=  "
+    "StdErr=/tmp/radt-test-acct/out/x-41.out StdIn=/dev/null StdOut=/tmp/radt-test-acct/out/x-41.out Power= TresPerNode=gres:gpu:2 "
+)
+TASK = (
+    "JobId=42 ArrayJobId=42 ArrayTaskId=1 JobName=arr UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901723 Nice=0 "
+    "Account=root QOS=normal JobState=RUNNING Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 "
+    "DerivedExitCode=0:0 RunTime=00:00:02 TimeLimit=UNLIMITED TimeMin=N/A SubmitTime=2026-11-26T21:54:08 "
+    "EligibleTime=2026-11-26T21:54:08 AccrueTime=2026-11-26T21:54:08 StartTime=2026-11-26T21:54:08 EndTime=Unknown Deadline=N/A "
+    "SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-11-26T21:54:08 Scheduler=Main Partition=debug AllocNode:Sid=localhost:4260 "
+    "ReqNodeList=(null) ExcNodeList=(null) NodeList=vm BatchHost=vm NumNodes=1 NumCPUs=1 NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:* "
+    "TRES=cpu=1,node=1,billing=1,gres/gpu=1 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* JOB_GRES=gpu:1   Nodes=vm CPU_IDs=2 "
+    "Mem=0 GRES=gpu:1(IDX:3) MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 OverSubscribe=OK "
+    "Contiguous=0 Licenses=(null) Network=(null) Command=(null) WorkDir=/work/main AdminComment=radt-gres=vm>gpu:1(IDX:3)  "
+    "StdErr=/tmp/radt-test-acct/out/x-42.out StdIn=/dev/null StdOut=/tmp/radt-test-acct/out/x-42.out Power= TresPerNode=gres:gpu:1 "
+)
+
+
+def test_a_running_jobs_line_gives_its_facts_and_the_gpus_slurm_gave_it():
+    job = parse_scontrol(RUNNING)
+    assert (job.job_id, job.raw_id, job.name, job.user, job.account, job.partition) == ("41", "41", "my job", "root", "root", "debug")
+    assert job.state == "RUNNING" and job.status == "RUNNING" and job.end_ms is None and job.start_ms == job.submit_ms
+    assert job.nodes == ("vm",) and job.gpus_requested == 2 and job.gpus == {"vm": (0, 1)} and job.gpus_from == "scontrol"
+
+
+def test_an_array_tasks_line_is_named_as_users_write_it():
+    job = parse_scontrol(TASK)
+    assert (job.job_id, job.raw_id, job.array_job) == ("42_1", "42", "42") and job.gpus == {"vm": (3,)}
+
+
+def test_the_gpus_used_tag_reads_back():
+    gpus = {"gpu01": (0, 1), "gpu02": (3,)}
+    assert gpus_of_tag(gpus_used_tag(gpus)) == gpus and gpus_of_tag("") == {} and gpus_of_tag("gpu01:x") == {}
