@@ -165,6 +165,16 @@ def parse_sacct(text: str) -> list[Job]:
     return jobs
 
 
+def _run(args: list[str], timeout: int, check: str) -> subprocess.CompletedProcess:
+    """A Slurm client command; AccountingError in one line where it is not installed or does not answer (`check` says what to look at)."""
+    try:
+        return subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise AccountingError(f"{args[0]} not found on PATH; run radt import --slurm on a host of the cluster (Slurm's client commands installed)") from None
+    except subprocess.TimeoutExpired:
+        raise AccountingError(f"{args[0]} did not answer in {timeout} s; check {check} and import again") from None
+
+
 def sacct(
     job_ids: list[str] | None = None, since: str | None = None, user: str | None = None, partition: str | None = None, account: str | None = None
 ) -> list[Job]:
@@ -181,12 +191,7 @@ def sacct(
     for flag, value in (("-u", user), ("-r", partition), ("-A", account)):
         if value:
             args += [flag, value]
-    try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    except FileNotFoundError:
-        raise AccountingError("sacct not found on PATH; run radt import --slurm on a host of the cluster (Slurm's client commands installed)") from None
-    except subprocess.TimeoutExpired:
-        raise AccountingError("sacct did not answer in 300 s; check slurmdbd (sacctmgr list cluster) and import again") from None
+    done = _run(args, 300, "slurmdbd (sacctmgr list cluster)")
     if done.returncode != 0:
         said = " ".join(done.stderr.split())[:300]
         if any(sign in said.lower() for sign in ("accounting storage is disabled", "accounting_storage/none", "supported accounting_storage", "slurmdbd")):
@@ -258,12 +263,7 @@ def scontrol_jobs(job_ids: list[str] | None = None, user: str | None = None, par
     lines: list[str] = []
     for target in job_ids or [None]:
         args = ["scontrol", "-o", "-d", "show", "job"] + ([target] if target else [])
-        try:
-            done = subprocess.run(args, capture_output=True, text=True, timeout=60)
-        except FileNotFoundError:
-            raise AccountingError("scontrol not found on PATH; run radt import --slurm on a host of the cluster (Slurm's client commands installed)") from None
-        except subprocess.TimeoutExpired:
-            raise AccountingError("scontrol did not answer in 60 s; check slurmctld (scontrol ping) and import again") from None
+        done = _run(args, 60, "slurmctld (scontrol ping)")
         if done.returncode != 0 and "invalid job id" not in done.stderr.lower():
             raise AccountingError(f"scontrol failed: {' '.join(done.stderr.split())[:300] or 'exit ' + str(done.returncode)}")
         lines += [line for line in done.stdout.splitlines() if line.startswith("JobId=")]
