@@ -222,6 +222,28 @@ def labelled_gpus(
     return None
 
 
+class GpuMemory(NamedTuple):
+    """A GPU's memory as its driver reports it (MiB: the exporter's FB_FREE + FB_USED), and its model name (modelName)."""
+
+    total_mib: float
+    model: str
+
+
+def gpu_memory(url: str, host: str, host_labels: Iterable[str], gpus: Iterable[int], start_ms: int, end_ms: int, timeout: float = TIMEOUT) -> GpuMemory | None:
+    """The memory and model of the node's GPUs `gpus` (the largest of them), from dcgm-exporter's last FB_FREE and FB_USED
+    over [start_ms, end_ms]; None where the exporter publishes no FB_FREE for them."""
+    span = f"{max(1, end_ms - start_ms + 1)}ms"
+    wanted = _quote("|".join(str(g) for g in gpus))
+    for host_label in host_labels:
+        where = f'{_host_matcher(host, host_label)}, gpu=~{wanted}, GPU_I_ID=""'
+        free, used = (f"last_over_time({name}{{{where}}}[{span}])" for name in ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED"))
+        found = query(url, f"max by (gpu, modelName) ({free} + {used} or {free})", at=end_ms / 1000, timeout=timeout)
+        sizes = [(s.samples[0][1], s.labels.get("modelName", "")) for s in found if s.samples and math.isfinite(s.samples[0][1])]
+        if sizes:
+            return GpuMemory(*max(sizes))
+    return None
+
+
 def owners(environ: Mapping[str, str]) -> dict[str, str]:
     """The labels an exporter marks a device's user with, and this process's values: its Slurm job's id, its pod's name."""
     found: dict[str, str] = {}

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import NamedTuple
 
-from radt.collectors.promql import PromError, host_labels, labelled_gpus
+from radt.collectors.promql import GpuMemory, PromError, gpu_memory, host_labels, labelled_gpus
 from radt.collectors.slurmacct import AccountingError, Job, NoAccounting, running_gpus, sacct, scontrol_jobs
 from radt.collectors.tracking import connect, find_or_create_workload, find_runs, resolve_experiment, set_tags
 from radt.collectors.verdicts import Verdict, judge
@@ -151,7 +151,7 @@ class JobImporter:
             client.delete_tag(run_id, NO_SERIES_TAG)
         assert self.fill is not None, "a Prometheus URL needs the backfill"
         filled = _fill(self.fill, self.uri, run_id, job, self.url) == 0
-        set_tags(client, run_id, verdict_of(client, run_id, job).tags())
+        set_tags(client, run_id, verdict_of(client, run_id, job, self._memory(job)).tags())
         return Imported(run_id, created, None, filled)
 
     def _gpus_of(self, job: Job, before: dict[str, str]) -> tuple[Job, str]:
@@ -175,6 +175,14 @@ class JobImporter:
         if before.get(GPUS_FROM_TAG, "").startswith(SCONTROL) and gpus_of_tag(before.get(f"{SLURM_PREFIX}gpus_used", "")):
             return job._replace(gpus=gpus_of_tag(before[f"{SLURM_PREFIX}gpus_used"])), f"{SCONTROL}, while it ran"
         return job, ""
+
+    def _memory(self, job: Job) -> GpuMemory | None:
+        """The size and model of the job's GPUs, which its memory verdict is said against (None: not known)."""
+        node = job.nodes[0]
+        try:
+            return gpu_memory(self.url, node, self.host_labels, job.gpus[node], job.start_ms, job.end_ms or int(time.time() * 1000))  # type: ignore[index, arg-type]
+        except PromError:
+            return None
 
     def _find(self, job: Job) -> tuple[str, object | None]:
         """The job's experiment (made where it is new) and its run there, found by its job id (None: not imported yet)."""
@@ -202,9 +210,10 @@ class JobImporter:
         return run.info.run_id, True
 
 
-def verdict_of(client, run_id: str, job: Job) -> Verdict:
-    """The job's efficiency verdict from the GPU series its run now holds (its own GPUs only)."""
-    return judge(_gpu_series(client, run_id), job.gpus[job.nodes[0]])  # type: ignore[index]
+def verdict_of(client, run_id: str, job: Job, memory: GpuMemory | None = None) -> Verdict:
+    """The job's efficiency verdict from the GPU series its run now holds (its own GPUs only), its memory against its GPUs'."""
+    size, model = (memory.total_mib, memory.model) if memory else (None, "")
+    return judge(_gpu_series(client, run_id), job.gpus[job.nodes[0]], size, model)  # type: ignore[index]
 
 
 def _gpu_series(client, run_id: str) -> dict[str, list[tuple[int, float]]]:

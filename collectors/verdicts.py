@@ -17,7 +17,19 @@ from radt.runmodel import VERDICT_PREFIX
 IDLE_SMACT = 0.01  # a sample below this SM activity is an idle GPU (dcgm-exporter's SMACT is 0..1)
 LOW_SMACT = 0.1  # "SMACT < 0.1" flag: the job's GPUs together below this ...
 LOW_SHARE = 0.8  # ... for at least this share of its samples
-SLICE_GB = ((5, "1g.5gb"), (10, "1g.10gb"), (20, "2g.20gb"), (40, "3g.40gb"))  # the smallest MIG slice that holds a peak (A100/H100 profiles)
+# The MIG slices up to 3g of each GPU that has MIG, by its memory as NVIDIA names it (GB); a slice holds about 95 % of its
+# name's GiB (A100 40GB's 1g.5gb: 4,864 MiB). A GPU of another size, or of none known, gets no slice named.
+MIG_SLICES: dict[int, tuple[str, ...]] = {
+    24: ("1g.6gb", "2g.12gb"),  # A30
+    40: ("1g.5gb", "2g.10gb", "3g.20gb"),  # A100 40GB
+    80: ("1g.10gb", "2g.20gb", "3g.40gb"),  # A100 80GB, H100 80GB
+    94: ("1g.12gb", "2g.24gb", "3g.47gb"),  # H100 NVL
+    141: ("1g.18gb", "2g.35gb", "3g.71gb"),  # H200
+}
+MIG_MODELS = re.compile(r"\b(A30|A100|A800|H100|H800|H20|H200|GH200)\b")  # the GPUs with MIG, by dcgm-exporter's modelName
+SLICE_FILL = 0.95  # of a slice's nominal GiB that it holds
+SMALL_SHARE = 0.25  # on a GPU without MIG: a peak under this share of its memory is said (MPS could share it)
+GIB = 1024**3
 _KEY = re.compile(r"^system/gpu_(\d+)_(.+)$")
 
 
@@ -48,8 +60,34 @@ def _energy_kj(points: Sequence[tuple[int, float]]) -> float:
     return math.fsum((b[0] - a[0]) / 1000 * (a[1] + b[1]) / 2 for a, b in zip(ordered, ordered[1:])) / 1000
 
 
-def judge(series: Mapping[str, Sequence[tuple[int, float]]], gpus: Sequence[int]) -> Verdict:
-    """The verdict of a job whose GPUs `gpus` gave `series` ({'system/gpu_<i>_<metric>': [(ms, value)]}); other GPUs' keys are ignored."""
+def nominal_gb(total_mib: float | None) -> int | None:
+    """The GPU's memory as NVIDIA names it (40, 80, 141 GB) from what the driver reports (MiB), or its GiB rounded."""
+    if not total_mib or total_mib <= 0:
+        return None
+    gib = total_mib / 1024
+    near = min(MIG_SLICES, key=lambda gb: abs(gb - gib))
+    return near if abs(near - gib) <= 0.03 * near else round(gib)
+
+
+def memory_flag(peak_gb: float, size: int | None, total_mib: float | None, model: str = "") -> str | None:
+    """'peak memory 5.5 GB of 80 GB per GPU: fits a 1g.10gb MIG slice' on a GPU with MIG (by its model name); elsewhere a
+    peak under a quarter of the GPU; None where the GPU's size is not known or nothing smaller holds the peak."""
+    if size is None or not total_mib:
+        return None
+    head = f"peak memory {peak_gb:.1f} GB of {size} GB per GPU"
+    slices = MIG_SLICES.get(size) if MIG_MODELS.search(model or "") else None
+    if slices is not None:
+        fits = next((name for name in slices if peak_gb * 1e9 <= SLICE_FILL * int(name.split(".")[1][:-2]) * GIB), None)
+        return f"{head}: fits a {fits} MIG slice" if fits else None
+    share = peak_gb * 1e9 / (total_mib * 1024 * 1024)
+    return f"{head} ({share:.0%})" if share < SMALL_SHARE else None
+
+
+def judge(series: Mapping[str, Sequence[tuple[int, float]]], gpus: Sequence[int], memory_total_mib: float | None = None, model: str = "") -> Verdict:
+    """The verdict of a job whose GPUs `gpus` gave `series` ({'system/gpu_<i>_<metric>': [(ms, value)]}); other GPUs' keys
+    are ignored. `memory_total_mib`: the memory of each of its GPUs, as the driver reports it (the exporter's FB_FREE +
+    FB_USED) and `model` its name (the exporter's modelName), which a MIG slice that could hold the job is said against;
+    without them no slice is named."""
     by_gpu: dict[int, dict[str, list[tuple[int, float]]]] = {g: {} for g in gpus}
     for key, points in series.items():
         match = _KEY.match(key)
@@ -81,12 +119,15 @@ def judge(series: Mapping[str, Sequence[tuple[int, float]]], gpus: Sequence[int]
         if low >= LOW_SHARE:
             flags.append(f"SMACT < {LOW_SMACT} for {low:.0%} of the time (mean {numbers['smact_mean']:.3f}, p95 {numbers['smact_p95']:.3f})")
     memory = [v for m in by_gpu.values() for _, v in m.get("memory_usage_megabytes", [])]
+    size = nominal_gb(memory_total_mib)
+    if size is not None:
+        numbers["memory_total_gb"] = size
     if memory:
         peak_gb = max(memory) / 1000
         numbers["memory_peak_gb"] = peak_gb
-        fits = next((name for size, name in SLICE_GB if peak_gb <= size), None)
-        if fits:
-            flags.append(f"peak memory {peak_gb:.1f} GB per GPU: fits a {fits} MIG slice")
+        said = memory_flag(peak_gb, size, memory_total_mib, model)
+        if said:
+            flags.append(said)
     power = [m["power_usage_watts"] for m in by_gpu.values() if m.get("power_usage_watts")]
     if power:
         numbers["energy_kj"] = math.fsum(_energy_kj(p) for p in power)

@@ -141,7 +141,7 @@ def test_a_running_import_keeps_the_gpus_scontrol_gave_for_the_import_after_the_
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, cluster):
-    devices = [Device(slurmacct.host(), gpu, gpu) for gpu in range(4)]
+    devices = [Device(slurmacct.host(), gpu, gpu, memory_mib=40_536) for gpu in range(4)]  # an A100 40GB's memory, as its driver says
     until = f'DCGM_FI_PROF_SM_ACTIVE{{Hostname="{slurmacct.host()}",gpu="0"}}[1h]'
     with prom.serving(tmp_path_factory.mktemp("prometheus"), LOG, devices, until, 2) as (exporter, server):
         yield exporter, server
@@ -174,7 +174,7 @@ def test_a_job_gets_the_series_of_its_own_gpus_and_no_other(served, store_uri, c
     smact = [v for k, values in expected.items() if k.endswith("_sm_active") for v in values.values()]
     tags = client.get_run(run.info.run_id).data.tags
     assert float(tags["radt.verdict.smact_mean"]) == pytest.approx(sum(smact) / len(smact), rel=1e-3), "the verdict is over the job's own GPUs"
-    assert tags["radt.verdict.gpus"] == "2"
+    assert tags["radt.verdict.gpus"] == "2" and tags["radt.verdict.memory_total_gb"] == "40", "the GPUs' size, from the exporter's FB_FREE + FB_USED"
     idle = [g for g in mine if g != 0]  # the exporter serves the log's GPU g as GPU g: GPU 0 barely busy, GPUs 1-4 idle
     flags = tags["radt.verdict.flags"]
     assert (f"{len(idle)} of 2 GPUs idle (GPU {', '.join(map(str, idle))}: " in flags) == bool(idle) and "SMACT < 0.1 for " in flags, flags

@@ -25,6 +25,8 @@ def test_an_idle_gpu_low_activity_small_memory_and_energy_are_said_with_their_nu
             "system/gpu_1_power_usage_watts": series([60.0] * 10),
         },
         [0, 1],
+        memory_total_mib=81_559,  # an H100 80GB HBM3, as its driver reports it
+        model="NVIDIA H100 80GB HBM3",
     )
     n = got.numbers
     assert n["smact_mean"] == pytest.approx((0.05 * 8 + 1.0) / 20) and n["smact_p95"] == 0.5
@@ -34,7 +36,7 @@ def test_an_idle_gpu_low_activity_small_memory_and_energy_are_said_with_their_nu
     assert got.flags == [
         "1 of 2 GPUs idle (GPU 1: SMACT never reached 0.01)",
         "SMACT < 0.1 for 80% of the time (mean 0.070, p95 0.500)",
-        "peak memory 5.5 GB per GPU: fits a 1g.10gb MIG slice",
+        "peak memory 5.5 GB of 80 GB per GPU: fits a 1g.10gb MIG slice",
     ]
     assert got.tags()["radt.verdict.flags"].startswith("1 of 2 GPUs idle") and got.tags()["radt.verdict.gpus_unused"] == "1"
 
@@ -44,3 +46,22 @@ def test_a_busy_job_has_no_flag_and_no_series_is_said():
     assert busy.flags == [] and busy.tags()["radt.verdict.flags"] == "none" and busy.numbers["smact_mean"] == pytest.approx(0.8)
     empty = judge({"system/gpu_0_sm_active": series([0.5])}, [1])  # only another GPU's series
     assert empty.flags == ["no SM activity series for the job's GPUs: no verdict on its use"] and "smact_mean" not in empty.numbers
+
+
+@pytest.mark.parametrize(
+    ("peak_mb", "total_mib", "model", "size", "flag"),
+    [
+        (5500, 40_536, "NVIDIA A100-SXM4-40GB", 40, "peak memory 5.5 GB of 40 GB per GPU: fits a 2g.10gb MIG slice"),  # 1g.5gb holds 4,864 MiB
+        (4000, 40_536, "NVIDIA A100-SXM4-40GB", 40, "peak memory 4.0 GB of 40 GB per GPU: fits a 1g.5gb MIG slice"),
+        (20_000, 143_771, "NVIDIA H200", 141, "peak memory 20.0 GB of 141 GB per GPU: fits a 2g.35gb MIG slice"),
+        (50_000, 81_559, "NVIDIA H100 80GB HBM3", 80, None),  # past 3g.40gb: no smaller slice holds it
+        (3000, 24_564, "NVIDIA GeForce RTX 4090", 24, "peak memory 3.0 GB of 24 GB per GPU (12%)"),  # A30's size, but no MIG
+        (3000, 23_034, "NVIDIA L4", 22, "peak memory 3.0 GB of 22 GB per GPU (12%)"),
+        (12_000, 23_034, "NVIDIA L4", 22, None),  # half the GPU: nothing to say
+        (5500, None, "", None, None),  # the GPU's size unknown: no slice named
+    ],
+)
+def test_the_memory_flag_names_a_slice_of_the_gpu_the_job_had(peak_mb, total_mib, model, size, flag):
+    got = judge({"system/gpu_0_sm_active": series([0.7] * 3), "system/gpu_0_memory_usage_megabytes": series([peak_mb] * 3)}, [0], total_mib, model)
+    assert [f for f in got.flags if f.startswith("peak memory")] == ([flag] if flag else [])
+    assert got.numbers["memory_peak_gb"] == pytest.approx(peak_mb / 1000) and got.numbers.get("memory_total_gb") == size

@@ -41,6 +41,7 @@ class Device(NamedTuple):
     profile: str = "1g.10gb"
     labels: tuple[tuple[str, str], ...] = ()  # served after the others, as dcgm-exporter appends its job and pod labels
     gpu_uuid: str | None = None  # the GPU's UUID (a slice's series carry its GPU's); default derived from host and index
+    memory_mib: int | None = None  # the GPU's memory as its driver reports it: served as DCGM_FI_DEV_FB_FREE (what FB_USED leaves)
 
     @property
     def uuid(self) -> str:
@@ -131,18 +132,26 @@ class DcgmExporter:
             lines += [f"# HELP {metric} {metric}.", f"# TYPE {metric} gauge"]
             for device in self.devices:
                 value = self.value(device, metric, frame)
-                if value is None:
-                    continue
-                labels = {"gpu": str(device.gpu), "UUID": device.uuid, "device": f"nvidia{device.gpu}", "modelName": "NVIDIA A100-SXM4-40GB"}
-                if device.gi is not None:
-                    labels |= {"GPU_I_PROFILE": device.profile, "GPU_I_ID": str(device.gi)}
-                if self.lower_case:
-                    labels["pci_bus_id"] = f"00000000:{device.gpu + 7:02X}:00.0"
-                labels["hostname" if self.lower_case else "Hostname"] = device.hostname
-                labels |= dict(device.labels)
-                text = ",".join(f'{k}="{v}"' for k, v in labels.items())
-                lines.append(f"{metric}{{{text}}} {value!r}")
+                if value is not None:
+                    lines.append(f"{metric}{{{self._labels(device)}}} {value!r}")
+        sized = [d for d in self.devices if d.memory_mib is not None and d.gi is None]
+        if sized:
+            lines += ["# HELP DCGM_FI_DEV_FB_FREE Framebuffer memory free (in MiB).", "# TYPE DCGM_FI_DEV_FB_FREE gauge"]
+            for device in sized:
+                free = float(device.memory_mib - (self.value(device, "DCGM_FI_DEV_FB_USED", frame) or 0.0))
+                lines.append(f"DCGM_FI_DEV_FB_FREE{{{self._labels(device)}}} {free!r}")
         return "\n".join(lines) + "\n"
+
+    def _labels(self, device: Device) -> str:
+        """A device's labels as dcgm-exporter writes them, its job's (or pod's) last."""
+        labels = {"gpu": str(device.gpu), "UUID": device.uuid, "device": f"nvidia{device.gpu}", "modelName": "NVIDIA A100-SXM4-40GB"}
+        if device.gi is not None:
+            labels |= {"GPU_I_PROFILE": device.profile, "GPU_I_ID": str(device.gi)}
+        if self.lower_case:
+            labels["pci_bus_id"] = f"00000000:{device.gpu + 7:02X}:00.0"
+        labels["hostname" if self.lower_case else "Hostname"] = device.hostname
+        labels |= dict(device.labels)
+        return ",".join(f'{k}="{v}"' for k, v in labels.items())
 
     def frame_at(self, timestamp_ms: int, slack_ms: int = 500) -> int | None:
         """The sample served by the scrape Prometheus stamped `timestamp_ms` (it stamps a scrape when it starts it)."""
