@@ -6,15 +6,22 @@ Side by side in one process, on a fresh store each (SQLite file, and a scratch P
                     it with its state), no Prometheus; then the same 1,000 again (what a cron run every hour finds)
   mlflow floor      MlflowClient: create_run with the same tags and set_terminated, 1,000 times (no lookup, no parse)
 
-sacct itself and Prometheus are not in these figures: sacct answered 1,000 jobs in ~0.1 s on the tests' slurmdbd,
-and a job's series cost one backfill (bench/prometheus_import is the place for that).
+With --prometheus, the same jobs' GPU series too, from a real Prometheus (Debian's) scraping, every second, a dcgm-exporter
+stand-in that serves the recorded `dcgmi dmon` log for 16 nodes × 4 GPUs; the jobs' times lie in what it scraped. Each
+job then costs: which GPUs the exporter labelled with it (none here: their AdminComment says), the backfill of its GPUs'
+series, its GPUs' memory and its verdict. The queries sent to Prometheus are counted, and the CPU of Prometheus'
+process measured, per 1,000 jobs.
 
-Run:  .venv/bin/python bench/slurm_import.py [--jobs 1000] [--stores sqlite,postgresql]
+sacct itself is not in these figures: it answered 1,000 jobs in ~0.1 s on the tests' slurmdbd.
+
+Run:  .venv/bin/python bench/slurm_import.py [--jobs 1000] [--stores sqlite,postgresql] [--prometheus]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import logging
 import os
 import sys
@@ -79,11 +86,70 @@ def mlflow_floor(uri: str, text: str) -> float:
     return time.perf_counter() - began
 
 
+def prometheus_part(uri: str, jobs: int, history_s: int) -> None:
+    """`jobs` jobs of 20 s on 16 nodes inside what a real Prometheus scraped, imported with their series; time, queries, CPU."""
+    from radt.collectors import importer, promql
+    from tests.support import prometheus as prom
+    from tests.support.dcgm_exporter import Device
+
+    log = REPO / "tests" / "fixtures" / "real-tool-logs" / "mnist_dcgmi_dmon_18fields.txt"
+    nodes = [f"gpu{n:02d}" for n in range(16)]
+    devices = [Device(node, gpu, gpu % 5, memory_mib=81_559) for node in nodes for gpu in range(4)]
+    until = 'DCGM_FI_PROF_SM_ACTIVE{Hostname="gpu00",gpu="0"}[1h]'
+    with tempfile.TemporaryDirectory() as folder, prom.serving(Path(folder), log, devices, until, history_s, timeout=history_s * 2 + 60) as (_e, server):
+        end = int(time.time()) - 2
+        lines = []
+        for i in range(jobs):  # 20 s each, spread over the scraped history, GPUs as radt's prolog wrote them
+            start = end - history_s + 5 + (i * 7) % max(1, history_s - 30)
+            node, gpus = nodes[i % 16], 1 + i % 4
+            stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))  # noqa: E731  (sacct prints local time)
+            idx = f"(IDX:0-{gpus - 1})" if gpus > 1 else "(IDX:0)"
+            lines.append(
+                f"{30000 + i}|{30000 + i}|train-{i % 23}|user{i % 9}|proj{i % 3}|gpu|{stamp(start - 5)}|{stamp(start)}|{stamp(start + 20)}|"
+                f"COMPLETED|0:0|{node}|billing=1,cpu=8,gres/gpu={gpus},node=1|radt-gres={node}>gpu:{gpus}{idx}"
+            )
+        parsed = slurmacct.parse_sacct("\n".join(lines) + "\n")
+        sent = [0]
+        original = promql._get
+
+        def counted(*args, **kwargs):
+            sent[0] += 1
+            return original(*args, **kwargs)
+
+        promql._get = counted
+        client = connect(uri)
+        cpu_before = _proc_cpu(server.proc.pid)
+        began = time.perf_counter()
+        try:
+            job_importer = slurmimport.JobImporter(client, uri, url=server.url, fill=importer.prometheus_main)
+            with contextlib.redirect_stderr(io.StringIO()):  # the backfill's line per run
+                done = [job_importer.job(job) for job in parsed]
+        finally:
+            promql._get = original
+        took = time.perf_counter() - began
+        prom_cpu = _proc_cpu(server.proc.pid) - cpu_before
+        filled = sum(d.filled and d.reason is None for d in done)
+        per = 1000 / jobs
+        print(
+            f"  with Prometheus: {took:6.2f} s for {jobs} jobs ({took / jobs * 1000:.0f} ms a job), {filled} filled with series; "
+            f"{sent[0]} queries ({sent[0] / jobs:.1f} a job); Prometheus CPU {prom_cpu:.2f} s; per 1,000 jobs: {took * per:.0f} s, "
+            f"{sent[0] * per:.0f} queries, {prom_cpu * per:.1f} s of Prometheus CPU"
+        )
+
+
+def _proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--stores", default="sqlite,postgresql")
     parser.add_argument("--pg", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--prometheus", action="store_true", help="also import the jobs' GPU series from a real Prometheus")
+    parser.add_argument("--history", type=int, default=120, help="seconds Prometheus scrapes before the jobs are imported (default 120)")
     args = parser.parse_args()
     logging.getLogger("mlflow").setLevel(logging.ERROR)
     logging.getLogger("alembic").setLevel(logging.ERROR)
@@ -114,6 +180,12 @@ def main() -> int:
                 f"{store:<10} radt import {first:6.2f} s ({made} runs; {first / args.jobs * 1000:.1f} ms a job), again {again:6.2f} s; "
                 f"mlflow floor {floor:6.2f} s; RATIO radt/floor {first / floor:.2f}x"
             )
+            if args.prometheus:
+                with tempfile.TemporaryDirectory() as again_tmp:
+                    if store == "sqlite":
+                        prometheus_part(f"sqlite:///{again_tmp}/prom.db", args.jobs, args.history)
+                    else:
+                        prometheus_part(uris[1], args.jobs, args.history)  # the floor's database: its runs are another experiment
             if admin is not None:
                 for uri in uris:
                     with admin.connect() as conn:
