@@ -21,7 +21,7 @@ from typing import NamedTuple
 from radt.collectors.promql import GpuMemory, PromError, gpu_memory, host_labels, labelled_gpus
 from radt.collectors.slurmacct import AccountingError, Job, NoAccounting, running_gpus, sacct, scontrol_jobs
 from radt.collectors.tracking import connect, find_or_create_workload, find_runs, resolve_experiment, set_tags
-from radt.collectors.verdicts import Verdict, judge
+from radt.collectors.verdicts import Judged, Verdict, judge, share_partners
 from radt.options import store_parent
 from radt.runmodel import (
     GPUS_FROM_TAG,
@@ -35,6 +35,7 @@ from radt.runmodel import (
     SLURM_PARTITION_TAG,
     SLURM_PREFIX,
     USER_TAG,
+    VERDICT_PREFIX,
     WORKLOAD_TAG,
     gpus_of_tag,
     gpus_used_tag,
@@ -133,6 +134,7 @@ class JobImporter:
         self._experiments: dict[str, str] = {}
         self._workloads: dict[tuple[str, str], str] = {}
         self.host_labels = host_labels(PROMETHEUS_HOST_LABEL.get())
+        self.judged: list[tuple[str, Verdict, Judged]] = []  # this import's jobs with a verdict, for share()
 
     def job(self, job: Job) -> Imported:
         """One started job into its run: facts, status and end, then its GPUs' series where they can be known."""
@@ -151,7 +153,9 @@ class JobImporter:
             client.delete_tag(run_id, NO_SERIES_TAG)
         assert self.fill is not None, "a Prometheus URL needs the backfill"
         filled = _fill(self.fill, self.uri, run_id, job, self.url) == 0
-        set_tags(client, run_id, verdict_of(client, run_id, job, self._memory(job)).tags())
+        verdict = verdict_of(client, run_id, job, self._memory(job))
+        set_tags(client, run_id, verdict.tags())
+        self.judged.append((run_id, verdict, Judged(job.job_id, job.name, job.user, verdict.numbers)))
         return Imported(run_id, created, None, filled)
 
     def _gpus_of(self, job: Job, before: dict[str, str]) -> tuple[Job, str]:
@@ -175,6 +179,17 @@ class JobImporter:
         if before.get(GPUS_FROM_TAG, "").startswith(SCONTROL) and gpus_of_tag(before.get(f"{SLURM_PREFIX}gpus_used", "")):
             return job._replace(gpus=gpus_of_tag(before[f"{SLURM_PREFIX}gpus_used"])), f"{SCONTROL}, while it ran"
         return job, ""
+
+    def share(self) -> int:
+        """Add to the verdict of each one-GPU job of this import that could share a GPU under MPS with another the flag
+        naming it (verdicts.share_partners) and radt.verdict.mps_partner; the jobs flagged."""
+        partners = share_partners([judged for _run, _verdict, judged in self.judged])
+        for run_id, verdict, judged in self.judged:
+            if judged.job_id in partners:
+                partner, flag = partners[judged.job_id]
+                flagged = Verdict([*verdict.flags, flag], verdict.numbers).tags()
+                set_tags(self.client, run_id, {f"{VERDICT_PREFIX}flags": flagged[f"{VERDICT_PREFIX}flags"], f"{VERDICT_PREFIX}mps_partner": partner.job_id})
+        return len(partners)
 
     def _memory(self, job: Job) -> GpuMemory | None:
         """The size and model of the job's GPUs, which its memory verdict is said against (None: not known)."""
@@ -285,5 +300,6 @@ def main(argv: list[str], fill: Fill) -> int:
             f"radt import: job {job.job_id} ({job.user}, {job.partition}, {job.state}) -> run {done.run_id}{' (new)' if done.created else ''}; {note}",
             file=sys.stderr,
         )
-    print(f"radt import: {len(jobs)} jobs, {made} new runs", file=sys.stderr)
+    shared = importer.share()
+    print(f"radt import: {len(jobs)} jobs, {made} new runs" + (f"; {shared} could share a GPU under MPS" if shared else ""), file=sys.stderr)
     return 1 if failed or (ids and len(jobs) < len(ids)) else 0

@@ -134,3 +134,49 @@ def judge(series: Mapping[str, Sequence[tuple[int, float]]], gpus: Sequence[int]
     if not smact:
         flags.append("no SM activity series for the job's GPUs: no verdict on its use")
     return Verdict(flags, numbers)
+
+
+# --- which jobs could share one GPU under MPS -------------------------------------------------------------------------
+
+SHARE_BELOW = 0.5  # a job is worth sharing a GPU with when its SMACT mean is below this
+SHARE_SMACT = 1.0  # two jobs fit one GPU when their SMACT p95s add up to at most this (MPS runs their kernels side by side) ...
+SHARE_MEMORY = 0.9  # ... and their memory peaks to at most this share of the GPU's memory
+
+
+class Judged(NamedTuple):
+    """A one-GPU job's verdict with what names it: the facts the sharing flag says."""
+
+    job_id: str
+    name: str
+    user: str
+    numbers: Mapping[str, float]
+
+
+def share_partners(jobs: Sequence[Judged]) -> dict[str, tuple[Judged, str]]:
+    """job id -> (the job it could share one GPU with under MPS, the flag saying so with the numbers), for each
+    one-GPU job whose SMACT mean is under SHARE_BELOW and that has a partner of the same GPU size whose SMACT p95 and
+    memory peak fit beside its own (SHARE_SMACT, SHARE_MEMORY); of those, the partner that would keep the GPU busiest."""
+    usable = [j for j in jobs if j.numbers.get("gpus") == 1 and {"smact_mean", "smact_p95", "memory_peak_gb", "memory_total_gb"} <= set(j.numbers)]
+    found: dict[str, tuple[Judged, str]] = {}
+    for job in usable:
+        n = job.numbers
+        if n["smact_mean"] >= SHARE_BELOW:
+            continue
+        fits = [
+            other
+            for other in usable
+            if other.job_id != job.job_id
+            and other.numbers["memory_total_gb"] == n["memory_total_gb"]
+            and n["smact_p95"] + other.numbers["smact_p95"] <= SHARE_SMACT
+            and n["memory_peak_gb"] + other.numbers["memory_peak_gb"] <= SHARE_MEMORY * n["memory_total_gb"]
+        ]
+        if not fits:
+            continue
+        best = max(fits, key=lambda o: (o.numbers["smact_mean"], o.job_id))
+        m = best.numbers
+        found[job.job_id] = (
+            best,
+            f"could share a GPU under MPS with a job like {best.job_id} ({best.name}, {best.user}): SMACT p95 {n['smact_p95']:.2f} + "
+            f"{m['smact_p95']:.2f}, memory {n['memory_peak_gb']:.1f} + {m['memory_peak_gb']:.1f} GB of {n['memory_total_gb']:.0f} GB",
+        )
+    return found

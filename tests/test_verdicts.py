@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from radt.collectors.verdicts import judge
+from radt.collectors.verdicts import Judged, Verdict, judge, share_partners
 
 T0 = 1_795_700_000_000
 
@@ -65,3 +65,50 @@ def test_the_memory_flag_names_a_slice_of_the_gpu_the_job_had(peak_mb, total_mib
     got = judge({"system/gpu_0_sm_active": series([0.7] * 3), "system/gpu_0_memory_usage_megabytes": series([peak_mb] * 3)}, [0], total_mib, model)
     assert [f for f in got.flags if f.startswith("peak memory")] == ([flag] if flag else [])
     assert got.numbers["memory_peak_gb"] == pytest.approx(peak_mb / 1000) and got.numbers.get("memory_total_gb") == size
+
+
+def _judged(job_id: str, smact: float, p95: float, memory: float, total: float = 80, gpus: int = 1) -> Judged:
+    numbers = {"gpus": gpus, "smact_mean": smact, "smact_p95": p95, "memory_peak_gb": memory, "memory_total_gb": total}
+    return Judged(job_id, f"train-{job_id}", "alice", numbers)
+
+
+def test_a_light_job_is_paired_with_the_busiest_job_that_fits_beside_it_on_one_gpu():
+    jobs = [
+        _judged("1", 0.20, 0.30, 6.0),
+        _judged("2", 0.40, 0.60, 30.0),  # fits beside 1: 0.30 + 0.60 <= 1, 6 + 30 <= 72 GB
+        _judged("3", 0.65, 0.75, 10.0),  # busier, but 0.30 + 0.75 > 1
+        _judged("4", 0.30, 0.35, 70.0),  # 6 + 70 GB > 90 % of 80 GB
+        _judged("5", 0.10, 0.20, 5.0, total=40),  # another GPU size
+        _judged("6", 0.05, 0.10, 2.0, gpus=2),  # two GPUs: not paired
+    ]
+    found = share_partners(jobs)
+    assert found["1"][0].job_id == "2"
+    assert found["1"][1] == "could share a GPU under MPS with a job like 2 (train-2, alice): SMACT p95 0.30 + 0.60, memory 6.0 + 30.0 GB of 80 GB"
+    assert found["2"][0].job_id == "1", "the pairing goes both ways"
+    assert "3" not in found, "SMACT mean 0.65: busy enough alone"
+    assert "4" not in found and "5" not in found and "6" not in found, found
+
+
+def test_the_import_writes_the_sharing_flag_into_both_jobs_verdicts(store_uri):
+    from radt.collectors import slurmacct, slurmimport
+    from radt.collectors.tracking import connect
+
+    lines = "".join(
+        f"{job}|{job}|train-{job}|alice|proj|gpu|2026-11-20T10:00:00|2026-11-20T10:00:05|2026-11-20T11:00:05|COMPLETED|0:0|gpu01|"
+        f"billing=1,cpu=8,gres/gpu=1,node=1|radt-gres=gpu01>gpu:1(IDX:{job % 4})\n"
+        for job in (101, 102)
+    )
+    client = connect(store_uri)
+    importer = slurmimport.JobImporter(client, store_uri)
+    runs = {}
+    for job, (smact, p95, memory) in zip(slurmacct.parse_sacct(lines), ((0.2, 0.3, 6.0), (0.4, 0.6, 30.0)), strict=True):
+        runs[job.job_id] = importer.job(job).run_id  # the facts (no Prometheus here); the verdict as judge() would give it
+        verdict = Verdict(["none of the others"], {"gpus": 1, "smact_mean": smact, "smact_p95": p95, "memory_peak_gb": memory, "memory_total_gb": 80})
+        importer.judged.append((runs[job.job_id], verdict, Judged(job.job_id, job.name, job.user, verdict.numbers)))
+    assert importer.share() == 2
+    tags = client.get_run(runs["101"]).data.tags
+    assert tags["radt.verdict.mps_partner"] == "102"
+    assert tags["radt.verdict.flags"] == "none of the others; could share a GPU under MPS with a job like 102 (train-102, alice): " + (
+        "SMACT p95 0.30 + 0.60, memory 6.0 + 30.0 GB of 80 GB"
+    )
+    assert client.get_run(runs["102"]).data.tags["radt.verdict.mps_partner"] == "101"
