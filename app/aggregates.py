@@ -42,7 +42,9 @@ STATS = {
     "energy_per_step_j": ("energy per step", "J/step"),
     "peak_memory_per_gpu_mb": ("peak memory per GPU", "MB"),
 }
-BY = {"workload": "workload", "collocation": "collocation"}  # grouping -> comparison-table column
+BY = {"workload": "workload", "collocation": "collocation", "partition": "partition", "user": "user"}  # grouping -> comparison-table column
+POOLED = ("partition", "user")  # groupings of a cluster's jobs: one series over every experiment (radt import --slurm makes one per user)
+NO_GROUP = "(none)"  # the category of a run without the grouping's tag (a run not imported from Slurm)
 KINDS = ("bar", "box", "cdf")
 COLLOCATION = "collocation"  # the seed papers' figure: normalised throughput and GPU SMACT per method, per command
 COLLOCATION_PANELS = (("normalised", "throughput ÷ same command alone"), ("smact_mean", f"GPU SMACT ({RATIO})"))
@@ -183,13 +185,15 @@ def groups(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str, st
     if runs.empty:
         return []
     values = normalised(runs) if stat == "normalised" else pd.to_numeric(runs[stat], errors="coerce")
-    several = runs["experiment_id"].nunique() > 1
-    keys = list(zip(runs["experiment_id"], runs["command"] if by == COLLOCATION else [""] * len(runs), strict=True))
+    several = runs["experiment_id"].nunique() > 1 and by not in POOLED
+    experiment_ids = [""] * len(runs) if by in POOLED else runs["experiment_id"]
+    keys = list(zip(experiment_ids, runs["command"] if by == COLLOCATION else [""] * len(runs), strict=True))
     where = {k: experiment_label(k[0], experiments) if several else "" for k in keys}
     short = short_commands(list(runs["command"])) if by == COLLOCATION else {}
     names = {k: short.get(k[1], "") for k in keys}
     details = {k: " · ".join(t for t in ((k[1] or NO_COMMAND) if by == COLLOCATION else "", where[k]) if t) for k in keys}
-    categories = [str(c) for c in runs[BY[by]].fillna("")]
+    column = runs[BY[by]] if BY[by] in runs.columns else pd.Series("", index=runs.index)
+    categories = [str(c) or (NO_GROUP if by in POOLED else "") for c in column.fillna("")]
     order = list(METHODS) if by == COLLOCATION else sorted(set(categories))
     order += [c for c in dict.fromkeys(categories) if c not in order]
     out = []

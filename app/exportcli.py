@@ -43,11 +43,16 @@ def export_parser() -> argparse.ArgumentParser:
         "--figure",
         choices=("timeseries", *KINDS, COLLOCATION, "activity"),
         default="timeseries",
-        help="timeseries: the charts over time (default); bar, box, cdf: a per-run statistic (--stat) by workload or collocation (--by), "
+        help="timeseries: the charts over time (default); bar, box, cdf: a per-run statistic (--stat) by workload, collocation method, Slurm partition or user (--by), "
         "per command; collocation: throughput ÷ the same command alone and GPU SMACT per collocation method, per command; "
         "activity: GRACT vs SMACT vs SMOCC of one run (the first, or --run)",
     )
-    parser.add_argument("--by", choices=tuple(BY), default="workload", help="group bar/box/cdf figures by workload (default) or collocation method")
+    parser.add_argument(
+        "--by",
+        choices=tuple(BY),
+        default="workload",
+        help="group bar/box/cdf figures by workload (default), collocation method, or a Slurm job's partition or user (one series over every experiment)",
+    )
     parser.add_argument("--stat", choices=tuple(STATS), default="smact_mean", help="the per-run statistic of bar/box/cdf figures (default smact_mean)")
     parser.add_argument("--font-size", type=float, default=9.0, help="points (default 9)")
     parser.add_argument("--mono", action="store_true", help="monochrome: dash styles and markers instead of colours")

@@ -28,8 +28,13 @@ def layout() -> list:
                 dcc.RadioItems(
                     id=ids.COMPARE_KIND, options=[{"label": KIND_LABELS[k], "value": k} for k in (*KINDS, COLLOCATION, "activity")], value="bar", inline=True
                 ),
-                html.Span("by", className="label"),
-                dcc.RadioItems(id=ids.COMPARE_BY, options=[{"label": b, "value": b} for b in BY], value="workload", inline=True),
+                html.Span(  # "by" stays with its choices when the controls wrap
+                    [
+                        html.Span("by", className="label"),
+                        dcc.RadioItems(id=ids.COMPARE_BY, options=[{"label": b, "value": b} for b in BY], value="workload", inline=True),
+                    ],
+                    className="compare-by",
+                ),
                 dcc.Dropdown(
                     id=ids.COMPARE_STAT,
                     options=[{"label": f"{label} ({unit})", "value": s} for s, (label, unit) in STATS.items()],

@@ -279,3 +279,40 @@ def test_activity_view_of_the_recorded_microbenchmark(store_uri, fixtures_dir, m
     assert list(figure.layout.yaxis.range) == [0, 1.02], "one 0-1 axis"
     with pytest.raises(ExportError, match="not in the view's experiments"):
         activity_series(View([exp], [run_id]), "0" * 32)
+
+
+def test_a_clusters_jobs_compare_by_partition_and_user_across_the_users_experiments(store_uri):
+    """radt import --slurm makes an experiment per user; "SMACT CDF per partition" is one line per partition over all of them."""
+    from radt.collectors import slurmacct, slurmimport
+    from radt.collectors.tracking import connect
+
+    jobs = {  # job -> (user, partition, SMACT)
+        "201": ("alice", "a100", 0.10),
+        "202": ("alice", "a100", 0.30),
+        "203": ("bob", "a100", 0.50),
+        "204": ("bob", "h100", 0.80),
+        "205": ("carol", "h100", 0.60),
+    }
+    lines = "".join(
+        f"{job}|{job}|train|{user}|proj|{partition}|2026-11-20T10:00:00|2026-11-20T10:00:05|2026-11-20T11:00:05|COMPLETED|0:0|n1|"
+        f"billing=1,gres/gpu=1,node=1|radt-gres=n1>gpu:1(IDX:0)\n"
+        for job, (user, partition, _smact) in jobs.items()
+    )
+    client, writer = connect(store_uri), open_metric_store(store_uri)
+    importer = slurmimport.JobImporter(client, store_uri)
+    runs = {}
+    for job in slurmacct.parse_sacct(lines):
+        run_id = runs[job.job_id] = importer.job(job).run_id
+        writer.write(run_id, [Point("system/gpu_0_sm_active", jobs[job.job_id][2], job.start_ms + 1000 * i, i) for i in range(10)])
+    writer.close()
+    _open_store(store_uri)
+    experiments = sorted({r.info.experiment_id for r in (client.get_run(i) for i in runs.values())})
+    assert len(experiments) == 3, "one experiment per user"
+    table = comparison_table(View(experiments, list(runs.values())))
+    figure = cdf_figure(table, "smact_mean", "partition")
+    lines_drawn = {t.name: sorted(t.x) for t in figure.data}
+    assert set(lines_drawn) == {"a100 (3)", "h100 (2)"}, "a line per partition, each over every user's jobs"
+    assert lines_drawn["a100 (3)"] == pytest.approx([0.1, 0.3, 0.5]) and lines_drawn["h100 (2)"] == pytest.approx([0.6, 0.8])
+    bars = bar_figure(table, "smact_mean", "user").data
+    assert len(bars) == 1 and list(bars[0].x) == ["alice", "bob", "carol"], "one series over every user's experiment"
+    assert list(bars[0].y) == pytest.approx([0.2, 0.65, 0.6])
