@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import math
 import re
 import sys
@@ -39,6 +40,7 @@ from radt.runmodel import (
     WORKLOAD_TAG,
     gpus_of_tag,
     gpus_used_tag,
+    node_tag,
 )
 from radt.settings import PROMETHEUS_HOST_LABEL, PROMETHEUS_URL, tracking_uri
 
@@ -87,6 +89,12 @@ def job_tags(job: Job) -> dict[str, str]:
     }
     if len(job.nodes) == 1:
         tags[HOST_TAG] = job.nodes[0]
+    elif job.gpus and all(job.gpus.get(node) for node in job.nodes):  # a run of several nodes, as radt's own multi-node runs are
+        for node in job.nodes:
+            tags[node_tag(node)] = job.status
+            tags[node_tag(node, "host")] = node
+            tags[node_tag(node, "slurm_job_id")] = job.job_id
+            tags[node_tag(node, "gpus")] = json.dumps([{"series": f"gpu_{i}", "index": i} for i in job.gpus[node]])
     if job.array_job:
         tags[f"{SLURM_PREFIX}array_job"] = job.array_job
     return tags
@@ -96,12 +104,12 @@ def why_no_series(job: Job) -> str | None:
     """Why the job's GPU series cannot be taken (None: they can): radt takes a job's own GPUs or none."""
     if job.gpus_requested == 0 and not any((job.gpus or {}).values()):
         return "the job had no GPU"
-    if len(job.nodes) != 1:
-        return f"a job on {len(job.nodes)} nodes: radt import --slurm takes the series of one-node jobs only, for now"
-    if job.gpus is None or not job.gpus.get(job.nodes[0]):
+    unknown = [node for node in job.nodes if not (job.gpus or {}).get(node)]
+    if unknown:
+        where = f" of node {', '.join(unknown)}" if len(job.nodes) > 1 else ""
         return (
-            "no exporter series is labelled with the job (jobid, hpc_job), Slurm's accounting keeps no GPU index and the job's "
-            "AdminComment holds none; install examples/slurm/radt-gres-prolog.sh as PrologSlurmctld"
+            f"no exporter series is labelled with the job (jobid, hpc_job), Slurm's accounting keeps no GPU index and the job's "
+            f"AdminComment holds none{where}; install examples/slurm/radt-gres-prolog.sh as PrologSlurmctld"
         )
     return None
 
@@ -111,9 +119,11 @@ Fill = Callable[[list[str]], int]  # `radt import --prometheus`'s main (importer
 
 def _fill(fill: Fill, uri: str, run_id: str, job: Job, url: str) -> int:
     """The job's GPU series from Prometheus into its run (radt import --prometheus's backfill); its exit code."""
-    gpus = "+".join(map(str, job.gpus[job.nodes[0]]))  # type: ignore[index]
+    argv = ["--prometheus", url, "--run", run_id, "--store", uri]
+    if len(job.nodes) == 1:  # several nodes: each node's host and GPUs are in the run's radt.node.<node>/ tags
+        argv += ["--gpus", "+".join(map(str, job.gpus[job.nodes[0]]))]  # type: ignore[index]
     with contextlib.redirect_stdout(io.StringIO()):  # it prints the run id; this command prints a line per job
-        return fill(["--prometheus", url, "--run", run_id, "--store", uri, "--gpus", gpus])
+        return fill(argv)
 
 
 class Imported(NamedTuple):
@@ -162,14 +172,20 @@ class JobImporter:
         """The job with the GPUs it had, and where they come from, in this order: the GPUs its exporter labelled with its
         id (jobid, hpc_job) over its time; its AdminComment's (radt's prolog); scontrol's while it runs; what an import
         took from scontrol while it ran (the run's gpus_used tag). '' where none says."""
-        if self.url and len(job.nodes) == 1 and job.start_ms is not None:
+        if self.url and job.nodes and job.start_ms is not None:
             end_ms = job.end_ms or int(time.time() * 1000)
+            labelled = {}
             try:
-                found = labelled_gpus(self.url, job.nodes[0], self.host_labels, (job.job_id, job.raw_id), job.start_ms, end_ms)
+                for node in job.nodes:
+                    found = labelled_gpus(self.url, node, self.host_labels, (job.job_id, job.raw_id), job.start_ms, end_ms)
+                    if found is None:
+                        break
+                    labelled[node] = found
             except PromError:
-                found = None  # the backfill meets it too, and leaves the gap tag
-            if found is not None:
-                return job._replace(gpus={job.nodes[0]: found.gpus}), f"exporter label {found.label}"
+                labelled = {}  # the backfill meets it too, and leaves the gap tag
+            if len(labelled) == len(job.nodes):  # every node's GPUs said by the exporter, or none taken from it
+                label = next(iter(labelled.values())).label
+                return job._replace(gpus={node: found.gpus for node, found in labelled.items()}), f"exporter label {label}"
         if job.gpus is not None and any(job.gpus.values()):
             return job, job.gpus_from
         if job.state == "RUNNING" and job.gpus_requested:
@@ -228,21 +244,24 @@ class JobImporter:
 def verdict_of(client, run_id: str, job: Job, memory: GpuMemory | None = None) -> Verdict:
     """The job's efficiency verdict from the GPU series its run now holds (its own GPUs only), its memory against its GPUs'."""
     size, model = (memory.total_mib, memory.model) if memory else (None, "")
-    return judge(_gpu_series(client, run_id), job.gpus[job.nodes[0]], size, model)  # type: ignore[index]
+    assert job.gpus is not None, "judged only where its GPUs are known"
+    if len(job.nodes) == 1:
+        return judge(_gpu_series(client, run_id), job.gpus[job.nodes[0]], size, model)
+    return judge(_gpu_series(client, run_id), [(node, i) for node in job.nodes for i in job.gpus[node]], size, model)
 
 
 def _gpu_series(client, run_id: str) -> dict[str, list[tuple[int, float]]]:
     """{key: [(ms, value)]} of the run's per-GPU series: one SQL query on radt's SQL client, MLflow's history otherwise."""
     engine = getattr(client, "engine", None)
     if engine is None:
-        keys = [k for k in client.get_run(run_id).data.metrics if k.startswith("system/gpu_")]
+        keys = [k for k in client.get_run(run_id).data.metrics if k.startswith("system/") and "gpu_" in k]
         return {k: [(m.timestamp, m.value) for m in client.get_metric_history(run_id, k)] for k in keys}
     import sqlalchemy as sa
 
     from radt import mlflowdb
 
     m = mlflowdb.metrics.c
-    query = sa.select(m.key, m.timestamp, m.value, m.is_nan).where(m.run_uuid == run_id, m.key.startswith("system/gpu_", autoescape=True))
+    query = sa.select(m.key, m.timestamp, m.value, m.is_nan).where(m.run_uuid == run_id, m.key.like("system/%gpu\\_%", escape="\\"))
     out: dict[str, list[tuple[int, float]]] = {}
     with engine.connect() as conn:
         for key, ms, value, is_nan in conn.execute(query):

@@ -30,7 +30,8 @@ MIG_MODELS = re.compile(r"\b(A30|A100|A800|H100|H800|H20|H200|GH200)\b")  # the 
 SLICE_FILL = 0.95  # of a slice's nominal GiB that it holds
 SMALL_SHARE = 0.25  # on a GPU without MIG: a peak under this share of its memory is said (MPS could share it)
 GIB = 1024**3
-_KEY = re.compile(r"^system/gpu_(\d+)_(.+)$")
+_KEY = re.compile(r"^system/(?:([^/]+)/)?gpu_(\d+)_(.+)$")  # system/gpu_0_sm_active, or a node's: system/gpu01/gpu_0_sm_active
+Gpu = int | tuple[str, int]  # a GPU of a one-node job by its index; of a job on several nodes, (node, index)
 
 
 class Verdict(NamedTuple):
@@ -83,16 +84,28 @@ def memory_flag(peak_gb: float, size: int | None, total_mib: float | None, model
     return f"{head} ({share:.0%})" if share < SMALL_SHARE else None
 
 
-def judge(series: Mapping[str, Sequence[tuple[int, float]]], gpus: Sequence[int], memory_total_mib: float | None = None, model: str = "") -> Verdict:
-    """The verdict of a job whose GPUs `gpus` gave `series` ({'system/gpu_<i>_<metric>': [(ms, value)]}); other GPUs' keys
-    are ignored. `memory_total_mib`: the memory of each of its GPUs, as the driver reports it (the exporter's FB_FREE +
+def _order(gpu: Gpu) -> tuple[str, int]:
+    return gpu if isinstance(gpu, tuple) else ("", gpu)
+
+
+def _where(gpu: Gpu) -> str:
+    """A GPU's part of a verdict number's name: gpu_1, or a node's gpu01/gpu_1."""
+    return f"{gpu[0]}/gpu_{gpu[1]}" if isinstance(gpu, tuple) else f"gpu_{gpu}"
+
+
+def judge(series: Mapping[str, Sequence[tuple[int, float]]], gpus: Sequence[Gpu], memory_total_mib: float | None = None, model: str = "") -> Verdict:
+    """The verdict of a job whose GPUs `gpus` gave `series` ({'system/gpu_<i>_<metric>': [(ms, value)]}; a job on several
+    nodes: GPUs (node, i) and keys 'system/<node>/gpu_<i>_<metric>'); other GPUs' keys are ignored. `memory_total_mib`: the memory of each of its GPUs, as the driver reports it (the exporter's FB_FREE +
     FB_USED) and `model` its name (the exporter's modelName), which a MIG slice that could hold the job is said against;
     without them no slice is named."""
-    by_gpu: dict[int, dict[str, list[tuple[int, float]]]] = {g: {} for g in gpus}
+    by_gpu: dict[Gpu, dict[str, list[tuple[int, float]]]] = {g: {} for g in gpus}
     for key, points in series.items():
         match = _KEY.match(key)
-        if match and int(match.group(1)) in by_gpu:
-            by_gpu[int(match.group(1))][match.group(2)] = [p for p in points if math.isfinite(p[1])]
+        if not match:
+            continue
+        gpu: Gpu = (match.group(1), int(match.group(2))) if match.group(1) else int(match.group(2))
+        if gpu in by_gpu:
+            by_gpu[gpu][match.group(3)] = [p for p in points if math.isfinite(p[1])]
     numbers: dict[str, float] = {"gpus": len(gpus)}
     flags: list[str] = []
     smact = {g: [v for _, v in m.get("sm_active", [])] for g, m in by_gpu.items() if m.get("sm_active")}
@@ -104,12 +117,13 @@ def judge(series: Mapping[str, Sequence[tuple[int, float]]], gpus: Sequence[int]
             if values:
                 numbers[name] = _mean(values)
         idle = {g: sum(v < IDLE_SMACT for v in values) / len(values) for g, values in smact.items()}
-        for g, share in sorted(idle.items()):
-            numbers[f"gpu_{g}_idle_share"] = share
-        unused = sorted(g for g, values in smact.items() if max(values) < IDLE_SMACT)
+        for g, share in sorted(idle.items(), key=lambda item: _order(item[0])):
+            numbers[f"{_where(g)}_idle_share"] = share
+        unused = sorted((g for g, values in smact.items() if max(values) < IDLE_SMACT), key=_order)
         numbers["gpus_unused"] = len(unused)
         if unused:
-            flags.append(f"{len(unused)} of {len(gpus)} GPUs idle (GPU {', '.join(map(str, unused))}: SMACT never reached {IDLE_SMACT})")
+            names = ", ".join(f"{g[0]} {g[1]}" if isinstance(g, tuple) else str(g) for g in unused)
+            flags.append(f"{len(unused)} of {len(gpus)} GPUs idle (GPU {names}: SMACT never reached {IDLE_SMACT})")
         by_time: dict[int, list[float]] = {}
         for values in (m.get("sm_active", []) for m in by_gpu.values()):
             for ms, v in values:

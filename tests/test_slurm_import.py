@@ -20,6 +20,7 @@ from tests.support.dcgm_exporter import Device
 from tests.support.polling import wait_for
 from tests.test_prometheus_import import held, in_run
 
+OTHER_NODE = "radt-test-node-b"  # a node only the exporter stand-in knows: Slurm's accounting lines name it
 LOG = Path(__file__).parent / "fixtures" / "real-tool-logs" / "mnist_dcgmi_dmon_18fields.txt"
 
 
@@ -142,6 +143,7 @@ def test_a_running_import_keeps_the_gpus_scontrol_gave_for_the_import_after_the_
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, cluster):
     devices = [Device(slurmacct.host(), gpu, gpu, memory_mib=40_536) for gpu in range(4)]  # an A100 40GB's memory, as its driver says
+    devices += [Device(OTHER_NODE, gpu, 3 - gpu, memory_mib=40_536) for gpu in range(2)]  # a second node (jobs on two nodes)
     until = f'DCGM_FI_PROF_SM_ACTIVE{{Hostname="{slurmacct.host()}",gpu="0"}}[1h]'
     with prom.serving(tmp_path_factory.mktemp("prometheus"), LOG, devices, until, 2) as (exporter, server):
         yield exporter, server
@@ -226,6 +228,40 @@ def test_gpus_the_exporter_labels_with_the_job_are_its_own_where_accounting_has_
             got = expected.setdefault(f"system/gpu_{gpu}_{name}", {})
             got.update({round(float(t) * 1000): float(v) * scale for t, v in series["values"] if fact.start_ms <= round(float(t) * 1000) <= fact.end_ms})
     assert in_run(client, run.info.run_id) == {k: v for k, v in expected.items() if v}, "point for point, across the label's coming"
+
+
+def test_a_job_on_two_nodes_gets_each_nodes_own_gpus_under_its_node(served, store_uri):
+    """A two-node job (an accounting line as sacct prints one; the tests' Slurm has one node): each node's GPUs from its
+    own exporter series, under the node's keys as radt's own multi-node runs have them, and one verdict over all four."""
+    from radt.collectors.importer import prometheus_main
+    from radt.collectors.slurmimport import JobImporter
+    from radt.collectors.tracking import connect
+
+    _exporter, server = served
+    host = slurmacct.host()
+    server.wait_samples(f'DCGM_FI_PROF_SM_ACTIVE{{Hostname="{OTHER_NODE}",gpu="1"}}[1h]', 5)
+    now = time.time()
+    stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))  # noqa: E731  (sacct prints local time)
+    line = (
+        f"301|301|two-nodes|root|root|debug|{stamp(now - 5)}|{stamp(now - 4)}|{stamp(now - 1)}|COMPLETED|0:0|{host},{OTHER_NODE}|"
+        f"billing=1,gres/gpu=3,node=2|radt-gres={host}>gpu:2(IDX:1,3);{OTHER_NODE}>gpu:1(IDX:1)\n"
+    )
+    (job,) = acct.parse_sacct(line)
+    _scraped_after(server, OTHER_NODE, 1, job.end_ms)
+    client = connect(store_uri)
+    importer = JobImporter(client, store_uri, url=server.url, fill=prometheus_main)
+    done = importer.job(job)
+    assert done.reason is None and done.filled
+    run = client.get_run(done.run_id)
+    expected = {k: v for node, gpu in ((host, 1), (host, 3), (OTHER_NODE, 1)) for k, v in held(server, node, gpu, job.start_ms, job.end_ms, node=node).items()}
+    assert in_run(MlflowClient(store_uri), done.run_id) == expected and expected, "each node's own GPUs, point for point, under the node's keys"
+    tags = run.data.tags
+    assert tags[f"radt.node.{OTHER_NODE}/host"] == OTHER_NODE and tags["radt.verdict.gpus"] == "3"
+    assert {k for k in tags if k.endswith("_idle_share")} == {
+        f"radt.verdict.{host}/gpu_1_idle_share",
+        f"radt.verdict.{host}/gpu_3_idle_share",
+        f"radt.verdict.{OTHER_NODE}/gpu_1_idle_share",
+    }
 
 
 def test_the_prolog_copies_the_gpu_indices_slurm_gave_the_job(cluster):
