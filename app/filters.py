@@ -37,6 +37,7 @@ from radt.app.state import STATE
 from radt.app.store import LATEST, chunks, plain_rows
 from radt.catalogue import METRICS, unit_text
 from radt.errors import UserError
+from radt.runmodel import SLURM_JOB_TAG, SLURM_PARTITION_TAG, VERDICT_PREFIX
 
 
 class FilterError(UserError, ValueError):
@@ -97,7 +98,12 @@ FIELDS = {  # the GPU figures are over the GPUs the run used (summaries.run_summ
     "cpu.mean": Field("cpu_mean", "summary", {"": 1.0, "%": 1.0}, unit_text(METRICS["cpu_utilization_percentage"])),  # the host's
 }
 TEXT_FIELDS = {"letter": "letter"}  # radt's own words for a run (its radt.letter tag or radT's letter param), compared like attributes
-FIELD_NAMES = ", ".join([*FIELDS, *TEXT_FIELDS])
+TAG_FIELDS = {  # radt's words for the tags of a Slurm job's run (radt import --slurm): `flags LIKE '%idle%'`, `partition = 'a100'`
+    "flags": f"{VERDICT_PREFIX}flags",
+    "partition": SLURM_PARTITION_TAG,
+    "job": SLURM_JOB_TAG,
+}
+FIELD_NAMES = ", ".join([*FIELDS, *TEXT_FIELDS, *TAG_FIELDS])
 UNKNOWN_HINT = f"use params., tags., attributes., metrics. or one of {FIELD_NAMES}"
 LIKE_PATTERN_LIMIT = 250  # characters of a LIKE/ILIKE pattern (as many as MLflow allows in a key); a longer one is refused
 LIKE_VALUE_LIMIT = 8000  # LIKE/ILIKE read a value's first 8,000 characters: all of any MLflow stores (params 6,000, tags 8,000)
@@ -215,6 +221,8 @@ def field_of(word: str) -> tuple[str, str]:
         return "field", lowered
     if lowered in TEXT_FIELDS:
         return "text", TEXT_FIELDS[lowered]
+    if lowered in TAG_FIELDS:
+        return "tag", TAG_FIELDS[lowered]
     prefix, rest = _split_key(word)
     prefix = _unquote(prefix)
     if rest is None:  # MLflow: an identifier without a prefix is an attribute

@@ -36,6 +36,10 @@ RUNS = {
     "r4": ("128", "MPS", "RUNNING", None, None, None, [0.5, 0.3], 2),
     "r5": ("64", "MIG", "KILLED", 60, np.linspace(0.0, 1.0, 60), 0.3, [1.5, 1.2], 99),
 }
+JOBS = {  # two runs imported from Slurm (radt import --slurm's tags)
+    "r1": {"radt.slurm.job_id": "7001", "radt.slurm.partition": "a100", "radt.verdict.flags": "1 of 2 GPUs idle (GPU 1: SMACT never reached 0.01)"},
+    "r5": {"radt.slurm.job_id": "7002", "radt.slurm.partition": "h100", "radt.verdict.flags": "SMACT < 0.1 for 80% of the time (mean 0.050, p95 0.090)"},
+}
 NAMES = {"r1": "resnet-128-mps", "r2": "resnet-128-alone", "r3": "resnet-256-mps", "r4": "bert-128-mps", "r5": "ResNet-64-mig"}
 
 
@@ -51,7 +55,8 @@ def build_filter_store(uri: str) -> FilterStore:
         if smact is not None:
             metrics += [Metric("system/gpu_0_sm_active", float(v), BASE + i * 1000, i) for i, v in enumerate(smact)]
             metrics += [Metric("system/gpu_0_sm_occupancy", smocc, BASE + i * 1000, i) for i in range(60)]
-        client.log_batch(run_id, metrics=metrics, params=[Param("batch_size", batch)], tags=[RunTag("radt.collocation", collocation)])
+        tags = [RunTag("radt.collocation", collocation)] + [RunTag(k, v) for k, v in JOBS.get(label, {}).items()]
+        client.log_batch(run_id, metrics=metrics, params=[Param("batch_size", batch)], tags=tags)
         if minutes is not None:
             client.set_terminated(run_id, status, end_time=BASE + minutes * MINUTE)
     return FilterStore(uri, experiment, runs)
@@ -98,6 +103,7 @@ MLFLOW_FILTERS = {
     "params.batch_size IS NOT NULL": {"r1", "r2", "r3", "r4", "r5"},
     "params.lr IS NULL": {"r1", "r2", "r3", "r4", "r5"},
     f"attributes.start_time >= {BASE} and metrics.loss < 1": {"r1", "r2", "r4"},
+    "tags.`radt.verdict.flags` LIKE '%idle%'": {"r1"},
 }
 
 
@@ -133,6 +139,10 @@ RADT_FILTERS = {
     "status NOT IN ('FAILED', 'KILLED') and params.batch_size IN ('128')": {"r1", "r2", "r4"},
     "resnet and status = 'FAILED'": {"r3"},
     "status=FINISHED metrics.loss<0.5": {"r1"},
+    "flags LIKE '%idle%'": {"r1"},  # radt's words for a Slurm job's tags
+    "flags ILIKE '%smact < 0.1%'": {"r5"},
+    "flags IS NOT NULL and partition = 'h100'": {"r5"},
+    "job IN ('7001', '7002') and smact.mean < 0.3": {"r1"},
     "": {"r1", "r2", "r3", "r4", "r5"},
 }
 
