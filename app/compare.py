@@ -39,12 +39,12 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from radt.runmodel import COLLOCATION_TAG, SLURM_PARTITION_TAG, SLURM_PREFIX, UNGROUPED, USER_TAG, script_span, together
+from radt.runmodel import COLLOCATION_TAG, SLURM_PARTITION_TAG, SLURM_PREFIX, UNGROUPED, USER_TAG, VERDICT_PREFIX, script_span, together
 
 RUN_COLUMNS = ["kind", "experiment_id", "workload", "run", "command", "letter", "status", "together", "steps", "duration_min", "steps_per_h", "alone_runs",
                "alone_steps_per_h", "normalised", "gpus_text", "smact_mean", "smact_p95", "smact_busiest", "smocc_mean", "smocc_p95", "gract_mean",
                "power_mean_w", "peak_memory_per_gpu_mb", "energy_kj", "cpu_mean", "energy_per_step_j", "collocation", "gpus_used", "gpus_watched",
-               "gpu_basis", "partition", "user", "run_id"]  # fmt: skip
+               "gpu_basis", "partition", "user", "flags", "run_id"]  # fmt: skip
 # a run's GPU figures, over the GPUs it used (summaries.run_summary), as the summary gives them; a together group's row has none
 GPU_COLUMNS = ("gpus_text", "smact_mean", "smact_p95", "smact_busiest", "smocc_mean", "smocc_p95", "gract_mean", "power_mean_w", "gpus_used", "gpus_watched",
                "gpu_basis")  # fmt: skip
@@ -202,8 +202,12 @@ def comparison(runs: pd.DataFrame, summary: pd.DataFrame, library: pd.DataFrame 
 
 
 def _job_of(tags: dict) -> dict[str, str]:
-    """A Slurm job's partition and user (radt import --slurm's tags); the user is MLflow's for any other run."""
-    return {"partition": tags.get(SLURM_PARTITION_TAG, ""), "user": tags.get(f"{SLURM_PREFIX}user") or tags.get(USER_TAG, "")}
+    """A Slurm job's partition, user and verdict flags (radt import --slurm's tags); the user is MLflow's for any other run."""
+    return {
+        "partition": tags.get(SLURM_PARTITION_TAG, ""),
+        "user": tags.get(f"{SLURM_PREFIX}user") or tags.get(USER_TAG, ""),
+        "flags": tags.get(f"{VERDICT_PREFIX}flags", ""),
+    }
 
 
 def _group_row(members: list, figures: list[dict], stats: pd.DataFrame) -> dict:

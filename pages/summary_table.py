@@ -95,15 +95,23 @@ COLUMNS = [
     ),
     Column("GPUs watched", "gpus_watched", "How many GPUs radt watched for the run.", 0),
     Column("letter", "letter", None),
+    Column("partition", "partition", "The Slurm partition of a job radt import --slurm made a run of (radt.slurm.partition)."),
+    Column("user", "user", "Who ran it: a Slurm job's user (radt.slurm.user), else MLflow's (mlflow.user)."),
+    Column(
+        "verdict",
+        "flags",
+        "A Slurm job's efficiency flags, each with its numbers (radt.verdict.flags; radt import --slurm): idle GPUs, low SMACT, "
+        "a MIG slice that would hold it, a job it could share a GPU with under MPS. Filter with flags LIKE '%idle%'.",
+    ),
 ]
 SORT_KEYS = {"duration": "duration_min"}  # a text column sorts on the number beside it
 MARKDOWN = {"logs"}
-NAMES = ("run", "command", "workload")  # cut with an ellipsis, whole in their tooltip
-LEFT = (*NAMES, "collocation", "status", "letter", "gpus_text")
+NAMES = ("run", "command", "workload", "flags")  # cut with an ellipsis, whole in their tooltip
+LEFT = (*NAMES, "collocation", "status", "letter", "gpus_text", "partition", "user")
 # Widths (px) that keep the default columns within 1440 px (1,064 px beside the sidebar) whatever the names: a name is cut
 # with an ellipsis; the other columns are as wide as their header (wrapped) or their widest number.
 WIDTHS = {"run": 170}
-MAX_WIDTHS = {"command": 130, "workload": 130, "gpus_text": 84, "collocation": 70, "status": 72}
+MAX_WIDTHS = {"command": 130, "workload": 130, "gpus_text": 84, "collocation": 70, "status": 72, "flags": 260}
 
 
 def present(columns: list[Column] = COLUMNS) -> list[Column]:

@@ -305,10 +305,14 @@ def test_a_clusters_jobs_compare_by_partition_and_user_across_the_users_experime
         run_id = runs[job.job_id] = importer.job(job).run_id
         writer.write(run_id, [Point("system/gpu_0_sm_active", jobs[job.job_id][2], job.start_ms + 1000 * i, i) for i in range(10)])
     writer.close()
+    client.set_tag(runs["201"], "radt.verdict.flags", "SMACT < 0.1 for 100% of the time (mean 0.100, p95 0.100)")
     _open_store(store_uri)
     experiments = sorted({r.info.experiment_id for r in (client.get_run(i) for i in runs.values())})
     assert len(experiments) == 3, "one experiment per user"
     table = comparison_table(View(experiments, list(runs.values())))
+    by_run = table[table["kind"] == "run"].set_index("run_id")
+    assert by_run.loc[runs["201"], ["partition", "user", "flags"]].tolist() == ["a100", "alice", "SMACT < 0.1 for 100% of the time (mean 0.100, p95 0.100)"]
+    assert by_run.loc[runs["205"], "flags"] == "", "the summary table's verdict column: the job's flags, blank where it has none"
     figure = cdf_figure(table, "smact_mean", "partition")
     lines_drawn = {t.name: sorted(t.x) for t in figure.data}
     assert set(lines_drawn) == {"a100 (3)", "h100 (2)"}, "a line per partition, each over every user's jobs"
