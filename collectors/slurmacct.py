@@ -283,3 +283,16 @@ def running_gpus(job: Job) -> dict[str, tuple[int, ...]] | None:
         if other.raw_id == job.raw_id and other.state == "RUNNING" and other.gpus and any(other.gpus.values()):
             return other.gpus
     return None
+
+
+def node_gpus(node: str) -> int | None:
+    """How many GPUs a node has as Slurm configures it (`scontrol show node`'s CfgTRES gres/gpu); None where it cannot say."""
+    try:
+        done = _run(["scontrol", "-o", "show", "node", node], 60, "slurmctld (scontrol ping)")
+    except AccountingError:
+        return None
+    for line in done.stdout.splitlines():
+        fields = dict(_pairs(line))
+        if fields.get("NodeName") == node:
+            return _gpus_requested(fields.get("CfgTRES", "")) or None
+    return None

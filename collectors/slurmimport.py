@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from radt.collectors.promql import GpuMemory, PromError, gpu_memory, host_labels, labelled_gpus
-from radt.collectors.slurmacct import AccountingError, Job, NoAccounting, running_gpus, sacct, scontrol_jobs
+from radt.collectors.slurmacct import AccountingError, Job, NoAccounting, node_gpus, running_gpus, sacct, scontrol_jobs
 from radt.collectors.tracking import connect, find_or_create_workload, find_runs, resolve_experiment, set_tags
 from radt.collectors.verdicts import Judged, Verdict, judge, share_partners
 from radt.options import store_parent
@@ -46,6 +46,7 @@ from radt.settings import PROMETHEUS_HOST_LABEL, PROMETHEUS_URL, tracking_uri
 
 _SINCE = re.compile(r"^(\d+)([dhm])$")
 SCONTROL = "scontrol"  # radt.slurm.gpus_from of GPUs scontrol gave while the job ran
+WHOLE_NODE = "whole node"  # radt.slurm.gpus_from of a job that had every GPU of its nodes
 
 
 def since_for_sacct(text: str) -> str:
@@ -98,6 +99,17 @@ def job_tags(job: Job) -> dict[str, str]:
     if job.array_job:
         tags[f"{SLURM_PREFIX}array_job"] = job.array_job
     return tags
+
+
+def _whole_nodes(job: Job) -> dict[str, tuple[int, ...]] | None:
+    """Every GPU of the job's nodes where it was given them all (its GPUs requested = its nodes' GPUs, as Slurm configures
+    them now); None otherwise: a part of a node's GPUs is never guessed."""
+    if not job.gpus_requested or not job.nodes:
+        return None
+    counts = [node_gpus(node) for node in job.nodes]
+    if any(c is None for c in counts) or sum(counts) != job.gpus_requested:  # type: ignore[arg-type]
+        return None
+    return {node: tuple(range(count)) for node, count in zip(job.nodes, counts, strict=True)}  # type: ignore[arg-type]
 
 
 def why_no_series(job: Job) -> str | None:
@@ -171,7 +183,8 @@ class JobImporter:
     def _gpus_of(self, job: Job, before: dict[str, str]) -> tuple[Job, str]:
         """The job with the GPUs it had, and where they come from, in this order: the GPUs its exporter labelled with its
         id (jobid, hpc_job) over its time; its AdminComment's (radt's prolog); scontrol's while it runs; what an import
-        took from scontrol while it ran (the run's gpus_used tag). '' where none says."""
+        took from scontrol while it ran (the run's gpus_used tag); every GPU of its nodes where it had them all. '' where
+        none says."""
         if self.url and job.nodes and job.start_ms is not None:
             end_ms = job.end_ms or int(time.time() * 1000)
             labelled = {}
@@ -194,6 +207,9 @@ class JobImporter:
                 return job._replace(gpus=running), SCONTROL
         if before.get(GPUS_FROM_TAG, "").startswith(SCONTROL) and gpus_of_tag(before.get(f"{SLURM_PREFIX}gpus_used", "")):
             return job._replace(gpus=gpus_of_tag(before[f"{SLURM_PREFIX}gpus_used"])), f"{SCONTROL}, while it ran"
+        whole = _whole_nodes(job)
+        if whole:
+            return job._replace(gpus=whole), WHOLE_NODE
         return job, ""
 
     def share(self) -> int:

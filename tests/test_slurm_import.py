@@ -3,6 +3,7 @@ series of exactly the job's GPUs from a real Prometheus scraping a dcgm-exporter
 
 from __future__ import annotations
 
+import math
 import subprocess
 import time
 from pathlib import Path
@@ -117,20 +118,25 @@ def test_without_accounting_the_jobs_slurmctld_holds_come_from_scontrol(cluster,
         subprocess.run(["scancel", job], env=slurmacct.env(), check=False)
 
 
-def test_a_running_import_keeps_the_gpus_scontrol_gave_for_the_import_after_the_end(cluster, store_uri, capsys, monkeypatch):
+def test_a_running_import_keeps_the_gpus_scontrol_gave_for_the_import_after_the_end(cluster, store_uri, capsys, monkeypatch, tmp_path):
     """Accounting without radt's prolog: an import while the job runs takes its GPUs from scontrol and the run keeps them,
     so the import after its end (when only sacct knows the job, without GPUs) still knows them."""
     monkeypatch.delenv("RADT_PROMETHEUS_URL", raising=False)
-    job = slurmacct.submit("--gres=gpu:1", "-J", "caught running", "--wrap", "sleep 4")
-    mine = acct._indices(slurmacct.running(job))
-    slurmacct.scontrol("update", f"JobId={job}", "AdminComment=")  # as on a cluster without radt's prolog
-    wait_for(lambda: acct.sacct([job]) and acct.sacct([job])[0].state == "RUNNING", timeout=30)  # sacct shows it running
-    code, err = radt_import(capsys, "--slurm", job, "--store", store_uri)
+    release = tmp_path / "release"  # the job runs until the test has imported it once
+    job = slurmacct.submit("--gres=gpu:1", "-J", "caught running", "--wrap", f"while [ ! -e {release} ]; do sleep 0.2; done")
+    try:
+        mine = acct._indices(slurmacct.running(job))
+        slurmacct.scontrol("update", f"JobId={job}", "AdminComment=")  # as on a cluster without radt's prolog
+        seen = lambda: [j for j in acct.sacct([job]) if j.state == "RUNNING" and j.gpus_requested == 1]  # noqa: E731
+        wait_for(seen, timeout=30, what=f"job {job} running with its GPU in sacct")  # slurmdbd hears of the start after slurmctld
+        code, err = radt_import(capsys, "--slurm", job, "--store", store_uri)
+    finally:
+        release.touch()
     assert code == 0, err
     client = MlflowClient(store_uri)
     tags = runs_of(client, "root")[job].data.tags
     used = f"{slurmacct.host()}:{','.join(map(str, mine))}"
-    assert tags["radt.slurm.gpus_from"] == "scontrol" and tags["radt.slurm.gpus_used"] == used, tags
+    assert tags.get("radt.slurm.gpus_from") == "scontrol" and tags["radt.slurm.gpus_used"] == used, (tags, err)
     slurmacct.accounted(job, ("COMPLETED",))
     assert not (acct.sacct([job])[0].gpus or {}), "sacct alone has no GPU for it"
     code, err = radt_import(capsys, "--slurm", job, "--store", store_uri)
@@ -239,11 +245,11 @@ def test_a_job_on_two_nodes_gets_each_nodes_own_gpus_under_its_node(served, stor
 
     _exporter, server = served
     host = slurmacct.host()
-    server.wait_samples(f'DCGM_FI_PROF_SM_ACTIVE{{Hostname="{OTHER_NODE}",gpu="1"}}[1h]', 5)
-    now = time.time()
+    # the job's time lies ahead, when the exporter serves its plain devices (an earlier test of this module relabels them)
+    start = math.ceil(time.time()) + 1
     stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))  # noqa: E731  (sacct prints local time)
     line = (
-        f"301|301|two-nodes|root|root|debug|{stamp(now - 5)}|{stamp(now - 4)}|{stamp(now - 1)}|COMPLETED|0:0|{host},{OTHER_NODE}|"
+        f"301|301|two-nodes|root|root|debug|{stamp(start - 1)}|{stamp(start)}|{stamp(start + 3)}|COMPLETED|0:0|{host},{OTHER_NODE}|"
         f"billing=1,gres/gpu=3,node=2|radt-gres={host}>gpu:2(IDX:1,3);{OTHER_NODE}>gpu:1(IDX:1)\n"
     )
     (job,) = acct.parse_sacct(line)
@@ -262,6 +268,19 @@ def test_a_job_on_two_nodes_gets_each_nodes_own_gpus_under_its_node(served, stor
         f"radt.verdict.{host}/gpu_3_idle_share",
         f"radt.verdict.{OTHER_NODE}/gpu_1_idle_share",
     }
+
+
+def test_a_job_given_every_gpu_of_its_node_has_them_all_without_any_other_source(cluster, store_uri, capsys, monkeypatch):
+    """No prolog, no exporter label, not caught running: a job that asked for all 4 GPUs of its node had each of them."""
+    monkeypatch.delenv("RADT_PROMETHEUS_URL", raising=False)
+    job = slurmacct.submit("--gres=gpu:4", "-J", "whole node", "--wrap", "sleep 2")
+    slurmacct.running(job)
+    slurmacct.scontrol("update", f"JobId={job}", "AdminComment=")
+    slurmacct.accounted(job, ("COMPLETED",))
+    code, err = radt_import(capsys, "--slurm", job, "--store", store_uri)
+    assert code == 0, err
+    tags = runs_of(MlflowClient(store_uri), "root")[job].data.tags
+    assert tags["radt.slurm.gpus_from"] == "whole node" and tags["radt.slurm.gpus_used"] == f"{slurmacct.host()}:0,1,2,3", tags
 
 
 def test_the_prolog_copies_the_gpu_indices_slurm_gave_the_job(cluster):
