@@ -1,7 +1,7 @@
 """The Cluster view's rows: every run `radt import --slurm` made, with its job's facts and verdict, worst waste first.
 
 Waste is the GPU-hours the job held but did not use: GPUs × hours × (1 − SMACT mean), SMACT being the share of time
-the SMs were active (dcgm-exporter's DCGM_FI_PROF_SM_ACTIVE). Jobs without a verdict come last.
+the SMs were active (dcgm-exporter's DCGM_FI_PROF_SM_ACTIVE). Jobs without a verdict come last, the newest first.
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ def job_rows(engine: sa.Engine, now_ms: int | None = None) -> list[dict]:
         smact = row["smact_mean"]
         row["wasted_gpu_hours"] = None if smact is None else row["gpus"] * row["hours"] * (1 - min(1.0, max(0.0, smact)))
         out.append(row)
-    out.sort(key=lambda x: (x["wasted_gpu_hours"] is None, -(x["wasted_gpu_hours"] or 0), x["job"]))
+    # the most wasted GPU-hours first; jobs without a verdict after them, the newest first (job ids sort as text: 10 < 9)
+    out.sort(key=lambda x: (x["wasted_gpu_hours"] is None, -(x["wasted_gpu_hours"] or 0), -(x["start_ms"] or 0), x["job"]))
     return out
 
 

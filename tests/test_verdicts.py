@@ -112,3 +112,23 @@ def test_the_import_writes_the_sharing_flag_into_both_jobs_verdicts(store_uri):
         "SMACT p95 0.30 + 0.60, memory 6.0 + 30.0 GB of 80 GB"
     )
     assert client.get_run(runs["102"]).data.tags["radt.verdict.mps_partner"] == "101"
+
+
+def test_jobs_without_a_verdict_come_after_the_judged_ones_newest_first(store_uri):
+    """A new user's first import without Prometheus: no verdicts; the list is by start, newest first (9 started after 10)."""
+    import sqlalchemy as sa
+
+    from radt.app.jobs import job_rows
+    from radt.collectors import slurmacct, slurmimport
+    from radt.collectors.tracking import connect
+
+    lines = "".join(
+        f"{job}|{job}|train|alice|proj|gpu|2026-11-20T{hour}:00:00|2026-11-20T{hour}:00:05|2026-11-20T{hour}:30:05|COMPLETED|0:0|n1|"
+        f"billing=1,gres/gpu=1,node=1|radt-gres=n1>gpu:1(IDX:0)\n"
+        for job, hour in ((9, "12"), (10, "11"), (11, "09"))
+    )
+    client = connect(store_uri)
+    importer = slurmimport.JobImporter(client, store_uri)
+    runs = {job.job_id: importer.job(job).run_id for job in slurmacct.parse_sacct(lines)}
+    client.set_tag(runs["11"], "radt.verdict.smact_mean", "0.5")  # the oldest, but judged: first
+    assert [row["job"] for row in job_rows(sa.create_engine(store_uri))] == ["11", "9", "10"]
