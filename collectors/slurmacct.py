@@ -36,6 +36,10 @@ ENDED = {"COMPLETED": "FINISHED", "FAILED": "FAILED", "TIMEOUT": "FAILED", "OUT_
 _IDX = re.compile(r"IDX:([0-9,\-]*)\)")
 
 
+ADMIN_COMMENT = "AdminComment"  # Job.gpus_from: radt's prolog wrote the GPUs into the job's AdminComment
+SCONTROL = "scontrol"  # Job.gpus_from: scontrol's GRES of each node while the job runs
+
+
 class AccountingError(UserError, RuntimeError):
     """sacct cannot answer (no accounting, not installed) or gave a line radt cannot read; one line with the fix."""
 
@@ -62,7 +66,7 @@ class Job(NamedTuple):
     nodes: tuple[str, ...]
     gpus_requested: int
     gpus: dict[str, tuple[int, ...]] | None  # node -> GPU indices; None: not known (no radt-gres in AdminComment)
-    gpus_from: str = ""  # where `gpus` came from: "AdminComment", "scontrol" (its GRES while the job runs)
+    gpus_from: str = ""  # where `gpus` came from: ADMIN_COMMENT, SCONTROL, or what radt import --slurm found them by
 
     @property
     def array_job(self) -> str | None:
@@ -121,7 +125,8 @@ def gres_indices(comment: str) -> dict[str, tuple[int, ...]] | None:
     return out
 
 
-def _gpus_requested(tres: str) -> int:
+def _tres_gpus(tres: str) -> int:
+    """The GPUs a TRES list counts (AllocTRES, TRES, CfgTRES: 'cpu=8,gres/gpu=4,node=1' -> 4)."""
     for item in tres.split(","):
         name, _, value = item.partition("=")
         if name == "gres/gpu" and value.isdigit():
@@ -141,6 +146,7 @@ def parse_sacct(text: str) -> list[Job]:
         row = dict(zip(FIELDS, cells[: len(FIELDS) - 1] + ["|".join(cells[len(FIELDS) - 1 :])], strict=True))  # AdminComment may hold a |
         code, _, sig = row["ExitCode"].partition(":")
         try:
+            gpus = gres_indices(row["AdminComment"])
             job = Job(
                 job_id=row["JobID"],
                 raw_id=row["JobIDRaw"],
@@ -155,10 +161,10 @@ def parse_sacct(text: str) -> list[Job]:
                 exit_code=int(code or 0),
                 signal=int(sig or 0),
                 nodes=expand_hostlist(row["NodeList"]),
-                gpus_requested=_gpus_requested(row["AllocTRES"]),
-                gpus=gres_indices(row["AdminComment"]),
+                gpus_requested=_tres_gpus(row["AllocTRES"]),
+                gpus=gpus,
+                gpus_from=ADMIN_COMMENT if gpus else "",
             )
-            job = job._replace(gpus_from="AdminComment" if job.gpus else "")
         except ValueError as exc:
             raise AccountingError(f"sacct line {number} cannot be read ({exc}): '{line[:120]}'") from None
         jobs.append(job)
@@ -235,6 +241,7 @@ def parse_scontrol(line: str) -> Job:
     task = fields.get("ArrayTaskId", "")
     job_id = f"{fields['ArrayJobId']}_{task}" if fields.get("ArrayJobId") and task.isdigit() else raw
     code, _, sig = fields.get("ExitCode", "0:0").partition(":")
+    commented = gres_indices(fields.get("AdminComment", ""))
     try:
         return Job(
             job_id=job_id,
@@ -250,9 +257,9 @@ def parse_scontrol(line: str) -> Job:
             exit_code=int(code or 0),
             signal=int(sig or 0),
             nodes=expand_hostlist(fields.get("NodeList", "")),
-            gpus_requested=_gpus_requested(fields.get("TRES", "")),
-            gpus=gpus if any(gpus.values()) else gres_indices(fields.get("AdminComment", "")),
-            gpus_from="scontrol" if any(gpus.values()) else "AdminComment" if gres_indices(fields.get("AdminComment", "")) else "",
+            gpus_requested=_tres_gpus(fields.get("TRES", "")),
+            gpus=gpus if any(gpus.values()) else commented,
+            gpus_from=SCONTROL if any(gpus.values()) else ADMIN_COMMENT if commented else "",
         )
     except ValueError as exc:
         raise AccountingError(f"scontrol's line for job {raw or '?'} cannot be read ({exc}): '{line[:120]}'") from None
@@ -294,5 +301,5 @@ def node_gpus(node: str) -> int | None:
     for line in done.stdout.splitlines():
         fields = dict(_pairs(line))
         if fields.get("NodeName") == node:
-            return _gpus_requested(fields.get("CfgTRES", "")) or None
+            return _tres_gpus(fields.get("CfgTRES", "")) or None
     return None

@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from radt.collectors.promql import GpuMemory, PromError, gpu_memory, host_labels, labelled_gpus
-from radt.collectors.slurmacct import AccountingError, Job, NoAccounting, node_gpus, running_gpus, sacct, scontrol_jobs
+from radt.collectors.slurmacct import SCONTROL, AccountingError, Job, NoAccounting, node_gpus, running_gpus, sacct, scontrol_jobs
 from radt.collectors.tracking import connect, find_or_create_workload, find_runs, resolve_experiment, set_tags
 from radt.collectors.verdicts import Judged, Verdict, judge, share_partners
 from radt.options import store_parent
@@ -45,31 +45,26 @@ from radt.runmodel import (
 from radt.settings import PROMETHEUS_HOST_LABEL, PROMETHEUS_URL, tracking_uri
 
 _SINCE = re.compile(r"^(\d+)([dhm])$")
-SCONTROL = "scontrol"  # radt.slurm.gpus_from of GPUs scontrol gave while the job ran
 WHOLE_NODE = "whole node"  # radt.slurm.gpus_from of a job that had every GPU of its nodes
 
 
-def since_for_sacct(text: str) -> str:
-    """'1d' / '6h' / '30m' -> sacct's now-1days / now-6hours / now-30minutes; an ISO time as it is."""
-    match = _SINCE.match(text.strip())
+def parse_since(text: str) -> tuple[str, int]:
+    """--slurm-since as sacct takes it and as ms since the epoch (for scontrol's jobs, where sacct is not there to read
+    it): '1d' / '6h' / '30m' -> sacct's now-1days / now-6hours / now-30minutes; an ISO time as it is."""
+    text = text.strip()
+    match = _SINCE.match(text)
     if match:
-        unit = {"d": "days", "h": "hours", "m": "minutes"}[match.group(2)]
-        return f"now-{match.group(1)}{unit}"
-    if re.match(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2})?)?$", text.strip()):
-        return text.strip().replace(" ", "T")
+        unit, seconds = {"d": ("days", 86_400), "h": ("hours", 3_600), "m": ("minutes", 60)}[match.group(2)]
+        return f"now-{match.group(1)}{unit}", int((time.time() - int(match.group(1)) * seconds) * 1000)
+    if re.match(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2})?)?$", text):
+        iso = text.replace(" ", "T")
+        return iso, int(datetime.fromisoformat(iso).timestamp() * 1000)
     raise AccountingError(f"--slurm-since '{text}' is not a span or a time; give e.g. --slurm-since 1d, 6h, 30m or 2026-11-26T08:00")
 
 
-def _since_ms(text: str) -> int | None:
-    """--slurm-since as ms since the epoch (where sacct is not there to read it)."""
-    match = _SINCE.match(text.strip())
-    if match:
-        seconds = int(match.group(1)) * {"d": 86_400, "h": 3_600, "m": 60}[match.group(2)]
-        return int((time.time() - seconds) * 1000)
-    try:
-        return int(datetime.fromisoformat(text.strip()).timestamp() * 1000)
-    except ValueError:
-        return None
+def _until_ms(job: Job) -> int:
+    """The end of the job's time: its end, or now while it runs."""
+    return job.end_ms or int(time.time() * 1000)
 
 
 def job_tags(job: Job) -> dict[str, str]:
@@ -163,8 +158,8 @@ class JobImporter:
         client = self.client
         experiment, found = self._find(job)
         before = dict(found.data.tags) if found is not None else {}
-        job, source = self._gpus_of(job, before)
-        run_id, created = self._put(job, source, experiment, found)
+        job = self._gpus_of(job, before)
+        run_id, created = self._put(job, experiment, found)
         if job.status != "RUNNING":  # before the series: the backfill reads the run's own span
             client.set_terminated(run_id, status=job.status, end_time=job.end_ms)
         reason = why_no_series(job) or (None if self.url else "no Prometheus given (--prometheus or RADT_PROMETHEUS_URL)")
@@ -180,13 +175,13 @@ class JobImporter:
         self.judged.append((run_id, verdict, Judged(job.job_id, job.name, job.user, verdict.numbers)))
         return Imported(run_id, created, None, filled)
 
-    def _gpus_of(self, job: Job, before: dict[str, str]) -> tuple[Job, str]:
-        """The job with the GPUs it had, and where they come from, in this order: the GPUs its exporter labelled with its
-        id (jobid, hpc_job) over its time; its AdminComment's (radt's prolog); scontrol's while it runs; what an import
-        took from scontrol while it ran (the run's gpus_used tag); every GPU of its nodes where it had them all. '' where
-        none says."""
+    def _gpus_of(self, job: Job, before: dict[str, str]) -> Job:
+        """The job with the GPUs it had and where they come from (gpus_from), in this order: the GPUs its exporter
+        labelled with its id (jobid, hpc_job) over its time; its AdminComment's (radt's prolog); scontrol's while it runs;
+        what an import took from scontrol while it ran (the run's gpus_used tag); every GPU of its nodes where it had them
+        all. gpus_from '' where none says."""
         if self.url and job.nodes and job.start_ms is not None:
-            end_ms = job.end_ms or int(time.time() * 1000)
+            end_ms = _until_ms(job)
             labelled = {}
             try:
                 for node in job.nodes:
@@ -198,19 +193,19 @@ class JobImporter:
                 labelled = {}  # the backfill meets it too, and leaves the gap tag
             if len(labelled) == len(job.nodes):  # every node's GPUs said by the exporter, or none taken from it
                 label = next(iter(labelled.values())).label
-                return job._replace(gpus={node: found.gpus for node, found in labelled.items()}), f"exporter label {label}"
+                return job._replace(gpus={node: found.gpus for node, found in labelled.items()}, gpus_from=f"exporter label {label}")
         if job.gpus is not None and any(job.gpus.values()):
-            return job, job.gpus_from
+            return job
         if job.state == "RUNNING" and job.gpus_requested:
             running = running_gpus(job)
             if running:
-                return job._replace(gpus=running), SCONTROL
+                return job._replace(gpus=running, gpus_from=SCONTROL)
         if before.get(GPUS_FROM_TAG, "").startswith(SCONTROL) and gpus_of_tag(before.get(f"{SLURM_PREFIX}gpus_used", "")):
-            return job._replace(gpus=gpus_of_tag(before[f"{SLURM_PREFIX}gpus_used"])), f"{SCONTROL}, while it ran"
+            return job._replace(gpus=gpus_of_tag(before[f"{SLURM_PREFIX}gpus_used"]), gpus_from=f"{SCONTROL}, while it ran")
         whole = _whole_nodes(job)
         if whole:
-            return job._replace(gpus=whole), WHOLE_NODE
-        return job, ""
+            return job._replace(gpus=whole, gpus_from=WHOLE_NODE)
+        return job._replace(gpus_from="")
 
     def share(self) -> int:
         """Add to the verdict of each one-GPU job of this import that could share a GPU under MPS with another the flag
@@ -227,7 +222,7 @@ class JobImporter:
         """The size and model of the job's GPUs, which its memory verdict is said against (None: not known)."""
         node = job.nodes[0]
         try:
-            return gpu_memory(self.url, node, self.host_labels, job.gpus[node], job.start_ms, job.end_ms or int(time.time() * 1000))  # type: ignore[index, arg-type]
+            return gpu_memory(self.url, node, self.host_labels, job.gpus[node], job.start_ms, _until_ms(job))  # type: ignore[index, arg-type]
         except PromError:
             return None
 
@@ -240,11 +235,11 @@ class JobImporter:
         found = find_runs(self.client, [experiment], {SLURM_JOB_TAG: job.job_id, ROLE_TAG: RUN_ROLE}, max_results=10)
         return experiment, (found[0] if found else None)
 
-    def _put(self, job: Job, source: str, experiment: str, found) -> tuple[str, bool]:
+    def _put(self, job: Job, experiment: str, found) -> tuple[str, bool]:
         """The job's facts on its run (`found`), or a new run of them at the job's start; (run id, created)."""
         tags = job_tags(job)
-        if source:
-            tags[GPUS_FROM_TAG] = source
+        if job.gpus_from:
+            tags[GPUS_FROM_TAG] = job.gpus_from
         if job.array_job:
             workload = f"{job.name} (array {job.array_job})"
             if (experiment, workload) not in self._workloads:
@@ -306,15 +301,14 @@ def main(argv: list[str], fill: Fill) -> int:
     ids = [j.strip() for j in (args.slurm or "").split(",") if j.strip()]
     if args.slurm is not None and (not ids or not all(re.fullmatch(r"\d+(_\d+)?", j) for j in ids)):
         raise AccountingError(f"--slurm '{args.slurm}' is not a list of job ids; give e.g. --slurm 1234,1235_3")
-    since = since_for_sacct(args.slurm_since) if args.slurm_since else None
+    since, floor = parse_since(args.slurm_since) if args.slurm_since else (None, None)
     try:
         jobs, holder = sacct(ids or None, since, args.user, args.partition, args.account), "Slurm's accounting"
     except NoAccounting as exc:
         print(f"radt import: {exc}; importing the jobs slurmctld still holds (running, or ended within its MinJobAge) from scontrol", file=sys.stderr)
         jobs, holder = scontrol_jobs(ids or None, args.user, args.partition, args.account), "slurmctld"
-        if since is not None:
-            floor = _since_ms(args.slurm_since)
-            jobs = [j for j in jobs if j.start_ms is None or floor is None or j.start_ms >= floor]
+        if floor is not None:
+            jobs = [j for j in jobs if j.start_ms is None or j.start_ms >= floor]
     for missing in [j for j in ids if j not in {job.job_id for job in jobs} and j not in {job.raw_id for job in jobs}]:
         check = f"sacct -j {missing}" if holder != "slurmctld" else f"scontrol show job {missing}"
         print(f"radt import: job {missing}: {holder} has no such job; check the id ({check})", file=sys.stderr)

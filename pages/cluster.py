@@ -105,7 +105,8 @@ def layout(by=None, **query):
                 html.P("No Slurm jobs in this store yet: radt import --slurm-since 1d makes a run of each (see the README).", id="cluster-empty"),
             ]
         )
-    by = _text(by) if _text(by) in GROUPS else GROUPS[0]
+    by = _text(by)
+    by = by if by in GROUPS else GROUPS[0]
     chosen = {g: _text(query.get(g)) for g in GROUPS if _text(query.get(g))}
     rows = narrow(rows, chosen)
     shown = rows[: settings.CLUSTER_ROWS.get()]

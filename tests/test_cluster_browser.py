@@ -35,11 +35,7 @@ def _series(gpus: list[int], value: float, start_ms: int) -> dict:
 @pytest.fixture(scope="module")
 def cluster_store(tmp_path_factory, sqlite_template):
     home = tmp_path_factory.mktemp("cluster")
-    with state.kept_environ(), pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RADT_HOME", str(home))
-        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
-        shutil.copy(sqlite_template, home / "store.db")
-        uri = f"sqlite:///{home / 'store.db'}"
+    with state.sqlite_home(home, sqlite_template) as uri:
         client = connect(uri)
         runs = {}
         importer = slurmimport.JobImporter(client, uri)

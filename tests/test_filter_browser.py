@@ -8,7 +8,6 @@ With 500 runs every workload comes folded and the tree stays a few thousand node
 
 from __future__ import annotations
 
-import shutil
 import urllib.parse
 
 import pytest
@@ -24,11 +23,7 @@ def many(tmp_path_factory, sqlite_template):
     """The 500-run store (SQLite: the filter's SQL on PostgreSQL is tests/test_filters.py's, and the page is the same on
     both) and a dashboard on it, for this module's tests."""
     home = tmp_path_factory.mktemp("many-sqlite")
-    with state.kept_environ(), pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RADT_HOME", str(home))
-        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
-        shutil.copy(sqlite_template, home / "store.db")
-        uri = f"sqlite:///{home / 'store.db'}"
+    with state.sqlite_home(home, sqlite_template) as uri:
         experiment = fill_500(uri)
     with dashboard(uri, radt_env(home)) as base:
         yield {"uri": uri, "base": base, "experiment": experiment, "kind": "sqlite"}

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 
 @contextmanager
@@ -27,6 +29,19 @@ def kept_environ():
                 del os.environ[name]
             elif os.environ.get(name) != saved[name]:
                 os.environ[name] = saved[name]
+
+
+@contextmanager
+def sqlite_home(home: Path, sqlite_template: Path) -> Iterator[str]:
+    """A store a module's tests share, written in this process: RADT_HOME=`home` holding a copy of the SQLite template
+    (MLflow's schema), no MLFLOW_TRACKING_URI; yields its URI. The environment is put back on leaving."""
+    import pytest
+
+    with kept_environ(), pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RADT_HOME", str(home))
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        shutil.copy(sqlite_template, home / "store.db")
+        yield f"sqlite:///{home / 'store.db'}"
 
 
 SIGNALS = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
