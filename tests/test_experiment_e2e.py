@@ -108,7 +108,8 @@ def test_collocated_runs_start_together_and_land_on_their_own_runs(experiment, p
     # loaded 2-core machine (504 ms seen); without the gate the second run starts seconds later
     assert abs(first[0] - first[1]) <= 750, f"first samples {abs(first[0] - first[1])} ms apart; the start gate lets them start together"
     starts = {e["args"][1]: e["time"] for e in _events(folder / "tools.log") if e["tool"] == "train" and e["event"] == "start"}
-    assert abs(starts["A"] - starts["B"]) < 0.5, starts
+    # each script's own Python start after the gate opens: 0.72 s apart seen with the suite's three workers on 2 cores
+    assert abs(starts["A"] - starts["B"]) < 1.0, starts
 
 
 def test_mps_mig_and_profilers_are_set_up_and_torn_down_around_the_runs(experiment, tmp_path, radt_home, empty_sqlite):

@@ -15,17 +15,16 @@ from tests.support.polling import wait_for, wait_http
 from tests.support.ports import free_port
 
 EXECUTABLE = "prometheus"
-# a training script that waits until the run's live GPU series holds argv[1] points (read through MLflow, as a user would)
+# a training script that waits until the run's live GPU series holds argv[1] points (read from the store: tests/support/stored.py)
 LIVE_TRAIN = """
 import sys, time
-from mlflow import MlflowClient
 import radt
+from tests.support.stored import points
 
-client = MlflowClient()
 with radt.run() as run:
     deadline = time.monotonic() + 40
     while time.monotonic() < deadline:
-        seen = len(client.get_metric_history(run.run_id, "system/gpu_0_sm_active"))
+        seen = points(run.run_id, "system/gpu_0_sm_active")
         if seen >= int(sys.argv[1]):
             break
         time.sleep(0.1)
