@@ -6,10 +6,11 @@ The suite is CPU-bound on 2 cores, so the figure that moves its wall time is CPU
   for (children; a process reaped in a later test counts there, so read the per-module column as a pointer);
 - as root with Debian's `acct` installed: BSD process accounting per command (Chromium, Python, PostgreSQL...).
 
-    python bench/suite_cost.py [--top 25] [-- PYTEST ARGS]        # e.g. -- -m "not browser"
+    python bench/suite_cost.py [--top 25] [--repo DIR] [-- PYTEST ARGS]        # e.g. -- -m "not browser"
 
-Nothing to compare side by side: run it on two commits (git worktree) in the same hour and compare the busy
-core-seconds, which other people's load on a shared machine moves less than the wall time.
+Two suites side by side: `git worktree add /tmp/before REV`, then this with `--repo /tmp/before` and without, one after
+the other in the same hour, and compare the busy core-seconds, which other people's load moves less than the wall time.
+(--repo runs that checkout's tests with this interpreter's radt: like for like where REV's radt is this one.)
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def by_command(path: Path, top: int) -> list[str]:
     for line in out.splitlines():
         parts = line.split()
         if len(parts) >= 6 and parts[4].endswith("cp"):  # sa's cp: user + system CPU in minutes
-            rows.append((float(parts[4][:-2]) * 60, int(parts[0]), parts[-1] if len(parts) >= 8 else "(all)"))
+            rows.append((float(parts[4][:-2]) * 60, int(parts[0]), parts[8] if len(parts) > 8 else "(all)"))
     rows.sort(reverse=True)
     return [f"  {cpu:8.1f} s  {count:6d} processes  {name}" for cpu, count, name in rows[:top]]
 
@@ -100,6 +101,7 @@ def by_module(folder: Path, top: int) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--top", type=int, default=25, help="rows per table")
+    parser.add_argument("--repo", type=Path, default=REPO, help="the checkout whose tests run (default: this one)")
     parser.add_argument("pytest_args", nargs="*", help="after --: what pytest gets besides -q")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
@@ -109,7 +111,7 @@ def main() -> int:
         counted = accounting(folder / "pacct")
         busy0, idle0 = busy_idle()
         start = time.monotonic()
-        result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "suite_cost_plugin", *args.pytest_args], cwd=REPO, env=env)
+        result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "suite_cost_plugin", *args.pytest_args], cwd=args.repo, env=env)
         wall = time.monotonic() - start
         busy1, idle1 = busy_idle()
         busy, idle = busy1 - busy0, idle1 - idle0

@@ -98,6 +98,23 @@ def judge(series: Mapping[str, Sequence[tuple[int, float]]], gpus: Sequence[Gpu]
     nodes: GPUs (node, i) and keys 'system/<node>/gpu_<i>_<metric>'); other GPUs' keys are ignored. `memory_total_mib`: the memory of each of its GPUs, as the driver reports it (the exporter's FB_FREE +
     FB_USED) and `model` its name (the exporter's modelName), which a MIG slice that could hold the job is said against;
     without them no slice is named."""
+    by_gpu = _by_gpu(series, gpus)
+    numbers: dict[str, float] = {"gpus": len(gpus)}
+    flags: list[str] = []
+    smact = {g: [v for _, v in m.get("sm_active", [])] for g, m in by_gpu.items() if m.get("sm_active")}
+    if smact:
+        _judge_activity(by_gpu, smact, len(gpus), numbers, flags)
+    _judge_memory(by_gpu, memory_total_mib, model, numbers, flags)
+    power = [m["power_usage_watts"] for m in by_gpu.values() if m.get("power_usage_watts")]
+    if power:
+        numbers["energy_kj"] = math.fsum(_energy_kj(p) for p in power)
+    if not smact:
+        flags.append("no SM activity series for the job's GPUs: no verdict on its use")
+    return Verdict(flags, numbers)
+
+
+def _by_gpu(series: Mapping[str, Sequence[tuple[int, float]]], gpus: Sequence[Gpu]) -> dict[Gpu, dict[str, list[tuple[int, float]]]]:
+    """GPU -> metric -> its finite points, for the job's own GPUs only."""
     by_gpu: dict[Gpu, dict[str, list[tuple[int, float]]]] = {g: {} for g in gpus}
     for key, points in series.items():
         match = _KEY.match(key)
@@ -106,32 +123,37 @@ def judge(series: Mapping[str, Sequence[tuple[int, float]]], gpus: Sequence[Gpu]
         gpu: Gpu = (match.group(1), int(match.group(2))) if match.group(1) else int(match.group(2))
         if gpu in by_gpu:
             by_gpu[gpu][match.group(3)] = [p for p in points if math.isfinite(p[1])]
-    numbers: dict[str, float] = {"gpus": len(gpus)}
-    flags: list[str] = []
-    smact = {g: [v for _, v in m.get("sm_active", [])] for g, m in by_gpu.items() if m.get("sm_active")}
-    if smact:
-        every = [v for values in smact.values() for v in values]
-        numbers["smact_mean"], numbers["smact_p95"] = _mean(every), _p95(every)
-        for name, metric in (("smocc_mean", "sm_occupancy"), ("tensor_mean", "tensor_active"), ("drama_mean", "dram_active")):
-            values = [v for m in by_gpu.values() for _, v in m.get(metric, [])]
-            if values:
-                numbers[name] = _mean(values)
-        idle = {g: sum(v < IDLE_SMACT for v in values) / len(values) for g, values in smact.items()}
-        for g, share in sorted(idle.items(), key=lambda item: _order(item[0])):
-            numbers[f"{_where(g)}_idle_share"] = share
-        unused = sorted((g for g, values in smact.items() if max(values) < IDLE_SMACT), key=_order)
-        numbers["gpus_unused"] = len(unused)
-        if unused:
-            names = ", ".join(f"{g[0]} {g[1]}" if isinstance(g, tuple) else str(g) for g in unused)
-            flags.append(f"{len(unused)} of {len(gpus)} GPUs idle (GPU {names}: SMACT never reached {IDLE_SMACT})")
-        by_time: dict[int, list[float]] = {}
-        for values in (m.get("sm_active", []) for m in by_gpu.values()):
-            for ms, v in values:
-                by_time.setdefault(ms, []).append(v)
-        low = sum(_mean(v) < LOW_SMACT for v in by_time.values()) / len(by_time)
-        numbers["smact_low_share"] = low
-        if low >= LOW_SHARE:
-            flags.append(f"SMACT < {LOW_SMACT} for {low:.0%} of the time (mean {numbers['smact_mean']:.3f}, p95 {numbers['smact_p95']:.3f})")
+    return by_gpu
+
+
+def _judge_activity(by_gpu: Mapping[Gpu, Mapping[str, list]], smact: Mapping[Gpu, list[float]], gpus: int, numbers: dict, flags: list) -> None:
+    """SMACT mean and p95, the other activity means, each GPU's idle share, the GPUs never used and the low-SMACT share."""
+    every = [v for values in smact.values() for v in values]
+    numbers["smact_mean"], numbers["smact_p95"] = _mean(every), _p95(every)
+    for name, metric in (("smocc_mean", "sm_occupancy"), ("tensor_mean", "tensor_active"), ("drama_mean", "dram_active")):
+        values = [v for m in by_gpu.values() for _, v in m.get(metric, [])]
+        if values:
+            numbers[name] = _mean(values)
+    idle = {g: sum(v < IDLE_SMACT for v in values) / len(values) for g, values in smact.items()}
+    for g, share in sorted(idle.items(), key=lambda item: _order(item[0])):
+        numbers[f"{_where(g)}_idle_share"] = share
+    unused = sorted((g for g, values in smact.items() if max(values) < IDLE_SMACT), key=_order)
+    numbers["gpus_unused"] = len(unused)
+    if unused:
+        names = ", ".join(f"{g[0]} {g[1]}" if isinstance(g, tuple) else str(g) for g in unused)
+        flags.append(f"{len(unused)} of {gpus} GPUs idle (GPU {names}: SMACT never reached {IDLE_SMACT})")
+    by_time: dict[int, list[float]] = {}
+    for values in (m.get("sm_active", []) for m in by_gpu.values()):
+        for ms, v in values:
+            by_time.setdefault(ms, []).append(v)
+    low = sum(_mean(v) < LOW_SMACT for v in by_time.values()) / len(by_time)
+    numbers["smact_low_share"] = low
+    if low >= LOW_SHARE:
+        flags.append(f"SMACT < {LOW_SMACT} for {low:.0%} of the time (mean {numbers['smact_mean']:.3f}, p95 {numbers['smact_p95']:.3f})")
+
+
+def _judge_memory(by_gpu: Mapping[Gpu, Mapping[str, list]], memory_total_mib: float | None, model: str, numbers: dict, flags: list) -> None:
+    """The GPUs' nominal size and the job's memory peak, with the flag naming what would hold it."""
     memory = [v for m in by_gpu.values() for _, v in m.get("memory_usage_megabytes", [])]
     size = nominal_gb(memory_total_mib)
     if size is not None:
@@ -142,12 +164,6 @@ def judge(series: Mapping[str, Sequence[tuple[int, float]]], gpus: Sequence[Gpu]
         said = memory_flag(peak_gb, size, memory_total_mib, model)
         if said:
             flags.append(said)
-    power = [m["power_usage_watts"] for m in by_gpu.values() if m.get("power_usage_watts")]
-    if power:
-        numbers["energy_kj"] = math.fsum(_energy_kj(p) for p in power)
-    if not smact:
-        flags.append("no SM activity series for the job's GPUs: no verdict on its use")
-    return Verdict(flags, numbers)
 
 
 # --- which jobs could share one GPU under MPS -------------------------------------------------------------------------
