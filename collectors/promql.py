@@ -195,6 +195,11 @@ class Labelled(NamedTuple):
     gpus: tuple[int, ...]
 
 
+def _range(start_ms: int, end_ms: int) -> str:
+    """A range selector's duration covering [start_ms, end_ms] whole, as evaluated at end_ms ('3600001ms'; at least 1 ms)."""
+    return f"{max(1, end_ms - start_ms + 1)}ms"
+
+
 LABELLED_BY = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE")  # any exporter has one
 
 
@@ -206,7 +211,7 @@ def labelled_gpus(
     series name a slice, not a GPU of the job's own: they are not taken. One query per node label tried: the parts are
     per metric (count_over_time drops the metric's name, and two metrics of one GPU would clash) joined by `or`."""
     wanted = _quote("|".join(re.escape(j) for j in dict.fromkeys(job_ids) if j))
-    span = f"{max(1, end_ms - start_ms + 1)}ms"
+    span = _range(start_ms, end_ms)
     for host_label in host_labels:
         where = _host_matcher(host, host_label)
         parts = [
@@ -232,7 +237,7 @@ class GpuMemory(NamedTuple):
 def gpu_memory(url: str, host: str, host_labels: Iterable[str], gpus: Iterable[int], start_ms: int, end_ms: int, timeout: float = TIMEOUT) -> GpuMemory | None:
     """The memory and model of the node's GPUs `gpus` (the largest of them), from dcgm-exporter's last FB_FREE and FB_USED
     over [start_ms, end_ms]; None where the exporter publishes no FB_FREE for them."""
-    span = f"{max(1, end_ms - start_ms + 1)}ms"
+    span = _range(start_ms, end_ms)
     wanted = _quote("|".join(str(g) for g in gpus))
     for host_label in host_labels:
         where = f'{_host_matcher(host, host_label)}, gpu=~{wanted}, GPU_I_ID=""'

@@ -200,8 +200,9 @@ class JobImporter:
             running = running_gpus(job)
             if running:
                 return job._replace(gpus=running, gpus_from=SCONTROL)
-        if before.get(GPUS_FROM_TAG, "").startswith(SCONTROL) and gpus_of_tag(before.get(f"{SLURM_PREFIX}gpus_used", "")):
-            return job._replace(gpus=gpus_of_tag(before[f"{SLURM_PREFIX}gpus_used"]), gpus_from=f"{SCONTROL}, while it ran")
+        taken = gpus_of_tag(before.get(f"{SLURM_PREFIX}gpus_used", "")) if before.get(GPUS_FROM_TAG, "").startswith(SCONTROL) else {}
+        if taken:
+            return job._replace(gpus=taken, gpus_from=f"{SCONTROL}, while it ran")
         whole = _whole_nodes(job)
         if whole:
             return job._replace(gpus=whole, gpus_from=WHOLE_NODE)

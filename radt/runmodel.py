@@ -85,7 +85,7 @@ def gpus_of_tag(text: str) -> dict[str, tuple[int, ...]]:
 
 def gpus_in_tag(text: str) -> int:
     """How many GPUs a radt.slurm.gpus_used tag names."""
-    return sum(len([g for g in part.partition(":")[2].split(",") if g]) for part in text.split(";") if part)
+    return sum(len(indices) for indices in gpus_of_tag(text).values())
 
 
 def node_tag(node: str, what: str = "") -> str:
