@@ -2,11 +2,12 @@
 
 The suite is CPU-bound on 2 cores, so the figure that moves its wall time is CPU, and this says whose:
 - the whole machine's busy core-seconds (/proc/stat before and after) against the wall time;
-- each test module's CPU: the pytest worker's own (os.times() around each test) and that of the processes it waited
-  for (children; a process reaped in a later test counts there, so read the per-module column as a pointer);
+- each test module's CPU: the pytest worker's own (os.times() around each test) and that of the processes below it
+  (children: those it reaped, and every live descendant's own and reaped CPU, so Chromium's work counts in the test
+  that made it; a daemon that outlives its parent is missed);
 - as root with Debian's `acct` installed: BSD process accounting per command (Chromium, Python, PostgreSQL...).
 
-    python bench/suite_cost.py [--top 25] [--repo DIR] [-- PYTEST ARGS]        # e.g. -- -m "not browser"
+    python bench/suite_cost.py [--top 25] [--repo DIR] [--save FILE] [-- PYTEST ARGS]        # e.g. -- -m "not browser"
 
 Two suites side by side: `git worktree add /tmp/before REV`, then this with `--repo /tmp/before` and without, one after
 the other in the same hour, and compare the busy core-seconds, which other people's load moves less than the wall time.
@@ -34,6 +35,29 @@ import json, os, time
 import pytest
 
 _out = None
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _tree_cpu():
+    # CPU of every live process below this worker (Chromium, servers, radt runs), with what each has reaped;
+    # a process reaped by this worker counts in os.times()'s children instead
+    parents, cpu = {}, {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = open(f"/proc/{name}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(name)] = int(stat[1])
+            cpu[int(name)] = sum(int(x) for x in stat[11:15]) / _TICK
+    me, total = os.getpid(), 0.0
+    for pid in cpu:
+        p = parents.get(pid)
+        while p and p != me and p in parents:
+            p = parents[p]
+        if p == me:
+            total += cpu[pid]
+    return total
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -41,12 +65,13 @@ def pytest_runtest_protocol(item, nextitem):
     global _out
     if _out is None:
         _out = open(os.path.join(os.environ["SUITE_COST_DIR"], f"tests-{os.getpid()}.jsonl"), "a")
-    before, wall = os.times(), time.time()
+    before, wall, tree = os.times(), time.time(), _tree_cpu()
     yield
     after = os.times()
-    _out.write(json.dumps({"id": item.nodeid, "wall": time.time() - wall,
+    _out.write(json.dumps({"id": item.nodeid, "start": wall, "wall": time.time() - wall, "worker": os.getpid(),
                            "self": after.user - before.user + after.system - before.system,
-                           "children": after.children_user - before.children_user + after.children_system - before.children_system}) + "\\n")
+                           "children": after.children_user - before.children_user + after.children_system - before.children_system
+                           + _tree_cpu() - tree}) + "\\n")
     _out.flush()
 """
 
@@ -95,6 +120,9 @@ def by_module(folder: Path, top: int) -> list[str]:
     lines.append(f"  {'module':48s} {'tests':>5s} {'wall':>7s} {'own':>7s} {'children':>8s}")
     for name, (n, wall, own, children) in sorted(modules.items(), key=lambda kv: -(kv[1][2] + kv[1][3]))[:top]:
         lines.append(f"  {name:48s} {n:5d} {wall:7.1f} {own:7.1f} {children:8.1f}")
+    lines.append("CPU by test (own + children), the largest:")
+    for t in sorted(tests, key=lambda t: -(t["self"] + t["children"]))[:top]:
+        lines.append(f"  {t['self'] + t['children']:7.1f} s  {t['wall']:6.1f} s wall  {t['id']}")
     return lines
 
 
@@ -102,6 +130,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--top", type=int, default=25, help="rows per table")
     parser.add_argument("--repo", type=Path, default=REPO, help="the checkout whose tests run (default: this one)")
+    parser.add_argument("--save", type=Path, help="also write each test's wall and CPU here, a JSON line per test")
     parser.add_argument("pytest_args", nargs="*", help="after --: what pytest gets besides -q")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
@@ -120,6 +149,8 @@ def main() -> int:
         if counted:
             print("CPU by command (process accounting):")
             print("\n".join(by_command(folder / "pacct", args.top)))
+        if args.save:
+            args.save.write_text("".join(path.read_text() for path in folder.glob("tests-*.jsonl")))
         print("CPU by test module:")
         print("\n".join(by_module(folder, args.top)))
     return result.returncode

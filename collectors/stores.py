@@ -47,6 +47,11 @@ class StoreUnavailable(ConnectionError):
     """The store refused or failed a write; the message is one line for the user."""
 
 
+class StoreNotAnswering(StoreUnavailable):
+    """The store took the request and sent no reply in time (a frozen or overloaded `mlflow server`): not answering,
+    as the writer's own deadline says, rather than unreachable."""
+
+
 def sanitize(value: float) -> tuple[float, bool]:
     """MLflow's rule: NaN is stored as 0 with is_nan, infinities as the largest finite float."""
     if math.isnan(value):
@@ -223,9 +228,12 @@ _CAUSE = re.compile(
 
 
 def short_http_error(uri: str, exc: Exception) -> str:
-    """'mlflow server http://h:p unreachable ([Errno 111] Connection refused)' instead of a page of urllib3."""
+    """'mlflow server http://h:p unreachable ([Errno 111] Connection refused)', or '... sent no reply (Read timed out)',
+    instead of a page of urllib3."""
     text = str(exc)
     found = _CAUSE.search(text)
+    if found and found.group(0) == "Read timed out":
+        return f"mlflow server {uri} sent no reply (Read timed out)"
     if found:
         return f"mlflow server {uri} unreachable ({found.group(0).strip()})"
     first = text.strip().splitlines()[0][:200] if text.strip() else type(exc).__name__
@@ -258,7 +266,8 @@ class MlflowMetricStore:
             except (MlflowException, OSError) as exc:
                 if not self.uri.startswith(("http://", "https://")):
                     raise
-                raise StoreUnavailable(short_http_error(self.uri, exc)) from exc
+                message = short_http_error(self.uri, exc)
+                raise (StoreNotAnswering if message.endswith("(Read timed out)") else StoreUnavailable)(message) from exc
 
     def close(self) -> None:
         pass

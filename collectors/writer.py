@@ -32,7 +32,7 @@ from pathlib import Path
 
 from radt import settings
 from radt.collectors.command import first_line
-from radt.collectors.stores import MetricStore
+from radt.collectors.stores import MetricStore, StoreNotAnswering
 from radt.points import Point
 from radt.rundir import write_whole
 
@@ -437,7 +437,7 @@ class MetricWriter:
             return
         self._down_since = time.monotonic()
         where = f"spooled to {self.spool.path}" if self._spool_error is None else "held in memory (the spool cannot be written)"
-        if isinstance(exc, StoreTimeout):
+        if isinstance(exc, (StoreTimeout, StoreNotAnswering)):
             what = f"store not answering ({exc})"
         else:
             what = f"store unreachable ({first_line(exc)})"

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import postgres, state
-from tests.support.browser import chromium, dashboard, new_page
+from tests.support.browser import chromium_with_cache, dashboard, new_page
 from tests.support.paths import FIXTURES
 from tests.support.radtproc import QUICK_PERIODS, radt_env
 from tests.support.snapshots import Snapshots
@@ -164,8 +164,9 @@ def fixtures_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def browser():
-    """One headless Chromium per test process (Playwright's sync API allows one running instance)."""
-    with chromium() as b:
+    """One headless Chromium per test process (Playwright's sync API allows one running instance), with one profile
+    whose cache its pages share; each page's cookies and storage are cleared when it closes (support/browser.new_page)."""
+    with chromium_with_cache() as b:
         yield b
 
 

@@ -50,6 +50,9 @@ DRIVER = textwrap.dedent(
     options = json.loads(sys.argv[1])
     if options.get("start_gate"):
         options["start_gate"] = Path(options["start_gate"])
+    # a shell's foreground Python; from a background job SIGINT comes ignored, and radt answers Ctrl-C there on
+    # purpose (proctree.restore_interrupts), so "as they were" starts from Python's own handler
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     before = handlers()
     code = runner.run_script(runner.RunOptions(**options))
     print(json.dumps({"code": code, "closed": closed, "before": before, "after": handlers()}))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import sqlite3
 import threading
 import time
@@ -16,7 +17,9 @@ from mlflow.entities import Metric
 
 from radt.collectors.stores import MlflowMetricStore, SqlMetricStore, StoreUnavailable, open_metric_store, sanitize
 from radt.collectors.tracking import PROCESS_ONLY_ENV
+from radt.collectors.writer import MetricWriter
 from radt.points import Point
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.dialects  # the SQL radt issues differs per dialect: SQLite and the real PostgreSQL
 
@@ -156,3 +159,36 @@ def test_mlflow_server_errors_are_one_line(monkeypatch):
         store.write("0" * 32, [Point("k", 1.0, 1000, 0)])
     assert str(caught.value).startswith("mlflow server http://127.0.0.1:1 unreachable ([Errno 111] Connection refused")
     assert time.monotonic() - started < 2, "radt's client does not retry for minutes (MLflow's default)"
+
+
+def test_an_mlflow_server_that_takes_the_request_and_never_answers_is_not_answering(monkeypatch, tmp_path):
+    """A frozen `mlflow server` (SIGSTOP, a full worker pool): MLflow's read timeout fired before radt's own deadline and
+    the writer said 'store unreachable (... unreachable (Read timed out))' for a server it had reached (seen in test_outage
+    under load, where the writer's deadline and MLflow's timeout race); it is 'not answering', as that deadline says."""
+    from radt.collectors.stores import StoreNotAnswering
+
+    for name, value in PROCESS_ONLY_ENV.items():
+        monkeypatch.setenv(name, os.environ.get(name, value))
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1")
+    with socket.socket() as silent:  # accepts (the kernel's backlog) and never replies
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        with pytest.raises(StoreNotAnswering) as caught:
+            MlflowMetricStore(uri).write("0" * 32, [Point("k", 1.0, 1000, 0)])
+    assert str(caught.value) == f"mlflow server {uri} sent no reply (Read timed out)"
+
+    # the writer's own outage line, through a real writer whose deadline (30 s) is not the one that fires
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        lines: list[str] = []
+        writer = MetricWriter(
+            MlflowMetricStore(uri), "0" * 32, tmp_path / "spool.jsonl", flush_interval=0.05, retry_interval=60, report=lines.append, store_timeout=30
+        ).start()
+        writer.put([Point("k", 1.0, 1000, 0)])
+        wait_for(lambda: lines, what="the writer's outage line")
+        writer.close(timeout=0)
+    assert lines[0].startswith(f"radt: store not answering (mlflow server {uri} sent no reply (Read timed out)); 1 points spooled to"), lines

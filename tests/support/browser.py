@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,6 +62,22 @@ def chromium():
 
 
 @contextmanager
+def chromium_with_cache() -> Iterator:
+    """Chromium with one profile on disk for a whole test process: pages from `new_page` share its HTTP cache and the
+    compiled scripts V8 keeps there (Dash, React and Plotly are ~1 s of Chromium's CPU a page when compiled afresh, as
+    a new incognito context does), while `new_page` clears cookies and storage after each page, so no test sees
+    another's state."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright, tempfile.TemporaryDirectory(prefix="radt-chromium-") as profile:
+        context = playwright.chromium.launch_persistent_context(profile, executable_path=chromium_path(), args=CHROMIUM_ARGS, accept_downloads=True)
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+@contextmanager
 def dashboard(store: str, env: dict[str, str], *extra: str) -> Iterator[str]:
     """`python app.py --store STORE` on a free port, as a user starts it; yields the base URL.
 
@@ -98,19 +115,65 @@ def screenshot(page, name: str) -> Path | None:
     return path
 
 
+# what a page leaves behind in a profile that the next test's page must not see (the HTTP cache stays: it holds only
+# what any dashboard serves alike, and Flask's assets are revalidated)
+STATE_KINDS = "cookies,local_storage,indexeddb,websql,service_workers,cache_storage,file_systems,shared_storage,storage_buckets"
+
+
 @contextmanager
 def new_page(browser, width: int = 1400, height: int = 1000, **context) -> Iterator:
-    """A page in a browser context of its own (no cookies, storage or downloads shared with another test)."""
-    ctx = browser.new_context(viewport={"width": width, "height": height}, **context)
-    try:
+    """A page with no cookies, storage or downloads of another test's: in a context of its own on a `chromium()`
+    browser, or a fresh tab of `chromium_with_cache()`'s profile, whose every origin's state is cleared when it closes."""
+    from playwright.sync_api import BrowserContext
+
+    shared = isinstance(browser, BrowserContext)
+    if shared:
+        if set(context) - {"accept_downloads"}:
+            raise ValueError(f"a shared profile takes no context options: {sorted(context)}")
+        ctx, opened = browser, set(browser.pages)
         page = ctx.new_page()
+        page.set_viewport_size({"width": width, "height": height})
+        origins: set[str] = set()
+
+        def seen(request) -> None:
+            origins.add(_origin(request.url))
+
+        ctx.on("request", seen)
+    else:
+        ctx = browser.new_context(viewport={"width": width, "height": height}, **context)
+        page = ctx.new_page()
+    try:
         page.set_default_timeout(30_000)
         # Playwright runs a wait_for_function predicate on every animation frame by default, which keeps headless
         # Chromium drawing 60 frames a second for the whole wait (a third of the browser tests' CPU); 50 ms is enough
         page.wait_for_function = functools.partial(page.wait_for_function, polling=POLL_MS)
         yield page
     finally:
-        ctx.close()
+        if not shared:
+            ctx.close()
+        else:
+            for other in [p for p in ctx.pages if p not in opened]:  # the test's page and any it opened
+                other.close()
+            ctx.remove_listener("request", seen)
+            _forget(ctx, origins)
+
+
+def _origin(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}" if parts.scheme in ("http", "https") else ""
+
+
+def _forget(ctx, origins: set[str]) -> None:
+    """Cookies and every origin's storage gone from the shared profile, as a closed incognito context would leave it."""
+    ctx.clear_cookies()
+    blank = ctx.new_page()
+    try:
+        cdp = ctx.new_cdp_session(blank)
+        for origin in filter(None, origins):
+            cdp.send("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": STATE_KINDS})
+        cdp.detach()
+    finally:
+        blank.close()
 
 
 # --- the explore page ------------------------------------------------------------------------------
