@@ -30,6 +30,7 @@ from radt.collectors.command import UsageError, check_numbers, first_line
 from radt.collectors.exposition import Exposition, bind, training_runs
 from radt.collectors.finish import RunEnd, RunPart, describe_environment, local_run_dir, mark_killed
 from radt.collectors.listeners import DEFAULT, ListenerError, make_source, parse_listeners, parse_profiler
+from radt.collectors.proctree import catch_stops
 from radt.collectors.recording import Recording
 from radt.collectors.sampler import open_sources
 from radt.collectors.sources.base import SamplingContext
@@ -293,8 +294,9 @@ def main(argv: list[str]) -> int:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
-    # not SIGHUP: `nohup radt monitor &` must survive the terminal closing
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # as a training run's radt: Ctrl-C, SIGTERM, and the SIGHUP of a closed terminal or ssh session end the day's run with
+    # every sample (SIGHUP's default killed radt mid-run, the run left RUNNING); under `nohup radt monitor &` SIGHUP stays ignored
+    previous = catch_stops(on_signal)
     exposition = None
     try:
         try:

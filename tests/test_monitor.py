@@ -88,6 +88,53 @@ def test_monitor_records_idle_and_busy_gpus_until_sigint(store_uri, radt_home):
     assert {a.path for a in client.list_artifacts(run.info.run_id, "radt")} >= {"radt/gpu-inventory.json", "radt/radt-sources.json"}
 
 
+@pytest.mark.parametrize("store_uri", ["sqlite"], indirect=True)  # signals: one store kind is enough
+def test_a_closed_terminal_ends_the_days_run_and_nohup_keeps_it_recording(store_uri, radt_home):
+    """`radt monitor` in an ssh session that drops gets SIGHUP: its default killed radt mid-run (the run left RUNNING, the
+    samples in memory lost). It ends the run like Ctrl-C now; started under nohup (SIGHUP ignored) it keeps recording."""
+    client = MlflowClient(store_uri)
+    nohup = subprocess.Popen(
+        radt_command("monitor", "--interval", "0.2", "-l", "host", "-e", "nohup"),
+        env=radt_env(radt_home, store_uri),
+        cwd=radt_home,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # what `nohup` does before it execs
+    )
+    try:
+        first = wait_for(lambda: _recording_in(client, "nohup", 2), what="the nohup monitor's run", process=nohup)
+        nohup.send_signal(signal.SIGHUP)
+        seen = len(client.get_metric_history(first.info.run_id, CPU))
+        wait_for(lambda: len(client.get_metric_history(first.info.run_id, CPU)) >= seen + 3, what="samples after the SIGHUP", process=nohup)
+    finally:
+        nohup.send_signal(signal.SIGINT)
+        _, nohup_err = nohup.communicate(timeout=60)
+    assert nohup.returncode == 0, nohup_err
+    assert client.get_run(first.info.run_id).data.tags["radt.stop_reason"] == "sigint"
+
+    hung_up = _start(radt_home, store_uri, "-l", "host")
+    try:
+        running = wait_for(lambda: _recording(client, 3), what="3 CPU samples in the monitor run", process=hung_up)
+    finally:
+        hung_up.send_signal(signal.SIGHUP)
+        _, stderr = hung_up.communicate(timeout=60)
+    assert hung_up.returncode == 0, stderr
+    assert "radt monitor: SIGHUP received, ending the run" in stderr and "Traceback" not in stderr
+    run = client.get_run(running.info.run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["radt.stop_reason"] == "sighup"
+    assert int(run.data.tags["radt.points"]) == sum(len(client.get_metric_history(run.info.run_id, key)) for key in run.data.metrics), (
+        "every sample taken is stored"
+    )
+
+
+def _recording_in(client: MlflowClient, experiment: str, points: int):
+    for run in _monitor_runs(client, experiment):
+        if run.info.status == "RUNNING" and len(client.get_metric_history(run.info.run_id, CPU)) >= points:
+            return run
+    return None
+
+
 @pytest.mark.parametrize("store_uri", ["sqlite"], indirect=True)  # a refusal before any store work: one kind is enough
 def test_a_second_monitor_of_the_same_host_is_refused(store_uri, radt_home):
     client = MlflowClient(store_uri)

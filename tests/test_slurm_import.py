@@ -161,7 +161,7 @@ def test_a_job_gets_the_series_of_its_own_gpus_and_no_other(served, store_uri, c
     slurmacct.accounted(job, ("COMPLETED",))
     fact = acct.sacct([job])[0]
     mine = fact.gpus[slurmacct.host()]
-    time.sleep(1.5)  # the scrape after the job's last second is stored (Prometheus scrapes each second)
+    server.wait_scraped_after(fact.end_ms)  # the scrape after the job's last second is stored
     code, err = radt_import(capsys, "--slurm", job, "--prometheus", server.url, "--store", store_uri)
     assert code == 0, err
     client = MlflowClient(store_uri)
@@ -295,7 +295,7 @@ def test_prometheus_away_leaves_the_jobs_facts_and_a_gap_the_next_import_fills(s
     _exporter, server = served
     job = slurmacct.submit("--gres=gpu:1", "-J", "gap", "--wrap", "sleep 2")
     slurmacct.accounted(job, ("COMPLETED",))
-    time.sleep(1.5)  # the scrape after the job's last second is stored
+    server.wait_scraped_after(acct.sacct([job])[0].end_ms)  # the scrape after the job's last second is stored
     closed = "http://127.0.0.1:9"  # nothing listens on the discard port
     code, err = radt_import(capsys, "--slurm", job, "--prometheus", closed, "--store", store_uri)
     assert code == 1 and "import again" in err, err
