@@ -34,9 +34,9 @@ def _monitor_runs(client: MlflowClient, experiment: str = "monitor") -> list:
     return client.search_runs([exp.experiment_id]) if exp is not None else []
 
 
-def _recording(client: MlflowClient, points: int, exclude: set[str] = frozenset()):
+def _recording(client: MlflowClient, points: int, exclude: set[str] = frozenset(), experiment: str = "monitor"):
     """The RUNNING monitor run once it holds `points` CPU samples (None before)."""
-    for run in _monitor_runs(client):
+    for run in _monitor_runs(client, experiment):
         if run.info.status == "RUNNING" and run.info.run_id not in exclude and len(client.get_metric_history(run.info.run_id, CPU)) >= points:
             return run
     return None
@@ -103,7 +103,7 @@ def test_a_closed_terminal_ends_the_days_run_and_nohup_keeps_it_recording(store_
         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # what `nohup` does before it execs
     )
     try:
-        first = wait_for(lambda: _recording_in(client, "nohup", 2), what="the nohup monitor's run", process=nohup)
+        first = wait_for(lambda: _recording(client, 2, experiment="nohup"), what="the nohup monitor's run", process=nohup)
         nohup.send_signal(signal.SIGHUP)
         seen = len(client.get_metric_history(first.info.run_id, CPU))
         wait_for(lambda: len(client.get_metric_history(first.info.run_id, CPU)) >= seen + 3, what="samples after the SIGHUP", process=nohup)
@@ -126,13 +126,6 @@ def test_a_closed_terminal_ends_the_days_run_and_nohup_keeps_it_recording(store_
     assert int(run.data.tags["radt.points"]) == sum(len(client.get_metric_history(run.info.run_id, key)) for key in run.data.metrics), (
         "every sample taken is stored"
     )
-
-
-def _recording_in(client: MlflowClient, experiment: str, points: int):
-    for run in _monitor_runs(client, experiment):
-        if run.info.status == "RUNNING" and len(client.get_metric_history(run.info.run_id, CPU)) >= points:
-            return run
-    return None
 
 
 @pytest.mark.parametrize("store_uri", ["sqlite"], indirect=True)  # a refusal before any store work: one kind is enough
