@@ -220,12 +220,17 @@ class JobImporter:
         return len(partners)
 
     def _memory(self, job: Job) -> GpuMemory | None:
-        """The size and model of the job's GPUs, which its memory verdict is said against (None: not known)."""
-        node = job.nodes[0]
-        try:
-            return gpu_memory(self.url, node, self.host_labels, job.gpus[node], job.start_ms, _until_ms(job))  # type: ignore[index, arg-type]
-        except PromError:
-            return None
+        """The size and model of the job's GPUs, the largest over all its nodes, which its memory verdict is said against
+        (None: not known). The first node's alone gave no size where its exporter published none, or the smaller one."""
+        sizes = []
+        for node, gpus in (job.gpus or {}).items():
+            try:
+                found = gpu_memory(self.url, node, self.host_labels, gpus, job.start_ms, _until_ms(job)) if gpus else None  # type: ignore[arg-type]
+            except PromError:
+                return None
+            if found is not None:
+                sizes.append(found)
+        return max(sizes) if sizes else None
 
     def _find(self, job: Job) -> tuple[str, object | None]:
         """The job's experiment (made where it is new) and its run there, found by its job id (None: not imported yet)."""

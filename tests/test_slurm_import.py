@@ -149,7 +149,7 @@ def test_a_running_import_keeps_the_gpus_scontrol_gave_for_the_import_after_the_
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, cluster):
     devices = [Device(slurmacct.host(), gpu, gpu, memory_mib=40_536) for gpu in range(4)]  # an A100 40GB's memory, as its driver says
-    devices += [Device(OTHER_NODE, gpu, 3 - gpu, memory_mib=40_536) for gpu in range(2)]  # a second node (jobs on two nodes)
+    devices += [Device(OTHER_NODE, gpu, 3 - gpu, memory_mib=81_559) for gpu in range(2)]  # a second node, of A100 80GBs (jobs on two nodes)
     until = f'DCGM_FI_PROF_SM_ACTIVE{{Hostname="{slurmacct.host()}",gpu="0"}}[1h]'
     with prom.serving(tmp_path_factory.mktemp("prometheus"), LOG, devices, until, 2) as (exporter, server):
         yield exporter, server
@@ -161,7 +161,7 @@ def test_a_job_gets_the_series_of_its_own_gpus_and_no_other(served, store_uri, c
     slurmacct.accounted(job, ("COMPLETED",))
     fact = acct.sacct([job])[0]
     mine = fact.gpus[slurmacct.host()]
-    server.wait_scraped_after(fact.end_ms)  # the scrape after the job's last second is stored
+    _scraped_after(server, slurmacct.host(), mine[0], fact.end_ms)  # the scrape after the job's last second is stored
     code, err = radt_import(capsys, "--slurm", job, "--prometheus", server.url, "--store", store_uri)
     assert code == 0, err
     client = MlflowClient(store_uri)
@@ -238,7 +238,8 @@ def test_gpus_the_exporter_labels_with_the_job_are_its_own_where_accounting_has_
 
 def test_a_job_on_two_nodes_gets_each_nodes_own_gpus_under_its_node(served, store_uri):
     """A two-node job (an accounting line as sacct prints one; the tests' Slurm has one node): each node's GPUs from its
-    own exporter series, under the node's keys as radt's own multi-node runs have them, and one verdict over all four."""
+    own exporter series, under the node's keys as radt's own multi-node runs have them, and one verdict over all three,
+    its memory said against the largest GPU of both nodes."""
     from radt.collectors.importer import prometheus_main
     from radt.collectors.slurmimport import JobImporter
     from radt.collectors.tracking import connect
@@ -263,6 +264,8 @@ def test_a_job_on_two_nodes_gets_each_nodes_own_gpus_under_its_node(served, stor
     assert in_run(MlflowClient(store_uri), done.run_id) == expected and expected, "each node's own GPUs, point for point, under the node's keys"
     tags = run.data.tags
     assert tags[f"radt.node.{OTHER_NODE}/host"] == OTHER_NODE and tags["radt.verdict.gpus"] == "3"
+    # its GPUs' size over both nodes (40 GB here, 80 GB there): the largest, as on one node; the first node's alone said 40
+    assert tags["radt.verdict.memory_total_gb"] == "80", tags
     assert {k for k in tags if k.endswith("_idle_share")} == {
         f"radt.verdict.{host}/gpu_1_idle_share",
         f"radt.verdict.{host}/gpu_3_idle_share",
@@ -295,7 +298,7 @@ def test_prometheus_away_leaves_the_jobs_facts_and_a_gap_the_next_import_fills(s
     _exporter, server = served
     job = slurmacct.submit("--gres=gpu:1", "-J", "gap", "--wrap", "sleep 2")
     slurmacct.accounted(job, ("COMPLETED",))
-    server.wait_scraped_after(acct.sacct([job])[0].end_ms)  # the scrape after the job's last second is stored
+    _scraped_after(server, slurmacct.host(), 0, acct.sacct([job])[0].end_ms)  # the scrape after the job's last second is stored
     closed = "http://127.0.0.1:9"  # nothing listens on the discard port
     code, err = radt_import(capsys, "--slurm", job, "--prometheus", closed, "--store", store_uri)
     assert code == 1 and "import again" in err, err

@@ -99,16 +99,6 @@ class Prometheus:
 
         return wait_for(enough, timeout=timeout, what=lambda: f"{count} samples of {promql} in Prometheus ({self.log()})", interval=0.2)
 
-    def wait_scraped_after(self, ms: int, metric: str = "DCGM_FI_PROF_SM_ACTIVE", timeout: float = 30) -> None:
-        """Until Prometheus holds a scrape of `metric` taken after `ms` (a job's end): what a fixed sleep of a scrape
-        interval and a half waited for."""
-
-        def newest() -> float | None:
-            result = self.api("/api/v1/query", query=f"max(timestamp({metric}))")["result"]
-            return float(result[0]["value"][1]) * 1000 if result else None
-
-        wait_for(lambda: (newest() or 0) > ms, timeout=timeout, what=lambda: f"a scrape of {metric} after {ms} ms ({self.log()})", interval=0.2)
-
 
 @contextmanager
 def serving(folder: Path, log: Path, devices: list, until: str, scrapes: int, start: int = 5, delay_s: float = 0.0, timeout: float = 30) -> Iterator[tuple]:
