@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
+from radt.catalogue import Device
 from radt.runmodel import VERDICT_PREFIX
 
 IDLE_SMACT = 0.01  # a sample below this SM activity is an idle GPU (dcgm-exporter's SMACT is 0..1)
@@ -88,6 +89,13 @@ def _order(gpu: Gpu) -> tuple[str, int]:
     return gpu if isinstance(gpu, tuple) else ("", gpu)
 
 
+def _names(gpus: Sequence[Gpu]) -> str:
+    """'GPU 1, 3' on one node; on several, as the dashboard names them: 'gpu01 · GPU 1, gpu02 · GPU 0' ('GPU gpu01 1' before)."""
+    if all(isinstance(g, int) for g in gpus):
+        return "GPU " + ", ".join(map(str, gpus))
+    return ", ".join(Device(node=g[0], gpu=g[1]).label if isinstance(g, tuple) else Device(gpu=g).label for g in gpus)
+
+
 def _where(gpu: Gpu) -> str:
     """A GPU's part of a verdict number's name: gpu_1, or a node's gpu01/gpu_1."""
     return f"{gpu[0]}/gpu_{gpu[1]}" if isinstance(gpu, tuple) else f"gpu_{gpu}"
@@ -140,8 +148,7 @@ def _judge_activity(by_gpu: Mapping[Gpu, Mapping[str, list]], smact: Mapping[Gpu
     unused = sorted((g for g, values in smact.items() if max(values) < IDLE_SMACT), key=_order)
     numbers["gpus_unused"] = len(unused)
     if unused:
-        names = ", ".join(f"{g[0]} {g[1]}" if isinstance(g, tuple) else str(g) for g in unused)
-        flags.append(f"{len(unused)} of {gpus} GPUs idle (GPU {names}: SMACT never reached {IDLE_SMACT})")
+        flags.append(f"{len(unused)} of {gpus} GPUs idle ({_names(unused)}: SMACT never reached {IDLE_SMACT})")
     by_time: dict[int, list[float]] = {}
     for values in (m.get("sm_active", []) for m in by_gpu.values()):
         for ms, v in values:

@@ -48,6 +48,21 @@ def test_a_busy_job_has_no_flag_and_no_series_is_said():
     assert empty.flags == ["no SM activity series for the job's GPUs: no verdict on its use"] and "smact_mean" not in empty.numbers
 
 
+def test_a_two_node_jobs_idle_gpus_are_named_as_the_dashboard_names_them():
+    """'GPU gpu01 1' read as a GPU named gpu01; the dashboard's legend and tooltips say 'gpu01 · GPU 1'."""
+    got = judge(
+        {
+            "system/gpu01/gpu_0_sm_active": series([0.6] * 4),
+            "system/gpu01/gpu_1_sm_active": series([0.0] * 4),
+            "system/gpu02/gpu_0_sm_active": series([0.0] * 4),
+            "system/gpu02/gpu_1_sm_active": series([0.7] * 4),
+        },
+        [("gpu01", 0), ("gpu01", 1), ("gpu02", 0), ("gpu02", 1)],
+    )
+    assert got.flags[0] == "2 of 4 GPUs idle (gpu01 · GPU 1, gpu02 · GPU 0: SMACT never reached 0.01)"
+    assert got.numbers["gpu01/gpu_1_idle_share"] == 1.0 and got.numbers["gpus_unused"] == 2
+
+
 @pytest.mark.parametrize(
     ("peak_mb", "total_mib", "model", "size", "flag"),
     [
