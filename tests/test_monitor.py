@@ -42,7 +42,7 @@ def _recording(client: MlflowClient, points: int, exclude: set[str] = frozenset(
     return None
 
 
-def _start(home, store, *args: str, **env) -> subprocess.Popen:
+def _start(home, store, *args: str, preexec_fn=None, **env) -> subprocess.Popen:
     return subprocess.Popen(
         radt_command("monitor", "--interval", "0.2", *args),
         env=radt_env(home, store, **env),
@@ -50,6 +50,7 @@ def _start(home, store, *args: str, **env) -> subprocess.Popen:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=preexec_fn,
     )
 
 
@@ -93,15 +94,8 @@ def test_a_closed_terminal_ends_the_days_run_and_nohup_keeps_it_recording(store_
     """`radt monitor` in an ssh session that drops gets SIGHUP: its default killed radt mid-run (the run left RUNNING, the
     samples in memory lost). It ends the run like Ctrl-C now; started under nohup (SIGHUP ignored) it keeps recording."""
     client = MlflowClient(store_uri)
-    nohup = subprocess.Popen(
-        radt_command("monitor", "--interval", "0.2", "-l", "host", "-e", "nohup"),
-        env=radt_env(radt_home, store_uri),
-        cwd=radt_home,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # what `nohup` does before it execs
-    )
+    ignore_hangups = lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)  # noqa: E731  (what `nohup` does before it execs)
+    nohup = _start(radt_home, store_uri, "-l", "host", "-e", "nohup", preexec_fn=ignore_hangups)
     try:
         first = wait_for(lambda: _recording(client, 2, experiment="nohup"), what="the nohup monitor's run", process=nohup)
         nohup.send_signal(signal.SIGHUP)
