@@ -227,17 +227,17 @@ _CAUSE = re.compile(
 )
 
 
-def short_http_error(uri: str, exc: Exception) -> str:
-    """'mlflow server http://h:p unreachable ([Errno 111] Connection refused)', or '... sent no reply (Read timed out)',
-    instead of a page of urllib3."""
+def http_store_error(uri: str, exc: Exception) -> StoreUnavailable:
+    """One line instead of a page of urllib3: 'mlflow server http://h:p unreachable ([Errno 111] Connection refused)',
+    or StoreNotAnswering's '... sent no reply (Read timed out)' for a server that took the request."""
     text = str(exc)
     found = _CAUSE.search(text)
     if found and found.group(0) == "Read timed out":
-        return f"mlflow server {uri} sent no reply (Read timed out)"
+        return StoreNotAnswering(f"mlflow server {uri} sent no reply (Read timed out)")
     if found:
-        return f"mlflow server {uri} unreachable ({found.group(0).strip()})"
+        return StoreUnavailable(f"mlflow server {uri} unreachable ({found.group(0).strip()})")
     first = text.strip().splitlines()[0][:200] if text.strip() else type(exc).__name__
-    return f"mlflow server {uri}: {first}"
+    return StoreUnavailable(f"mlflow server {uri}: {first}")
 
 
 class MlflowMetricStore:
@@ -266,8 +266,7 @@ class MlflowMetricStore:
             except (MlflowException, OSError) as exc:
                 if not self.uri.startswith(("http://", "https://")):
                     raise
-                message = short_http_error(self.uri, exc)
-                raise (StoreNotAnswering if message.endswith("(Read timed out)") else StoreUnavailable)(message) from exc
+                raise http_store_error(self.uri, exc) from exc
 
     def close(self) -> None:
         pass
