@@ -10,8 +10,6 @@ import os
 import socket
 import sys
 
-from radt.app.dashboard import create_app
-from radt.app.state import STATE
 from radt.cli import OneLineParser
 from radt.options import store_parent
 from radt.settings import check_settings, display_uri
@@ -28,6 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"radt dashboard: {problem}", file=sys.stderr)
         return 2
+    # the dashboard's modules (Dash, Plotly, pandas: ~1 s) only once the arguments are good: a typo is answered at once
+    from radt.app.dashboard import create_app
+    from radt.app.state import STATE
+
     try:
         check_settings()  # every RADT_* variable, as `radt dashboard` does; `python app.py` comes here directly
         dashboard = create_app(args.store, args.cache)
