@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import postgres, state
+from tests.support import postgres, prometheus, state
 from tests.support.browser import chromium_with_cache, dashboard, new_page
 from tests.support.paths import FIXTURES
 from tests.support.radtproc import QUICK_PERIODS, radt_env
@@ -284,6 +284,13 @@ def pytest_collection_modifyitems(config, items):
         for kind, fixtures in KIND_FIXTURES.items():
             if fixtures & set(item.fixturenames) or KIND_NAMES[kind] & names:
                 item.add_marker(kind)
+
+
+def pytest_collection_finish(session):
+    """A Prometheus started now, where the tests selected need one: its ~5 s before a first scrape pass while the
+    first tests run (support/prometheus.taken). In each xdist worker, which collects all and runs some."""
+    if any(item.get_closest_marker("prometheus") for item in session.items):
+        prometheus.warm_up()
 
 
 # --- process-wide state, put back after every test -------------------------------------------------------

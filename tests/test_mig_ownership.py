@@ -66,11 +66,11 @@ with radt.run() as run:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def served():
     """(exporter, Prometheus, time before the first scrape in ms) once SCRAPES scrapes are stored."""
     start_ms = int(time.time() * 1000)
     until = f'DCGM_FI_PROF_SM_ACTIVE{{Hostname="{HERE}",GPU_I_ID="8"}}[1h]'
-    with prom.serving(tmp_path_factory.mktemp("prometheus"), LOG, DEVICES, until, SCRAPES) as (exporter, server):
+    with prom.serving(LOG, DEVICES, until, SCRAPES) as (exporter, server):
         yield exporter, server, start_ms
 
 

@@ -25,7 +25,6 @@ from radt.collectors.sources.prometheus import backfill
 from tests.fakes.fake_nvml import A100, H100, mig_gpu
 from tests.support import prometheus as prom
 from tests.support.polling import wait_for
-from tests.support.ports import free_port
 from tests.support.radtproc import radt_command, radt_env, run_radt
 from tests.support.runs import radt_run
 
@@ -69,35 +68,32 @@ class Scraped:
 
 
 @contextmanager
-def _scraped_monitor(store_uri: str, radt_home, tmp_path, fake_gpus: str, *args: str) -> Iterator[Scraped]:
+def _scraped_monitor(store_uri: str, radt_home, fake_gpus: str, *args: str) -> Iterator[Scraped]:
     """`radt monitor --interval 0.5 --prometheus-port PORT ARGS` on the fake GPUs, scraped by a real Prometheus; the
     monitor ends with SIGINT (as Ctrl-C) when the block does."""
-    port = free_port()
-    proc = subprocess.Popen(
-        radt_command("monitor", "--interval", "0.5", "--prometheus-port", str(port), *args),
-        env=radt_env(radt_home, store_uri, fake_gpus=fake_gpus),
-        cwd=radt_home,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    scraped = None
-    try:
-        with prom.Prometheus(tmp_path, [f"127.0.0.1:{port}"], job="radt-monitor") as server:
-            scraped = Scraped(proc, server, port)
+    with prom.taken() as server:
+        port = server.ports[0]
+        proc = subprocess.Popen(
+            radt_command("monitor", "--interval", "0.5", "--prometheus-port", str(port), *args),
+            env=radt_env(radt_home, store_uri, fake_gpus=fake_gpus),
+            cwd=radt_home,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        scraped = Scraped(proc, server, port)
+        try:
             yield scraped
-    finally:
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=60)
-        if scraped is not None:
-            scraped.stderr = stderr
+        finally:
+            proc.send_signal(signal.SIGINT)
+            _, scraped.stderr = proc.communicate(timeout=60)
 
 
 @pytest.mark.dialects  # the GPU -> run lookup is radt's own SQL on the store: the one PostgreSQL end to end of the exposition
-def test_prometheus_scrapes_the_monitor_with_the_training_run_on_each_gpu(store_uri, radt_home, tmp_path):
+def test_prometheus_scrapes_the_monitor_with_the_training_run_on_each_gpu(store_uri, radt_home):
     client = MlflowClient(store_uri)
     training = _training_run(client)
-    with _scraped_monitor(store_uri, radt_home, tmp_path, GPUS) as scraped:
+    with _scraped_monitor(store_uri, radt_home, GPUS) as scraped:
         proc, server, port = scraped.proc, scraped.server, scraped.port
         gpu0 = wait_for(
             lambda: _series(server, f'{SMACT}{{gpu="0",run_id="{training}"}}'), timeout=30, what="GPU 0's SMACT with the training run", process=proc
@@ -169,7 +165,7 @@ def test_a_port_in_use_is_one_line_and_exit_2(store_uri, radt_home):
     assert MlflowClient(store_uri).get_experiment_by_name("monitor") is None  # nothing started
 
 
-def test_each_mig_slice_is_labelled_with_the_run_on_it_and_a_node_of_a_multinode_run_counts_here(store_uri, radt_home, tmp_path):
+def test_each_mig_slice_is_labelled_with_the_run_on_it_and_a_node_of_a_multinode_run_counts_here(store_uri, radt_home):
     """An H100 in MIG mode with two slices: one run on slice 1 (a run of this host), another on slice 2 as node n2 of a
     run whose first node is elsewhere. Each slice's series names its own run only; the whole GPU's series names both."""
     h100 = mig_gpu(H100, (1, "3g.40gb", 0.6), (2, "1g.10gb", 0.2), uuid=UUID0)
@@ -195,7 +191,7 @@ def test_each_mig_slice_is_labelled_with_the_run_on_it_and_a_node_of_a_multinode
         "radt.node.n2/gpus": entries(slice2),
     }.items():
         client.set_tag(multi, key, value)
-    with _scraped_monitor(store_uri, radt_home, tmp_path, json.dumps([h100]), "-d", f"{slice1['uuid']}+{slice2['uuid']}") as scraped:
+    with _scraped_monitor(store_uri, radt_home, json.dumps([h100]), "-d", f"{slice1['uuid']}+{slice2['uuid']}") as scraped:
         server, proc = scraped.server, scraped.proc
         on1 = wait_for(lambda: _series(server, f'{SMACT}{{GPU_I_ID="1"}}'), timeout=30, what="slice 1's SMACT", process=proc)
         on2 = wait_for(lambda: _series(server, f'{SMACT}{{GPU_I_ID="2"}}'), timeout=30, what="slice 2's SMACT", process=proc)

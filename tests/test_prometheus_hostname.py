@@ -38,15 +38,14 @@ SCRAPES = 4
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def served():
     """A real Prometheus scraping both exporters, once each has SCRAPES scrapes stored; the time before them in ms."""
     assert prom.available(), "Debian's prometheus is not installed (apt-get install prometheus; .ci/run installs it)"
     start_ms = int(time.time() * 1000)
-    folder = tmp_path_factory.mktemp("prometheus")
     with (
-        DcgmExporter(LOG, OLDER, start=5) as older,
-        DcgmExporter(LOG, LOWER, start=5, lower_case=True) as lower,
-        prom.Prometheus(folder, [older.target, lower.target]) as server,
+        prom.taken() as server,
+        DcgmExporter(LOG, OLDER, start=5, port=server.ports[0]),
+        DcgmExporter(LOG, LOWER, start=5, lower_case=True, port=server.ports[1]),
     ):
         server.wait_samples(f'DCGM_FI_PROF_SM_ACTIVE{{Hostname="{POD}",gpu="0"}}[1h]', SCRAPES)
         server.wait_samples(f'DCGM_FI_PROF_SM_ACTIVE{{hostname="{HERE}",gpu="0"}}[1h]', SCRAPES)

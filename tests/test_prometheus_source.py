@@ -39,11 +39,11 @@ SCRAPES = 6
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def served():
     """(exporter, Prometheus, time before the first scrape in ms) once at least SCRAPES scrapes are stored."""
     start_ms = int(time.time() * 1000)
     until = f'DCGM_FI_PROF_SM_ACTIVE{{Hostname="{HOST}",gpu="0",GPU_I_ID=""}}[1h]'
-    with prom.serving(tmp_path_factory.mktemp("prometheus"), LOG, NODE_A + SLICES + NODE_B, until, SCRAPES) as (exporter, server):
+    with prom.serving(LOG, NODE_A + SLICES + NODE_B, until, SCRAPES) as (exporter, server):
         yield exporter, server, start_ms
 
 

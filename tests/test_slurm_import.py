@@ -147,11 +147,11 @@ def test_a_running_import_keeps_the_gpus_scontrol_gave_for_the_import_after_the_
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory, cluster):
+def served(cluster):
     devices = [Device(slurmacct.host(), gpu, gpu, memory_mib=40_536) for gpu in range(4)]  # an A100 40GB's memory, as its driver says
     devices += [Device(OTHER_NODE, gpu, 3 - gpu, memory_mib=81_559) for gpu in range(2)]  # a second node, of A100 80GBs (jobs on two nodes)
     until = f'DCGM_FI_PROF_SM_ACTIVE{{Hostname="{slurmacct.host()}",gpu="0"}}[1h]'
-    with prom.serving(tmp_path_factory.mktemp("prometheus"), LOG, devices, until, 2) as (exporter, server):
+    with prom.serving(LOG, devices, until, 2) as (exporter, server):
         yield exporter, server
 
 

@@ -76,7 +76,7 @@ class _Server(ThreadingHTTPServer):
 class DcgmExporter:
     """Serves `devices` on 127.0.0.1:<port>/metrics, one log sample per scrape from `start` on, cycling at the log's end."""
 
-    def __init__(self, log: Path, devices: list[Device], start: int = 0, delay_s: float = 0.0, lower_case: bool = False) -> None:
+    def __init__(self, log: Path, devices: list[Device], start: int = 0, delay_s: float = 0.0, lower_case: bool = False, port: int = 0) -> None:
         self.frames = load_frames(log)
         self.lower_case = lower_case  # newer exporters' label names: `hostname` (not `Hostname`) and `pci_bus_id`
         self.start = start  # the log sample the first scrape gets
@@ -102,7 +102,7 @@ class DcgmExporter:
             def log_message(self, *args) -> None:
                 pass
 
-        self.server = _Server(("127.0.0.1", 0), Handler)
+        self.server = _Server(("127.0.0.1", port), Handler)  # a port a warm Prometheus already scrapes (support/prometheus.taken)
         self.port = self.server.server_address[1]
         self.target = f"127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self.server.serve_forever, name="test-dcgm-exporter", daemon=True)

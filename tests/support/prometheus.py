@@ -1,10 +1,19 @@
-"""A real Prometheus server (Debian's `prometheus`) scraping given targets every second, in a temp folder."""
+"""A real Prometheus server (Debian's `prometheus`) scraping given targets every second, in a temp folder.
+
+A new Prometheus scrapes nothing for its first ~5 s: its discovery and scrape managers hand targets on at a 5 s tick.
+Each test that needs one takes a warm server (`taken`), started earlier in the background on ports nothing listens on
+yet; the test binds its exporters there, and they are scraped within a second. Each test still has its own server and
+its own TSDB: nothing another test served is in what it reads.
+"""
 
 from __future__ import annotations
 
+import atexit
 import json
 import shutil
+import socket
 import subprocess
+import tempfile
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -47,7 +56,17 @@ class Prometheus:
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
 
+    @property
+    def ports(self) -> list[int]:
+        """The targets' ports (127.0.0.1:PORT each)."""
+        return [int(target.rsplit(":", 1)[1]) for target in self.targets]
+
     def start(self, timeout: float = 30) -> Prometheus:
+        self.launch()
+        return self.ready(timeout)
+
+    def launch(self) -> None:
+        """Start the server without waiting for it (warm_up's background start)."""
         config = self.folder / "prometheus.yml"
         targets = ", ".join(f"'{t}'" for t in self.targets)
         config.write_text(
@@ -59,6 +78,8 @@ class Prometheus:
         command += [f"--web.console.libraries={self.folder}"]
         with open(self.folder / "prometheus.log", "a") as log:
             self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def ready(self, timeout: float = 30) -> Prometheus:
         wait_http(f"{self.url}/-/ready", self.proc, timeout=timeout, output=self.log)
         return self
 
@@ -100,13 +121,65 @@ class Prometheus:
         return wait_for(enough, timeout=timeout, what=lambda: f"{count} samples of {promql} in Prometheus ({self.log()})", interval=0.2)
 
 
+SLOTS = 2  # the ports a warm server scrapes: the most exporters one test serves (test_prometheus_hostname's two)
+_warm: list[Prometheus] = []  # this test process's started servers that no test has taken yet
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _discard(server: Prometheus) -> None:
+    server.stop()
+    shutil.rmtree(server.folder, ignore_errors=True)
+
+
+def warm_up() -> None:
+    """Start a Prometheus in the background on SLOTS free ports, for the next test of this process that takes one."""
+    if not available() or _warm:
+        return
+    server = Prometheus(Path(tempfile.mkdtemp(prefix="radt-test-prometheus-")), [f"127.0.0.1:{free_port()}" for _ in range(SLOTS)])
+    server.launch()
+    _warm.append(server)
+
+
+@atexit.register
+def _discard_warm() -> None:
+    """The server no test took, at the test process's end."""
+    while _warm:
+        _discard(_warm.pop())
+
+
 @contextmanager
-def serving(folder: Path, log: Path, devices: list, until: str, scrapes: int, start: int = 5, delay_s: float = 0.0, timeout: float = 30) -> Iterator[tuple]:
+def taken() -> Iterator[Prometheus]:
+    """A started Prometheus scraping `ports` that nothing listens on yet: bind the test's exporters there. Warm when one
+    was started in the background (warm_up: conftest starts one at collection, and each take starts the next); a port
+    something else took meanwhile gets a new server, waited for. Stopped, with its TSDB, at the end."""
+    assert available(), "Debian's prometheus is not installed (apt-get install prometheus; .ci/run installs it)"
+    server = _warm.pop() if _warm else None
+    if server is None or server.proc is None or server.proc.poll() is not None or not all(map(_free, server.ports)):
+        if server is not None:
+            _discard(server)
+        server = Prometheus(Path(tempfile.mkdtemp(prefix="radt-test-prometheus-")), [f"127.0.0.1:{free_port()}" for _ in range(SLOTS)])
+        server.launch()
+    warm_up()  # the next test's, while this one runs
+    try:
+        yield server.ready()
+    finally:
+        _discard(server)
+
+
+@contextmanager
+def serving(log: Path, devices: list, until: str, scrapes: int, start: int = 5, delay_s: float = 0.0, timeout: float = 30) -> Iterator[tuple]:
     """(exporter, Prometheus): a dcgm-exporter stand-in serving `log` for `devices` (answering after `delay_s`), scraped by a
     real Prometheus, once `until` (a range selector) holds `scrapes` samples."""
     from tests.support.dcgm_exporter import DcgmExporter
 
-    assert available(), "Debian's prometheus is not installed (apt-get install prometheus; .ci/run installs it)"
-    with DcgmExporter(log, devices, start=start, delay_s=delay_s) as exporter, Prometheus(folder, [exporter.target]) as server:
+    with taken() as server, DcgmExporter(log, devices, start=start, delay_s=delay_s, port=server.ports[0]) as exporter:
         server.wait_samples(until, scrapes, timeout=timeout)
         yield exporter, server
