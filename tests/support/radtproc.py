@@ -23,6 +23,7 @@ QUICK_PERIODS = {
     # not RADT_LIVE_POLL (1 s): a tick that comes before the last one's answer supersedes it, and at 0.5 s under load
     # the Live page never showed a value (three Live tests failed in a full run)
     "RADT_SCRIPT_LOG_POLL": "0.05",  # reads of a script's metrics file (0.2 s)
+    "RADT_RETRY_INTERVAL": "0.5",  # the writer's and the script log's next try of a store that failed (2 s)
 }
 DEFAULT_PERIODS = {name: "" for name in QUICK_PERIODS}  # `extra=DEFAULT_PERIODS`: each period at radt's own default
 
