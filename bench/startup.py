@@ -12,7 +12,10 @@ warm-up and not counted. No radt module is imported here: PYTHONPATH picks the r
     PYTHONPATH=/tmp/radt-before python bench/startup.py     # another checkout of radt
 
 --also DIR: a second radt (PYTHONPATH=DIR, e.g. a checkout of an older commit) measured in the same rounds,
-alternating with the first, so that both see the same load on a shared machine.
+alternating with the first, so that both see the same load on a shared machine. Only for a radt whose subpackages
+come from DIR: an editable install maps radt.collectors and radt.app to its own checkout whatever PYTHONPATH says, so
+another commit's radt needs a venv of its own (`python3 -m venv /tmp/bv && /tmp/bv/bin/pip install -e /tmp/before`),
+and this script run by each venv's python in turn.
 
 --store: a PostgreSQL server; a scratch database is created on it and dropped after. Default: a
 scratch SQLite file.
