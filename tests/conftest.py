@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import gc
 import json
 import os
 import shutil
@@ -31,6 +32,12 @@ from tests.support.snapshots import Snapshots
 # MLflow's client waited its 1 s settle twice (8 s of sleep to build test_aggregates' store, ~100 s in the suite).
 # The tests given DEFAULT_PERIODS keep each period at its default.
 os.environ.update(QUICK_PERIODS)
+
+# The test process's own garbage collector: a pytest worker holds MLflow, Dash, Plotly, pandas and Playwright, and at
+# CPython's default (a collection every 700 allocations, a full one every 7,000) it spent 15 % of the in-process tests'
+# CPU walking those objects again and again (the inner loop 69.5 -> 58.9 s of CPU, docs/PERFORMANCE.md). Garbage with
+# cycles is still collected, only less often. radt's own processes keep their settings (the recorder freezes its heap).
+gc.set_threshold(100_000, 50, 100)
 
 
 def _run_folder(tmp_path_factory) -> Path:
