@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import socket
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -55,34 +54,33 @@ def main() -> int:
         args.gpus, args.history, args.ticks = 2, 15.0, 5
     host = socket.gethostname()
     devices = [Device(host, gpu, gpu % 5) for gpu in range(args.gpus)]
-    with tempfile.TemporaryDirectory() as folder:
-        until = f'DCGM_FI_PROF_SM_ACTIVE{{Hostname="{host}",gpu="0"}}[1h]'
-        with prom.serving(Path(folder), LOG, devices, until, int(args.history), timeout=args.history * 2 + 30) as (_exporter, server):
-            ctx = SamplingContext(interval=1.0, devices=list(range(args.gpus)))
-            radt = PrometheusSource(server.url, host=host, report=print, uuids={})
-            window = PrometheusSource(server.url, host=host, report=print, uuids={})
-            for source in (radt, window):
-                source.open(ctx)
-                source.since_ms = 0  # both read the history once, then tick
-            window._span_ms = lambda now_ms: window.window * 1000  # the fixed window it used before
-            import radt.collectors.sources.prometheus as module
+    until = f'DCGM_FI_PROF_SM_ACTIVE{{Hostname="{host}",gpu="0"}}[1h]'
+    with prom.serving(LOG, devices, until, int(args.history), timeout=args.history * 2 + 30) as (_exporter, server):
+        ctx = SamplingContext(interval=1.0, devices=list(range(args.gpus)))
+        radt = PrometheusSource(server.url, host=host, report=print, uuids={})
+        window = PrometheusSource(server.url, host=host, report=print, uuids={})
+        for source in (radt, window):
+            source.open(ctx)
+            source.since_ms = 0  # both read the history once, then tick
+        window._span_ms = lambda now_ms: window.window * 1000  # the fixed window it used before
+        import radt.collectors.sources.prometheus as module
 
-            counting = Counting()
-            module.query = counting
-            cost = {"radt": [0.0, 0, 0], "window": [0.0, 0, 0]}  # cpu s, samples answered, readings
-            radt.readings(int(time.time() * 1000))
-            window.readings(int(time.time() * 1000))
-            got = {"radt": [], "window": []}
-            for _ in range(args.ticks):
-                time.sleep(1.0)
-                for name, source in (("radt", radt), ("window", window)):
-                    before_cpu, before_samples = time.process_time(), counting.samples
-                    readings = source.readings(int(time.time() * 1000))
-                    cost[name][0] += time.process_time() - before_cpu
-                    cost[name][1] += counting.samples - before_samples
-                    cost[name][2] += len(readings)
-                    got[name] += readings
-            module.query = counting.inner
+        counting = Counting()
+        module.query = counting
+        cost = {"radt": [0.0, 0, 0], "window": [0.0, 0, 0]}  # cpu s, samples answered, readings
+        radt.readings(int(time.time() * 1000))
+        window.readings(int(time.time() * 1000))
+        got = {"radt": [], "window": []}
+        for _ in range(args.ticks):
+            time.sleep(1.0)
+            for name, source in (("radt", radt), ("window", window)):
+                before_cpu, before_samples = time.process_time(), counting.samples
+                readings = source.readings(int(time.time() * 1000))
+                cost[name][0] += time.process_time() - before_cpu
+                cost[name][1] += counting.samples - before_samples
+                cost[name][2] += len(readings)
+                got[name] += readings
+        module.query = counting.inner
     print(f"{args.gpus} GPUs, {args.history:.0f} s of scrapes stored, {args.ticks} ticks at 1 s, one Prometheus scrape a second")
     print(f"{'':8} {'CPU ms/tick':>12} {'samples answered/tick':>22} {'readings/tick':>14}")
     for name, (cpu, samples, readings) in cost.items():
