@@ -11,7 +11,6 @@ from __future__ import annotations
 import atexit
 import json
 import shutil
-import socket
 import subprocess
 import tempfile
 import urllib.parse
@@ -21,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tests.support.polling import wait_for, wait_http
-from tests.support.ports import free_port
+from tests.support.ports import free_port, is_free
 
 EXECUTABLE = "prometheus"
 # a training script that waits until the run's live GPU series holds argv[1] points (read from the store: tests/support/stored.py)
@@ -61,12 +60,8 @@ class Prometheus:
         """The targets' ports (127.0.0.1:PORT each)."""
         return [int(target.rsplit(":", 1)[1]) for target in self.targets]
 
-    def start(self, timeout: float = 30) -> Prometheus:
-        self.launch()
-        return self.ready(timeout)
-
     def launch(self) -> None:
-        """Start the server without waiting for it (warm_up's background start)."""
+        """Start the server without waiting for it (ready() waits)."""
         config = self.folder / "prometheus.yml"
         targets = ", ".join(f"'{t}'" for t in self.targets)
         config.write_text(
@@ -97,12 +92,6 @@ class Prometheus:
                 self.proc.wait()
         self.proc = None
 
-    def __enter__(self) -> Prometheus:
-        return self.start() if self.proc is None else self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
     def api(self, path: str, **params: str) -> dict:
         """One HTTP API call's `data` (the test's own view of what Prometheus holds)."""
         with urllib.request.urlopen(f"{self.url}{path}?{urllib.parse.urlencode(params)}", timeout=5) as response:
@@ -125,13 +114,11 @@ SLOTS = 2  # the ports a warm server scrapes: the most exporters one test serves
 _warm: list[Prometheus] = []  # this test process's started servers that no test has taken yet
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+def _launched() -> Prometheus:
+    """A Prometheus started, not waited for, on SLOTS free ports, in a folder of its own."""
+    server = Prometheus(Path(tempfile.mkdtemp(prefix="radt-test-prometheus-")), [f"127.0.0.1:{free_port()}" for _ in range(SLOTS)])
+    server.launch()
+    return server
 
 
 def _discard(server: Prometheus) -> None:
@@ -141,11 +128,8 @@ def _discard(server: Prometheus) -> None:
 
 def warm_up() -> None:
     """Start a Prometheus in the background on SLOTS free ports, for the next test of this process that takes one."""
-    if not available() or _warm:
-        return
-    server = Prometheus(Path(tempfile.mkdtemp(prefix="radt-test-prometheus-")), [f"127.0.0.1:{free_port()}" for _ in range(SLOTS)])
-    server.launch()
-    _warm.append(server)
+    if available() and not _warm:
+        _warm.append(_launched())
 
 
 @atexit.register
@@ -162,11 +146,10 @@ def taken() -> Iterator[Prometheus]:
     something else took meanwhile gets a new server, waited for. Stopped, with its TSDB, at the end."""
     assert available(), "Debian's prometheus is not installed (apt-get install prometheus; .ci/run installs it)"
     server = _warm.pop() if _warm else None
-    if server is None or server.proc is None or server.proc.poll() is not None or not all(map(_free, server.ports)):
+    if server is None or server.proc is None or server.proc.poll() is not None or not all(map(is_free, server.ports)):
         if server is not None:
             _discard(server)
-        server = Prometheus(Path(tempfile.mkdtemp(prefix="radt-test-prometheus-")), [f"127.0.0.1:{free_port()}" for _ in range(SLOTS)])
-        server.launch()
+        server = _launched()
     warm_up()  # the next test's, while this one runs
     try:
         yield server.ready()
