@@ -99,6 +99,11 @@ def workload_all(workload: object) -> dict:
     return {"type": WORKLOAD_ALL, WORKLOAD_KEY: workload}
 
 
+def is_workload_all(component_id: object) -> bool:
+    """Whether a callback's trigger (``ctx.triggered_id``) is a workload's select-all box."""
+    return isinstance(component_id, dict) and component_id.get("type") == WORKLOAD_ALL
+
+
 def workload_runs(workload: object) -> dict:
     """A workload's run boxes (``workload`` is its id, or a wildcard)."""
     return {"type": WORKLOAD_RUNS, WORKLOAD_KEY: workload}

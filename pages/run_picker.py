@@ -147,6 +147,17 @@ def select_workload(all_value, options):
     return [o["value"] for o in options if isinstance(o, dict) and "value" in o] if all_value and isinstance(options, list) else []
 
 
+def sync_workload(all_value, run_values, options):
+    """A workload's box and its runs' boxes kept in agreement both ways: the box ticks or unticks every run, and the box is
+    ticked exactly when every run is (unticking one run unticks it)."""
+    if ids.is_workload_all(ctx.triggered_id):
+        return select_workload(all_value, options), no_update
+    runs = select_workload(["all"], options)
+    ticked = set(run_values) if isinstance(run_values, list) else set()
+    every = bool(runs) and all(run in ticked for run in runs)
+    return no_update, ["all"] if every else []
+
+
 def tick_matching(n_clicks, option_lists):
     """Every run box in the tree ticked: the tree holds the runs the filter leaves, and nothing else."""
     boxes = len(ctx.outputs_list)  # one answer per box the request names, whatever else it carries
@@ -179,10 +190,12 @@ def register() -> None:
     )(refresh_tree)
     callback(
         Output(ids.workload_runs(MATCH), "value"),
+        Output(ids.workload_all(MATCH), "value"),
         Input(ids.workload_all(MATCH), "value"),
+        Input(ids.workload_runs(MATCH), "value"),
         State(ids.workload_runs(MATCH), "options"),
         prevent_initial_call=True,
-    )(select_workload)
+    )(sync_workload)
     callback(
         Output(ids.workload_runs(ALL), "value", allow_duplicate=True),
         Input(ids.RUN_TICK_MATCHING, "n_clicks"),

@@ -62,6 +62,9 @@ def test_the_issues_filter_narrows_500_runs_and_stays_in_the_url(page, many):
     # tick all matching: every run the filter left, and nothing else
     page.locator("#run-tick-matching").click()
     page.wait_for_function("(n) => document.querySelectorAll('.wl-runs input:checked').length === n", arg=matching)
+    page.wait_for_function(  # each workload's box says its runs are all ticked (it stayed empty)
+        "() => { const boxes = document.querySelectorAll('.wl-all input'); return boxes.length > 0 && [...boxes].every(b => b.checked); }"
+    )
     page.wait_for_function(
         "([q, n]) => { const s = new URLSearchParams(location.search); return s.get('q') === q && (s.get('runs') || '').split(',').filter(Boolean).length === n; }",
         arg=[EXAMPLE, matching],
@@ -98,6 +101,34 @@ def test_a_filter_that_cannot_be_read_says_why_in_one_line(page, many):
     _type(page, "tags.radt.collocation = 'MPS'")  # the issue's spelling; radt stores 'mps'
     page.locator("#run-tree").filter(has_text="would with the case ignored").wait_for()
     assert page.locator("#run-filter-count").inner_text() == "0 of 500 runs match"
+
+
+def test_a_workloads_box_is_ticked_exactly_when_all_its_runs_are(page, many):
+    """The workload's box and its runs' boxes agree both ways: the box ticks and unticks its runs, and unticking one run
+    unticks the box (it stayed ticked over a workload with runs unticked, and with its only run unticked)."""
+    _open(page, many, {"q": "resnet50 w01"})
+    words = expected(lambda r: r["name"].startswith("resnet50 01"))
+    page.locator("#run-filter-count").filter(has_text=f"{words} of 500 runs match").wait_for()
+    block = page.locator("#run-tree details.workload").filter(has_text="w01")
+    box, runs = block.locator(".wl-all input"), block.locator(".wl-runs input")
+    total = runs.count()
+    assert total == words and not box.is_checked()
+
+    def ticked(n: int, all_box: bool) -> None:
+        page.wait_for_function(
+            "([n, all]) => { const b = [...document.querySelectorAll('#run-tree details.workload')].find(d => d.textContent.includes('w01'));"
+            " return b.querySelectorAll('.wl-runs input:checked').length === n && b.querySelector('.wl-all input').checked === all; }",
+            arg=[n, all_box],
+        )
+
+    box.check()
+    ticked(total, True)
+    runs.nth(2).uncheck()
+    ticked(total - 1, False)
+    runs.nth(2).check()
+    ticked(total, True)
+    box.uncheck()
+    ticked(0, False)
 
 
 def test_500_runs_come_folded_per_workload_and_the_tree_stays_small(page, many):
