@@ -40,7 +40,8 @@ STATS = {
     "normalised": ("normalised throughput", "× alone"),
     "energy_kj": ("energy", "kJ"),
     "energy_per_step_j": ("energy per step", "J/step"),
-    "peak_memory_per_gpu_mb": ("peak memory per GPU", "MB"),
+    "peak_memory_per_gpu_mb": ("peak memory per GPU, every process", "MB"),
+    "run_memory_peak_mb": ("the run's own peak GPU memory", "MB"),
 }
 BY = {"workload": "workload", "collocation": "collocation", "partition": "partition", "user": "user"}  # grouping -> comparison-table column
 POOLED = ("partition", "user")  # groupings of a cluster's jobs: one series over every experiment (radt import --slurm makes one per user)

@@ -24,7 +24,7 @@ Every figure can be recomputed from the columns shown:
 A together group's row ("workload", its run_id the workload's id): steps_per_h and normalised are the sums of its runs' (normalised
 only where every run has an alone baseline; above 1 the runs together did more work per hour than the
 same runs one after another); duration from the first script start to the last exit; peak memory per
-GPU the highest of its runs'; energy per step the group's energy over its runs' steps summed; energy per physical GPU the largest of the runs that recorded that GPU
+GPU (every process on it) the highest of its runs'; the runs' own peaks are not summed into one (they need not coincide); energy per step the group's energy over its runs' steps summed; energy per physical GPU the largest of the runs that recorded that GPU
 (collocated runs read the same GPU's counter), summed over distinct GPUs (``summaries.gpu_identity``:
 UUID, else host and index), and only where every run has an energy figure. Steps, alone steps/h and the
 activity and CPU means are left empty there: no sum or mean of them would be the group's.
@@ -43,7 +43,7 @@ from radt.runmodel import COLLOCATION_TAG, SLURM_PARTITION_TAG, SLURM_PREFIX, UN
 
 RUN_COLUMNS = ["kind", "experiment_id", "workload", "run", "command", "letter", "status", "together", "steps", "duration_min", "steps_per_h", "alone_runs",
                "alone_steps_per_h", "normalised", "gpus_text", "smact_mean", "smact_p95", "smact_busiest", "smocc_mean", "smocc_p95", "gract_mean",
-               "power_mean_w", "peak_memory_per_gpu_mb", "energy_kj", "cpu_mean", "energy_per_step_j", "collocation", "gpus_used", "gpus_watched",
+               "power_mean_w", "peak_memory_per_gpu_mb", "run_memory_peak_mb", "energy_kj", "cpu_mean", "energy_per_step_j", "collocation", "gpus_used", "gpus_watched",
                "gpu_basis", "partition", "user", "flags", "run_id"]  # fmt: skip
 # a run's GPU figures, over the GPUs it used (summaries.run_summary), as the summary gives them; a together group's row has none
 GPU_COLUMNS = ("gpus_text", "smact_mean", "smact_p95", "smact_busiest", "smocc_mean", "smocc_p95", "gract_mean", "power_mean_w", "gpus_used", "gpus_watched",
@@ -185,6 +185,7 @@ def comparison(runs: pd.DataFrame, summary: pd.DataFrame, library: pd.DataFrame 
             "normalised": mine / baseline if baseline == baseline and baseline else math.nan,
             **{c: stat(row.run_id, c) for c in GPU_COLUMNS + ("cpu_mean",)},
             "peak_memory_per_gpu_mb": stat(row.run_id, "gpu_memory_peak_mb"),
+            "run_memory_peak_mb": stat(row.run_id, "run_memory_peak_mb"),
             "energy_kj": energy / 1000,
             "energy_per_step_j": energy / steps if steps == steps and steps > 0 else math.nan,
             "collocation": collocation_method(getattr(row, "tags", None), row.params, sizes[row.run_id]),

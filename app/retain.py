@@ -24,8 +24,7 @@ from typing import NamedTuple, TextIO
 import sqlalchemy as sa
 
 from radt import mlflowdb, rollups, summarytable
-from radt.app.summaries import SUMMARY_VERSION
-from radt.app.summarystore import store_summaries
+from radt.app.summarystore import readable, store_summaries
 from radt.errors import UserError
 from radt.options import store_parent
 from radt.settings import STORE_TIMEOUT, display_uri, tracking_uri
@@ -203,7 +202,7 @@ def _store_summary(engine: sa.Engine, run_id: str) -> None:
     store_summaries(engine, [run_id])
     with engine.connect() as conn:
         kept = summarytable.read(conn, [run_id]).get(run_id)
-    if kept is None or kept.summary is None or kept.version != SUMMARY_VERSION:
+    if kept is None or kept.summary is None or not readable(kept.version):
         where = display_uri(engine.url.render_as_string(hide_password=True))
         raise RetainError(f"cannot store the summary of run {run_id} in {where}; its raw points were kept: give a user that may write radt_summaries (--store)")
 

@@ -6,7 +6,8 @@ Which row is used, per run:
 - an ended run's stored row is used while its version is SUMMARY_VERSION and its fingerprint (`fingerprints`) is
   the run's current one; else it is computed again and stored;
 - a run `radt retain` cut (older raw points dropped) keeps its stored row whatever its fingerprint: computing
-  it again from what is left would give other numbers. Without a stored row of this version it shows as
+  it again from what is left would give other numbers. A row of an older version that later versions only added
+  columns to (ADDED_IN) still holds, with those columns empty. Without a stored row of this version it shows as
   unavailable (no figure, gpus_text UNAVAILABLE), never as figures of part of the run.
 
 The dashboard's engine cannot write (app/store.py); rows are written through a second engine on the same store
@@ -30,7 +31,7 @@ import sqlalchemy as sa
 from radt import summarytable
 from radt.app.runs import key_values
 from radt.app.store import EXPERIMENTS, LATEST, LIVE_STATUSES, RUNS, TAGS, chunks, plain_rows, unique
-from radt.app.summaries import SUMMARY_COLUMNS, SUMMARY_TAGS, SUMMARY_VERSION, run_summary
+from radt.app.summaries import ADDED_IN, SUMMARY_COLUMNS, SUMMARY_TAGS, SUMMARY_VERSION, run_summary
 from radt.runmodel import NODE_TAG
 
 LOG = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ def store_summaries(engine: sa.Engine, run_ids: Sequence[str]) -> pd.DataFrame:
         cut = summarytable.frozen(conn, stale)
     for run_id in cut:
         kept = stored.get(run_id)
-        rows[run_id] = kept.summary if kept and kept.version == SUMMARY_VERSION and kept.summary is not None else unavailable(run_id)
+        rows[run_id] = kept_row(kept) if kept is not None and kept.summary is not None and readable(kept.version) else unavailable(run_id)
     todo = [r for r in run_ids if r not in rows]
     keep = {r: prints[r][1] for r in stale if r not in cut}
     token = uuid.uuid4().hex
@@ -70,6 +71,18 @@ def store_summaries(engine: sa.Engine, run_ids: Sequence[str]) -> pd.DataFrame:
 
 def _holds(stored: summarytable.Stored, fingerprint: str) -> bool:
     return stored.summary is not None and stored.version == SUMMARY_VERSION and stored.fingerprint == fingerprint
+
+
+def readable(version: int) -> bool:
+    """Whether a stored row of this version holds for a run `radt retain` cut: this version's, or an older one whose
+    successors only added columns (ADDED_IN), which it shows empty. Its figures are the whole run's, as no recomputation
+    after the cut could give them."""
+    return version == SUMMARY_VERSION or all(v in ADDED_IN for v in range(version + 1, SUMMARY_VERSION + 1))
+
+
+def kept_row(stored: summarytable.Stored) -> dict:
+    """A stored row with every column, those its version did not have yet empty (NaN)."""
+    return dict.fromkeys(SUMMARY_COLUMNS, math.nan) | stored.summary
 
 
 def unavailable(run_id: str) -> dict:

@@ -67,7 +67,22 @@ COLUMNS = [
         "processes used; '5 watched' when radt could not tell, and every watched GPU counts.",
         shown=True,
     ),
-    Column("peak mem. MB", "peak_memory_per_gpu_mb", "Highest memory used on a single GPU (MB), not a sum.", 0, True),
+    Column(
+        "run mem. MB",
+        "run_memory_peak_mb",
+        "Highest GPU memory the run's own processes held on a single GPU (MB, NVML's per-process lists): the run's figure, "
+        "whoever else shared the GPU. Empty where radt could not see its processes (radT logs, DCGM alone): see GPU mem.",
+        0,
+        True,
+    ),
+    Column(
+        "GPU mem. MB",
+        "peak_memory_per_gpu_mb",
+        "Highest memory used on a single GPU (MB), not a sum, by every process on it: beside another run on the same GPU it "
+        "holds both runs' memory (see run mem.).",
+        0,
+        True,
+    ),
     Column("J/step", "energy_per_step_j", "Energy per step: the energy of the run's GPUs (J, summed) ÷ steps. Lower is better.", 1, True),
     Column("colloc.", "collocation", "How the run shared its GPU: alone, same GPU (time-sliced, ran together), MPS or MIG (radt.collocation tag).", shown=True),
     Column("status", "status", None, shown=True),
@@ -110,7 +125,7 @@ NAMES = ("run", "command", "workload", "flags")  # cut with an ellipsis, whole i
 LEFT = (*NAMES, "collocation", "status", "letter", "gpus_text", "partition", "user")
 # Widths (px) that keep the default columns within 1440 px (1,064 px beside the sidebar) whatever the names: a name is cut
 # with an ellipsis; the other columns are as wide as their header (wrapped) or their widest number.
-WIDTHS = {"run": 170}
+WIDTHS = {"run": 160}
 MAX_WIDTHS = {"command": 130, "workload": 130, "gpus_text": 84, "collocation": 70, "status": 72, "flags": 260}
 
 

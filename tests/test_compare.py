@@ -62,25 +62,26 @@ def _build(uri: str) -> tuple[str, dict[str, str]]:
     writer = open_metric_store(uri)
     exp = client.create_experiment("compare")
     energy, memory, smact = "system/gpu_{}_energy_joules", "system/gpu_{}_memory_usage_megabytes", "system/gpu_{}_sm_active"
+    own = "system/gpu_{}_process_memory_megabytes"  # the run's processes' memory on the GPU (NVML's per-process lists)
     r = {}
     r["solo1"] = _run(client, writer, exp, "solo1", BASE, BASE + 60 * MIN, steps=10)
     r["solo2"] = _run(client, writer, exp, "solo2", BASE + 20 * MIN, BASE + 90 * MIN, steps=10, script=(BASE + 30 * MIN, BASE + 60 * MIN))
     r["crashed"] = _run(client, writer, exp, "crashed", BASE, BASE + 6 * MIN, steps=10, status="FAILED")
     r["seqA"] = _run(client, writer, exp, "seqA", BASE + 100 * MIN, BASE + 130 * MIN, steps=5, workload="seq")
     r["seqB"] = _run(client, writer, exp, "seqB", BASE + 131 * MIN, BASE + 161 * MIN, steps=15, workload="seq", letter="B")
-    pair = {energy.format(0): [0, 600_000], memory.format(0): [5000, 4000]}
+    pair = {energy.format(0): [0, 600_000], memory.format(0): [5000, 4000], own.format(0): [2600, 2900]}
     r["pairA"] = _run(
         client, writer, exp, "pairA", BASE + 200 * MIN, BASE + 262 * MIN, steps=12, workload="pair", script=(BASE + 201 * MIN, BASE + 261 * MIN), series=pair
     )
-    pair = {energy.format(0): [0, 400_000], memory.format(0): [3000, 2000]}
+    pair = {energy.format(0): [0, 400_000], memory.format(0): [3000, 2000], own.format(0): [1900, 1800]}
     r["pairB"] = _run(client, writer, exp, "pairB", BASE + 209 * MIN, BASE + 251 * MIN, steps=6, workload="pair", letter="B",
                       script=(BASE + 210 * MIN, BASE + 250 * MIN), series=pair)  # fmt: skip
     for letter, uuid, joules in (("A", "GPU-aaaa", 100_000), ("B", "GPU-bbbb", 200_000)):  # both their GPU 0, two physical GPUs
         gpus = json.dumps([{"series": "gpu_0", "uuid": uuid}])
         r[f"split{letter}"] = _run(client, writer, exp, f"split{letter}", BASE + 400 * MIN, BASE + 430 * MIN, steps=3, args=Z, workload="split",
-                                   letter=letter, series={energy.format(0): [0, joules]}, tags={"radt.gpus": gpus})  # fmt: skip
+                                   letter=letter, series={energy.format(0): [0, joules], own.format(0): [0, 0]}, tags={"radt.gpus": gpus})  # fmt: skip
     duo = {smact.format(0): [0.2, 0.4], smact.format(1): [0.6, 0.8, 1.0], energy.format(0): [0, 1000], energy.format(1): [0, 3000],
-           memory.format(0): [2000, 1000], memory.format(1): [7000, 6000]}  # fmt: skip
+           memory.format(0): [2000, 1000], memory.format(1): [7000, 6000], own.format(0): [1500, 900], own.format(1): [6400, 6100]}  # fmt: skip
     r["duo"] = _run(client, writer, exp, "duo", BASE + 300 * MIN, BASE + 330 * MIN, steps=3, args=Y, workload="duo", series=duo)
     writer.close()
     _open_store(uri)
@@ -169,6 +170,19 @@ def test_a_two_gpu_run_covers_both_gpus(built):
     assert duo["smact_mean"] == pytest.approx(3.0 / 5) and duo["smact_p95"] == pytest.approx(0.8 + 0.8 * (1.0 - 0.8)) == np.percentile(pooled, 95)
     assert duo["energy_kj"] == pytest.approx((1000 + 3000) / 1000), "summed over its GPUs"
     assert duo["peak_memory_per_gpu_mb"] == pytest.approx(7000.0), "the highest single GPU's peak, not a sum"
+
+
+def test_a_runs_own_peak_memory_is_its_processes_and_the_gpus_holds_every_process(built):
+    """Two runs together on GPU 0: the GPU's peak memory holds both (5,000 MB beside pairB's 1,900 MB), which the summary
+    quoted as each run's peak; a run's own is the highest its processes held on one GPU (NVML's per-process lists)."""
+    exp, r = built
+    runs, workloads = _table(exp, r.values())
+    assert runs["pairA"]["run_memory_peak_mb"] == pytest.approx(2900.0) and runs["pairA"]["peak_memory_per_gpu_mb"] == pytest.approx(5000.0)
+    assert runs["pairB"]["run_memory_peak_mb"] == pytest.approx(1900.0)
+    assert runs["duo"]["run_memory_peak_mb"] == pytest.approx(6400.0), "the highest of its GPUs, not a sum"
+    assert math.isnan(runs["splitA"]["run_memory_peak_mb"]), "its processes never showed on a GPU: no figure, not 0"
+    assert math.isnan(runs["solo1"]["run_memory_peak_mb"]), "no per-process series"
+    assert math.isnan(workloads["workload pair"]["run_memory_peak_mb"]), "the runs' own peaks need not coincide: not summed"
 
 
 def test_runs_on_one_gpu_count_its_energy_once(built):

@@ -187,7 +187,7 @@ def test_a_filter_that_cannot_be_read_keeps_every_run_and_says_why(store):
 
 ERRORS = {
     "foo.bar = 1": "unknown field 'foo.bar': use params., tags., attributes., metrics. or one of smact.mean, smact.p95, smact.busiest, smocc.mean, "
-    "smocc.p95, gract.mean, power.mean, gpus.used, duration, steps, throughput, memory.peak, energy, cpu.mean, letter",
+    "smocc.p95, gract.mean, power.mean, gpus.used, duration, steps, throughput, memory.peak, memory.run_peak, energy, cpu.mean, letter",
     "foo < 3": "unknown field 'foo': use params.",
     "params.batch_size < '3'": "params.batch_size: '<' is not one of =, !=, LIKE, ILIKE, IN, NOT IN, IS NULL, IS NOT NULL (params and tags are text",
     "metrics.loss LIKE '1%'": "metrics.loss: 'LIKE' is not one of =, !=, <, <=, >, >=",

@@ -17,7 +17,7 @@ from mlflow import MlflowClient
 
 from radt import rollups, summarytable
 from radt.app.store import make_read_engine
-from radt.app.summaries import run_summary
+from radt.app.summaries import SUMMARY_VERSION, run_summary
 from radt.app.summarystore import UNAVAILABLE, store_summaries
 from radt.collectors.sqltracking import make_engine
 from radt.collectors.stores import SqlMetricStore
@@ -207,6 +207,34 @@ def test_a_run_radt_retain_cut_keeps_its_stored_summary_or_says_it_is_lost(store
     assert found.loc[kept, "smact_mean"] == before["smact_mean"][0] == pytest.approx(0.5)
     assert found.loc[lost, "gpus_text"] == UNAVAILABLE and math.isnan(found.loc[lost, "smact_mean"])
     assert run_summary(engine, [lost])["smact_mean"][0] == pytest.approx(0.8), "what computing again would have shown"
+    engine.dispose()
+
+
+def test_a_cut_runs_row_of_a_version_that_lacked_only_new_columns_still_stands(store_uri):
+    """Version 3 added run_memory_peak_mb alone: a run cut under version 2 keeps its stored figures (the new column empty)
+    instead of losing them all as 'unavailable'; a row of a version whose figures changed since is still refused, and an
+    uncut run's old row is computed again."""
+    client = MlflowClient(store_uri)
+    runs = [_run(client, store_uri, [0.2] * 30 + [0.8] * 30) for _ in range(3)]
+    engine = make_read_engine(store_uri)
+    store_summaries(engine, runs)
+    s = summarytable.summaries
+    writer = make_engine(store_uri)
+    with writer.begin() as conn:
+        for run_id, version in zip(runs, (2, 1, 2), strict=True):  # as versions 2 and 1 stored them: no run_memory_peak_mb
+            row = summarytable.read(conn, [run_id])[run_id].summary
+            row.pop("run_memory_peak_mb")
+            conn.execute(sa.update(s).where(s.c.run_uuid == run_id).values(version=version, summary=summarytable.encode(row)))
+        cut = rollups.mlflowdb.metrics.c.run_uuid.in_(runs[:2])
+        conn.execute(sa.delete(rollups.mlflowdb.metrics).where(cut, rollups.mlflowdb.metrics.c.timestamp < BASE + 30_000))
+        conn.execute(sa.update(rollups.series_state).where(rollups.series_state.c.run_uuid.in_(runs[:2])).values(raw_from_ms=BASE + 30_000))
+    writer.dispose()
+    found = store_summaries(engine, runs).set_index("run_id")
+    assert found.loc[runs[0], "smact_mean"] == pytest.approx(0.5) and math.isnan(found.loc[runs[0], "run_memory_peak_mb"])
+    assert found.loc[runs[1], "gpus_text"] == UNAVAILABLE, "version 1's figures are not version 3's"
+    assert found.loc[runs[2], "smact_mean"] == pytest.approx(0.5)
+    with engine.connect() as conn:
+        assert summarytable.read(conn, [runs[2]])[runs[2]].version == SUMMARY_VERSION, "an uncut run's old row is computed again"
     engine.dispose()
 
 
