@@ -93,8 +93,8 @@ FIELDS = {  # the GPU figures are over the GPUs the run used (summaries.run_summ
     "duration": Field("duration_s", "runs", _SECONDS, "s, m or h"),  # the run's time, as the run tree shows it
     "steps": Field("own_steps", "summary", _PLAIN, "the script's highest step + 1"),
     "throughput": Field("throughput", "summary", _PLAIN, "steps/h"),
-    "memory.peak": Field("gpu_memory_peak_mb", "summary", {"": 1.0, "mb": 1.0, "gb": 1024.0}, "MB or GB"),
-    "memory.run_peak": Field("run_memory_peak_mb", "summary", {"": 1.0, "mb": 1.0, "gb": 1024.0}, "MB or GB"),  # the run's own processes'
+    "memory.peak": Field("gpu_memory_peak_mb", "summary", {"": 1.0, "mb": 1.0, "gb": 1000.0}, "MB or GB"),
+    "memory.run_peak": Field("run_memory_peak_mb", "summary", {"": 1.0, "mb": 1.0, "gb": 1000.0}, "MB or GB"),  # the run's own processes'
     "energy": Field("energy_j", "summary", {"": 1000.0, "j": 1.0, "kj": 1000.0, "mj": 1e6, "wh": 3600.0, "kwh": 3.6e6}, "kJ, J, MJ, Wh or kWh"),
     "cpu.mean": Field("cpu_mean", "summary", {"": 1.0, "%": 1.0}, unit_text(METRICS["cpu_utilization_percentage"])),  # the host's
 }
