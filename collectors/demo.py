@@ -20,7 +20,8 @@ near zero, CPU up), GPU memory ramping then flat, power and temperature followin
 
 Collocated runs record what NVML and DCGM record, which count per device: on a GPU shared by
 time-slicing or MPS both runs' SMACT, SMOCC, GRACT, DRAMA, utilisation, memory and power series are
-the GPU's totals, the same values at the same moment in both, at or above the run alone's (two runs
+the GPU's totals, the same values at the same moment in both (but each run's own GPU memory, which NVML's per-process
+lists give: `process_memory_megabytes`), at or above the run alone's (two runs
 leave the GPU idle less than one: MPS, whose kernels run at once, more than time-slicing), capped at
 1; while each run's own throughput drops (it takes 1.5 to 1.8 times as long, so its steps/h ÷ the
 run alone's is below 1, the pair's sum above 1, MPS's the most). A MIG run records its slice under
@@ -90,6 +91,7 @@ GPU_METRICS = [
     "utilization_percentage",
     "memory_usage_megabytes",
     "memory_usage_percentage",
+    "process_memory_megabytes",  # the run's own processes' memory on the GPU (NVML's per-process lists), not the device's
     "power_usage_watts",
     "energy_joules",
     "temperature_celsius",
@@ -107,7 +109,7 @@ def hardware_keys(run: RunSpec) -> list[str]:
         return HARDWARE_KEYS
     memory = ["memory_usage_megabytes", "memory_usage_percentage"]
     own = [key(name, GPU, mig=run.mig) for name in ACTIVITY + memory]
-    return own + [key(name, GPU) for name in memory + DEVICE_ONLY] + [key(name) for name in HOST_METRICS]
+    return own + [key(name, GPU) for name in memory + ["process_memory_megabytes"] + DEVICE_ONLY] + [key(name) for name in HOST_METRICS]
 
 
 @dataclass(frozen=True)
@@ -471,6 +473,7 @@ def record_gpu(rng: np.random.Generator, workload: WorkloadSpec, runs: list[RunD
         mine = slice(offset, offset + run.samples)
         recorded = {key(name, GPU): values[mine] for name, values in device.items()}
         recorded[key("energy_joules", GPU)] = np.concatenate([[0.0], np.cumsum(power[mine][:-1] * INTERVAL_S)])  # since the run began
+        recorded[key("process_memory_megabytes", GPU)] = run.demand["memory_usage_megabytes"]  # its own processes' alone, shared GPU or not
         if run.spec.mig is not None:  # its slice: its own work and memory, as fractions of the whole GPU; 100 % = the slice's memory
             recorded |= {key(name, GPU, mig=run.spec.mig): run.demand[name] for name in ACTIVITY}
             own = run.demand["memory_usage_megabytes"]

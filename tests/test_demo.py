@@ -298,6 +298,9 @@ def test_runs_sharing_a_gpu_record_its_totals_and_each_trains_slower():
             assert np.array_equal(a.series[series][shift : shift + both], b.series[series][:both]), f"{name}: both runs record the GPU's {metric}"
             assert (a.series[series] <= (1 if metric.endswith("_active") else np.inf)).all()
         assert _steady_of(a, "power_usage_watts") > _steady_of(alone, "power_usage_watts"), name
+        own, device = key("process_memory_megabytes", 0), key("memory_usage_megabytes", 0)
+        for run in (a, b):  # each run's own memory (NVML's per-process lists): its part of the GPU's, as much as alone
+            assert run.series[own].max() < run.series[device].max() and run.series[own].max() == pytest.approx(alone.series[own].max(), rel=0.05), name
         # each run's own throughput drops (the same epochs take longer); the pair's together is more than one alone
         assert all(run.samples > alone.samples for run in (a, b)), name
         assert sum(alone.samples / run.samples for run in (a, b)) > 1, name
