@@ -36,6 +36,7 @@ VALUE_METRICS = [
     "dram_active",
     "utilization_percentage",
     "memory_usage_megabytes",
+    "process_memory_megabytes",  # the run's own processes' (NVML's per-process lists): beside a collocated run, its part of the GPU's
     "power_usage_watts",
     "cpu_utilization_percentage",
     "process_cpu_utilization_percentage",
@@ -43,6 +44,20 @@ VALUE_METRICS = [
 ]
 ACTIVITY = ("sm_active", "gr_engine_active", "utilization_percentage")  # what "the GPU is busy" is read from
 OWN_LIMIT = 8  # a run's own metrics (loss, accuracy) shown on its card, by name
+
+
+def card_values(values: dict[str, tuple[float, int]]) -> list[tuple[catalogue.Device, catalogue.Metric, float]]:
+    """The current values a run's card shows, as (device, metric, value): VALUE_METRICS of radt's own keys, per GPU (MIG
+    slice, node) in that order, the host's last; radT's legacy keys and anything else left out."""
+    order = {name: i for i, name in enumerate(VALUE_METRICS)}
+    found = []
+    for key, (value, _ts) in values.items():
+        resolved = catalogue.resolve(key)
+        if resolved is None or resolved.legacy or resolved.metric.name not in order or not key.startswith(catalogue.PREFIX):
+            continue
+        found.append((resolved.device, order[resolved.metric.name], resolved.metric, value))
+    found.sort(key=lambda f: (f[0].gpu is None, f[0].sort_key(), f[1]))
+    return [(device, metric, value) for device, _o, metric, value in found]
 
 
 @dataclass(frozen=True)

@@ -268,14 +268,7 @@ def render(_go, window_min, previous):
 
 def _value_row(values: dict[str, tuple[float, int]]) -> list:
     per_gpu: dict[catalogue.Device, list] = defaultdict(list)  # per device: GPU, MIG slice, node; the host's own last
-    order = {name: i for i, name in enumerate(live.VALUE_METRICS)}
-    found = []
-    for key, (value, _ts) in values.items():
-        resolved = catalogue.resolve(key)
-        if resolved is None or resolved.legacy or resolved.metric.name not in order or not key.startswith(catalogue.PREFIX):
-            continue
-        found.append((resolved.device, order[resolved.metric.name], resolved.metric, value))
-    for gpu, _o, metric, value in sorted(found, key=lambda f: (f[0].gpu is None, f[0].sort_key(), f[1])):  # per GPU, the host last
+    for gpu, metric, value in live.card_values(values):
         text = "–" if value != value else (f"{value:.2f}" if metric.unit == "ratio" else f"{value:,.0f}")
         unit = "" if metric.unit == "ratio" else f" {metric.unit}"
         per_gpu[gpu].append(

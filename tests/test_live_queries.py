@@ -112,3 +112,24 @@ def test_a_runs_own_metrics_are_what_its_script_logged():
     own = live.own_metrics(values)
     assert [key for key, _v in own] == ["accuracy", "loss", "val/loss"] and own[0][1] == 0.875
     assert len(live.own_metrics({f"m{i:02d}": (float(i), NOW) for i in range(20)})) == live.OWN_LIMIT
+
+
+def test_a_card_shows_the_runs_own_gpu_memory_beside_the_gpus():
+    """Two runs sharing GPU 0 both read the GPU's memory (both runs' and any other process's); the card also shows the
+    run's own (NVML's per-process lists), per GPU, the host's values last; radT's legacy keys are left out."""
+    values = {
+        CPU: (40.0, NOW),
+        "system/gpu_1_memory_usage_megabytes": (1_000.0, NOW),
+        "system/gpu_0_process_memory_megabytes": (22_234.0, NOW),
+        "system/gpu_0_memory_usage_megabytes": (44_708.0, NOW),
+        SMACT: (0.6, NOW),
+        "TOP - CPU Utilization": (99.0, NOW),
+    }
+    shown = [(device.gpu, metric.name, value) for device, metric, value in live.card_values(values)]
+    assert shown == [
+        (0, "sm_active", 0.6),
+        (0, "memory_usage_megabytes", 44_708.0),
+        (0, "process_memory_megabytes", 22_234.0),
+        (1, "memory_usage_megabytes", 1_000.0),
+        (None, "cpu_utilization_percentage", 40.0),
+    ]
