@@ -76,8 +76,8 @@ def _holds(stored: summarytable.Stored, fingerprint: str) -> bool:
 def readable(version: int) -> bool:
     """Whether a stored row of this version holds for a run `radt retain` cut: this version's, or an older one whose
     successors only added columns (ADDED_IN), which it shows empty. Its figures are the whole run's, as no recomputation
-    after the cut could give them."""
-    return version == SUMMARY_VERSION or all(v in ADDED_IN for v in range(version + 1, SUMMARY_VERSION + 1))
+    after the cut could give them. A newer radt's row is not: its definitions are not this one's."""
+    return version <= SUMMARY_VERSION and all(v in ADDED_IN for v in range(version + 1, SUMMARY_VERSION + 1))
 
 
 def kept_row(stored: summarytable.Stored) -> dict:
