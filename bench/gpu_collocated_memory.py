@@ -7,6 +7,7 @@ to nvidia-smi's peak for that run's pids: `run_memory_peak_mb` must be the run's
 with every process on it.
 
     python3 bench/gpu_collocated_memory.py run --out DIR          # on the GPU machine (~1 min)
+    python3 bench/gpu_collocated_memory.py analyse DIR            # the table, where the dashboard's packages are
     python3 bench/gpu_collocated_memory.py hold GB SECONDS PIDFILE  # one run's script (radt starts it)
 """
 
@@ -87,7 +88,11 @@ def run(out: Path) -> int:
     outsider.terminate()
     print(f"radt exited {code}")
     print(csv.read_text())
-    return analyse(out) or code
+    try:
+        return analyse(out) or code
+    except ImportError as exc:  # the lent GPU machines carry radt's tracker, not the dashboard's packages (Flask, Dash)
+        print(f"analysis needs the dashboard's packages ({exc}); run `{Path(__file__).name} analyse DIR` where radt is installed")
+        return code
 
 
 def analyse(out: Path) -> int:
