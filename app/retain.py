@@ -202,7 +202,7 @@ def _store_summary(engine: sa.Engine, run_id: str) -> None:
     store_summaries(engine, [run_id])
     with engine.connect() as conn:
         kept = summarytable.read(conn, [run_id]).get(run_id)
-    if kept is None or kept.summary is None or not readable(kept.version):
+    if not readable(kept):
         where = display_uri(engine.url.render_as_string(hide_password=True))
         raise RetainError(f"cannot store the summary of run {run_id} in {where}; its raw points were kept: give a user that may write radt_summaries (--store)")
 

@@ -157,15 +157,14 @@ def _memory_cpu_and_gpu_use(conn: sa.Connection, keys: Mapping[str, Sequence[str
     cpu = {r: matching(keys.get(r, ()), "cpu_utilization_percentage") for r in run_ids}
     process_cpu = {r: matching(keys.get(r, ()), "process_cpu_utilization_percentage") for r in run_ids}
     process_memory = {r: whole_gpus(keys.get(r, ()), "process_memory_megabytes") for r in run_ids}
-    own = {r: list(process_memory[r].values()) for r in run_ids}
-    aggregates = _aggregates(conn, {r: [k for k, _ in memory[r] + cpu[r] + process_cpu[r] + own[r]] for r in run_ids})
-    held = _ever_positive(conn, {r: [k for k, _ in own[r]] for r in run_ids})
+    aggregates = _aggregates(conn, {r: [k for k, _ in [*memory[r], *cpu[r], *process_cpu[r], *process_memory[r].values()]] for r in run_ids})
+    held = _ever_positive(conn, {r: [k for k, _ in process_memory[r].values()] for r in run_ids})
     use = {}
     for run_id in run_ids:
         row = rows[run_id]
         peaks = [aggregates[(run_id, k)][1] * res.scale for k, res in memory[run_id] if (run_id, k) in aggregates]
         row["gpu_memory_peak_mb"] = max(peaks) if peaks else math.nan
-        mine = [aggregates[(run_id, k)][1] * res.scale for k, res in own[run_id] if (run_id, k) in held and (run_id, k) in aggregates]
+        mine = [aggregates[(run_id, k)][1] * res.scale for k, res in process_memory[run_id].values() if (run_id, k) in held and (run_id, k) in aggregates]
         row["run_memory_peak_mb"] = max(mine) if mine else math.nan
         for column, found in (("cpu_mean", cpu), ("process_cpu_mean", process_cpu)):
             means = [aggregates[(run_id, k)][0] * res.scale for k, res in found[run_id] if (run_id, k) in aggregates]

@@ -56,7 +56,7 @@ def store_summaries(engine: sa.Engine, run_ids: Sequence[str]) -> pd.DataFrame:
         cut = summarytable.frozen(conn, stale)
     for run_id in cut:
         kept = stored.get(run_id)
-        rows[run_id] = kept_row(kept) if kept is not None and kept.summary is not None and readable(kept.version) else unavailable(run_id)
+        rows[run_id] = kept_row(kept) if readable(kept) else unavailable(run_id)
     todo = [r for r in run_ids if r not in rows]
     keep = {r: prints[r][1] for r in stale if r not in cut}
     token = uuid.uuid4().hex
@@ -73,11 +73,13 @@ def _holds(stored: summarytable.Stored, fingerprint: str) -> bool:
     return stored.summary is not None and stored.version == SUMMARY_VERSION and stored.fingerprint == fingerprint
 
 
-def readable(version: int) -> bool:
-    """Whether a stored row of this version holds for a run `radt retain` cut: this version's, or an older one whose
+def readable(stored: summarytable.Stored | None) -> bool:
+    """Whether a stored row holds for a run `radt retain` cut: one with figures, of this version or of an older one whose
     successors only added columns (ADDED_IN), which it shows empty. Its figures are the whole run's, as no recomputation
     after the cut could give them. A newer radt's row is not: its definitions are not this one's."""
-    return version <= SUMMARY_VERSION and all(v in ADDED_IN for v in range(version + 1, SUMMARY_VERSION + 1))
+    if stored is None or stored.summary is None:
+        return False
+    return stored.version <= SUMMARY_VERSION and all(v in ADDED_IN for v in range(stored.version + 1, SUMMARY_VERSION + 1))
 
 
 def kept_row(stored: summarytable.Stored) -> dict:

@@ -232,7 +232,9 @@ def test_a_cut_runs_row_of_a_version_that_lacked_only_new_columns_still_stands(s
     found = store_summaries(engine, runs).set_index("run_id")
     assert found.loc[runs[0], "smact_mean"] == pytest.approx(0.5) and math.isnan(found.loc[runs[0], "run_memory_peak_mb"])
     assert found.loc[runs[1], "gpus_text"] == UNAVAILABLE, "version 1's figures are not version 3's"
-    assert readable(SUMMARY_VERSION) and not readable(SUMMARY_VERSION + 1), "a newer radt's row: other definitions"
+    figures = found.loc[runs[0]].to_dict()
+    assert readable(summarytable.Stored(SUMMARY_VERSION, "", figures)), "this version's row"
+    assert not readable(summarytable.Stored(SUMMARY_VERSION + 1, "", figures)), "a newer radt's row: other definitions"
     assert found.loc[runs[2], "smact_mean"] == pytest.approx(0.5)
     with engine.connect() as conn:
         assert summarytable.read(conn, [runs[2]])[runs[2]].version == SUMMARY_VERSION, "an uncut run's old row is computed again"
