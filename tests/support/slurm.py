@@ -20,11 +20,12 @@ import shutil
 import signal
 import socket
 import subprocess
+import warnings
 from pathlib import Path
 
 import pytest
 
-from tests.support.polling import wait_for
+from tests.support.polling import alive, wait_for
 
 CLUSTER_DIR = Path(os.environ.get("RADT_TEST_SLURM_DIR", "/tmp/radt-test-slurm"))
 GPUS = 4
@@ -103,7 +104,7 @@ def cluster() -> dict[str, str]:
             _stop()  # daemons of an earlier test run, started with another configuration: Slurm adds nodes on a restart
             for path, text in files.items():
                 path.write_text(text)
-        if not _answers():
+        if _trouble() is not None:
             _start()
         _node_ready()
     return env()
@@ -163,13 +164,21 @@ def mig_gpus() -> str:
     return json.dumps(gpus)
 
 
-def _answers() -> bool:
+def _trouble() -> str | None:
+    """What keeps the cluster from answering (munge, slurmctld's ping, sinfo, a daemon not running), or None."""
     try:
+        if subprocess.run("munge -n | unmunge", shell=True, capture_output=True, timeout=10).returncode != 0:
+            return "munged does not answer (munge -n | unmunge fails)"
         ping = _run(["scontrol", "ping"], timeout=10)
+        if "is UP" not in ping.stdout:
+            return f"scontrol ping says {(ping.stdout + ping.stderr).strip()!r}"
         nodes = _run(["sinfo", "-h", "-N", "-o", "%N"], timeout=10)
-    except subprocess.TimeoutExpired:
-        return False
-    return "is UP" in ping.stdout and nodes.returncode == 0 and bool(nodes.stdout.strip()) and all(_alive(pid) for _, pid, _ in _daemons())
+        if nodes.returncode != 0 or not nodes.stdout.strip():
+            return f"sinfo exits {nodes.returncode}: {(nodes.stdout + nodes.stderr).strip()!r}"
+    except subprocess.TimeoutExpired as exc:
+        return f"{' '.join(map(str, exc.cmd)) if isinstance(exc.cmd, list) else exc.cmd} took over {exc.timeout:.0f} s"
+    dead = [pidfile for _, pidfile, _ in _daemons() if not _alive(pidfile)]
+    return f"not running: {', '.join(dead)}" if dead else None
 
 
 def _daemons() -> list[tuple[list[str], str, str]]:
@@ -179,12 +188,12 @@ def _daemons() -> list[tuple[list[str], str, str]]:
 
 
 def _pid(pidfile: str) -> int | None:
+    """The daemon's pid while it runs (a zombie waiting for this machine's init to reap it does not)."""
     try:
         pid = int((CLUSTER_DIR / pidfile).read_text())
-        os.kill(pid, 0)
-        return pid
     except (OSError, ValueError):
         return None
+    return pid if alive([pid]) else None
 
 
 def _alive(pidfile: str) -> bool:
@@ -192,6 +201,19 @@ def _alive(pidfile: str) -> bool:
 
 
 def _start() -> None:
+    """Each daemon that is not running started; if the cluster still does not answer in 30 s, every daemon is stopped
+    and started again once (a daemon that hangs, or one another one can no longer reach) before the fixture fails."""
+    try:
+        _launch()
+        wait_for(lambda: _trouble() is None, timeout=30, what=_report)
+    except AssertionError as first:
+        warnings.warn(f"the test Slurm was started again from scratch: {first}", stacklevel=2)
+        _stop()
+        _launch()
+        wait_for(lambda: _trouble() is None, timeout=60, what=_report)
+
+
+def _launch() -> None:
     conf = str(CLUSTER_DIR / "slurm.conf")
     for args, pidfile, logfile in _daemons():
         if not _alive(pidfile):
@@ -199,23 +221,27 @@ def _start() -> None:
             if done.returncode != 0:
                 log = (CLUSTER_DIR / logfile).read_text()[-2000:] if (CLUSTER_DIR / logfile).exists() else ""
                 raise RuntimeError(f"{args[0]} did not start ({done.returncode}): {done.stderr.strip()}\n{log}")
-    wait_for(_answers, timeout=60, what=lambda: f"slurmctld and slurmd to answer; {_tail('slurmctld.log')}")
+
+
+def _report() -> str:
+    """Why the cluster does not answer, with the end of each daemon's log."""
+    tails = "\n".join(_tail(logfile) for _, _, logfile in _daemons())
+    return f"slurmctld and slurmd to answer ({_trouble()}); pids {[(p, _pid(p)) for _, p, _ in _daemons()]}\n{tails}"
 
 
 def _stop() -> None:
-    """The cluster's daemons ended (SIGTERM, as systemd stops them), those of an older configuration's pid files included."""
+    """The cluster's daemons ended (SIGTERM, as systemd stops them; SIGKILL after 20 s), those of an older
+    configuration's pid files included."""
     pids = [pid for pidfile in ("slurmctld.pid", "slurmd.pid", *[p for _, p, _ in _daemons()]) if (pid := _pid(pidfile))]
-    for pid in pids:
-        os.kill(pid, signal.SIGTERM)
-    wait_for(lambda: not [p for p in pids if _running(p)], timeout=60, what="the test cluster's daemons to end on SIGTERM")
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except OSError:
-        return False
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in alive(pids):
+            os.kill(pid, sig)
+        try:
+            wait_for(lambda: not alive(pids), timeout=20, what=f"the test cluster's daemons to end on {sig.name}")
+            return
+        except AssertionError:
+            if sig == signal.SIGKILL:
+                raise
 
 
 def _node_ready() -> None:
