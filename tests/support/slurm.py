@@ -23,6 +23,7 @@ import subprocess
 import warnings
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.support.polling import alive, wait_for
@@ -188,12 +189,15 @@ def _daemons() -> list[tuple[list[str], str, str]]:
 
 
 def _pid(pidfile: str) -> int | None:
-    """The daemon's pid while it runs (a zombie waiting for this machine's init to reap it does not)."""
+    """The daemon's pid while it runs: a live process started with this cluster's slurm.conf. A pid file outlives its
+    daemon when the daemon is killed (a machine that ends a session's processes, then runs CI): its pid may belong to
+    another process by now, which is neither this cluster's daemon nor to be signalled. A zombie does not run either."""
     try:
         pid = int((CLUSTER_DIR / pidfile).read_text())
-    except (OSError, ValueError):
+        command = psutil.Process(pid).cmdline()
+    except (OSError, ValueError, psutil.Error):
         return None
-    return pid if alive([pid]) else None
+    return pid if str(CLUSTER_DIR / "slurm.conf") in command and alive([pid]) else None
 
 
 def _alive(pidfile: str) -> bool:
