@@ -222,7 +222,7 @@ def _group_row(members: list, figures: list[dict], stats: pd.DataFrame) -> dict:
         "kind": "workload",
         "experiment_id": members[0].experiment_id,
         "workload": members[0].workload_label,
-        "run": f"{len(members)} runs together ({'+'.join(_names(members))})",
+        "run": _group_name(members),
         "command": " + ".join(dict.fromkeys(f["command"] for f in figures)),
         "together": len(members),
         "duration_min": (max(ends) - min(starts)) / 60_000 if known else math.nan,
@@ -234,6 +234,14 @@ def _group_row(members: list, figures: list[dict], stats: pd.DataFrame) -> dict:
         "collocation": figures[0]["collocation"],
         "run_id": members[0].workload_id,
     }
+
+
+def _group_name(members: list) -> str:
+    """A together row's name, its workload's first: three such rows (same GPU, MPS, MIG) each said "2 runs together (A+B)"
+    and the table, cut at its run column's width, did not say which pair each was."""
+    runs = f"{'+'.join(_names(members))} together"
+    label = members[0].workload_label
+    return f"{label}: {runs}" if label else f"{len(members)} runs together ({'+'.join(_names(members))})"
 
 
 def _names(members: list) -> list[str]:

@@ -83,7 +83,7 @@ COLUMNS = [
         0,
         True,
     ),
-    Column("J/step", "energy_per_step_j", "Energy per step: the energy of the run's GPUs (J, summed) ÷ steps. Lower is better.", 1, True),
+    Column("J/step", "energy_per_step_j", "Energy per step: the energy of the run's GPUs (J, summed) ÷ steps. Lower is better.", 0, True),
     Column("colloc.", "collocation", "How the run shared its GPU: alone, same GPU (time-sliced, ran together), MPS or MIG (radt.collocation tag).", shown=True),
     Column("status", "status", None, shown=True),
     Column("duration", "duration", "The script's own time, start to exit (not radt's set-up). Sorted on the number of minutes.", shown=True),
@@ -126,7 +126,7 @@ LEFT = (*NAMES, "collocation", "status", "letter", "gpus_text", "partition", "us
 # Widths (px) that keep the default columns within 1440 px (1,064 px beside the sidebar) whatever the names: a name is cut
 # with an ellipsis; the other columns are as wide as their header (wrapped) or their widest number.
 WIDTHS = {"run": 160}
-MAX_WIDTHS = {"command": 130, "workload": 130, "gpus_text": 84, "collocation": 70, "status": 72, "flags": 260}
+MAX_WIDTHS = {"command": 110, "workload": 130, "gpus_text": 84, "collocation": 70, "status": 72, "flags": 260}
 
 
 def present(columns: list[Column] = COLUMNS) -> list[Column]:
@@ -148,7 +148,7 @@ def duration_text(seconds: float | None) -> str:
 
 def table_column(column: Column) -> dict:
     """The DataTable column: text, markdown (logs) or a number with DataTable's fixed decimals (0.31 shows as 0.310) and
-    thousands grouped at every precision (32,294.0 J/step, as the legend and exports write it; it read 32294.0)."""
+    thousands grouped at every precision (32,294 J/step; it read 32294.0, a tenth of a joule in tens of thousands)."""
     out = {"name": column.header, "id": column.id}
     if column.id in MARKDOWN:
         out["presentation"] = "markdown"
@@ -203,7 +203,7 @@ def layout() -> list:
                 style_cell={
                     "fontFamily": 'system-ui, -apple-system, "Segoe UI", Roboto, sans-serif',
                     "fontSize": 12,
-                    "padding": "2px 5px",
+                    "padding": "2px 4px",
                     "textAlign": "right",
                     "minWidth": 36,
                     "maxWidth": 110,

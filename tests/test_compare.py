@@ -113,7 +113,7 @@ def test_runs_are_together_only_where_their_times_overlap(built):
     # solo1/solo2 overlap but are plain MLflow runs; seqA/seqB share a workload one after another; duo is alone in its own
     assert together == {"solo1": 1, "solo2": 1, "crashed": 1, "seqA": 1, "seqB": 1, "pairA": 2, "pairB": 2, "splitA": 2, "splitB": 2, "duo": 1}
     assert set(workloads) == {"workload pair", "workload split"}, "a workload row only for runs that ran together"
-    assert workloads["workload pair"]["run"] == "2 runs together (A+B)"
+    assert workloads["workload pair"]["run"] == "workload pair: A+B together", "the row names its workload"
     for name in ("solo1", "seqA", "seqB", "duo"):
         assert math.isnan(runs[name]["normalised"]) and math.isnan(runs[name]["alone_steps_per_h"]), f"{name} ran alone: a baseline, not compared"
 
@@ -237,7 +237,9 @@ def test_a_workloads_row_has_an_empty_logs_cell_not_undefined():
 
     from radt.pages.summary_table import table_rows
 
-    table = pd.DataFrame([{"run_id": "r1", "run": "resnet50 2A", "kind": "run"}, {"run_id": "w1", "run": "2 runs together (A+B)", "kind": "workload"}])
+    table = pd.DataFrame(
+        [{"run_id": "r1", "run": "resnet50 2A", "kind": "run"}, {"run_id": "w1", "run": "workload 2 same GPU: A+B together", "kind": "workload"}]
+    )
     rows = table_rows(table)
     assert [r["logs"] for r in rows] == ["[logs](/runs/r1/artifacts)", ""]
 

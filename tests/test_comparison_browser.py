@@ -127,7 +127,7 @@ def test_the_tables_key_columns_come_first_and_a_row_click_highlights_its_run(br
         page.locator("#summary th[data-dash-column=duration] .column-header--sort").click()
         page.locator("#summary th[data-dash-column=duration] .column-header--sort").click()
         page.wait_for_function(
-            "() => { const r = document.querySelectorAll('#summary td[data-dash-column=run]'); return r.length && r[0].innerText.includes('runs together'); }"
+            "() => { const r = document.querySelectorAll('#summary td[data-dash-column=run]'); return r.length && r[0].innerText.includes(' together'); }"
         )
         shown = [_minutes(d) for d in page.locator("#summary td[data-dash-column=duration]").all_inner_texts() if d.strip()]
         assert shown == sorted(shown, reverse=True), shown

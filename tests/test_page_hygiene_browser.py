@@ -49,9 +49,11 @@ def test_no_chart_offers_to_upload_its_data_and_no_cell_reads_undefined(filled_s
         assert marker["pad"] >= 12, ("the workload's open/closed marker, drawn left of its summary, has room inside the sidebar", marker)
 
 
-def test_the_legend_shows_each_of_ten_runs_without_scrolling(filled_store, served, browser):
+def test_the_legend_shows_each_of_ten_runs_without_scrolling_and_the_summary_fits_and_names_each_pair(filled_store, served, browser):
     """At 1440 x 900 with the 8 default charts, the table legend showed 9 of the demo's 10 runs: the 10th (the FAILED
-    one) was below its scroll edge, and headless and overlay scrollbars give no sign of it."""
+    one) was below its scroll edge, and headless and overlay scrollbars give no sign of it. The summary table of the same
+    view (2026-11-27 walk) scrolled sideways, 1,091 px in 1,064, its logs column cut at the window's edge; and its three
+    rows of runs together (same GPU, MPS, MIG) each read "2 runs together (A+B)", cut to "2 runs together (A+…"."""
     first, runs = _experiment(filled_store["uri"], DEMO)
     second, more = _experiment(filled_store["uri"], "demo: bert fine-tuning")
     with new_page(browser, width=1440, height=900) as page:
@@ -63,5 +65,25 @@ def test_the_legend_shows_each_of_ten_runs_without_scrolling(filled_store, serve
               return Array.from(document.querySelectorAll('.legend-table tr.legend-entry:not(.legend-device)')).map(r => {
                 const b = r.getBoundingClientRect(); return {id: r.dataset.id, inside: b.top >= box.top - 0.5 && b.bottom <= box.bottom + 0.5}; }); }"""
         )
+        page.wait_for_function("() => Array.from(document.querySelectorAll('#summary td')).filter(td => td.textContent.includes('together')).length >= 3")
+        scrollers = page.evaluate(
+            """() => Array.from(document.querySelectorAll('#summary, #summary *')).filter(e => ['auto', 'scroll'].includes(getComputedStyle(e).overflowX))
+              .map(e => [e.scrollWidth, e.clientWidth])"""
+        )
+        pairs = page.evaluate(
+            """() => Array.from(document.querySelectorAll('#summary td[data-dash-column="run"]')).map(td => td.textContent.trim())
+              .filter(t => t.includes('together'))"""
+        )
+        visible = page.evaluate(  # the start of each pair's cell drawn inside it (the rest is cut with an ellipsis)
+            """() => Array.from(document.querySelectorAll('#summary td[data-dash-column="run"]')).filter(td => td.textContent.includes('together'))
+              .map(td => { const node = document.createTreeWalker(td, NodeFilter.SHOW_TEXT).nextNode(), r = document.createRange(), right = td.getBoundingClientRect().right;
+                           let n = 0; r.setStart(node, 0);
+                           while (n < node.length) { r.setEnd(node, n + 1); if (r.getBoundingClientRect().right > right - 4) break; n++; }
+                           return node.textContent.slice(0, n); })"""
+        )
     assert len(rows) == len(runs + more) == 10
     assert all(r["inside"] for r in rows), [r["id"] for r in rows if not r["inside"]]
+    assert scrollers and all(scroll <= client for scroll, client in scrollers), f"the summary table scrolls sideways at 1440 px: {scrollers}"
+    workloads = ("workload 2 same GPU", "workload 3 MPS", "workload 4 MIG 3g.40gb")
+    assert sorted(pairs) == [f"{w}: A+B together" for w in workloads], pairs
+    assert len(set(visible)) == 3 and all(len(text) >= len("workload 2 same") for text in visible), f"what each pair's cell shows: {visible}"
