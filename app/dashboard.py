@@ -9,7 +9,7 @@ import dash
 from radt.app import artifacts, callbacks, deadline, responses
 from radt.app.cache import CACHE, cache_config
 from radt.app.state import STATE, connect_store
-from radt.settings import tracking_uri
+from radt.settings import display_uri, tracking_uri
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,7 +36,7 @@ def create_app(store: str | None = None, cache: str | None = None) -> dash.Dash:
                 [
                     dash.html.Span("radt", className="brand"),
                     dash.html.Nav([dash.dcc.Link(page["name"], href=page["relative_path"], className="nav-link") for page in dash.page_registry.values()]),
-                    dash.html.Span(STATE.store_uri.split("@")[-1], className="store", title="tracking store"),
+                    dash.html.Span(display_uri(STATE.store_uri).split("@")[-1], className="store", title="tracking store"),  # never a password, nor the user
                 ],
                 className="topbar",
             ),
