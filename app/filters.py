@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import pandas as pd
 import sqlalchemy as sa
 
-from radt.app import data
+from radt.app import data, deadline
 from radt.app.cache import LISTING_TIMEOUT
 from radt.app.state import STATE
 from radt.app.store import LATEST, chunks, plain_rows
@@ -108,6 +108,7 @@ FIELD_NAMES = ", ".join([*FIELDS, *TEXT_FIELDS, *TAG_FIELDS])
 UNKNOWN_HINT = f"use params., tags., attributes., metrics. or one of {FIELD_NAMES}"
 LIKE_PATTERN_LIMIT = 250  # characters of a LIKE/ILIKE pattern (as many as MLflow allows in a key); a longer one is refused
 LIKE_VALUE_LIMIT = 8000  # LIKE/ILIKE read a value's first 8,000 characters: all of any MLflow stores (params 6,000, tags 8,000)
+TERM_LIMIT = 32  # different conditions in one filter: each is read against every run (a link of 500 words held a worker 37 s)
 
 
 @dataclass(frozen=True)
@@ -294,7 +295,10 @@ class _Parser:
                 terms.append(Term("word", tok.text.lower()))
             else:
                 raise FilterError(f"unexpected '{tok.text}' at character {tok.start + 1}: write field op value, as in smact.mean < 0.3")
-        return Query(self.text, tuple(terms))
+        unique = list({_identity(t): t for t in terms}.values())  # "a a a ... a" is one condition, read once
+        if len(unique) > TERM_LIMIT:
+            raise FilterError(f"the filter has {len(unique)} different conditions, over {TERM_LIMIT}: keep the ones that narrow the runs most")
+        return Query(self.text, tuple(unique))
 
     def _legacy_word(self) -> Term | None:
         """`batch=256` typed as one word, with a key that is no field: a word of the old filter, matched in the param=value pairs."""
@@ -384,6 +388,11 @@ class _Parser:
                 return values
             if tok.kind != "comma":
                 raise FilterError(f"expected , or ) in the list after '{what}', found '{tok.text}'")
+
+
+def _identity(term: Term) -> tuple:
+    """A term's meaning, for telling repeated conditions apart (an IN list is not hashable)."""
+    return (term.kind, term.key, term.op, repr(term.value))
 
 
 def parse(text: str) -> Query:
@@ -478,6 +487,19 @@ def _plain(row, term: Term) -> bool:
     return _number_test(term, _present(number))
 
 
+def _passes(row, terms: list[Term]) -> bool:
+    """Whether a run meets every run-list term: its words looked for in one text built once (not once per word), and the
+    request's deadline checked at each run, so that no filter holds a dashboard worker past RADT_REQUEST_TIMEOUT."""
+    deadline.check()
+    words = [t.key for t in terms if t.kind == "word"]
+    if not all(_plain(row, t) for t in terms if t.kind != "word"):
+        return False
+    if not words:
+        return True
+    hay = _hay(row)
+    return all(word in hay for word in words)
+
+
 def _present(value) -> float | None:
     """A run's own figure as a number; None where it has none (NaN: no end time, no SMACT recorded), which no comparison passes."""
     return None if value is None or value != value else float(value)
@@ -519,7 +541,7 @@ def apply(runs: pd.DataFrame, query: Query | str) -> pd.DataFrame:
     if not query.terms or runs.empty:
         return runs
     plain = [t for t in query.terms if t.kind not in ("metric", "field") or (t.kind == "field" and FIELDS[t.key].source == "runs")]
-    kept = runs[[all(_plain(row, t) for t in plain) for row in runs.itertuples()]] if plain else runs
+    kept = runs[[_passes(row, plain) for row in runs.itertuples()]] if plain else runs
     metric_terms = [t for t in query.terms if t.kind == "metric"]
     if metric_terms and not kept.empty:
         latest = latest_metrics(list(kept["run_id"]), [t.key for t in metric_terms])

@@ -24,7 +24,7 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Param
 
-from radt.app.filters import LIKE_PATTERN_LIMIT, LIKE_VALUE_LIMIT, FilterError, like_matcher, parse
+from radt.app.filters import LIKE_PATTERN_LIMIT, LIKE_VALUE_LIMIT, TERM_LIMIT, FilterError, like_matcher, parse
 from radt.app.filters import apply as apply_filter
 from tests.support.browser import dashboard
 from tests.support.paths import REPO
@@ -135,6 +135,50 @@ def test_a_long_pattern_is_refused_in_one_line_and_a_long_value_is_read_up_to_th
     value = "a" * LIKE_VALUE_LIMIT
     assert like_matcher("%a")(value + "b"), "compared on the first LIKE_VALUE_LIMIT characters (MLflow keeps no longer value)"
     assert not like_matcher("%b")(value + "b")
+
+
+def _fat(listed, count: int = 200, params: int = 50):
+    """`count` runs as data.runs() lists them, each with `params` params of MLflow's longest value (6,000 characters)."""
+    import pandas as pd
+
+    values = {f"p{k}": "x" * 5999 + str(k) for k in range(params)}  # one string per param, shared: the text is read, not held
+    row = listed.iloc[0].to_dict()
+    return pd.DataFrame([row | {"run_id": f"fat{i}", "run_name": f"run {i}", "params": values} for i in range(count)])
+
+
+def test_a_link_of_one_word_written_many_times_reads_each_run_once(bounded):
+    """A link of 499 words (998 characters, under the link's 1,000) over 200 runs with 50 long params: the filter built each
+    run's text again for every word, 37 s on one request past its 20 s deadline, and three links 110 s each."""
+    from radt.app import data
+
+    experiment, _ = bounded
+    fat = _fat(data.runs([experiment]))
+    assert len(" ".join(["x"] * 499)) <= 1000
+    kept = _kept_within(fat, " ".join(["x"] * 499), DEADLINE)
+    assert kept == sorted(fat["run_id"]), "every run holds an x"
+    assert parse("x X x resnet x").terms == parse("x resnet").terms, "a repeated word is one condition"
+
+
+def test_more_different_conditions_than_the_limit_are_refused_in_one_line():
+    assert len(parse(" ".join(f"w{k}" for k in range(TERM_LIMIT))).terms) == TERM_LIMIT
+    with pytest.raises(FilterError) as caught:
+        parse(" ".join(f"w{k}" for k in range(TERM_LIMIT + 1)))
+    assert str(caught.value) == f"the filter has {TERM_LIMIT + 1} different conditions, over {TERM_LIMIT}: keep the ones that narrow the runs most"
+
+
+def test_the_filter_stops_at_the_requests_deadline(bounded):
+    """What a request has left bounds the filter too: past RADT_REQUEST_TIMEOUT it stops between runs, and the page says so."""
+    from radt.app import data, deadline
+
+    experiment, _ = bounded
+    fat = _fat(data.runs([experiment]), count=20)
+    deadline.start(1e-9)
+    try:
+        with pytest.raises(deadline.RequestTimeout):
+            apply_filter(fat, "x")
+    finally:
+        deadline.clear()
+    assert len(apply_filter(fat, "x")) == 20, "without a deadline every run is read"
 
 
 # --- a real dashboard ---------------------------------------------------------------------------------
