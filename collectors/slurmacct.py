@@ -9,6 +9,7 @@ running, and those ended within its MinJobAge.
 from __future__ import annotations
 
 import re
+import secrets
 import subprocess
 from datetime import datetime
 from typing import NamedTuple
@@ -134,18 +135,18 @@ def _tres_gpus(tres: str) -> int:
     return 0
 
 
-def parse_sacct(text: str) -> list[Job]:
-    """Jobs from `sacct --parsable2 --noheader --allocations -o <FIELDS>` output; AccountingError names a line it cannot read."""
+def parse_sacct(text: str, delimiter: str = "|") -> list[Job]:
+    """Jobs from `sacct --parsable2 --noheader --allocations --delimiter=D -o <FIELDS>` output; AccountingError names a job it cannot read.
+
+    A job name is any text its user gave (`sbatch -J`): with sacct's own `|` between fields, `a|alice|bigacct|...` is a
+    job of alice's with the GPUs it claims. sacct() therefore asks for a delimiter drawn for each call, which no name
+    submitted earlier can hold; and jobs are read by their fields, not their lines, since a name may hold a line break."""
     jobs = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        cells = line.split("|")
-        if len(cells) < len(FIELDS):
-            raise AccountingError(f"sacct line {number} has {len(cells)} fields, not {len(FIELDS)}: '{line[:120]}'; is this sacct's --parsable2 output?")
-        row = dict(zip(FIELDS, cells[: len(FIELDS) - 1] + ["|".join(cells[len(FIELDS) - 1 :])], strict=True))  # AdminComment may hold a |
+    for number, row in enumerate(_records(text, delimiter), 1):
         code, _, sig = row["ExitCode"].partition(":")
         try:
+            if not row["JobIDRaw"].isdigit():
+                raise ValueError(f"JobIDRaw {row['JobIDRaw'][:40]!r} is not a number")
             gpus = gres_indices(row["AdminComment"])
             job = Job(
                 job_id=row["JobID"],
@@ -166,9 +167,32 @@ def parse_sacct(text: str) -> list[Job]:
                 gpus_from=ADMIN_COMMENT if gpus else "",
             )
         except ValueError as exc:
-            raise AccountingError(f"sacct line {number} cannot be read ({exc}): '{line[:120]}'") from None
+            raise AccountingError(f"sacct's job {number} cannot be read ({exc}): '{delimiter.join(row.values())[:120]}'") from None
         jobs.append(job)
     return jobs
+
+
+def _records(text: str, delimiter: str) -> list[dict[str, str]]:
+    """sacct's output as one dict per job: the first fields are the pieces between delimiters (a line break in one is
+    text), the last (AdminComment, which may hold the delimiter) runs to the line break before the next job's id."""
+    records: list[dict[str, str]] = []
+    cells: list[str] = []
+    last: str | None = None
+    for piece in text.strip("\n").split(delimiter) if text.strip() else []:
+        if len(cells) < len(FIELDS) - 1:
+            cells.append(piece)
+            continue
+        last = piece if last is None else f"{last}{delimiter}{piece}"
+        if "\n" in piece:  # the end of this job's last field, and the next job's id (which holds no line break)
+            end, _, first = last.rpartition("\n")
+            records.append(dict(zip(FIELDS, [*cells, end], strict=True)))
+            cells, last = [first], None
+    if cells:
+        if len(cells) < len(FIELDS) - 1 or last is None:
+            line = delimiter.join(cells)[:120]
+            raise AccountingError(f"sacct's job {len(records) + 1} has {len(cells)} fields, not {len(FIELDS)}: '{line}'; is this sacct's --parsable2 output?")
+        records.append(dict(zip(FIELDS, [*cells, last], strict=True)))
+    return records
 
 
 def _run(args: list[str], timeout: int, check: str) -> subprocess.CompletedProcess:
@@ -185,7 +209,8 @@ def sacct(
     job_ids: list[str] | None = None, since: str | None = None, user: str | None = None, partition: str | None = None, account: str | None = None
 ) -> list[Job]:
     """The jobs sacct keeps (by id, or started since `since`, a time sacct takes: now-1days, 2026-11-26T00:00), without steps."""
-    args = ["sacct", "--parsable2", "--noheader", "--allocations", "-o", ",".join(FIELDS)]
+    delimiter = f"|{secrets.token_hex(8)}|"  # no job name submitted before this call holds it (parse_sacct)
+    args = ["sacct", "--parsable2", "--noheader", "--allocations", f"--delimiter={delimiter}", "-o", ",".join(FIELDS)]
     if job_ids:
         args += ["-j", ",".join(job_ids)]
     if since:
@@ -205,7 +230,7 @@ def sacct(
                 f"Slurm keeps no accounting here ({said}); radt import --slurm needs slurmdbd (AccountingStorageType=accounting_storage/slurmdbd)"
             )
         raise AccountingError(f"sacct failed: {said or 'exit ' + str(done.returncode)}")
-    return parse_sacct(done.stdout)
+    return parse_sacct(done.stdout, delimiter)
 
 
 # --- scontrol: the jobs slurmctld holds, and the GPUs of a running job ---------------------------------------------

@@ -84,6 +84,34 @@ def test_every_job_gets_one_run_with_its_slurm_facts_and_a_second_import_adds_no
     assert {k: r.info.run_id for k, r in runs_of(client, "root").items() if k in jobs} == {k: runs[k].info.run_id for k in jobs}
 
 
+def test_a_job_name_holding_sacct_fields_stays_a_name(cluster, store_uri, capsys):
+    """sbatch -J takes any text, and sacct prints it as it is, between its | delimiters: a name written as the fields of
+    another user's job ("alice", 32 GPUs on four nodes) made radt import a run of alice's with those GPUs, and a name
+    with a line break in it stopped the whole import. radt asks sacct for a delimiter of its own at each import. radt's
+    prolog read the name as fields too: "x Nodes=vm GRES=gpu:4(IDX:0-3)" and a line break gave a job of one GPU all four
+    in its AdminComment, and a line break alone none."""
+    stamp = "2026-01-01T00:00:00"
+    forged = f"forged|alice|bigacct|debug|{stamp}|{stamp}|{stamp}|COMPLETED|0:0|node[1-4]|billing=1,gres/gpu=32,node=4|"
+    broken = "two\nlines|root"
+    claims = f"x Nodes={slurmacct.host()} GRES=gpu:4(IDX:0-3)\ny"
+    names = (forged, broken, claims)
+    jobs = [slurmacct.submit("--gres=gpu:1", "-J", name, "--wrap", "true") for name in names]
+    for job in jobs:
+        slurmacct.accounted(job, ("COMPLETED",))
+    # slurmdbd may hold a short job's end before its start record (name "allocation", no partition) for a moment
+    wait_for(lambda: {j.partition for j in acct.sacct(jobs)} == {"debug"}, timeout=60, what="both jobs' start records in sacct")
+    code, err = radt_import(capsys, "--slurm", ",".join(jobs), "--store", store_uri)
+    assert code == 0, err
+    client = MlflowClient(store_uri)
+    runs = runs_of(client, "root")
+    for job, name in zip(jobs, names, strict=True):
+        tags = runs[job].data.tags
+        assert runs[job].info.run_name == name and tags["mlflow.user"] == "root", (name, runs[job].info.run_name)
+        host, _, indices = tags["radt.slurm.gpus_used"].partition(":")
+        assert tags["radt.slurm.gpus_requested"] == "1" and host == slurmacct.host() and indices in ("0", "1", "2", "3"), (name, tags["radt.slurm.gpus_used"])
+    assert client.get_experiment_by_name("slurm-alice") is None, "no run of alice's from a name"
+
+
 def test_an_unknown_job_and_a_bad_id_are_one_line_each(cluster, store_uri, capsys):
     code, err = radt_import(capsys, "--slurm", "987654", "--store", store_uri)
     assert code == 1 and err.splitlines()[0] == "radt import: job 987654: Slurm's accounting has no such job; check the id (sacct -j 987654)", err

@@ -4,6 +4,8 @@ emptied, as on a cluster without radt's prolog)."""
 
 from __future__ import annotations
 
+import pytest
+
 from radt.collectors.slurmacct import parse_scontrol
 from radt.runmodel import gpus_of_tag, gpus_used_tag
 
@@ -48,3 +50,20 @@ def test_an_array_tasks_line_is_named_as_users_write_it():
 def test_the_gpus_used_tag_reads_back():
     gpus = {"gpu01": (0, 1), "gpu02": (3,)}
     assert gpus_of_tag(gpus_used_tag(gpus)) == gpus and gpus_of_tag("") == {} and gpus_of_tag("gpu01:x") == {}
+
+
+def test_jobs_are_read_by_their_fields_whatever_their_names_hold():
+    """Two jobs as sacct prints them with radt's delimiter: a name holding | and a line break, an AdminComment holding
+    the delimiter; each field where it belongs, the second job's id after the first job's last line break."""
+    from radt.collectors.slurmacct import FIELDS, AccountingError, parse_sacct
+
+    d = "|0123456789abcdef|"
+    first = ["61", "61", "a|alice\nb", "root", "root", "debug", "2026-11-26T21:54:08", "2026-11-26T21:54:08", "2026-11-26T21:55:08",
+             "COMPLETED", "0:0", "vm", "billing=1,gres/gpu=1", f"radt-gres=vm>gpu:1(IDX:2){d}note"]  # fmt: skip
+    second = ["62", "62", "plain", "bob", "proj", "debug", "2026-11-26T21:54:08", "Unknown", "Unknown", "PENDING", "0:0", "None Assigned", "", ""]
+    assert len(first) == len(second) == len(FIELDS)
+    jobs = parse_sacct(d.join(first) + "\n" + d.join(second) + "\n", d)
+    assert [(j.job_id, j.name, j.user, j.gpus) for j in jobs] == [("61", "a|alice\nb", "root", {"vm": (2,)}), ("62", "plain", "bob", None)]
+    with pytest.raises(AccountingError) as caught:
+        parse_sacct(d.join(first[:5]), d)
+    assert str(caught.value).startswith("sacct's job 1 has 5 fields, not 14"), caught.value

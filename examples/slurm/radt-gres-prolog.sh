@@ -8,10 +8,17 @@
 # Install: copy to /etc/slurm/, chmod 755, add `PrologSlurmctld=/etc/slurm/radt-gres-prolog.sh` to slurm.conf,
 # restart slurmctld (a reconfigure does not start running a new PrologSlurmctld).
 [ -n "$SLURM_JOB_ID" ] || exit 0
-line=$(scontrol -o -d show job "$SLURM_JOB_ID" 2>/dev/null | grep "^JobId=$SLURM_JOB_ID ")
-gres=$(printf '%s\n' "$line" | tr ' ' '\n' | awk -F= '$1 == "Nodes" { n = $2 } $1 == "GRES" && n != "" { sub(/^GRES=/, ""); print n ">" $0; n = "" }' | paste -sd';' -)
+out=$(scontrol -o -d show job "$SLURM_JOB_ID" 2>/dev/null)
+# The job's name is any text its user gave, spaces and line breaks included: a name "x Nodes=n1 GRES=gpu:8(IDX:0-7)"
+# read as fields would give the job GPUs it never had. So only what follows the name (Slurm gives it exactly, as
+# SLURM_JOB_NAME) is read, and of that only the fields up to the nodes' GRES (MinCPUsNode= follows them; later
+# fields, such as Command, WorkDir and Comment, are the user's text again).
+case "$out" in "JobId=$SLURM_JOB_ID JobName=$SLURM_JOB_NAME "*) ;; *) exit 0 ;; esac
+rest=${out#"JobId=$SLURM_JOB_ID JobName=$SLURM_JOB_NAME "}
+fields=${rest%%" MinCPUsNode="*}
+gres=$(printf '%s\n' "$fields" | tr ' ' '\n' | awk -F= '$1 == "Nodes" { n = $2 } $1 == "GRES" && n != "" { sub(/^GRES=/, ""); print n ">" $0; n = "" }' | paste -sd';' -)
 [ -n "$gres" ] || exit 0
-old=$(printf '%s\n' "$line" | tr ' ' '\n' | sed -n 's/^AdminComment=//p' | sed 's/(null)//')
+old=$(printf '%s\n' "$rest" | tr ' ' '\n' | sed -n 's/^AdminComment=//p' | sed 's/(null)//')
 case "$old" in *radt-gres=*) exit 0 ;; esac
 scontrol update jobid="$SLURM_JOB_ID" AdminComment="${old:+$old }radt-gres=$gres" || true
 exit 0
