@@ -540,6 +540,27 @@ def _quiet_browser_logs() -> None:
         logger.propagate = False
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet runs a cell that begins so as a formula (OWASP's CSV injection)
+
+
+def cell_text(value):
+    """A text cell as a spreadsheet will show it, not run it: a leading ' before a formula's first character (a run named
+    =HYPERLINK("http://…?"&A1) in a shared store, opened by a colleague's Excel). Numbers, and text that reads as one
+    ("-0.5"), are left as they are."""
+    if not isinstance(value, str) or not value.startswith(FORMULA_STARTS):
+        return value
+    try:
+        float(value)
+        return value
+    except ValueError:
+        return "'" + value
+
+
+def table_csv(table: pd.DataFrame, path=None) -> str | None:
+    """The comparison table as CSV (to `path`, else returned), its text cells spreadsheet-safe (cell_text)."""
+    return table.map(cell_text).to_csv(path, index=False, float_format="%.6g")
+
+
 def data_csv(view: View, charts: list[str] | None = None) -> tuple[str, dict[str, list[str]]]:
     """Every stored point of the view's runs and metrics (within its zoom), long format; and the runs lacking a metric."""
     runs = chosen_runs(view)
@@ -567,12 +588,12 @@ def data_csv(view: View, charts: list[str] | None = None) -> tuple[str, dict[str
                     out.writerow(
                         [
                             run_id,
-                            row["run_name"],
+                            cell_text(row["run_name"]),
                             row["experiment_id"],
-                            row["workload_label"],
-                            row["letter"],
-                            *where,
-                            name,
+                            cell_text(row["workload_label"]),
+                            cell_text(row["letter"]),
+                            *map(cell_text, where),
+                            cell_text(name),
                             int(t),
                             f"{(t - start) / 1000:.3f}",
                             repr(float(y)),

