@@ -212,7 +212,8 @@ def _repository(run_id: str, uri: str):
 
 def _own_location(uri: str) -> bool:
     """Whether a non-folder location is the dashboard's own: its tracking server's (or RADT_ARTIFACT_URI's server's)
-    proxied artifacts, or the bucket RADT_ARTIFACT_URI names. Any other is an address an MLflow user chose."""
+    proxied artifacts, or the bucket folder RADT_ARTIFACT_URI names (and what is below it). Any other is an address an
+    MLflow user chose."""
     parsed = urllib.parse.urlparse(uri)
     scheme = parsed.scheme.lower()
     configured = ARTIFACT_URI.get() or ""
@@ -224,7 +225,15 @@ def _own_location(uri: str) -> bool:
         server = artifacts.server_of(uri)
         return server is not None and _server_key(server) in servers
     own = urllib.parse.urlparse(configured)
-    return bool(scheme) and artifacts.local_dir(configured) is None and scheme == own.scheme.lower() and parsed.netloc == own.netloc
+    same_bucket = bool(scheme) and artifacts.local_dir(configured) is None and scheme == own.scheme.lower() and parsed.netloc == own.netloc
+    return same_bucket and _under(parsed.path, own.path)
+
+
+def _under(path: str, prefix: str) -> bool:
+    """Whether a bucket key lies under RADT_ARTIFACT_URI's prefix: the dashboard reads the bucket with its own credentials,
+    and any MLflow user can point a run at s3://<the bucket>/<another team's folder>. A key with '..' in it is not."""
+    parts, root = [p for p in path.split("/") if p], [p for p in prefix.split("/") if p]
+    return ".." not in parts and parts[: len(root)] == root
 
 
 def _server_key(server: str) -> tuple[str, str, str]:

@@ -206,3 +206,15 @@ def test_an_http_artifact_location_is_a_link_and_never_fetched(store, monkeypatc
     assert uri in page.text and "does not fetch" in page.text
     assert (f"<a href='{uri}'" in page.text) is link  # http(s) as a link for the browser; other schemes as text
     assert one_file.status_code == 404 and uri in one_file.text
+
+
+@pytest.mark.parametrize("location", ["s3://team-bucket/hr/payroll", "s3://team-bucket/radt/../hr/payroll", "s3://team-bucket/radtx/y"])
+def test_a_bucket_location_is_read_only_below_radt_artifact_uris_folder(store, monkeypatch, location):
+    """RADT_ARTIFACT_URI=s3://team-bucket/radt: the dashboard reads that bucket with its own credentials, and any MLflow
+    user can give a run the location s3://team-bucket/hr/payroll; the dashboard listed and served what lay there. Only
+    keys below the configured folder are read (those are not fetched here: this machine may hold real credentials)."""
+    monkeypatch.setenv("RADT_ARTIFACT_URI", "s3://team-bucket/radt")
+    run_id = _run_in(store, location)
+    page = _get(_dashboard(store), f"/runs/{run_id}/artifacts")
+    assert page.status_code == 200 and "does not fetch" in page.text, page.text
+    assert reader._own_location("s3://team-bucket/radt/7/abc/artifacts") and reader._own_location("s3://team-bucket/radt")
