@@ -103,7 +103,8 @@ def layout(by=None, **query):
             [
                 html.H2("Cluster"),
                 html.P("No Slurm jobs in this store yet: radt import --slurm-since 1d makes a run of each (see the README).", id="cluster-empty"),
-            ]
+            ],
+            className="cluster",  # the page's margin, as with jobs
         )
     by = _text(by)
     by = by if by in GROUPS else GROUPS[0]

@@ -112,3 +112,5 @@ def test_a_store_without_jobs_says_how_to_get_them(page, tmp_path, sqlite_templa
     with dashboard(f"sqlite:///{home / 'store.db'}", radt_env(home)) as base:
         page.goto(base + "cluster")
         assert "radt import --slurm-since 1d" in page.locator("#cluster-empty").text_content()
+        # with the page's margin, as with jobs (the heading touched the window's left edge, 2026-11-27 walk)
+        assert page.locator("h2", has_text="Cluster").bounding_box()["x"] >= 12
