@@ -4,7 +4,6 @@
 // (workload, status, parameters). Traces carry what the box prints in their meta (app/figures.py); Plotly draws no label.
 (function () {
   const TIP_ROWS = 12; // series listed in the box; the rest are counted
-  const NUMBER = new Intl.NumberFormat("en-US", {maximumSignificantDigits: 4});
   const DIM = 0.15; // opacity of the runs not highlighted
   const WIDER = 1.8; // the highlighted run's lines, times their own width
   const state = {current: null};
@@ -58,11 +57,15 @@
     window.Plotly.Fx.hover(gd, {xval: event.xvals[0]}, subplots, true); // true: no plotly_hover of its own
   }
 
+  // A value as the legend and the table print it (pages/legend.value_text): 4 significant figures, but every digit
+  // before the point (44,708 MB, where 4 significant figures read 44,710 beside the legend's 44,708).
   function number(value, fmt) {
     if (typeof value !== "number" || !isFinite(value)) { return "–"; }
     if (fmt === ".3f") { return value.toFixed(3); }
     if (fmt === ".0f") { return value.toFixed(0); }
-    return NUMBER.format(value);
+    const size = Math.abs(value);
+    const decimals = size === 0 ? 0 : Math.min(4, Math.max(0, 3 - Math.floor(Math.log10(size))));
+    return value.toLocaleString("en-US", {minimumFractionDigits: decimals, maximumFractionDigits: decimals});
   }
 
   function xText(gd, x) {
@@ -71,7 +74,7 @@
     if (typeof x !== "number") { return String(x).replace("T", " ").slice(0, 19) + " UTC"; }
     if (title.indexOf("(s)") >= 0) { return x.toFixed(1) + " s since start"; }
     if (title.indexOf("(min)") >= 0) { return x.toFixed(2) + " min since start"; }
-    return "step " + NUMBER.format(x);
+    return "step " + x.toLocaleString("en-US", {maximumFractionDigits: 0}); // every digit: step 12,345, not 12,350
   }
 
   // Plotly's dash styles as CSS stops, as pages/legend.py draws them: the box's line looks like the chart's

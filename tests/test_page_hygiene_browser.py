@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.browser import new_page, wait_for_chart
+from tests.support.browser import chart_titles, new_page, wait_for_chart
 
 DEMO = "demo: resnet50 collocation"
 
@@ -74,6 +74,19 @@ def test_the_legend_shows_each_of_ten_runs_without_scrolling_and_the_summary_fit
             """() => Array.from(document.querySelectorAll('#summary td[data-dash-column="run"]')).map(td => td.textContent.trim())
               .filter(t => t.includes('together'))"""
         )
+        # the tooltip of the GPU memory chart: each value as the legend and the table print it (it read 44,710 beside 44,708)
+        memory = chart_titles(page).index("GPU memory (MB)") + 1
+        drag = page.locator(f"#charts .draglayer .x{memory}y{memory} .nsewdrag")
+        drag.evaluate("e => e.scrollIntoView({block: 'end'})")  # below the sticky bar, in the window
+        box = drag.bounding_box()
+        page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
+        page.wait_for_function(
+            "() => { const t = document.querySelector('.radt-tip'); return t && getComputedStyle(t).display !== 'none' && t.innerText.startsWith('GPU memory'); }"
+        )
+        shown = page.locator(".radt-tip .tip-value").all_text_contents()
+        hovered = page.evaluate(
+            "(axis) => document.querySelector('#charts .js-plotly-plot')._hoverdata.filter(p => (p.data.yaxis || 'y') === axis).map(p => p.y)", f"y{memory}"
+        )
         visible = page.evaluate(  # the start of each pair's cell drawn inside it (the rest is cut with an ellipsis)
             """() => Array.from(document.querySelectorAll('#summary td[data-dash-column="run"]')).filter(td => td.textContent.includes('together'))
               .map(td => { const node = document.createTreeWalker(td, NodeFilter.SHOW_TEXT).nextNode(), r = document.createRange(), right = td.getBoundingClientRect().right;
@@ -86,4 +99,6 @@ def test_the_legend_shows_each_of_ten_runs_without_scrolling_and_the_summary_fit
     assert scrollers and all(scroll <= client for scroll, client in scrollers), f"the summary table scrolls sideways at 1440 px: {scrollers}"
     workloads = ("workload 2 same GPU", "workload 3 MPS", "workload 4 MIG 3g.40gb")
     assert sorted(pairs) == [f"{w}: A+B together" for w in workloads], pairs
+    expected = sorted((round(y) for y in hovered), reverse=True)[: len(shown)]  # the box lists the highest 12
+    assert shown and [int(text.replace(",", "")) for text in shown] == expected, (shown, hovered)
     assert len(set(visible)) == 3 and all(len(text) >= len("workload 2 same") for text in visible), f"what each pair's cell shows: {visible}"
