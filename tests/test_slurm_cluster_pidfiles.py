@@ -8,10 +8,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import psutil
 import pytest
 
 from tests.support import slurm
-from tests.support.polling import alive, gone_within
+from tests.support.polling import alive, gone_within, wait_for
 
 
 @pytest.fixture
@@ -21,8 +22,11 @@ def cluster_dir(tmp_path, monkeypatch):
 
 
 def _sleeper(*argv: str) -> subprocess.Popen:
-    """A process that is not a Slurm daemon (or looks like one by its arguments) and waits to be ended."""
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", *argv])
+    """A process that is not a Slurm daemon (or looks like one by its arguments) and waits to be ended; returned once its
+    command line is readable (Popen returns when exec closes its pipe, before the kernel has set the new argv)."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", *argv])
+    wait_for(lambda: psutil.Process(process.pid).cmdline()[2:] == ["import time; time.sleep(600)", *argv], timeout=10, what="the sleeper's command line")
+    return process
 
 
 def test_a_pid_file_whose_pid_another_process_took_names_no_daemon_and_stop_leaves_that_process_alone(cluster_dir):

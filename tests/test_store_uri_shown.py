@@ -11,6 +11,7 @@ import pytest
 SECRET = "s3cret-Pw"
 
 
+@pytest.mark.filterwarnings("ignore:Flask-Caching")  # cache="null": no cache in a test of the layout
 @pytest.mark.parametrize("form", ["query", "userinfo"])
 def test_the_header_names_the_store_without_its_password(pg_uri, form, monkeypatch):
     from radt.app.dashboard import create_app
