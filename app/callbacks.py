@@ -1,6 +1,7 @@
 """A callback request's shape is checked before Dash reads it: a body no browser sends (not an object, an unknown output,
-inputs missing or of the wrong form) is a 400 with one line instead of a 500 from inside Dash. The values in a well-formed
-request are the callbacks' own to check (pages/*, radt.app.inputs); their errors stay errors."""
+inputs missing or of the wrong form) is a 400 with one line instead of a 500 from inside Dash, and a body over
+RADT_REQUEST_BODY_MB a 413 before it is read. The values in a well-formed request are the callbacks' own to check
+(pages/*, radt.app.inputs); their errors stay errors."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from collections.abc import Callable, Mapping
 
 import dash
 from flask import Flask, Response, jsonify, request
+
+from radt.settings import REQUEST_BODY_MB
 
 UPDATE = "_dash-update-component"
 MALFORMED = "a callback request is a JSON object with output, outputs, inputs and changedPropIds"
@@ -24,6 +27,12 @@ ADDRESS: dict[tuple[str, str], Callable[[object], bool]] = {
 def install(server: Flask, app: dash.Dash) -> None:
     """Answer a malformed callback request with 400 and what is wrong, before Dash dispatches it."""
     path = app.config.routes_pathname_prefix + UPDATE
+
+    server.config["MAX_CONTENT_LENGTH"] = int(REQUEST_BODY_MB.get() * 1_000_000)  # Werkzeug refuses a longer body unread
+
+    @server.errorhandler(413)
+    def _too_large(_error) -> tuple[Response, int]:
+        return jsonify(error=f"the request body is over {REQUEST_BODY_MB.get():g} MB ({REQUEST_BODY_MB.name})"), 413
 
     @server.before_request
     def _check_callback_request() -> Response | tuple[Response, int] | None:

@@ -389,6 +389,15 @@ REQUEST_TIMEOUT = Setting(
     "seconds one dashboard request may read the store and draw; past it the view answers with a message "
     "(keep it under gunicorn's --timeout, 30 in the README); 0 means no deadline",
 )
+REQUEST_BODY_MB = Setting(
+    "RADT_REQUEST_BODY_MB",
+    float,
+    8.0,
+    "megabytes one dashboard request's body may hold (a browser's callback requests hold a few kB); a larger one is "
+    "answered 413 before it is read, so that no viewer can make a worker read and parse a body of gigabytes",
+    low=0.1,
+    unit="megabytes",
+)
 CACHE = Setting(
     "RADT_CACHE",
     str,

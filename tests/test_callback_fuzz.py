@@ -383,3 +383,21 @@ def test_a_malformed_request_names_what_is_wrong(served):
     response = post(served, [1, 2])
     assert response.status_code == 400
     assert response.json() == {"error": "a callback request is a JSON object with output, outputs, inputs and changedPropIds"}
+
+
+def test_a_body_of_megabytes_is_refused_unread_and_the_server_answers_the_next_request(served):
+    """Anyone who can reach the dashboard can post a body of gigabytes to /_dash-update-component, which a worker read
+    and parsed whole (a 9 MB one was answered 400 only after that). Past RADT_REQUEST_BODY_MB (8) it is a 413 with one
+    line, before it is read. A body sent in chunks without a length is not read at all (Werkzeug, under its server and
+    gunicorn alike): a 4xx."""
+    from radt.settings import REQUEST_BODY_MB
+
+    said = post(served, {"output": "x" * 9_000_000})
+    assert said.status_code == 413, said.text[:200]
+    assert said.json() == {"error": f"the request body is over {REQUEST_BODY_MB.default:g} MB (RADT_REQUEST_BODY_MB)"}
+    chunked = served["session"].post(
+        served["base"] + UPDATE, data=(b"x" * 1_000_000 for _ in range(9)), headers={"Content-Type": "application/json"}, timeout=120
+    )
+    assert chunked.status_code in (400, 413), chunked.text[:200]
+    assert served["session"].get(served["base"], timeout=60).status_code == 200
+    assert post(served, [1, 2]).status_code == 400, "an ordinary malformed request is still read and answered"
