@@ -197,7 +197,21 @@ def _encoded(response: flask.Response, packed: bytes) -> flask.Response:
     return response
 
 
+SAFE_HEADERS = {
+    "X-Content-Type-Options": "nosniff",  # a run's log served as text/plain is never read as HTML, whatever it holds
+    "Referrer-Policy": "same-origin",  # a link in a run's artifacts page does not tell another site the dashboard's addresses
+}
+
+
+def safe_headers(response: flask.Response) -> flask.Response:
+    """Every response, cached and compressed ones included, with SAFE_HEADERS."""
+    for name, value in SAFE_HEADERS.items():
+        response.headers.setdefault(name, value)
+    return response
+
+
 def install(server: flask.Flask) -> None:
-    """Hook the cache and the compression into the dashboard's Flask server."""
+    """Hook the cache, the compression and the safe headers into the dashboard's Flask server."""
     server.before_request(serve_cached)
     server.after_request(keep_and_compress)
+    server.after_request(safe_headers)

@@ -401,3 +401,14 @@ def test_a_body_of_megabytes_is_refused_unread_and_the_server_answers_the_next_r
     assert chunked.status_code in (400, 413), chunked.text[:200]
     assert served["session"].get(served["base"], timeout=60).status_code == 200
     assert post(served, [1, 2]).status_code == 400, "an ordinary malformed request is still read and answered"
+
+
+def test_every_response_forbids_sniffing_and_keeps_its_address_to_itself(served):
+    """A run's log is served as text/plain (a shared folder: anyone may write it); without nosniff a browser may read
+    one that holds HTML as a page of the dashboard's own. Pages, callbacks, assets and 404s alike."""
+    session, base = served["session"], served["base"]
+    answers = [session.get(base, timeout=60), session.get(base + "assets/charts.js", timeout=60), session.get(base + "no-such-page/x.js", timeout=60)]
+    answers.append(post(served, [1, 2]))
+    for answer in answers:
+        assert answer.headers.get("X-Content-Type-Options") == "nosniff", (answer.url, answer.status_code, dict(answer.headers))
+        assert answer.headers.get("Referrer-Policy") == "same-origin", answer.url
