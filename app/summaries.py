@@ -34,7 +34,7 @@ SUMMARY_COLUMNS = [
     "gpus_watched",  # how many GPUs (MIG slices) radt recorded for the run
     "gpu_basis",  # PROCESSES or WATCHED: how the used GPUs were told ("" without a GPU)
     "gpus_text",  # "1 of 5 used", "5 watched", "2 of 4 used · node-a"
-    "gpu_memory_peak_mb",  # the whole GPU's: every process on it, the run's and any other's
+    "gpu_memory_peak_mb",  # a used GPU's (its MIG slice's) with every process on it, the run's and any other's
     "run_memory_peak_mb",  # the run's own processes' on one GPU (NVML's per-process lists); NaN where radt could not see them
     "energy_j",
     "cpu_mean",
@@ -44,8 +44,11 @@ SUMMARY_COLUMNS = [
 ]
 TEXT_COLUMNS = ("run_id", "gpu_basis", "gpus_text")
 COUNT_COLUMNS = ("gpus_used", "gpus_watched")
-SUMMARY_VERSION = 3  # part of the summaries' cache key (data.summary): a shared cache never serves rows of an older definition
+SUMMARY_VERSION = 4  # part of the summaries' cache key (data.summary): a shared cache never serves rows of an older definition
 ADDED_IN = {3: ("run_memory_peak_mb",)}  # columns a version only added: an older stored row's figures still hold (summarystore)
+# columns a version defined anew, the others as before: an older stored row holds but for them (summarystore shows them empty).
+# 4: gpu_memory_peak_mb over the used GPUs, a MIG slice's own memory (it was every watched GPU's, the whole GPU's for a slice)
+CHANGED_IN = {4: ("gpu_memory_peak_mb",)}
 SUMMARY_TAGS = (SCRIPT_START_TAG, SCRIPT_END_TAG, GPUS_TAG, HOST_TAG)  # the tags run_summary reads (and NODE_TAG's per-node ones)
 PROCESSES = "processes"  # NVML's per-process lists showed which GPUs the run's processes used
 WATCHED = "watched"  # radt could not tell: every GPU it watched counts
@@ -109,8 +112,8 @@ def run_summary(engine: sa.Engine, run_ids: list[str], *, now_ms: int | None = N
     - smact_mean / smact_p95, smocc_mean / smocc_p95 (0-1): mean and 95th percentile of every point of the used GPUs,
       pooled (a GPU's MIG slices stand for it where the run recorded them); smact_busiest: the highest of the used
       GPUs' own SMACT means; gract_mean (0-1) and power_mean_w (W, per GPU) the mean of every point of the used GPUs;
-    - gpu_memory_peak_mb: the highest peak of a single GPU (one GPU's, never a sum), of every process on it: beside
-      another run on the same GPU it holds both runs' memory;
+    - gpu_memory_peak_mb: the highest peak of a single used GPU (one GPU's, never a sum; a MIG slice's own memory where
+      the run recorded its slice), of every process on it: beside another run on the same GPU it holds both runs' memory;
     - run_memory_peak_mb: the highest peak of the run's own processes on a single GPU (process_memory_megabytes, from
       NVML's per-process lists), the figure to quote for the run; NaN where those lists never showed its processes;
     - energy_j: the sum over the run's GPUs of each GPU's energy (``gpu_energy_j``);
@@ -153,23 +156,24 @@ def _memory_cpu_and_gpu_use(conn: sa.Connection, keys: Mapping[str, Sequence[str
     """gpu_memory_peak_mb, run_memory_peak_mb, cpu_mean, process_cpu_mean and the GPUs each run used (gpu_use), which the
     GPU figures are over."""
     run_ids = list(rows)
-    memory = {r: matching(keys.get(r, ()), "memory_usage_megabytes") for r in run_ids}
+    memory = {r: own_devices(keys.get(r, ()), "memory_usage_megabytes") for r in run_ids}  # a MIG slice's own, not its GPU's
     cpu = {r: matching(keys.get(r, ()), "cpu_utilization_percentage") for r in run_ids}
     process_cpu = {r: matching(keys.get(r, ()), "process_cpu_utilization_percentage") for r in run_ids}
     process_memory = {r: whole_gpus(keys.get(r, ()), "process_memory_megabytes") for r in run_ids}
-    aggregates = _aggregates(conn, {r: [k for k, _ in [*memory[r], *cpu[r], *process_cpu[r], *process_memory[r].values()]] for r in run_ids})
+    aggregates = _aggregates(conn, {r: [k for k, _ in [*memory[r].values(), *cpu[r], *process_cpu[r], *process_memory[r].values()]] for r in run_ids})
     held = _ever_positive(conn, {r: [k for k, _ in process_memory[r].values()] for r in run_ids})
     use = {}
     for run_id in run_ids:
         row = rows[run_id]
-        peaks = [aggregates[(run_id, k)][1] * res.scale for k, res in memory[run_id] if (run_id, k) in aggregates]
+        use[run_id] = gpu_use(gpu_devices(keys.get(run_id, ())), [d for d, (k, _res) in process_memory[run_id].items() if (run_id, k) in held])
+        counted = [(k, res) for d, (k, res) in memory[run_id].items() if use[run_id].counts(d) and (run_id, k) in aggregates]
+        peaks = [aggregates[(run_id, k)][1] * res.scale for k, res in counted]  # the used GPUs' (another job's GPU beside is not the run's)
         row["gpu_memory_peak_mb"] = max(peaks) if peaks else math.nan
         mine = [aggregates[(run_id, k)][1] * res.scale for k, res in process_memory[run_id].values() if (run_id, k) in held and (run_id, k) in aggregates]
         row["run_memory_peak_mb"] = max(mine) if mine else math.nan
         for column, found in (("cpu_mean", cpu), ("process_cpu_mean", process_cpu)):
             means = [aggregates[(run_id, k)][0] * res.scale for k, res in found[run_id] if (run_id, k) in aggregates]
             row[column] = means[0] if means else math.nan
-        use[run_id] = gpu_use(gpu_devices(keys.get(run_id, ())), [d for d, (k, _res) in process_memory[run_id].items() if (run_id, k) in held])
         row.update(gpus_used=len(use[run_id].used), gpus_watched=len(use[run_id].watched), gpu_basis=use[run_id].basis, gpus_text=use[run_id].text)
     return use
 

@@ -7,8 +7,8 @@ Which row is used, per run:
   the run's current one; else it is computed again and stored;
 - a run `radt retain` cut (older raw points dropped) keeps its stored row whatever its fingerprint: computing
   it again from what is left would give other numbers. A row of an older version that later versions only added
-  columns to (ADDED_IN) still holds, with those columns empty. Without a stored row of this version it shows as
-  unavailable (no figure, gpus_text UNAVAILABLE), never as figures of part of the run.
+  columns to (ADDED_IN) or defined some columns anew in (CHANGED_IN) still holds, with those columns empty. Without
+  such a row it shows as unavailable (no figure, gpus_text UNAVAILABLE), never as figures of part of the run.
 
 The dashboard's engine cannot write (app/store.py); rows are written through a second engine on the same store
 that only ever writes radt_summaries. A store that will not take them (a read-only user, a read-only file) is
@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from radt import summarytable
 from radt.app.runs import key_values
 from radt.app.store import EXPERIMENTS, LATEST, LIVE_STATUSES, RUNS, TAGS, chunks, plain_rows, unique
-from radt.app.summaries import ADDED_IN, SUMMARY_COLUMNS, SUMMARY_TAGS, SUMMARY_VERSION, run_summary
+from radt.app.summaries import ADDED_IN, CHANGED_IN, SUMMARY_COLUMNS, SUMMARY_TAGS, SUMMARY_VERSION, run_summary
 from radt.runmodel import NODE_TAG
 
 LOG = logging.getLogger(__name__)
@@ -75,16 +75,19 @@ def _holds(stored: summarytable.Stored, fingerprint: str) -> bool:
 
 def readable(stored: summarytable.Stored | None) -> bool:
     """Whether a stored row holds for a run `radt retain` cut: one with figures, of this version or of an older one whose
-    successors only added columns (ADDED_IN), which it shows empty. Its figures are the whole run's, as no recomputation
-    after the cut could give them. A newer radt's row is not: its definitions are not this one's."""
+    successors only added columns (ADDED_IN) or defined some anew (CHANGED_IN), which it shows empty. Its figures are the
+    whole run's, as no recomputation after the cut could give them. A newer radt's row is not: its definitions are not
+    this one's."""
     if stored is None or stored.summary is None:
         return False
-    return stored.version <= SUMMARY_VERSION and all(v in ADDED_IN for v in range(stored.version + 1, SUMMARY_VERSION + 1))
+    later = range(stored.version + 1, SUMMARY_VERSION + 1)
+    return stored.version <= SUMMARY_VERSION and all(v in ADDED_IN or v in CHANGED_IN for v in later)
 
 
 def kept_row(stored: summarytable.Stored) -> dict:
-    """A stored row with every column, those its version did not have yet empty (NaN)."""
-    return dict.fromkeys(SUMMARY_COLUMNS, math.nan) | stored.summary
+    """A stored row with every column, those its version did not have yet, or defined otherwise, empty (NaN)."""
+    stale = {c for v in range(stored.version + 1, SUMMARY_VERSION + 1) for c in CHANGED_IN.get(v, ())}
+    return dict.fromkeys(SUMMARY_COLUMNS, math.nan) | {c: v for c, v in stored.summary.items() if c not in stale}
 
 
 def unavailable(run_id: str) -> dict:

@@ -78,8 +78,8 @@ COLUMNS = [
     Column(
         "GPU mem. MB",
         "peak_memory_per_gpu_mb",
-        "Highest memory used on a single GPU (MB), not a sum, by every process on it: beside another run on the same GPU it "
-        "holds both runs' memory (see run mem.).",
+        "Highest memory used on a single GPU the run used (MB; its MIG slice's, on a slice), not a sum, by every process on it: "
+        "beside another run on the same GPU it holds both runs' memory (see run mem.).",
         0,
         True,
     ),

@@ -78,6 +78,7 @@ def _build(uri: str) -> Built:
         **{f"system/gpu_{g}_gr_engine_active": 0.6 if b else 0.0 for g, b in busy.items()},
         **{f"system/gpu_{g}_power_usage_watts": 300.0 if b else 60.0 for g, b in busy.items()},
         **{f"system/gpu_{g}_process_memory_megabytes": [0.0, 9000.0] if b else 0.0 for g, b in busy.items()},  # the list names the run late
+        **{f"system/gpu_{g}_memory_usage_megabytes": 12_000.0 if b else 70_000.0 for g, b in busy.items()},  # another job's GPUs hold 70 GB
     })  # fmt: skip
 
     runs["ddp"] = radt_run(client, experiment, "ddp", start_time=START)  # two nodes, each radt writing under its node id
@@ -92,6 +93,9 @@ def _build(uri: str) -> Built:
         "system/gpu_0_mig_3_sm_active": 0.7,
         "system/gpu_0_power_usage_watts": 200.0,
         "system/gpu_0_process_memory_megabytes": 4000.0,
+        "system/gpu_0_memory_usage_megabytes": 30_000.0,  # the whole GPU: its other slices' jobs too
+        "system/gpu_0_mig_3_memory_usage_megabytes": 4_500.0,  # its slice's own
+        "system/gpu_1_memory_usage_megabytes": 60_000.0,
         "system/gpu_1_sm_active": 0.0,
         "system/gpu_1_power_usage_watts": 50.0,
         "system/gpu_1_process_memory_megabytes": 0.0,
@@ -162,6 +166,7 @@ def test_a_run_on_two_of_four_gpus_is_summarised_over_those_two(built, summary):
     assert row.smact_busiest == pytest.approx(0.55), "GPU 0's mean"
     assert row.smocc_mean == pytest.approx(0.3) and row.smocc_p95 == pytest.approx(0.3)
     assert row.gract_mean == pytest.approx(0.6) and row.power_mean_w == pytest.approx(300.0), "per used GPU, the idle ones' 60 W left out"
+    assert row.gpu_memory_peak_mb == pytest.approx(12_000.0), "its GPUs' memory, not the 70 GB of GPUs it only watched"
     assert "two of four" not in _selected(built, "smact.mean < 0.3"), "not under-used: its two GPUs ran at 0.5"
     assert _selected(built, "gpus.used = 2") == {"two of four", "ddp"}
     assert _selected(built, "power.mean > 0.28kW") == {"two of four"}
@@ -175,6 +180,7 @@ def test_multi_node_runs_and_mig_slices_count_the_gpus_their_processes_used(buil
     assert (mig.gpu_basis, mig.gpus_used, mig.gpus_watched, mig.gpus_text) == (PROCESSES, 1, 2, "1 of 2 used")
     assert mig.smact_mean == pytest.approx(0.7) and mig.smact_busiest == pytest.approx(0.7), "its slice of GPU 0 stands for GPU 0"
     assert mig.power_mean_w == pytest.approx(200.0), "the whole GPU 0 the slice is on"
+    assert mig.gpu_memory_peak_mb == pytest.approx(4_500.0), "its slice's memory: not GPU 0's 30 GB, nor GPU 1's 60 GB"
 
 
 def test_radTs_no_reading_values_are_no_part_of_a_mean(built, summary):

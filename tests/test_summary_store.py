@@ -211,9 +211,9 @@ def test_a_run_radt_retain_cut_keeps_its_stored_summary_or_says_it_is_lost(store
 
 
 def test_a_cut_runs_row_of_a_version_that_lacked_only_new_columns_still_stands(store_uri):
-    """Version 3 added run_memory_peak_mb alone: a run cut under version 2 keeps its stored figures (the new column empty)
-    instead of losing them all as 'unavailable'; a row of a version whose figures changed since is still refused, and an
-    uncut run's old row is computed again."""
+    """Version 3 added run_memory_peak_mb, version 4 defined gpu_memory_peak_mb anew (the used GPUs', a slice's own): a run
+    cut under version 2 keeps its stored figures, those two empty, instead of losing them all as 'unavailable'; a row of
+    a version whose figures changed since is still refused, and an uncut run's old row is computed again."""
     client = MlflowClient(store_uri)
     runs = [_run(client, store_uri, [0.2] * 30 + [0.8] * 30) for _ in range(3)]
     engine = make_read_engine(store_uri)
@@ -224,6 +224,7 @@ def test_a_cut_runs_row_of_a_version_that_lacked_only_new_columns_still_stands(s
         for run_id, version in zip(runs, (2, 1, 2), strict=True):  # as versions 2 and 1 stored them: no run_memory_peak_mb
             row = summarytable.read(conn, [run_id])[run_id].summary
             row.pop("run_memory_peak_mb")
+            row["gpu_memory_peak_mb"] = 70_000.0  # as version 2 defined it: every watched GPU's, the whole GPU's for a slice
             conn.execute(sa.update(s).where(s.c.run_uuid == run_id).values(version=version, summary=summarytable.encode(row)))
         cut = rollups.mlflowdb.metrics.c.run_uuid.in_(runs[:2])
         conn.execute(sa.delete(rollups.mlflowdb.metrics).where(cut, rollups.mlflowdb.metrics.c.timestamp < BASE + 30_000))
@@ -231,7 +232,8 @@ def test_a_cut_runs_row_of_a_version_that_lacked_only_new_columns_still_stands(s
     writer.dispose()
     found = store_summaries(engine, runs).set_index("run_id")
     assert found.loc[runs[0], "smact_mean"] == pytest.approx(0.5) and math.isnan(found.loc[runs[0], "run_memory_peak_mb"])
-    assert found.loc[runs[1], "gpus_text"] == UNAVAILABLE, "version 1's figures are not version 3's"
+    assert math.isnan(found.loc[runs[0], "gpu_memory_peak_mb"]), "version 2's figure of a column defined anew since is not shown"
+    assert found.loc[runs[1], "gpus_text"] == UNAVAILABLE, "version 1's figures are not this version's"
     figures = found.loc[runs[0]].to_dict()
     assert readable(summarytable.Stored(SUMMARY_VERSION, "", figures)), "this version's row"
     assert not readable(summarytable.Stored(SUMMARY_VERSION + 1, "", figures)), "a newer radt's row: other definitions"
