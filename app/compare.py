@@ -2,7 +2,8 @@
 
 Every figure can be recomputed from the columns shown:
 
-- steps: the run's own progress, the highest step of a metric the script logged + 1 (epochs, iterations);
+- steps: the run's own progress (epochs, iterations), summaries._own_steps: the highest step its script logged, + 1 where
+  the first logged step is 0;
 - duration_min: the script's own time (radt's script start/exit tags, else the run's start and end;
   ``runmodel.script_span``), not radt's set-up, start gate or pip freeze;
 - steps_per_h = steps / duration;

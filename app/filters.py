@@ -91,7 +91,7 @@ FIELDS = {  # the GPU figures are over the GPUs the run used (summaries.run_summ
     "power.mean": Field("power_mean_w", "summary", {"": 1.0, "w": 1.0, "kw": 1000.0}, f"{unit_text(METRICS['power_usage_watts'])} or kW"),
     "gpus.used": Field("gpus_used", "summary", _PLAIN, "GPUs or MIG slices"),
     "duration": Field("duration_s", "runs", _SECONDS, "s, m or h"),  # the run's time, as the run tree shows it
-    "steps": Field("own_steps", "summary", _PLAIN, "the script's highest step + 1"),
+    "steps": Field("own_steps", "summary", _PLAIN, "the steps the script's metrics count (its highest step, + 1 from step 0)"),
     "throughput": Field("throughput", "summary", _PLAIN, "steps/h"),
     "memory.peak": Field("gpu_memory_peak_mb", "summary", {"": 1.0, "mb": 1.0, "gb": 1000.0}, "MB or GB"),
     "memory.run_peak": Field("run_memory_peak_mb", "summary", {"": 1.0, "mb": 1.0, "gb": 1000.0}, "MB or GB"),  # the run's own processes'

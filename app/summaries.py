@@ -39,7 +39,7 @@ SUMMARY_COLUMNS = [
     "energy_j",
     "cpu_mean",
     "process_cpu_mean",
-    "own_steps",  # the highest step of the run's own metrics (its loss per epoch...) + 1: the work it did
+    "own_steps",  # the steps the run's own metrics count (its loss per epoch...): the work it did (_own_steps)
     "gpu_energy_j",  # {physical GPU (gpu_identity): joules}: the energy of each GPU the run recorded
 ]
 TEXT_COLUMNS = ("run_id", "gpu_basis", "gpus_text")
@@ -48,7 +48,8 @@ SUMMARY_VERSION = 4  # part of the summaries' cache key (data.summary): a shared
 ADDED_IN = {3: ("run_memory_peak_mb",)}  # columns a version only added: an older stored row's figures still hold (summarystore)
 # columns a version defined anew, the others as before: an older stored row holds but for them (summarystore shows them empty).
 # 4: gpu_memory_peak_mb over the used GPUs, a MIG slice's own memory (it was every watched GPU's, the whole GPU's for a slice)
-CHANGED_IN = {4: ("gpu_memory_peak_mb",)}
+# 4: own_steps no longer + 1 where a script logs its steps from 1 (10 epochs logged 1..10 were 11 steps)
+CHANGED_IN = {4: ("gpu_memory_peak_mb", "own_steps")}
 SUMMARY_TAGS = (SCRIPT_START_TAG, SCRIPT_END_TAG, GPUS_TAG, HOST_TAG)  # the tags run_summary reads (and NODE_TAG's per-node ones)
 PROCESSES = "processes"  # NVML's per-process lists showed which GPUs the run's processes used
 WATCHED = "watched"  # radt could not tell: every GPU it watched counts
@@ -120,7 +121,7 @@ def run_summary(engine: sa.Engine, run_ids: list[str], *, now_ms: int | None = N
     - gpu_energy_j: {physical GPU (``gpu_identity``): joules} per whole GPU: energy_joules' last value, else radT's
       counter (last minus first), else power integrated over time;
     - cpu_mean: the host's CPU in % of all cores; process_cpu_mean: the run's processes in % of one core (radT's TOP key);
-    - own_steps: the highest step of the script's own metrics + 1.
+    - own_steps: the steps the script's own metrics count: their highest step, + 1 where the first logged step is 0.
     """
     run_ids = unique(run_ids)
     if not run_ids:
@@ -336,7 +337,12 @@ def _means(
 
 
 def _own_steps(engine: sa.Engine, run_ids: list[str], rows: dict[str, dict]) -> None:
-    """The run's progress in its own units: the highest step of a metric the script logged (not system/...)."""
+    """The run's progress in its own units, from the metrics its script logged (not system/..., not radT's hardware keys):
+    its highest step + 1 where its first logged step is 0 (`for epoch in range(n)` logs 0..n-1), its highest step where
+    the first is 1 or more (a count of steps done: epoch + 1, Hugging Face's global_step; the demo's epochs 1..n). The
+    highest + 1 in both cases read 11 steps for 10 epochs logged 1..10."""
+    highest: dict[str, float] = {}
+    keys: set[str] = set()
     with engine.connect() as conn:
         for chunk in chunks(run_ids):
             stmt = sa.select(LATEST.c.run_uuid, LATEST.c.key, LATEST.c.step).where(
@@ -344,7 +350,21 @@ def _own_steps(engine: sa.Engine, run_ids: list[str], rows: dict[str, dict]) -> 
             )
             for run_id, key, step in plain_rows(conn, stmt):
                 if catalogue.resolve(key) is None and step is not None:  # radT's hardware keys are not progress
-                    rows[run_id]["own_steps"] = max(float(step) + 1, 0.0 if math.isnan(rows[run_id]["own_steps"]) else rows[run_id]["own_steps"])
+                    highest[run_id] = max(float(step), highest.get(run_id, -math.inf))
+                    keys.add(key)
+        lowest: dict[str, float] = {}
+        for chunk in chunks(list(highest)):
+            for key_chunk in chunks(sorted(keys)):  # one index range per run and key (index_metrics_run_uuid_key_step)
+                stmt = (
+                    sa.select(METRICS.c.run_uuid, sa.func.min(METRICS.c.step))
+                    .where(METRICS.c.run_uuid.in_(chunk), METRICS.c.key.in_(key_chunk))
+                    .group_by(METRICS.c.run_uuid)
+                )
+                for run_id, step in plain_rows(conn, stmt):
+                    if step is not None:
+                        lowest[run_id] = min(float(step), lowest.get(run_id, math.inf))
+    for run_id, top in highest.items():
+        rows[run_id]["own_steps"] = max(top, 0.0) + (1.0 if lowest.get(run_id, 0.0) <= 0 else 0.0)
 
 
 # --- energy ---------------------------------------------------------------------------------------

@@ -90,7 +90,7 @@ COLUMNS = [
     Column("logs", "logs", "The run's logs and reports (stdout, stderr, nsys/ncu), read from its artifact location.", shown=True),
     Column("workload", "workload", None),
     Column("tog.", "together", "How many runs of the workload ran at the same time (overlapping script times); 1: it ran alone.", 0),
-    Column("steps", "steps", "The highest step the script logged + 1 (epochs, iterations).", 0),
+    Column("steps", "steps", "What the script's own metrics count (epochs, iterations): their highest step, + 1 where they start at step 0.", 0),
     Column("alone", "alone_runs", "How many finished runs of the same command in this experiment ran by themselves (the baseline).", 0),
     Column("alone steps/h", "alone_steps_per_h", "Mean steps/h of those alone runs.", 0),
     Column("SMACT p95", "smact_p95", f"95th percentile of SM activity ({RATIO}) {USED}.", 3),

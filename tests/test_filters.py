@@ -51,7 +51,8 @@ def build_filter_store(uri: str) -> FilterStore:
     for label, (batch, collocation, status, minutes, smact, smocc, losses, last_step) in RUNS.items():
         run_id = client.create_run(experiment, run_name=NAMES[label], start_time=BASE).info.run_id
         runs[label] = run_id
-        metrics = [Metric("loss", v, BASE + i * 1000, last_step - len(losses) + 1 + i) for i, v in enumerate(losses)]
+        # the first loss at step 0 (a loop counting from 0: its steps are the highest + 1), the latest at last_step
+        metrics = [Metric("loss", v, BASE + i * 1000, 0 if i == 0 else last_step - len(losses) + 1 + i) for i, v in enumerate(losses)]
         if smact is not None:
             metrics += [Metric("system/gpu_0_sm_active", float(v), BASE + i * 1000, i) for i, v in enumerate(smact)]
             metrics += [Metric("system/gpu_0_sm_occupancy", smocc, BASE + i * 1000, i) for i in range(60)]
@@ -126,7 +127,7 @@ RADT_FILTERS = {
     "duration > 10m": {"r1", "r3", "r4", "r5"},  # r4 still runs: its duration grows to now
     "duration <= 300s": {"r2"},
     "duration > 0.5h and duration < 2h": {"r5"},
-    "steps >= 50": {"r2", "r5"},  # the highest step of the run's own metrics + 1
+    "steps >= 50": {"r2", "r5"},  # the highest step of the run's own metrics + 1, as they start at step 0
     "throughput > 100": {"r2"},  # steps/h: 50 steps in 5 min = 600/h; r5: 100 in an hour
     "throughput >= 100": {"r2", "r5"},
     "params.batch_size = '128' and smact.mean < 0.3": {"r1"},
