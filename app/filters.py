@@ -474,9 +474,7 @@ def _hay(row) -> str:
 
 
 def _plain(row, term: Term) -> bool:
-    """A term read from the run list alone."""
-    if term.kind == "word":
-        return term.key in _hay(row)
+    """A term read from the run list alone, but a word (_passes looks for words in the run's _hay)."""
     if term.kind == "param":
         return _text_test(term, (row.params or {}).get(term.key))
     if term.kind == "tag":
@@ -487,12 +485,11 @@ def _plain(row, term: Term) -> bool:
     return _number_test(term, _present(number))
 
 
-def _passes(row, terms: list[Term]) -> bool:
+def _passes(row, others: list[Term], words: list[str]) -> bool:
     """Whether a run meets every run-list term: its words looked for in one text built once (not once per word), and the
     request's deadline checked at each run, so that no filter holds a dashboard worker past RADT_REQUEST_TIMEOUT."""
     deadline.check()
-    words = [t.key for t in terms if t.kind == "word"]
-    if not all(_plain(row, t) for t in terms if t.kind != "word"):
+    if not all(_plain(row, t) for t in others):
         return False
     if not words:
         return True
@@ -541,7 +538,8 @@ def apply(runs: pd.DataFrame, query: Query | str) -> pd.DataFrame:
     if not query.terms or runs.empty:
         return runs
     plain = [t for t in query.terms if t.kind not in ("metric", "field") or (t.kind == "field" and FIELDS[t.key].source == "runs")]
-    kept = runs[[_passes(row, plain) for row in runs.itertuples()]] if plain else runs
+    words, others = [t.key for t in plain if t.kind == "word"], [t for t in plain if t.kind != "word"]
+    kept = runs[[_passes(row, others, words) for row in runs.itertuples()]] if plain else runs
     metric_terms = [t for t in query.terms if t.kind == "metric"]
     if metric_terms and not kept.empty:
         latest = latest_metrics(list(kept["run_id"]), [t.key for t in metric_terms])
