@@ -584,21 +584,10 @@ def data_csv(view: View, charts: list[str] | None = None) -> tuple[str, dict[str
             for device, (ts, ys) in devices.items():
                 start = row["start_time"] if pd.notna(row["start_time"]) else (ts[0] if len(ts) else 0)
                 where = ["" if v is None else v for v in (device.node, device.gpu, device.mig)]
+                texts = [cell_text(row["run_name"]), row["experiment_id"], cell_text(row["workload_label"]), cell_text(row["letter"])]
+                head = [run_id, *texts, *map(cell_text, where), cell_text(name)]  # the same for each point of this series
                 for t, y in zip(ts.tolist(), ys.tolist(), strict=False):
-                    out.writerow(
-                        [
-                            run_id,
-                            cell_text(row["run_name"]),
-                            row["experiment_id"],
-                            cell_text(row["workload_label"]),
-                            cell_text(row["letter"]),
-                            *map(cell_text, where),
-                            cell_text(name),
-                            int(t),
-                            f"{(t - start) / 1000:.3f}",
-                            repr(float(y)),
-                        ]
-                    )
+                    out.writerow([*head, int(t), f"{(t - start) / 1000:.3f}", repr(float(y))])
     return buffer.getvalue(), missing
 
 
