@@ -240,9 +240,8 @@ def _group_row(members: list, figures: list[dict], stats: pd.DataFrame) -> dict:
 def _group_name(members: list) -> str:
     """A together row's name, its workload's first: three such rows (same GPU, MPS, MIG) each said "2 runs together (A+B)"
     and the table, cut at its run column's width, did not say which pair each was."""
-    runs = f"{'+'.join(_names(members))} together"
-    label = members[0].workload_label
-    return f"{label}: {runs}" if label else f"{len(members)} runs together ({'+'.join(_names(members))})"
+    names, label = "+".join(_names(members)), members[0].workload_label
+    return f"{label}: {names} together" if label else f"{len(members)} runs together ({names})"
 
 
 def _names(members: list) -> list[str]:

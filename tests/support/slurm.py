@@ -111,9 +111,14 @@ def cluster() -> dict[str, str]:
     return env()
 
 
+def _munge_answers() -> bool:
+    """Whether munged gives and reads back a credential (`munge -n | unmunge`)."""
+    return subprocess.run("munge -n | unmunge", shell=True, capture_output=True, timeout=10).returncode == 0
+
+
 def _munge() -> None:
     """munged, started if `munge -n` cannot get a credential."""
-    if subprocess.run("munge -n | unmunge", shell=True, capture_output=True).returncode == 0:
+    if _munge_answers():
         return
     key = Path("/etc/munge/munge.key")
     if not key.exists():
@@ -122,7 +127,7 @@ def _munge() -> None:
     shutil.chown("/run/munge", "munge", "munge")
     shutil.chown(key, "munge", "munge")
     subprocess.run(["su", "-s", "/bin/sh", "munge", "-c", "/usr/sbin/munged"], check=True, capture_output=True)
-    wait_for(lambda: subprocess.run("munge -n | unmunge", shell=True, capture_output=True).returncode == 0, timeout=20, what="munged to answer")
+    wait_for(_munge_answers, timeout=20, what="munged to answer")
 
 
 def _configure() -> dict[Path, str]:
@@ -168,7 +173,7 @@ def mig_gpus() -> str:
 def _trouble() -> str | None:
     """What keeps the cluster from answering (munge, slurmctld's ping, sinfo, a daemon not running), or None."""
     try:
-        if subprocess.run("munge -n | unmunge", shell=True, capture_output=True, timeout=10).returncode != 0:
+        if not _munge_answers():
             return "munged does not answer (munge -n | unmunge fails)"
         ping = _run(["scontrol", "ping"], timeout=10)
         if "is UP" not in ping.stdout:
