@@ -298,6 +298,8 @@ def pytest_collection_finish(session):
     first tests run (support/prometheus.taken). In each xdist worker, which collects all and runs some."""
     if any(item.get_closest_marker("prometheus") for item in session.items):
         prometheus.warm_up()
+    gc.collect()
+    gc.freeze()  # what collection imported lives to the end: no full collection walks it again
 
 
 @pytest.fixture(scope="session", autouse=True)

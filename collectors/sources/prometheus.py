@@ -39,6 +39,7 @@ from radt.points import Point
 
 WINDOW_S = 60  # at most this many seconds of raw samples per tick: several scrapes at any usual scrape interval
 MARGIN_S = 5.0  # a tick asks back to this long before the newest scrape it has (clock skew between radt's host and Prometheus)
+SCRAPE_WAIT_S = 10.0  # at a run's end, the longest wait for a scrape begun before the end: Prometheus's default scrape_timeout
 
 
 def _stderr(line: str) -> None:
@@ -326,6 +327,7 @@ def final_backfill(source: PrometheusSource, run_start_ms: int, run_end_ms: int)
     """The run's scrapes the live source never returned (between two ticks, or stored after the last one).
 
     Their own timestamps are kept; a problem is added to `source.problems` (see `gap`), never raised."""
+    await_due_scrape(source, run_end_ms)
     try:
         points = backfill(
             source.url,
@@ -348,6 +350,29 @@ def final_backfill(source: PrometheusSource, run_start_ms: int, run_end_ms: int)
         source._once("error", f"radt: listener 'prometheus': {type(exc).__name__}: {exc}")
         return []
     return [p for p in points if not any(first <= p.timestamp <= last for first, last in source.returned.get(p.key, ()))]
+
+
+def await_due_scrape(source: PrometheusSource, end_ms: int, wait_s: float = SCRAPE_WAIT_S) -> None:
+    """Wait until Prometheus holds the scrape due before the run's end, if one is due and not stored yet.
+
+    Prometheus stamps a scrape when it begins it and stores it once the exporter has answered, so the run's last scrape
+    can be in flight when the run ends. A target's scrapes are in turn: once one newer than the newest read is stored, all
+    before it are. Bounded by the scrape's own end (its timeout is at most the interval) and `wait_s`; never raises."""
+    newest = max(source._last.values(), default=None)
+    if newest is None or not source.scrape_ms or newest + source.scrape_ms > end_ms:
+        return  # nothing read yet (the backfill reads all), or no scrape begun between the newest and the end
+    due = newest + source.scrape_ms
+    deadline = time.monotonic() + min(max(due - time.time() * 1000, 0) / 1000 + source.scrape_ms / 1000, wait_s) + 0.5
+    pause = min(max(source.scrape_ms / 8000, 0.05), 1.0)
+    span = int(time.time() * 1000 - newest) + int(MARGIN_S * 1000)
+    while True:
+        try:
+            stored = keyed_samples(source._query(min(span, source.window * 1000)), source.wanted)
+        except Exception:
+            return  # Prometheus away: the backfill says so
+        if any(stamp > newest for samples in stored.values() for stamp, _ in samples) or time.monotonic() >= deadline:
+            return
+        time.sleep(pause)
 
 
 def unproved(wanted: Wanted, host: str) -> str:
