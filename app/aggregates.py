@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from radt.app.compare import METHODS
-from radt.app.palette import PALETTE, PAPER, colors, dash_of
+from radt.app.palette import PALETTE, PAPER, colors, dash_of, themed
 from radt.catalogue import METRICS, unit_text
 from radt.errors import UserError
 
@@ -236,10 +236,9 @@ def _side_by_side(found: list[Group]) -> bool:
 def _layout(figure: go.Figure, title: str, x_title: str, y_title: str, ratio: bool, legend: bool) -> go.Figure:
     """The page's layout: a fixed height, the title in a band of its own, the legend right of the plot (it grows the right
     margin, never covers a chart or a title), axis titles clear of their tick labels."""
-    figure.update_layout(
+    themed(figure, PAPER).update_layout(
         title={"text": title, "x": 0, "xref": "container", "xanchor": "left", "y": 1, "yref": "container", "yanchor": "top",
                "pad": {"t": 14, "l": 12}, "font": {"size": 15}},
-        template=PAPER,
         height=HEIGHT,
         showlegend=legend,
         legend={"orientation": "v", "x": 1.02, "xanchor": "left", "xref": "paper", "y": 1, "yanchor": "top", "yref": "paper"},

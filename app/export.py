@@ -27,7 +27,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from radt.app import data
-from radt.app.palette import PAPER
+from radt.app.palette import PAPER, themed
 from radt.app.views import EXPORT_BUDGET, View, render, view_runs, x_range
 from radt.errors import UserError
 
@@ -270,14 +270,13 @@ def restyle(figure: go.Figure, style: ExportStyle, charts: int, title: str | Non
     else:
         wanted = rows_in + (margin["t"] + margin["b"]) / CSS_DPI
         height_in = min(limit_in, math.ceil(wanted * 2) / 2)  # whole half inches: whole pixels at any even DPI
-    out.update_layout(
+    themed(out, PAPER).update_layout(
         width=round(width_px),
         height=round(height_in * CSS_DPI),
         font={"size": font_size, "family": "DejaVu Sans, Arial, sans-serif", "color": "#000000"},
         showlegend=bool(names),
         legend=legend | {"font": {"size": legend_font}, "bgcolor": "rgba(0,0,0,0)", "tracegroupgap": 0},
         margin=margin,
-        template=PAPER,
         hovermode=False,
         meta={"title": title} if title else None,
     )

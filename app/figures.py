@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from radt.app.downsample import Envelope
-from radt.app.palette import SCREEN, colors, dash_of, run_colors
+from radt.app.palette import SCREEN, colors, dash_of, run_colors, themed
 from radt.catalogue import Device, Metric, unit_text
 from radt.runmodel import MIG_ACTIVITY_TAG, gpu_entries
 
@@ -209,10 +209,9 @@ def overlay_figure(
         low_x, high_x = x_range
         fig.update_xaxes(range=[low_x * per_minute, high_x * per_minute] if per_minute != 1 else list(x_range))
     height = max(260, panel_height * rows)
-    fig.update_layout(
+    themed(fig, SCREEN).update_layout(
         height=height,
         margin={"l": 60, "r": 20, "t": 40, "b": 50},
-        template=SCREEN,
         hovermode="x",  # every run's point at the cursor's x, for assets/charts.js's one box per chart and its crosshair
         hoverlabel={"namelength": -1, "font": {"size": 11}},
         spikedistance=-1,
@@ -589,5 +588,5 @@ def _alpha(color: str, alpha: float) -> str:
 def empty_figure(message: str) -> go.Figure:
     fig = go.Figure()
     fig.add_annotation(text=plain(message), showarrow=False, font={"size": 15, "color": "#666"}, xref="paper", yref="paper", x=0.5, y=0.5)
-    fig.update_layout(template=SCREEN, height=260, xaxis={"visible": False}, yaxis={"visible": False})
+    themed(fig, SCREEN).update_layout(height=260, xaxis={"visible": False}, yaxis={"visible": False})
     return fig

@@ -75,6 +75,18 @@ def dash_of(position: int) -> str:
     return SERIES_DASHES[position % len(SERIES_DASHES)]
 
 
+def themed(fig: go.Figure, name: str) -> go.Figure:
+    """FIG in the registered template NAME, set as Plotly sets its default template: validated once when registered, not
+    again for every figure (7-9 ms a figure, most of an empty figure's cost; the JSON is the same)."""
+    layout = fig.layout
+    layout._validate = False
+    try:
+        layout.template = pio.templates[name]
+    finally:
+        layout._validate = True
+    return fig
+
+
 def _register_templates() -> None:
     """SCREEN and PAPER as Plotly templates: one colourway (the palette's first ten), so a trace without its own colour
     (a comparison figure's category) is coloured as the runs are everywhere else."""

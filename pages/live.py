@@ -25,7 +25,7 @@ from radt.app import inputs, live
 from radt.app.cache import RUNNING_TIMEOUT
 from radt.app.data import cached
 from radt.app.figures import plain
-from radt.app.palette import SCREEN, dash_of, run_colors
+from radt.app.palette import SCREEN, dash_of, run_colors, themed
 from radt.app.series import load_series
 from radt.app.state import STATE, store_error
 from radt.app.store import LIVE_STATUSES
@@ -127,10 +127,9 @@ def _figure(traces: list[live.Trace], series: dict) -> go.Figure:
             )
         )
         shown.add(trace.metric or trace.name)
-    fig.update_layout(
+    themed(fig, SCREEN).update_layout(
         height=230,
         margin={"l": 8, "r": 8, "t": 8, "b": 8},  # every label makes its own room (automargin): the date line, both axis titles
-        template=SCREEN,
         showlegend=True,
         legend={"orientation": "h", "y": -0.22, "yanchor": "top", "font": {"size": 10}},
         yaxis={"range": [0, 1.02], "title": {"text": "GPU activity", "font": {"size": 10}}, "fixedrange": True, "automargin": True},
