@@ -53,7 +53,8 @@ def test_the_legend_shows_each_of_ten_runs_without_scrolling_and_the_summary_fit
     """At 1440 x 900 with the 8 default charts, the table legend showed 9 of the demo's 10 runs: the 10th (the FAILED
     one) was below its scroll edge, and headless and overlay scrollbars give no sign of it. The summary table of the same
     view (2026-11-27 walk) scrolled sideways, 1,091 px in 1,064, its logs column cut at the window's edge; and its three
-    rows of runs together (same GPU, MPS, MIG) each read "2 runs together (A+B)", cut to "2 runs together (A+…"."""
+    rows of runs together (same GPU, MPS, MIG) each read "2 runs together (A+B)", cut to "2 runs together (A+…"; at 1920 px, with
+    room to spare, the run column stayed 160 px and cut them to "workload 2 same GP…"."""
     first, runs = _experiment(filled_store["uri"], DEMO)
     second, more = _experiment(filled_store["uri"], "demo: bert fine-tuning")
     with new_page(browser, width=1440, height=900) as page:
@@ -94,6 +95,17 @@ def test_the_legend_shows_each_of_ten_runs_without_scrolling_and_the_summary_fit
                            while (n < node.length) { r.setEnd(node, n + 1); if (r.getBoundingClientRect().right > right - 4) break; n++; }
                            return node.textContent.slice(0, n); })"""
         )
+        # at 1920 px the run column has room for each pair's whole name (at 160 px it read "workload 2 same GP…" there too)
+        page.set_viewport_size({"width": 1920, "height": 1080})
+        page.wait_for_function("() => window.innerWidth === 1920")
+        wide = page.evaluate(
+            """() => Array.from(document.querySelectorAll('#summary td[data-dash-column="run"]')).filter(td => td.textContent.includes('together'))
+              .map(td => [td.textContent.trim(), td.scrollWidth <= td.clientWidth])"""
+        )
+        wide_scrollers = page.evaluate(
+            """() => Array.from(document.querySelectorAll('#summary, #summary *')).filter(e => ['auto', 'scroll'].includes(getComputedStyle(e).overflowX))
+              .map(e => [e.scrollWidth, e.clientWidth])"""
+        )
     assert len(rows) == len(runs + more) == 10
     assert all(r["inside"] for r in rows), [r["id"] for r in rows if not r["inside"]]
     assert scrollers and all(scroll <= client for scroll, client in scrollers), f"the summary table scrolls sideways at 1440 px: {scrollers}"
@@ -102,3 +114,5 @@ def test_the_legend_shows_each_of_ten_runs_without_scrolling_and_the_summary_fit
     expected = sorted((round(y) for y in hovered), reverse=True)[: len(shown)]  # the box lists the highest 12
     assert shown and [int(text.replace(",", "")) for text in shown] == expected, (shown, hovered)
     assert len(set(visible)) == 3 and all(len(text) >= len("workload 2 same") for text in visible), f"what each pair's cell shows: {visible}"
+    assert len(wide) == 3 and all(whole for _, whole in wide), f"each pair's name whole at 1920 px: {wide}"
+    assert wide_scrollers and all(scroll <= client for scroll, client in wide_scrollers), f"the summary table scrolls sideways at 1920 px: {wide_scrollers}"
