@@ -21,33 +21,12 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from radt.app.compare import METHODS
+from radt.app.exportoptions import BY, COLLOCATION, KINDS, RATIO, STATS
 from radt.app.palette import PALETTE, PAPER, colors, dash_of, themed
-from radt.catalogue import METRICS, unit_text
 from radt.errors import UserError
 
-RATIO = unit_text(METRICS["sm_active"])  # '0–1': the unit of SMACT and SMOCC, as every page writes it
-
-# per-run aggregates: comparison-table column -> (label, unit)
-STATS = {
-    "smact_mean": ("mean SMACT", RATIO),
-    "smact_p95": ("p95 SMACT", RATIO),
-    "smocc_mean": ("mean SMOCC", RATIO),
-    "smocc_p95": ("p95 SMOCC", RATIO),
-    "smact_busiest": ("SMACT of the busiest GPU", RATIO),
-    "gract_mean": ("mean GRACT", RATIO),
-    "power_mean_w": ("mean power per GPU", "W"),
-    "steps_per_h": ("throughput", "steps/h"),
-    "normalised": ("normalised throughput", "× alone"),
-    "energy_kj": ("energy", "kJ"),
-    "energy_per_step_j": ("energy per step", "J/step"),
-    "peak_memory_per_gpu_mb": ("peak memory per GPU, every process", "MB"),
-    "run_memory_peak_mb": ("the run's own peak GPU memory", "MB"),
-}
-BY = {"workload": "workload", "collocation": "collocation", "partition": "partition", "user": "user"}  # grouping -> comparison-table column
 POOLED = ("partition", "user")  # groupings of a cluster's jobs: one series over every experiment (radt import --slurm makes one per user)
 NO_GROUP = "(none)"  # the category of a run without the grouping's tag (a run not imported from Slurm)
-KINDS = ("bar", "box", "cdf")
-COLLOCATION = "collocation"  # the seed papers' figure: normalised throughput and GPU SMACT per method, per command
 COLLOCATION_PANELS = (("normalised", "throughput ÷ same command alone"), ("smact_mean", f"GPU SMACT ({RATIO})"))
 ACTIVITY = (  # the activity figure's series: (catalogue name, label, scale to 0-1, dash)
     ("gr_engine_active", "GRACT", 1.0, "solid"),

@@ -21,86 +21,25 @@ import struct
 import threading
 import warnings
 import zlib
-from dataclasses import dataclass
 
 import pandas as pd
 import plotly.graph_objects as go
 
 from radt.app import data
+from radt.app.exportoptions import LEGENDS, SIZES, ExportError, ExportStyle
 from radt.app.palette import PAPER, themed
 from radt.app.views import EXPORT_BUDGET, View, render, view_runs, x_range
-from radt.errors import UserError
 
 CSS_DPI = 96  # Plotly's pixel is a CSS pixel: 96 per inch
-SIZES = {  # width in inches, height of one chart row in inches (slide: the whole 16:9 page)
-    "single-column": (3.5, 1.9),
-    "double-column": (7.0, 2.2),
-    "slide": (10.0, None),
-}
-LEGENDS = ("top", "bottom", "right", "none")
-FORMATS = ("png", "svg", "pdf", "csv")
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 MARKERS = ("circle", "square", "triangle-up", "diamond", "x", "cross", "star", "triangle-down")
 GREYS = ("#000000", "#555555", "#888888")
-DPI_RANGE = (30, 2400)  # PNG resolution, `radt export --dpi` and the dashboard's field alike
-FONT_RANGE = (4.0, 48.0)  # points
 PAGE_HEIGHT = 9.0  # inches: the default height a figure must fit (a single-column page's text block)
 PAGE_LIMITS = {"single-column": 9.0, "double-column": 9.5, "slide": None}  # inches a figure may grow to, legend included
 LEGEND_FONT_FLOOR = 6.0  # points: a legend that does not fit is set smaller down to this, then refused with the fix
-HEIGHT_RANGE = (1.0, 30.0)  # inches, `radt export --height` and the panel's field alike
 MIN_ROW = 1.5  # inches: a chart row shorter than this is unreadable, so more columns are used first
 MAX_COLUMNS = {"single-column": 1, "double-column": 2, "slide": 3}
 MAX_PIXELS = 50_000_000  # a PNG's width × height: 2400 dpi on a tall figure would take the server gigabytes of memory
-
-
-class ExportError(UserError, ValueError):
-    """An export that cannot be made; the message says what to do."""
-
-
-@dataclass
-class ExportStyle:
-    size: str = "double-column"
-    font_size: float = 9.0
-    monochrome: bool = False
-    legend: str = "top"
-    dpi: int = 300
-    charts: list[str] | None = None  # metric specs to keep; None: every chart of the view
-    height: float | None = None  # inches; None: as tall as the charts and legend need, at most the size's PAGE_LIMITS
-
-
-def check_style(style: ExportStyle, fmt: str | None = None) -> ExportStyle:
-    """The style as a figure can be drawn from it, whatever a form or the command line sent; ExportError says what to change.
-
-    The DPI is checked for PNG (`fmt` None: always, as `radt export --dpi` is); the size in pixels once the figure is known (image_bytes)."""
-    if style.size not in SIZES:
-        raise ExportError(f"size '{str(style.size)[:40]}' is not one of {', '.join(SIZES)}")
-    if style.legend not in LEGENDS:
-        raise ExportError(f"legend '{str(style.legend)[:40]}' is not one of {', '.join(LEGENDS)}")
-    font = _number(style.font_size)
-    if font is None or not FONT_RANGE[0] <= font <= FONT_RANGE[1]:
-        raise ExportError(f"font size {str(style.font_size)[:40]} is out of range; use {FONT_RANGE[0]:g} to {FONT_RANGE[1]:g} points (9 for a paper)")
-    dpi = _number(style.dpi)
-    if fmt in (None, "png") and (dpi is None or not DPI_RANGE[0] <= dpi <= DPI_RANGE[1]):
-        given = "no DPI given" if style.dpi in (None, "") else f"DPI {str(style.dpi)[:40]} is out of range"
-        raise ExportError(f"{given}; use {DPI_RANGE[0]} to {DPI_RANGE[1]} (300 for print)")
-    charts = [c for c in style.charts if isinstance(c, str)] if isinstance(style.charts, list) else None
-    height = None if style.height in (None, "") else _number(style.height)
-    if style.height not in (None, "") and (height is None or not HEIGHT_RANGE[0] <= height <= HEIGHT_RANGE[1]):
-        raise ExportError(f"height {str(style.height)[:40]} is out of range; use {HEIGHT_RANGE[0]:g} to {HEIGHT_RANGE[1]:g} inches (9 for a page)")
-    return dataclasses.replace(
-        style, font_size=font, dpi=round(dpi) if dpi is not None else 300, monochrome=bool(style.monochrome), charts=charts, height=height
-    )
-
-
-def _number(value) -> float | None:
-    """A finite number from a form field or an option (None, text, NaN: None)."""
-    if isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 def chromium() -> str:

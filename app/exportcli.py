@@ -13,8 +13,7 @@ METRICS_LISTED = 8  # the metrics an unknown --metric's message names; the dashb
 
 
 def export_parser() -> argparse.ArgumentParser:
-    from radt.app.aggregates import BY, COLLOCATION, KINDS, STATS
-    from radt.app.export import FORMATS, HEIGHT_RANGE, LEGENDS, SIZES
+    from radt.app.exportoptions import BY, COLLOCATION, FORMATS, HEIGHT_RANGE, KINDS, LEGENDS, SIZES, STATS
     from radt.cli import OneLineParser  # mistakes in one line, like the rest of radt
 
     parser = OneLineParser(
@@ -70,7 +69,7 @@ def export_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     opts = export_parser().parse_args(argv)
     fmt = opts.format or opts.output.suffix.lstrip(".").lower()
-    from radt.app.export import FORMATS, ExportError, ExportStyle, check_style
+    from radt.app.exportoptions import FORMATS, ExportError, ExportStyle, check_style
 
     if fmt not in FORMATS:
         print(f"radt export: cannot tell the format of '{opts.output}'; give --format {'/'.join(FORMATS)} or an output ending in one", file=sys.stderr)
@@ -122,7 +121,7 @@ def _open_store(uri: str) -> None:
     from flask import Flask
 
     from radt.app.cache import CACHE
-    from radt.app.export import ExportError
+    from radt.app.exportoptions import ExportError
     from radt.app.state import STATE, connect_store
 
     CACHE.init_app(Flask("radt-export"), config={"CACHE_TYPE": "NullCache", "CACHE_NO_NULL_WARNING": True})
@@ -134,7 +133,7 @@ def _open_store(uri: str) -> None:
 def _view(opts: argparse.Namespace):
     """The view to export: the saved one (narrowed by --metric/--x/--grouped), or one built from the run picks."""
     from radt.app import data
-    from radt.app.export import ExportError
+    from radt.app.exportoptions import ExportError
     from radt.app.views import View, load_view, metric_spec
 
     if opts.view:
@@ -174,7 +173,7 @@ def _view(opts: argparse.Namespace):
 
 def _check_metrics(names: list[str], specs: list[str], run_ids: list[str]) -> None:
     """A --metric that none of the runs stored is a typo: refused before anything is written, naming the metrics they have."""
-    from radt.app.export import ExportError
+    from radt.app.exportoptions import ExportError
     from radt.app.runs import keys_by_run, present_metrics
     from radt.app.series import own_keys
     from radt.app.state import STATE
@@ -201,7 +200,7 @@ def _workload_matches(label: str, workload_id: str, wanted: list[str]) -> bool:
 
 
 def _experiment_id(name: str) -> str:
-    from radt.app.export import ExportError
+    from radt.app.exportoptions import ExportError
     from radt.app.runs import list_experiments
     from radt.app.state import STATE
 

@@ -17,7 +17,7 @@ from radt.pages import ids
 
 def layout() -> list:
     """The panel (size, font, colour or monochrome, legend, DPI; PNG/SVG/PDF/CSV downloads; save and open a view) and its download holders."""
-    from radt.app.export import LEGENDS, SIZES
+    from radt.app.exportoptions import LEGENDS, SIZES
 
     panel = html.Details(
         [
@@ -73,10 +73,6 @@ def export_charts(metric_specs):
 def export(_clicks, _save, view_data, size, font, dpi, legend, colour, charts, height=None, kind="bar", by="workload", stat="smact_mean", run=None):
     """The chosen file as a download, with a line saying what was left out or what went wrong."""
     from radt.app.export import (
-        FORMATS,
-        ExportError,
-        ExportStyle,
-        check_style,
         comparison_figure,
         comparison_table,
         data_csv,
@@ -84,6 +80,7 @@ def export(_clicks, _save, view_data, size, font, dpi, legend, colour, charts, h
         image_bytes,
         table_csv,
     )
+    from radt.app.exportoptions import FORMATS, ExportError, ExportStyle, check_style
 
     view = View.from_dict(view_data)
     if ctx.triggered_id == ids.SAVE_VIEW:

@@ -238,7 +238,8 @@ def test_a_png_is_capped_in_pixels_before_it_is_drawn():
     """2400 DPI on a tall figure would take the server gigabytes: refused before kaleido starts, with the DPI that fits."""
     import plotly.graph_objects as go
 
-    from radt.app.export import ExportError, ExportStyle, check_style, image_bytes
+    from radt.app.export import image_bytes
+    from radt.app.exportoptions import ExportError, ExportStyle, check_style
 
     figure = go.Figure(layout={"width": 672, "height": 1747})  # 7 in wide, 8 charts of 2.2 in
     with pytest.raises(ExportError, match=r"^a PNG of 16800 × 43675 pixels \(734 MP\) at 2400 DPI is over the 50 MP limit; use 626 DPI or less"):

@@ -305,3 +305,41 @@ def test_a_run_name_a_spreadsheet_would_run_is_written_as_text(store, tmp_path):
     cells = list(csv.DictReader(io.StringIO(points.read_text())))
     assert {r["run_name"] for r in cells if r["run_id"] == store.runs["A"]} == {"'" + hostile}
     assert all(float(r["value"]) == float(r["value"]) or r["value"] == "nan" for r in cells), "values are numbers as before"
+
+
+# a fresh interpreter runs `radt export ARGS` in process and says what it imported (radt.cli.main is the console script's)
+EXPORT_PROBE = (
+    "import json, sys\nfrom radt.cli import main\ntry:\n    code = main(sys.argv[1:])\nexcept SystemExit as exit:\n    code = exit.code\n"
+    "print(json.dumps({'code': code, 'loaded': sorted(m for m in ('pandas', 'plotly', 'dash', 'flask', 'sqlalchemy', 'mlflow') if m in sys.modules)}))"
+)  # argparse's own answers (--help, an unknown option) end in SystemExit
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["-o", "out.png", "--experiment", "x", "--dpi", "3000"],
+        ["-o", "out.png", "--experiment", "x", "--font-size", "nan"],
+        ["-o", "out.png", "--experiment", "x", "--bogus"],
+        ["-o", "out.xyz", "--experiment", "x"],
+        ["-o", "out.png"],
+    ],
+    ids=["help", "dpi", "font", "unknown-option", "format", "nothing-picked"],
+)
+def test_a_mistake_or_help_is_answered_before_the_plotting_libraries_are_imported(args, radt_home, tmp_path):
+    """`radt export --help` or a typo took 0.8 s of CPU: the parser's choices came from the figure modules, which import
+    pandas and Plotly. They answer from app/exportoptions now; nothing is written."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", EXPORT_PROBE, "export", *args], env=radt_env(radt_home), cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert said["loaded"] == [], (said, done.stderr)
+    if args == ["--help"]:
+        assert said["code"] == 0 and "--dpi" in done.stdout, done.stderr
+        return
+    assert said["code"] == 2, (said, done.stderr)
+    assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("radt export: "), done.stderr
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("out")]
