@@ -156,11 +156,13 @@ def test_comparison_figures_lay_out_apart_and_keep_each_runs_colour(browser, ser
     client = MlflowClient(filled_store["uri"])
     experiments = [client.get_experiment_by_name(name).experiment_id for name in (RESNET, BERT)]
     runs = [r.info.run_id for r in client.search_runs(experiments, filter_string="tags.`radt.role` = 'run'")]
-    for width, height in ((1440, 900), (1920, 1080)):
-        with new_page(browser, width=width, height=height) as page:
-            page.goto(f"{served}?exp={','.join(experiments)}&runs={','.join(runs)}&metrics=cat:sm_active&x=relative&mode=runs&smooth=0&log=0")
-            page.wait_for_function(FIGURE_JS)
-            page.locator("#compare-by label", has_text="collocation").locator("input").check()
+    with new_page(browser, width=1440, height=900) as page:  # then resized to 1920 × 1080: each figure is drawn again at that width
+        page.goto(f"{served}?exp={','.join(experiments)}&runs={','.join(runs)}&metrics=cat:sm_active&x=relative&mode=runs&smooth=0&log=0")
+        page.wait_for_function(FIGURE_JS)
+        page.locator("#compare-by label", has_text="collocation").locator("input").check()
+        for width, height in ((1440, 900), (1920, 1080)):
+            page.set_viewport_size({"width": width, "height": height})
+            page.wait_for_function("(w) => innerWidth === w", arg=width)
             for kind, label, drawn in (("bar", "bars", "bar"), ("box", "box plots", "box"), ("cdf", "CDFs", "scatter"), ("collocation", "collocation", "bar")):
                 page.locator("#compare-kind label", has_text=label).locator("input").check()
                 want = 2 if kind == "collocation" else 1  # the collocation figure's two panels
