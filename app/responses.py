@@ -24,6 +24,7 @@ from radt.app import views
 from radt.app.cache import CACHE, COMPRESS, LISTING_TIMEOUT, RESPONSE_CACHE, RESPONSE_TIMEOUT, RUNNING_TIMEOUT
 from radt.app.state import STATE
 from radt.app.store import ACTIVE, LIVE_STATUSES, RUNS
+from radt.settings import FRAME_ANCESTORS
 
 CALLBACK_PATH = "_dash-update-component"
 SETTLED_MS = (LISTING_TIMEOUT + RUNNING_TIMEOUT + 3) * 1000  # a run ended this long ago: no cached listing or series still holds it running
@@ -203,15 +204,31 @@ SAFE_HEADERS = {
 }
 
 
+def frame_headers(ancestors: str) -> dict[str, str]:
+    """Who may frame the dashboard (RADT_FRAME_ANCESTORS): a page of another site framing it could lay its own buttons
+    over the dashboard's and take a user's clicks. CSP for today's browsers; X-Frame-Options for old ones, where it can say
+    the same (it names no other origin). object-src and base-uri: no plugin, and no <base> that moves the page's scripts."""
+    ancestors = " ".join(ancestors.split())
+    headers = {"Content-Security-Policy": f"frame-ancestors {ancestors}; object-src 'none'; base-uri 'self'"}
+    if ancestors in ("'self'", "'none'"):
+        headers["X-Frame-Options"] = "SAMEORIGIN" if ancestors == "'self'" else "DENY"
+    return headers
+
+
 def safe_headers(response: flask.Response) -> flask.Response:
-    """Every response, cached and compressed ones included, with SAFE_HEADERS."""
-    for name, value in SAFE_HEADERS.items():
+    """Every response, cached and compressed ones included, with SAFE_HEADERS and the framing rules."""
+    for name, value in (SAFE_HEADERS | _FRAMING).items():
         response.headers.setdefault(name, value)
     return response
 
 
+_FRAMING: dict[str, str] = frame_headers(FRAME_ANCESTORS.default)  # install() reads the setting, checked before the server starts
+
+
 def install(server: flask.Flask) -> None:
     """Hook the cache, the compression and the safe headers into the dashboard's Flask server."""
+    _FRAMING.clear()
+    _FRAMING.update(frame_headers(FRAME_ANCESTORS.get()))
     server.before_request(serve_cached)
     server.after_request(keep_and_compress)
     server.after_request(safe_headers)

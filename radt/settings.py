@@ -286,6 +286,18 @@ def is_host_name(text: str) -> bool:
     return re.fullmatch(r"\S{1,253}", text) is not None
 
 
+FRAME_SOURCE = re.compile(r"https?://(\*\.)?[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*(:\d{1,5})?")  # an origin, as CSP's frame-ancestors lists one
+
+
+def is_frame_ancestors(text: str) -> bool:
+    """CSP frame-ancestors sources: 'none' alone, or 'self' and http(s) origins separated by spaces (no ';' or ',' that
+    would start another directive or header value)."""
+    sources = text.split()
+    if sources == ["'none'"]:
+        return True
+    return bool(sources) and all(source == "'self'" or FRAME_SOURCE.fullmatch(source) for source in sources)
+
+
 def host_name() -> str:
     """The node's name for Prometheus and the run's radt.host tag: RADT_HOST (what --host sets), else this machine's."""
     return HOST.get().strip() or socket.gethostname()
@@ -495,6 +507,15 @@ CLUSTER_ROWS = Setting(
     low=1,
     high=100_000,
     unit="a number of jobs",
+)
+FRAME_ANCESTORS = Setting(
+    "RADT_FRAME_ANCESTORS",
+    str,
+    "'self'",
+    "the sites whose pages may show the dashboard in a frame (CSP frame-ancestors): 'self' (default: only the dashboard's own "
+    "address), or origins such as 'self' https://portal.example.org, or 'none'; another site framing it could trick a user's clicks",
+    check=is_frame_ancestors,
+    accepted="'none', or 'self' and http(s) origins separated by spaces, e.g. 'self' https://portal.example.org",
 )
 COMPRESS = Setting("RADT_COMPRESS", int, 1, "1: gzip the dashboard's responses for browsers that accept it; 0: send them as they are", high=1)
 

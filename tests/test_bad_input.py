@@ -25,6 +25,7 @@ PLANNED = "radt: 1 problem(s) in experiment.csv; nothing was started"  # a row t
 LISTENER_FIX = "join names with one '+', e.g. nvml+host, or give '-' for none"
 PORT_FIX = "is not a TCP port; give one from 1 to 65535 (default 8050)"
 POINTS_FIX = "give a number of points from 0 to 1000000000 (default 1000000), or unset it"
+FRAME_FIX = "'none', or 'self' and http(s) origins separated by spaces, e.g. 'self' https://portal.example.org; give one, or unset it for 'self'"
 STORE_FIX = "give seconds from 0.1 to 86400 (default 5), or unset it"
 # (id, radt's arguments, the experiment CSV's bytes (or a broken log's name) or None, the exact line on stderr, exit status);
 # {tmp} is the test's folder, {fixtures} the real tool logs
@@ -272,6 +273,20 @@ CASES = [
 # (id, the RADT_* variable and its value, radt's arguments, the experiment CSV or None, the exact line on stderr): a setting
 # radt cannot use is refused before any command creates anything, whichever command reads it
 SETTING_CASES = [
+    (
+        "frame-ancestors-another-directive",
+        ("RADT_FRAME_ANCESTORS", "https://a.org; script-src *"),
+        ["dashboard"],
+        None,
+        f"radt dashboard: RADT_FRAME_ANCESTORS='https://a.org; script-src *' is not {FRAME_FIX}",
+    ),
+    (
+        "frame-ancestors-none-and-more",
+        ("RADT_FRAME_ANCESTORS", "'none' 'self'"),
+        ["dashboard"],
+        None,
+        f"radt dashboard: RADT_FRAME_ANCESTORS=\"'none' 'self'\" is not {FRAME_FIX}",
+    ),
     ("memory-points-negative", ("RADT_MEMORY_POINTS", "-5"), ["ok.py"], None, f"radt: RADT_MEMORY_POINTS='-5' is out of range; {POINTS_FIX}"),
     ("memory-points-text", ("RADT_MEMORY_POINTS", "abc"), ["ok.py"], None, f"radt: RADT_MEMORY_POINTS='abc' is not a whole number; {POINTS_FIX}"),
     ("memory-points-csv", ("RADT_MEMORY_POINTS", "-5"), ["experiment.csv"], HEADER + ROW, f"radt: RADT_MEMORY_POINTS='-5' is out of range; {POINTS_FIX}"),

@@ -412,3 +412,6 @@ def test_every_response_forbids_sniffing_and_keeps_its_address_to_itself(served)
     for answer in answers:
         assert answer.headers.get("X-Content-Type-Options") == "nosniff", (answer.url, answer.status_code, dict(answer.headers))
         assert answer.headers.get("Referrer-Policy") == "same-origin", answer.url
+        # another site's page may not frame the dashboard and lay its own buttons over it (tests/test_framing_browser.py)
+        assert answer.headers.get("Content-Security-Policy") == "frame-ancestors 'self'; object-src 'none'; base-uri 'self'", answer.url
+        assert answer.headers.get("X-Frame-Options") == "SAMEORIGIN", answer.url

@@ -134,7 +134,7 @@ LOOP_FOREVER = """
     helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     open("ready.json", "w").write('{"pid": %d, "helper": %d}' % (os.getpid(), helper.pid))
     while True:
-        sum(i for i in range(10000))
+        sum(i for i in range(2000))
         time.sleep(0.01)
 """
 
@@ -277,7 +277,7 @@ def test_store_outage_mid_run_loses_no_point(pg_uri, radt_home, tmp_path):
         """
         import os, time
         while not os.path.exists("finish"):
-            sum(i for i in range(20000))
+            sum(i for i in range(2000))
             time.sleep(0.01)
         """,
         "steady.py",

@@ -34,7 +34,7 @@ from tests.support.rollupcheck import assert_rollups_cover_raw
 STEADY = """
     import os, time
     while not os.path.exists("finish"):
-        sum(i for i in range(20000))
+        sum(i for i in range(2000))
         time.sleep(0.01)
 """
 # waits for the test's "go", then writes 300 KB to stdout: more than a pipe holds, so a tee that stops reading blocks it
