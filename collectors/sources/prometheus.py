@@ -40,6 +40,10 @@ from radt.points import Point
 WINDOW_S = 60  # at most this many seconds of raw samples per tick: several scrapes at any usual scrape interval
 MARGIN_S = 5.0  # a tick asks back to this long before the newest scrape it has (clock skew between radt's host and Prometheus)
 SCRAPE_WAIT_S = 10.0  # at a run's end, the longest wait for a scrape begun before the end: Prometheus's default scrape_timeout
+# after a scrape's own end (its timeout, at most the interval), the time Prometheus may take to store what the exporter
+# answered: milliseconds on an idle server, over a second where the node's CPUs are busy (0.5 s lost a scrape in a full suite)
+STORE_SLACK_S = 2.0
+JITTER = 0.25  # a scrape may begin this share of the interval before the newest + the interval (the newest began late)
 
 
 def _stderr(line: str) -> None:
@@ -357,12 +361,12 @@ def await_due_scrape(source: PrometheusSource, end_ms: int, wait_s: float = SCRA
 
     Prometheus stamps a scrape when it begins it and stores it once the exporter has answered, so the run's last scrape
     can be in flight when the run ends. A target's scrapes are in turn: once one newer than the newest read is stored, all
-    before it are. Bounded by the scrape's own end (its timeout is at most the interval) and `wait_s`; never raises."""
+    before it are. Bounded by the scrape's own end (its timeout is at most the interval) and STORE_SLACK_S, at most `wait_s`; never raises."""
     newest = max(source._last.values(), default=None)
-    if newest is None or not source.scrape_ms or newest + source.scrape_ms > end_ms:
+    if newest is None or not source.scrape_ms or newest + source.scrape_ms * (1 - JITTER) > end_ms:
         return  # nothing read yet (the backfill reads all), or no scrape begun between the newest and the end
     due = newest + source.scrape_ms
-    deadline = time.monotonic() + min(max(due - time.time() * 1000, 0) / 1000 + source.scrape_ms / 1000, wait_s) + 0.5
+    deadline = time.monotonic() + min(max(due - time.time() * 1000, 0) / 1000 + source.scrape_ms / 1000 + STORE_SLACK_S, wait_s)
     pause = min(max(source.scrape_ms / 8000, 0.05), 1.0)
     span = int(time.time() * 1000 - newest) + int(MARGIN_S * 1000)
     while True:
