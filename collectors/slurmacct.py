@@ -68,6 +68,7 @@ class Job(NamedTuple):
     gpus_requested: int
     gpus: dict[str, tuple[int, ...]] | None  # node -> GPU indices; None: not known (no radt-gres in AdminComment)
     gpus_from: str = ""  # where `gpus` came from: ADMIN_COMMENT, SCONTROL, or what radt import --slurm found them by
+    unread: str = ""  # why scontrol's record gave no GPUs though it may hold some (its name or comment holds Slurm's field names)
 
     @property
     def array_job(self) -> str | None:
@@ -249,29 +250,86 @@ def _pairs(line: str) -> list[tuple[str, str]]:
     return pairs
 
 
+DETAIL_KEYS = {"Nodes", "CPU_IDs", "Mem", "GRES"}  # `-d`'s fields of each node: the only ones Slurm prints more than once
+
+
+class _Record(NamedTuple):
+    """One job's `scontrol -o -d show job` text cut where the job's owner cannot write: the name (whatever it holds, line
+    breaks included), the fields Slurm writes (ids, state, nodes, each node's GPUs), and those from Command= on (the
+    script, its folder, comments, output paths: the owner's words, with AdminComment among them)."""
+
+    head: dict[str, str]  # JobId and the array's fields, before the name
+    name: str
+    middle: list[tuple[str, str]]  # from UserId= to the first Command= after it
+    tail: list[tuple[str, str]]  # from Command= on
+    forged: str  # why the record cannot be read unambiguously (a name or comment holding Slurm's field names), else ""
+
+
+def _record(text: str) -> _Record:
+    """A job's record cut at its first ' UserId=' and the first ' Command=' after it. Where the name holds ' UserId=',
+    the middle starts inside it and then holds a key twice: `forged` says so, and no GPU is taken from the record."""
+    before, sep, rest = text.partition(" JobName=")
+    name, sep_user, rest = rest.partition(" UserId=") if sep else ("", "", "")
+    middle_text, sep_cmd, tail_text = rest.partition(" Command=")
+    head = dict(_pairs(before))
+    middle = _pairs("UserId=" + middle_text) if sep_user else []
+    tail = _pairs("Command=" + tail_text) if sep_cmd else []
+    keys = [key for key, _ in middle if key not in DETAIL_KEYS]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    forged = ""
+    if not sep or not sep_user:
+        forged = "its line has no JobName= or UserId="
+    elif repeated:
+        forged = f"its name holds Slurm's field names ({', '.join(repeated[:3])} twice)"
+    return _Record(head, name, middle, tail, forged)
+
+
+def _inconsistent(commented: dict[str, tuple[int, ...]] | None, nodes: tuple[str, ...], gpus: int) -> str:
+    """Why an AdminComment's radt-gres, read from scontrol's text, cannot be the job's: a node the job did not run on, or
+    another number of GPUs than Slurm gave it. (On a cluster without radt's prolog there is no real AdminComment, and one
+    in the job's folder name or comment would be read as if it were.)"""
+    if not commented:
+        return ""
+    if not set(commented) <= set(nodes) or sum(len(found) for found in commented.values()) != gpus:
+        return "its AdminComment names other nodes or another number of GPUs than Slurm gave the job"
+    return ""
+
+
 def parse_scontrol(line: str) -> Job:
-    """A Job from one line of `scontrol -o -d show job`: its GPU indices per node from the GRES of each node's detail
-    (while it runs), else from radt's AdminComment."""
-    pairs = _pairs(line)
-    fields = dict(pairs)
+    """A Job from `scontrol -o -d show job`'s record of one job: its GPU indices per node from the GRES of each node's
+    detail (while it runs), else from radt's AdminComment.
+
+    The record is read where the job's owner cannot write (_record): a name or comment holding `Nodes=... GRES=...` once
+    gave the job GPUs it never had. A record that cannot be read unambiguously keeps its facts but no GPUs."""
+    record = _record(line)
+    fields = dict(record.middle)
     gpus: dict[str, tuple[int, ...]] = {}
     nodes: tuple[str, ...] = ()
-    for key, value in pairs:
+    for key, value in record.middle:
         if key == "Nodes":
             nodes = expand_hostlist(value)
         elif key == "GRES" and nodes:
             for node in nodes:
                 gpus[node] = tuple(sorted(set(gpus.get(node, ())) | set(_indices(value))))
-    raw = fields.get("JobId", "")
-    task = fields.get("ArrayTaskId", "")
-    job_id = f"{fields['ArrayJobId']}_{task}" if fields.get("ArrayJobId") and task.isdigit() else raw
+    raw = record.head.get("JobId", "")
+    task = record.head.get("ArrayTaskId", "")
+    job_id = f"{record.head['ArrayJobId']}_{task}" if record.head.get("ArrayJobId") and task.isdigit() else raw
     code, _, sig = fields.get("ExitCode", "0:0").partition(":")
-    commented = gres_indices(fields.get("AdminComment", ""))
+    comments = [value for key, value in record.tail if key == "AdminComment"]
+    commented = gres_indices(comments[0]) if len(comments) == 1 else None
+    forged = record.forged
+    if not forged and not any(gpus.values()):  # the nodes' GRES while it runs win; after it, only a consistent AdminComment
+        if len(comments) > 1:
+            forged = "its script, folder or comment holds an AdminComment="
+        else:
+            forged = _inconsistent(commented, expand_hostlist(fields.get("NodeList", "")), _tres_gpus(fields.get("TRES", "")))
+    if forged:
+        gpus, commented = {}, None
     try:
         return Job(
             job_id=job_id,
             raw_id=raw,
-            name=fields.get("JobName", ""),
+            name=record.name,
             user=fields.get("UserId", "").partition("(")[0],
             account=fields.get("Account", ""),
             partition=fields.get("Partition", ""),
@@ -285,21 +343,36 @@ def parse_scontrol(line: str) -> Job:
             gpus_requested=_tres_gpus(fields.get("TRES", "")),
             gpus=gpus if any(gpus.values()) else commented,
             gpus_from=SCONTROL if any(gpus.values()) else ADMIN_COMMENT if commented else "",
+            unread=forged,
         )
     except ValueError as exc:
         raise AccountingError(f"scontrol's line for job {raw or '?'} cannot be read ({exc}): '{line[:120]}'") from None
 
 
+def _raw_ids(target: str | None) -> list[str]:
+    """The raw job ids slurmctld holds for `target` (a job, an array, or None: every job), one per record: a job's name or
+    comment may hold line breaks and text that looks like another job's record, so each job is asked for on its own."""
+    args = ["squeue", "-h", "--states=all", "-o", "%A"] + (["-j", target] if target else [])
+    done = _run(args, 60, "slurmctld (scontrol ping)")
+    if done.returncode != 0:
+        if "invalid job id" in done.stderr.lower():
+            return []
+        raise AccountingError(f"squeue failed: {' '.join(done.stderr.split())[:300] or 'exit ' + str(done.returncode)}")
+    return list(dict.fromkeys(word for word in done.stdout.split() if word.isdigit()))
+
+
 def scontrol_jobs(job_ids: list[str] | None = None, user: str | None = None, partition: str | None = None, account: str | None = None) -> list[Job]:
     """The jobs slurmctld holds (running, or ended within MinJobAge), by id or all of them; an id it does not hold is left out."""
-    lines: list[str] = []
+    records: list[str] = []
     for target in job_ids or [None]:
-        args = ["scontrol", "-o", "-d", "show", "job"] + ([target] if target else [])
-        done = _run(args, 60, "slurmctld (scontrol ping)")
-        if done.returncode != 0 and "invalid job id" not in done.stderr.lower():
-            raise AccountingError(f"scontrol failed: {' '.join(done.stderr.split())[:300] or 'exit ' + str(done.returncode)}")
-        lines += [line for line in done.stdout.splitlines() if line.startswith("JobId=")]
-    jobs = [parse_scontrol(line) for line in lines]
+        for raw in _raw_ids(target):
+            done = _run(["scontrol", "-o", "-d", "show", "job", raw], 60, "slurmctld (scontrol ping)")
+            if done.returncode != 0 and "invalid job id" not in done.stderr.lower():
+                raise AccountingError(f"scontrol failed: {' '.join(done.stderr.split())[:300] or 'exit ' + str(done.returncode)}")
+            text = done.stdout.rstrip("\n")
+            if text.startswith(f"JobId={raw} "):
+                records.append(text)  # one job's record, line breaks of its name or comment included
+    jobs = [parse_scontrol(text) for text in records]
     wanted = {"user": user, "partition": partition, "account": account}
     return [j for j in jobs if all(not v or getattr(j, k) == v for k, v in wanted.items())]
 

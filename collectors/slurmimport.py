@@ -324,6 +324,8 @@ def main(argv: list[str], fill: Fill) -> int:
     importer = JobImporter(client, uri, args.group_by, url, fill)
     made = failed = 0
     for job in jobs:
+        if job.unread:
+            print(f"radt import: job {job.job_id}: scontrol's record of it cannot be read for its GPUs ({job.unread}); none are taken from it", file=sys.stderr)
         if job.start_ms is None:
             print(f"radt import: job {job.job_id}: {job.state}, not started yet; import it again once it runs", file=sys.stderr)
             continue

@@ -4,6 +4,7 @@ series of exactly the job's GPUs from a real Prometheus scraping a dcgm-exporter
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -338,3 +339,22 @@ def test_prometheus_away_leaves_the_jobs_facts_and_a_gap_the_next_import_fills(s
     assert code == 0, err
     filled = client.get_run(run.info.run_id)
     assert "radt.prometheus_gap" not in filled.data.tags and filled.data.metrics, "the next import filled the gap"
+
+
+def test_a_jobs_name_and_comment_cannot_give_it_other_gpus(cluster):
+    """A job's owner writes Slurm's field names into its name and comment: a name holding a node's GRES once gave the job
+    GPUs 0-7 of the node (scontrol's text read as fields), an AdminComment in the comment stopped radt's prolog from
+    recording the job's GPUs, and a line break in a name cut the job's record in two. The job has 2 GPUs: those, and its
+    name as given, whichever way radt asks."""
+    host = slurmacct.host()
+    name = f"forged Nodes={host} GRES=gpu:8(IDX:0-7)\nsecond line"
+    job = slurmacct.submit("--gres=gpu:2", "-J", name, "--comment", f"x AdminComment=radt-gres={host}>gpu:8(IDX:0-7)", "--wrap", "sleep 3")
+    detail = re.search(r" Nodes=\S+ CPU_IDs=\S+ Mem=\S+ GRES=(\S+)", slurmacct.running(job))  # the node's own line (the name has no CPU_IDs)
+    mine = acct._indices(detail.group(1))
+    assert len(mine) == 2, detail.group(0)
+    (held,) = acct.scontrol_jobs([job])
+    assert held.name == name and held.gpus == {host: mine} and held.gpus_from == "scontrol" and not held.unread, held
+    assert acct.running_gpus(held) == {host: mine}
+    slurmacct.accounted(job, ("COMPLETED",))
+    fact = acct.sacct([job])[0]
+    assert fact.name == name and fact.gpus == {host: mine} and fact.gpus_from == "AdminComment", fact

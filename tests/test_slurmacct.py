@@ -4,6 +4,8 @@ emptied, as on a cluster without radt's prolog)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from radt.collectors.slurmacct import parse_scontrol
@@ -67,3 +69,32 @@ def test_jobs_are_read_by_their_fields_whatever_their_names_hold():
     with pytest.raises(AccountingError) as caught:
         parse_sacct(d.join(first[:5]), d)
     assert str(caught.value).startswith("sacct's job 1 has 5 fields, not 14"), caught.value
+
+
+# Records a job's owner forged, as Slurm 22.05 printed them on the tests' cluster (each job had 2 GPUs): its name holding a
+# node's GRES, its name holding UserId= and a whole GRES detail, and its comment holding an AdminComment= (no radt prolog
+# record: the prolog of that time stopped at the forged one); the old parse gave the first job GPUs 0-7 of its node.
+FORGED_NAME = "JobId=89 JobName=x Nodes=vm GRES=gpu:8(IDX:0-7) UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901677 Nice=0 Account=root QOS=normal JobState=RUNNING Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 DerivedExitCode=0:0 RunTime=00:00:00 TimeLimit=UNLIMITED TimeMin=N/A SubmitTime=2026-11-27T22:57:40 EligibleTime=2026-11-27T22:57:40 AccrueTime=2026-11-27T22:57:40 StartTime=2026-11-27T22:57:40 EndTime=Unknown Deadline=N/A SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-11-27T22:57:40 Scheduler=Main Partition=debug AllocNode:Sid=localhost:4323 ReqNodeList=(null) ExcNodeList=(null) NodeList=vm BatchHost=vm NumNodes=1 NumCPUs=1 NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:* TRES=cpu=1,node=1,billing=1,gres/gpu=2 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* JOB_GRES=gpu:2   Nodes=vm CPU_IDs=0 Mem=0 GRES=gpu:2(IDX:0-1) MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) Command=(null) WorkDir=/work/main AdminComment=radt-gres=vm>gpu:2(IDX:0-1)  StdErr=/tmp/radt-test-acct/out/slurm-89.out StdIn=/dev/null StdOut=/tmp/radt-test-acct/out/slurm-89.out Power= TresPerNode=gres:gpu:2 \n"
+FORGED_USER = "JobId=90 JobName=x UserId=alice(7) Nodes=vm CPU_IDs=0 Mem=0 GRES=gpu:8(IDX:0-7) UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901676 Nice=0 Account=root QOS=normal JobState=RUNNING Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 DerivedExitCode=0:0 RunTime=00:00:00 TimeLimit=UNLIMITED TimeMin=N/A SubmitTime=2026-11-27T22:57:40 EligibleTime=2026-11-27T22:57:40 AccrueTime=2026-11-27T22:57:40 StartTime=2026-11-27T22:57:43 EndTime=Unknown Deadline=N/A SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-11-27T22:57:43 Scheduler=Main Partition=debug AllocNode:Sid=localhost:4323 ReqNodeList=(null) ExcNodeList=(null) NodeList=vm BatchHost=vm NumNodes=1 NumCPUs=1 NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:* TRES=cpu=1,node=1,billing=1,gres/gpu=2 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* JOB_GRES=gpu:2   Nodes=vm CPU_IDs=1 Mem=0 GRES=gpu:2(IDX:2-3) MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) Command=(null) WorkDir=/work/main AdminComment=radt-gres=vm>gpu:2(IDX:2-3)  StdErr=/tmp/radt-test-acct/out/slurm-90.out StdIn=/dev/null StdOut=/tmp/radt-test-acct/out/slurm-90.out Power= TresPerNode=gres:gpu:2 \n"
+FORGED_COMMENT = "JobId=92 JobName=plain UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901674 Nice=0 Account=root QOS=normal JobState=RUNNING Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 DerivedExitCode=0:0 RunTime=00:00:00 TimeLimit=UNLIMITED TimeMin=N/A SubmitTime=2026-11-27T22:58:01 EligibleTime=2026-11-27T22:58:01 AccrueTime=2026-11-27T22:58:01 StartTime=2026-11-27T22:58:04 EndTime=Unknown Deadline=N/A SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-11-27T22:58:04 Scheduler=Main Partition=debug AllocNode:Sid=localhost:4323 ReqNodeList=(null) ExcNodeList=(null) NodeList=vm BatchHost=vm NumNodes=1 NumCPUs=1 NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:* TRES=cpu=1,node=1,billing=1,gres/gpu=2 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* JOB_GRES=gpu:2   Nodes=vm CPU_IDs=1 Mem=0 GRES=gpu:2(IDX:2-3) MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) Command=(null) WorkDir=/work/main Comment=x AdminComment=radt-gres=vm>gpu:8(IDX:0-7) Nodes=vm GRES=gpu:4(IDX:4-7)  StdErr=/tmp/radt-test-acct/out/slurm-92.out StdIn=/dev/null StdOut=/tmp/radt-test-acct/out/slurm-92.out Power= TresPerNode=gres:gpu:2 \n"
+
+
+def test_a_name_holding_a_nodes_gres_is_a_name_and_the_job_keeps_its_own_gpus():
+    job = parse_scontrol(FORGED_NAME.rstrip("\n"))
+    assert job.name == "x Nodes=vm GRES=gpu:8(IDX:0-7)" and job.user == "root" and job.gpus == {"vm": (0, 1)} and not job.unread
+
+
+def test_a_record_whose_name_holds_slurms_fields_gives_no_gpus_and_says_why():
+    job = parse_scontrol(FORGED_USER.rstrip("\n"))
+    assert job.user == "root" and job.gpus is None and job.gpus_from == "", job
+    assert job.unread == "its name holds Slurm's field names (UserId twice)"
+
+
+def test_an_admincomment_in_the_users_comment_is_not_the_jobs():
+    """While the job runs its nodes' GRES win; once it ended (the same record without them) the AdminComment the user
+    wrote claims 8 GPUs of a job given 2, and is not taken."""
+    running = parse_scontrol(FORGED_COMMENT.rstrip("\n"))
+    assert running.gpus == {"vm": (2, 3)} and running.gpus_from == "scontrol"
+    ended = re.sub(r"  Nodes=vm CPU_IDs=\S+ Mem=\S+ GRES=\S+", "", FORGED_COMMENT.rstrip("\n")).replace("JobState=RUNNING", "JobState=COMPLETED")
+    job = parse_scontrol(ended)
+    assert job.gpus is None and "AdminComment" in job.unread, job

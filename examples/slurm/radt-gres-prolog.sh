@@ -18,7 +18,12 @@ rest=${out#"JobId=$SLURM_JOB_ID JobName=$SLURM_JOB_NAME "}
 fields=${rest%%" MinCPUsNode="*}
 gres=$(printf '%s\n' "$fields" | tr ' ' '\n' | awk -F= '$1 == "Nodes" { n = $2 } $1 == "GRES" && n != "" { sub(/^GRES=/, ""); print n ">" $0; n = "" }' | paste -sd';' -)
 [ -n "$gres" ] || exit 0
-old=$(printf '%s\n' "$rest" | tr ' ' '\n' | sed -n 's/^AdminComment=//p' | sed 's/(null)//')
-case "$old" in *radt-gres=*) exit 0 ;; esac
+# What the AdminComment held is kept only where it is the one field of that name: the job's script, folder and comment
+# are its user's text too, and an "AdminComment=radt-gres=..." among them once stopped this copy. An earlier radt-gres
+# (a requeued job) is replaced by this start's.
+old=""
+if [ "$(printf '%s\n' "$rest" | tr ' ' '\n' | grep -c '^AdminComment=')" = 1 ]; then
+  old=$(printf '%s\n' "$rest" | tr ' ' '\n' | sed -n 's/^AdminComment=//p' | sed 's/(null)//; s/radt-gres=[^ ]*//; s/ *$//')
+fi
 scontrol update jobid="$SLURM_JOB_ID" AdminComment="${old:+$old }radt-gres=$gres" || true
 exit 0
