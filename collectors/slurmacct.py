@@ -290,7 +290,7 @@ def _inconsistent(commented: dict[str, tuple[int, ...]] | None, nodes: tuple[str
     in the job's folder name or comment would be read as if it were.)"""
     if not commented:
         return ""
-    if not set(commented) <= set(nodes) or sum(len(found) for found in commented.values()) != gpus:
+    if not set(commented) <= set(nodes) or (gpus and sum(len(found) for found in commented.values()) != gpus):  # 0: TRES counts no gres/gpu (shards)
         return "its AdminComment names other nodes or another number of GPUs than Slurm gave the job"
     return ""
 
@@ -349,23 +349,28 @@ def parse_scontrol(line: str) -> Job:
         raise AccountingError(f"scontrol's line for job {raw or '?'} cannot be read ({exc}): '{line[:120]}'") from None
 
 
-def _raw_ids(target: str | None) -> list[str]:
-    """The raw job ids slurmctld holds for `target` (a job, an array, or None: every job), one per record: a job's name or
-    comment may hold line breaks and text that looks like another job's record, so each job is asked for on its own."""
-    args = ["squeue", "-h", "--states=all", "-o", "%A"] + (["-j", target] if target else [])
+def _raw_ids(target: str | None, narrowed: list[str]) -> list[str]:
+    """The raw job ids slurmctld holds for `target` (a job, an array, or None: every job that has started), one per record:
+    a job's name or comment may hold line breaks and text that looks like another job's record, so each job is asked for
+    on its own. `narrowed`: squeue's -u/-p/-A, so a busy cluster's other jobs are not asked for."""
+    args = ["squeue", "-h", "--states=all", "-o", "%A %T", *narrowed] + (["-j", target] if target else [])
     done = _run(args, 60, "slurmctld (scontrol ping)")
     if done.returncode != 0:
         if "invalid job id" in done.stderr.lower():
             return []
         raise AccountingError(f"squeue failed: {' '.join(done.stderr.split())[:300] or 'exit ' + str(done.returncode)}")
-    return list(dict.fromkeys(word for word in done.stdout.split() if word.isdigit()))
+    rows = [line.split() for line in done.stdout.splitlines()]
+    return list(dict.fromkeys(row[0] for row in rows if len(row) == 2 and row[0].isdigit() and (target or row[1] != "PENDING")))
 
 
 def scontrol_jobs(job_ids: list[str] | None = None, user: str | None = None, partition: str | None = None, account: str | None = None) -> list[Job]:
     """The jobs slurmctld holds (running, or ended within MinJobAge), by id or all of them; an id it does not hold is left out."""
     records: list[str] = []
+    narrowed: list[str] = []
+    for flag, value in (("-u", user), ("-p", partition), ("-A", account)):
+        narrowed += [flag, value] if value else []
     for target in job_ids or [None]:
-        for raw in _raw_ids(target):
+        for raw in _raw_ids(target, narrowed):
             done = _run(["scontrol", "-o", "-d", "show", "job", raw], 60, "slurmctld (scontrol ping)")
             if done.returncode != 0 and "invalid job id" not in done.stderr.lower():
                 raise AccountingError(f"scontrol failed: {' '.join(done.stderr.split())[:300] or 'exit ' + str(done.returncode)}")
