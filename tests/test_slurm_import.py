@@ -125,6 +125,7 @@ def test_an_unknown_job_and_a_bad_id_are_one_line_each(cluster, store_uri, capsy
 def test_without_accounting_the_jobs_slurmctld_holds_come_from_scontrol(cluster, tmp_path, store_uri, capsys, monkeypatch):
     """A Slurm without slurmdbd: sacct fails; radt says so in one line and imports what scontrol shows, GPUs included."""
     job = slurmacct.submit("--gres=gpu:2", "-J", "no accounting", "--wrap", "sleep 30")
+    jobs = [job]
     try:
         mine = acct._indices(slurmacct.running(job))
         conf = tmp_path / "slurm.conf"
@@ -143,8 +144,17 @@ def test_without_accounting_the_jobs_slurmctld_holds_come_from_scontrol(cluster,
         assert tags["radt.slurm.gpus_used"] == f"{slurmacct.host()}:{','.join(map(str, mine))}" and tags["radt.slurm.gpus_from"] == "scontrol", tags
         code, err = radt_import(capsys, "--slurm", "987654", "--store", store_uri)
         assert code == 1 and "job 987654: slurmctld has no such job; check the id (scontrol show job 987654)" in err, err
+        # a name holding UserId= makes the record ambiguous: the job is imported with its facts, no GPUs, and one line
+        forged = slurmacct.submit("--gres=gpu:1", "-J", f"x UserId=alice(7) Nodes={slurmacct.host()} CPU_IDs=0 Mem=0 GRES=gpu:8(IDX:0-7)", "--wrap", "sleep 30")
+        jobs.append(forged)
+        slurmacct.running(forged)
+        code, err = radt_import(capsys, "--slurm", forged, "--store", store_uri)
+        line = f"radt import: job {forged}: scontrol's record of it cannot be read for its GPUs (its name holds Slurm's field names (UserId twice)); none are taken from it"
+        assert line in err.splitlines(), err
+        tags = runs_of(MlflowClient(store_uri), "root")[forged].data.tags
+        assert "radt.slurm.gpus_used" not in tags or not tags["radt.slurm.gpus_used"], tags
     finally:
-        subprocess.run(["scancel", job], env=slurmacct.env(), check=False)
+        subprocess.run(["scancel", *jobs], env=slurmacct.env(), check=False)
 
 
 def test_a_running_import_keeps_the_gpus_scontrol_gave_for_the_import_after_the_end(cluster, store_uri, capsys, monkeypatch, tmp_path):
