@@ -15,6 +15,7 @@ import hashlib
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import flask
@@ -215,20 +216,21 @@ def frame_headers(ancestors: str) -> dict[str, str]:
     return headers
 
 
-def safe_headers(response: flask.Response) -> flask.Response:
-    """Every response, cached and compressed ones included, with SAFE_HEADERS and the framing rules."""
-    for name, value in (SAFE_HEADERS | _FRAMING).items():
-        response.headers.setdefault(name, value)
-    return response
+def safe_headers(headers: dict[str, str]) -> Callable[[flask.Response], flask.Response]:
+    """An after_request hook giving every response, cached and compressed ones included, `headers` (SAFE_HEADERS and the
+    framing rules of the server it is installed on)."""
 
+    def add(response: flask.Response) -> flask.Response:
+        for name, value in headers.items():
+            response.headers.setdefault(name, value)
+        return response
 
-_FRAMING: dict[str, str] = frame_headers(FRAME_ANCESTORS.default)  # install() reads the setting, checked before the server starts
+    return add
 
 
 def install(server: flask.Flask) -> None:
-    """Hook the cache, the compression and the safe headers into the dashboard's Flask server."""
-    _FRAMING.clear()
-    _FRAMING.update(frame_headers(FRAME_ANCESTORS.get()))
+    """Hook the cache, the compression and the safe headers into the dashboard's Flask server (RADT_FRAME_ANCESTORS read
+    now: the dashboard checked the settings before it built the server)."""
     server.before_request(serve_cached)
     server.after_request(keep_and_compress)
-    server.after_request(safe_headers)
+    server.after_request(safe_headers(SAFE_HEADERS | frame_headers(FRAME_ANCESTORS.get())))

@@ -315,6 +315,7 @@ def parse_scontrol(line: str) -> Job:
     task = record.head.get("ArrayTaskId", "")
     job_id = f"{record.head['ArrayJobId']}_{task}" if record.head.get("ArrayJobId") and task.isdigit() else raw
     code, _, sig = fields.get("ExitCode", "0:0").partition(":")
+    listed, requested = expand_hostlist(fields.get("NodeList", "")), _tres_gpus(fields.get("TRES", ""))
     comments = [value for key, value in record.tail if key == "AdminComment"]
     commented = gres_indices(comments[0]) if len(comments) == 1 else None
     forged = record.forged
@@ -322,7 +323,7 @@ def parse_scontrol(line: str) -> Job:
         if len(comments) > 1:
             forged = "its script, folder or comment holds an AdminComment="
         else:
-            forged = _inconsistent(commented, expand_hostlist(fields.get("NodeList", "")), _tres_gpus(fields.get("TRES", "")))
+            forged = _inconsistent(commented, listed, requested)
     if forged:
         gpus, commented = {}, None
     try:
@@ -339,8 +340,8 @@ def parse_scontrol(line: str) -> Job:
             state=fields.get("JobState", "UNKNOWN"),
             exit_code=int(code or 0),
             signal=int(sig or 0),
-            nodes=expand_hostlist(fields.get("NodeList", "")),
-            gpus_requested=_tres_gpus(fields.get("TRES", "")),
+            nodes=listed,
+            gpus_requested=requested,
             gpus=gpus if any(gpus.values()) else commented,
             gpus_from=SCONTROL if any(gpus.values()) else ADMIN_COMMENT if commented else "",
             unread=forged,
@@ -349,16 +350,23 @@ def parse_scontrol(line: str) -> Job:
         raise AccountingError(f"scontrol's line for job {raw or '?'} cannot be read ({exc}): '{line[:120]}'") from None
 
 
+def _failed(tool: str, done: subprocess.CompletedProcess) -> bool:
+    """Whether slurmctld's `tool` answered that it holds no such job; AccountingError with its words for any other failure."""
+    if done.returncode == 0:
+        return False
+    if "invalid job id" in done.stderr.lower():
+        return True
+    raise AccountingError(f"{tool} failed: {' '.join(done.stderr.split())[:300] or 'exit ' + str(done.returncode)}")
+
+
 def _raw_ids(target: str | None, narrowed: list[str]) -> list[str]:
     """The raw job ids slurmctld holds for `target` (a job, an array, or None: every job that has started), one per record:
     a job's name or comment may hold line breaks and text that looks like another job's record, so each job is asked for
     on its own. `narrowed`: squeue's -u/-p/-A, so a busy cluster's other jobs are not asked for."""
     args = ["squeue", "-h", "--states=all", "-o", "%A %T", *narrowed] + (["-j", target] if target else [])
     done = _run(args, 60, "slurmctld (scontrol ping)")
-    if done.returncode != 0:
-        if "invalid job id" in done.stderr.lower():
-            return []
-        raise AccountingError(f"squeue failed: {' '.join(done.stderr.split())[:300] or 'exit ' + str(done.returncode)}")
+    if _failed("squeue", done):
+        return []
     rows = [line.split() for line in done.stdout.splitlines()]
     return list(dict.fromkeys(row[0] for row in rows if len(row) == 2 and row[0].isdigit() and (target or row[1] != "PENDING")))
 
@@ -372,8 +380,7 @@ def scontrol_jobs(job_ids: list[str] | None = None, user: str | None = None, par
     for target in job_ids or [None]:
         for raw in _raw_ids(target, narrowed):
             done = _run(["scontrol", "-o", "-d", "show", "job", raw], 60, "slurmctld (scontrol ping)")
-            if done.returncode != 0 and "invalid job id" not in done.stderr.lower():
-                raise AccountingError(f"scontrol failed: {' '.join(done.stderr.split())[:300] or 'exit ' + str(done.returncode)}")
+            _failed("scontrol", done)
             text = done.stdout.rstrip("\n")
             if text.startswith(f"JobId={raw} "):
                 records.append(text)  # one job's record, line breaks of its name or comment included
