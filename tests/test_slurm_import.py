@@ -366,5 +366,7 @@ def test_a_jobs_name_and_comment_cannot_give_it_other_gpus(cluster):
     assert held.name == name and held.gpus == {host: mine} and held.gpus_from == "scontrol" and not held.unread, held
     assert acct.running_gpus(held) == {host: mine}
     slurmacct.accounted(job, ("COMPLETED",))
+    # slurmdbd may hold a short job's end before its start record (name "allocation", no partition) for a moment
+    wait_for(lambda: acct.sacct([job])[0].partition == "debug", timeout=60, what="the job's start record in sacct")
     fact = acct.sacct([job])[0]
     assert fact.name == name and fact.gpus == {host: mine} and fact.gpus_from == "AdminComment", fact
