@@ -32,6 +32,10 @@ from tests.support.snapshots import Snapshots
 # MLflow's client waited its 1 s settle twice (8 s of sleep to build test_aggregates' store, ~100 s in the suite).
 # The tests given DEFAULT_PERIODS keep each period at its default.
 os.environ.update(QUICK_PERIODS)
+# The test process's own store builders (snapshots, the browser store) create workload parents that nothing races:
+# through MLflow's client each waited the settle meant for radts started together (0.3 s, 2.4 s of one snapshot's
+# 3.5). The test of that race sets the period back (test_sqltracking).
+os.environ["RADT_PARENT_SETTLE"] = "0.01"
 
 # The test process's own garbage collector: a pytest worker holds MLflow, Dash, Plotly, pandas and Playwright, and at
 # CPython's default (a collection every 700 allocations, a full one every 7,000) it spent 15 % of the in-process tests'

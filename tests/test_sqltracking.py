@@ -24,7 +24,7 @@ from radt.collectors.finish import complete_run
 from radt.collectors.sqltracking import SqlTracking
 from radt.collectors.tracking import StoreError
 from tests.support import postgres
-from tests.support.radtproc import radt_env
+from tests.support.radtproc import QUICK_PERIODS, radt_env
 
 pytestmark = pytest.mark.dialects  # the SQL radt issues differs per dialect: SQLite and the real PostgreSQL
 
@@ -306,6 +306,7 @@ def test_radts_started_together_on_hosts_whose_clocks_differ_share_one_parent(cl
     nodes): one parent run, and every radt got its id (two parents named "workload 7" were seen under CI load)."""
     from radt.collectors import sqltracking
 
+    monkeypatch.setenv("RADT_PARENT_SETTLE", QUICK_PERIODS["RADT_PARENT_SETTLE"])  # the period radts racing through a server keep
     clock = _lagging_clock()
     monkeypatch.setattr(sqltracking, "now_ms", clock)
     monkeypatch.setattr("mlflow.tracking._tracking_service.client.get_current_time_millis", clock)
