@@ -27,7 +27,7 @@ def create_app(store: str | None = None, cache: str | None = None) -> dash.Dash:
     )
     CACHE.init_app(app.server, config=cache_config(cache))
     deadline.install(app.server)  # first: every request's store reads end at RADT_REQUEST_TIMEOUT
-    responses.install(app.server)  # finished views from the cache as gzip bytes; every large response gzipped
+    responses.install(app.server, app.csp_hashes)  # finished views from the cache as gzip bytes; large responses gzipped
     artifacts.install(app.server)  # /runs/<id>/artifacts: a run's logs and reports, wherever the run keeps them
     callbacks.install(app.server, app)  # a callback request no browser sends: 400 with what is wrong, not a 500 inside Dash
     app.layout = dash.html.Div(

@@ -15,7 +15,7 @@ import hashlib
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import flask
@@ -216,21 +216,32 @@ def frame_headers(ancestors: str) -> dict[str, str]:
     return headers
 
 
-def safe_headers(headers: dict[str, str]) -> Callable[[flask.Response], flask.Response]:
-    """An after_request hook giving every response, cached and compressed ones included, `headers` (SAFE_HEADERS and the
-    framing rules of the server it is installed on)."""
+def script_headers(headers: dict[str, str], inline_scripts: Sequence[str]) -> dict[str, str]:
+    """HEADERS with CSP's script-src: scripts from the dashboard's own origin, and of the inline ones only those Dash
+    wrote (its renderer's start and the pages' clientside callbacks, by their hashes). A script that a run's name, a
+    param or a log smuggled into the page as HTML is then never run, even where a component renders it as markup."""
+    policy = f"{headers['Content-Security-Policy']}; script-src 'self' {' '.join(inline_scripts)}".rstrip()
+    return {**headers, "Content-Security-Policy": policy}
+
+
+def safe_headers(headers: Callable[[], dict[str, str]]) -> Callable[[flask.Response], flask.Response]:
+    """An after_request hook giving every response, cached and compressed ones included, `headers()` (SAFE_HEADERS and the
+    framing and script rules of the server it is installed on)."""
 
     def add(response: flask.Response) -> flask.Response:
-        for name, value in headers.items():
+        for name, value in headers().items():
             response.headers.setdefault(name, value)
         return response
 
     return add
 
 
-def install(server: flask.Flask) -> None:
+def install(server: flask.Flask, inline_scripts: Callable[[], Sequence[str]]) -> None:
     """Hook the cache, the compression and the safe headers into the dashboard's Flask server (RADT_FRAME_ANCESTORS read
-    now: the dashboard checked the settings before it built the server)."""
+    now: the dashboard checked the settings before it built the server). INLINE_SCRIPTS: the CSP hashes of the inline
+    scripts Dash writes into its page (dash.Dash.csp_hashes), asked at each response (nine hashes of a few lines, ~20
+    µs): Dash adds one of its own (the pages' title) when it sets itself up, at its first request."""
     server.before_request(serve_cached)
     server.after_request(keep_and_compress)
-    server.after_request(safe_headers(SAFE_HEADERS | frame_headers(FRAME_ANCESTORS.get())))
+    framing = SAFE_HEADERS | frame_headers(FRAME_ANCESTORS.get())
+    server.after_request(safe_headers(lambda: script_headers(framing, inline_scripts())))

@@ -413,5 +413,8 @@ def test_every_response_forbids_sniffing_and_keeps_its_address_to_itself(served)
         assert answer.headers.get("X-Content-Type-Options") == "nosniff", (answer.url, answer.status_code, dict(answer.headers))
         assert answer.headers.get("Referrer-Policy") == "same-origin", answer.url
         # another site's page may not frame the dashboard and lay its own buttons over it (tests/test_framing_browser.py)
-        assert answer.headers.get("Content-Security-Policy") == "frame-ancestors 'self'; object-src 'none'; base-uri 'self'", answer.url
+        # and no script but the dashboard's own files and the inline ones Dash wrote (tests/test_script_policy_browser.py)
+        policy = answer.headers.get("Content-Security-Policy", "")
+        assert policy.startswith("frame-ancestors 'self'; object-src 'none'; base-uri 'self'; script-src 'self' 'sha256-"), answer.url
+        assert "unsafe" not in policy and policy == answers[0].headers["Content-Security-Policy"], answer.url
         assert answer.headers.get("X-Frame-Options") == "SAMEORIGIN", answer.url

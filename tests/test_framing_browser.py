@@ -58,6 +58,9 @@ def test_another_sites_page_cannot_frame_the_dashboard_and_its_own_pages_can(pag
         victim = page.frames[1]
         assert victim.url.startswith("chrome-error://"), f"Chromium showed {victim.url} inside another site's page"
         assert page.frame_locator("#victim").locator(DASH_APP).count() == 0, "nothing of the dashboard inside the other site's page"
+        refused = list(page.refused)
+        page.refused.clear()  # provoked here: the one refusal this test wants
+        assert len(refused) == 1 and "frame-ancestors 'self'" in refused[0], refused
 
     own = served + "framed-by-itself"  # a page of the dashboard's own origin ('self')
     page.route(own, lambda route: route.fulfill(status=200, content_type="text/html", body=_framing_page(served)))

@@ -143,15 +143,15 @@ def test_sidebar_bar_and_legend_stay_in_view_and_the_legend_highlights_a_run(bro
         entry = page.locator(f"#chart-legend .legend-entry[data-id='{runs.done}']").first
         entry.hover()
         page.wait_for_function(
-            "([js, done]) => { const t = eval(js)(); return t && t.every(x => (x.run === done) === (x.opacity > 0.9)) && t.some(x => x.opacity < 0.5); }",
-            arg=[OPACITY_JS, runs.done],
+            "(done) => { const t = (" + OPACITY_JS + ")(); return t && t.every(x => (x.run === done) === (x.opacity > 0.9)) && t.some(x => x.opacity < 0.5); }",
+            arg=runs.done,
         )
         page.mouse.move(5, page.viewport_size["height"] - 5)
-        page.wait_for_function("(js) => { const t = eval(js)(); return t && t.every(x => x.opacity > 0.9); }", arg=OPACITY_JS)
+        page.wait_for_function("() => { const t = (" + OPACITY_JS + ")(); return t && t.every(x => x.opacity > 0.9); }")
         entry.click()
         page.mouse.move(5, page.viewport_size["height"] - 5)
         page.wait_for_function(
-            "([js, done]) => { const t = eval(js)(); return t && t.every(x => (x.run === done) === (x.opacity > 0.9)); }", arg=[OPACITY_JS, runs.done]
+            "(done) => { const t = (" + OPACITY_JS + ")(); return t && t.every(x => (x.run === done) === (x.opacity > 0.9)); }", arg=runs.done
         )
         wait_for(lambda: "pinned" in (entry.get_attribute("class") or ""), what="the clicked legend entry pinned")
 
@@ -217,7 +217,7 @@ def test_a_running_run_grows_on_explore_with_a_live_marker(browser, served_pg):
         page.evaluate("() => { window.notReloaded = true; }")
 
         _grow(runs, 30)
-        page.wait_for_function("(js) => { const t = eval(js)('y'); return t && t.length === 1 && t[0].n === 130; }", arg=TRACES_JS, timeout=60_000)
+        page.wait_for_function("() => { const t = (" + TRACES_JS + ")('y'); return t && t.length === 1 && t[0].n === 130; }", timeout=60_000)
         assert page.evaluate("() => window.notReloaded === true"), "grown without a reload"
         screenshot(page, "page-running-run")
 

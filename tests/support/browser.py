@@ -150,10 +150,14 @@ def new_page(browser, width: int = 1400, height: int = 1000, **context) -> Itera
         page = ctx.new_page()
     try:
         page.set_default_timeout(30_000)
-        # Playwright runs a wait_for_function predicate on every animation frame by default, which keeps headless
-        # Chromium drawing 60 frames a second for the whole wait (a third of the browser tests' CPU); 50 ms is enough
-        page.wait_for_function = functools.partial(page.wait_for_function, polling=POLL_MS)
+        page.wait_for_function = functools.partial(_wait_for_function, page.wait_for_function)
+        # what Chromium refused under the dashboard's Content-Security-Policy (an inline script it does not name, an
+        # eval): every browser test fails on it, so no page of the dashboard needs what the policy forbids; a test that
+        # provokes a refusal reads and empties the list
+        page.refused = []
+        page.on("console", lambda message: "Content Security Policy" in message.text and page.refused.append(message.text))
         yield page
+        assert not page.refused, f"Chromium refused under the dashboard's Content-Security-Policy: {page.refused}"
     finally:
         if not shared:
             ctx.close()
@@ -162,6 +166,18 @@ def new_page(browser, width: int = 1400, height: int = 1000, **context) -> Itera
                 other.close()
             ctx.remove_listener("request", seen)
             _forget(ctx, origins)
+
+
+def _wait_for_function(wait, expression, arg=None, **options):
+    """Playwright's wait_for_function, polled every POLL_MS, its predicate always a function.
+
+    Polling: by default Playwright runs the predicate on every animation frame, which keeps headless Chromium drawing 60
+    frames a second for the whole wait (a third of the browser tests' CPU). A function: a predicate written as an
+    expression is given to the page's eval() again on every poll, which the dashboard's Content-Security-Policy refuses
+    (no 'unsafe-eval'); a function is compiled once, by DevTools, and then only called. Both forms are wrapped alike."""
+    if isinstance(expression, str):
+        expression = "(arg) => { const v = (" + expression + "\n); return typeof v === 'function' ? v(arg) : v; }"
+    return wait(expression, arg=arg, **{"polling": POLL_MS, **options})
 
 
 def _origin(url: str) -> str:
