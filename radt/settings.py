@@ -19,6 +19,7 @@ import math
 import os
 import re
 import socket
+import sys
 import threading
 import urllib.parse
 from collections.abc import Callable
@@ -90,18 +91,67 @@ def store_uri(text: str, source: str = "--store") -> str:
             "or a database, and `mlflow migrate-filestore` to move runs you have there"
         )
     if base == "postgres":
-        return "postgresql" + value[len(scheme.split("+", 1)[0]) :]
+        value = "postgresql" + value[len(scheme.split("+", 1)[0]) :]
+        scheme, base = "postgresql" + scheme[len("postgres") :], "postgresql"
     if base == "sqlite":
         database = value[len(scheme) + len("://") :].split("?", 1)[0]
         if database.startswith("/") and database not in ("/", "/:memory:") and not database.startswith("/file:"):
             _check_sqlite_file(Path(os.path.expanduser(database[1:])), shown)
+    if base in DATABASE_SCHEMES:
+        value, scheme = scheme.lower() + value[len(scheme) :], scheme.lower()  # SQLAlchemy reads only lower-case names
+        if scheme != "sqlite":  # plain sqlite:// is Python's own sqlite3
+            _check_driver(value, scheme, shown)
         return value
-    if base in DATABASE_SCHEMES or base in SERVER_SCHEMES:
+    if base in SERVER_SCHEMES:
         return value
     raise StoreUriError(
         f"{shown}: radt cannot use a '{scheme}' store; give a database URI (sqlite:///path/mlflow.db, postgresql://user@host/db, mysql://...), "
         "an MLflow server (http://host:5000) or the path of a SQLite file"
     )
+
+
+# A database driver's module -> the package that installs it, for the line that says what to install.
+DRIVER_PACKAGES = {
+    "MySQLdb": "mysqlclient",
+    "pymysql": "PyMySQL",
+    "mysql": "mysql-connector-python",
+    "mariadb": "mariadb",
+    "pyodbc": "pyodbc",
+    "pymssql": "pymssql",
+    "psycopg": "'psycopg[binary]'",
+    "psycopg2": "psycopg2-binary",
+    "pg8000": "pg8000",
+}
+
+
+def _check_driver(value: str, scheme: str, shown: str) -> None:
+    """The URI's SQLAlchemy dialect and its Python driver load here: a driver that is not installed is one line that
+    names the package, at start, instead of a traceback from deep inside the first connection (or a dashboard that
+    serves and cannot read)."""
+    import sqlalchemy as sa
+
+    base, _plus, driver = scheme.partition("+")
+    try:
+        dialect = sa.engine.make_url(value).get_dialect()
+    except sa.exc.NoSuchModuleError:
+        named = f"no driver '{driver}'" if driver else "no driver named after '+'"
+        raise StoreUriError(
+            f"{shown}: SQLAlchemy has {named} for {base}; give {base}://... (its default driver) or {base}+<driver>:// with a driver SQLAlchemy names"
+        ) from None
+    except (sa.exc.ArgumentError, ValueError) as exc:  # a port that is not a number, a URI SQLAlchemy cannot split
+        raise StoreUriError(f"{shown} is not a database URI radt can read ({str(exc).splitlines()[0]}); give e.g. {base}://user@host:5432/db") from None
+    if getattr(dialect, "is_async", False):
+        raise StoreUriError(f"{shown}: '{scheme}' is an asyncio driver; radt needs a synchronous one, e.g. {base}://...") from None
+    try:
+        dialect.import_dbapi()
+    except ImportError as exc:
+        module = (exc.name or str(exc)).split(".")[0]
+        package = DRIVER_PACKAGES.get(module, module)
+        why = "is not installed" if isinstance(exc, ModuleNotFoundError) else f"does not load ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+        raise StoreUriError(
+            f"{shown} needs the Python driver '{module}', which {why}; `{sys.executable} -m pip install {package}`, "
+            f"or name an installed driver ({base}+<driver>://)"
+        ) from None
 
 
 def _check_sqlite_file(path: Path, shown: str) -> None:

@@ -8,9 +8,11 @@ and leave the store (no run, no experiment) and every file (the CSV's bytes, no 
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
@@ -429,6 +431,74 @@ def test_mlflow_tracking_uri_is_checked_like_store(tmp_path, radt_home):
     assert not (tmp_path / "mlruns").exists()
 
 
+# A driver that is not installed, whatever this machine has: a module of its name that cannot be imported, first on the path
+MISSING_DRIVER = "raise ModuleNotFoundError(f'No module named {__name__!r}', name=__name__)\n"
+DRIVER_FIX = "or name an installed driver"
+
+
+@pytest.mark.parametrize(
+    ("args", "store", "line"),
+    [
+        (
+            ["ok.py"],
+            "mysql://db/runs",
+            f"radt: MLFLOW_TRACKING_URI mysql://db/runs needs the Python driver 'MySQLdb', which is not installed; `{{python}} -m pip install mysqlclient`, {DRIVER_FIX} (mysql+<driver>://)",
+        ),
+        (
+            ["--store", "mssql://u:secret@db/runs", "ok.py"],
+            None,
+            f"radt: --store mssql://u:***@db/runs needs the Python driver 'pyodbc', which is not installed; `{{python}} -m pip install pyodbc`, {DRIVER_FIX} (mssql+<driver>://)",
+        ),
+        (
+            ["monitor", "--store", "postgres+pg8000://u@db/runs"],
+            None,
+            f"radt monitor: --store postgres+pg8000://u@db/runs needs the Python driver 'pg8000', which is not installed; `{{python}} -m pip install pg8000`, {DRIVER_FIX} (postgresql+<driver>://)",
+        ),
+        (
+            ["dashboard", "--store", "mysql+pymysql://db/runs"],
+            None,
+            f"radt dashboard: --store mysql+pymysql://db/runs needs the Python driver 'pymysql', which is not installed; `{{python}} -m pip install PyMySQL`, {DRIVER_FIX} (mysql+<driver>://)",
+        ),
+        (
+            ["experiment.csv"],
+            "postgresql+asyncpg://db/runs",
+            "radt: MLFLOW_TRACKING_URI postgresql+asyncpg://db/runs: 'postgresql+asyncpg' is an asyncio driver; radt needs a synchronous one, e.g. postgresql://...",
+        ),
+        (
+            ["export", "--store", "postgres+nosuch://db/runs", "--experiment", "x", "-o", "x.pdf"],
+            None,
+            "radt export: --store postgres+nosuch://db/runs: SQLAlchemy has no driver 'nosuch' for postgresql; give postgresql://... (its default driver) or postgresql+<driver>:// with a driver SQLAlchemy names",
+        ),
+        (
+            ["--store", "MySQL://db/runs", "ok.py"],
+            None,
+            f"radt: --store MySQL://db/runs needs the Python driver 'MySQLdb', which is not installed; `{{python}} -m pip install mysqlclient`, {DRIVER_FIX} (mysql+<driver>://)",
+        ),
+        (
+            ["ok.py"],
+            "postgresql://u@db:5432x/runs",
+            "radt: MLFLOW_TRACKING_URI postgresql://u@db:5432x/runs is not a database URI radt can read (invalid literal for int() with base 10: '5432x'); give e.g. postgresql://user@host:5432/db",
+        ),
+    ],
+    ids=["run-mysql", "run-mssql", "monitor-pg8000", "dashboard-pymysql", "csv-asyncpg", "export-unknown-driver", "run-upper-case-scheme", "run-port-typo"],
+)
+def test_a_store_whose_driver_is_not_there_is_one_line_at_start(args, store, line, tmp_path, radt_home):
+    """`--store mysql://...` without MySQLdb was a traceback from SQLAlchemy's create_engine (exit 1) in `radt train.py` and
+    `radt monitor`, and `radt dashboard` served a page that could read nothing; the README lists MySQL and SQL Server."""
+    drivers = tmp_path / "drivers"
+    drivers.mkdir()
+    for module in ("MySQLdb", "pyodbc", "pg8000", "pymysql"):
+        (drivers / f"{module}.py").write_text(MISSING_DRIVER)
+    (tmp_path / "ok.py").write_text("print('ok')\n")
+    (tmp_path / "experiment.csv").write_text(HEADER + ROW)
+    env = radt_env(radt_home, store)
+    env["PYTHONPATH"] = os.pathsep.join([str(drivers), env["PYTHONPATH"]])
+    result = run_radt(args, env=env, cwd=tmp_path, timeout=60)
+    assert result.stderr.splitlines() == [line.replace("{python}", sys.executable)], result.stderr
+    assert result.returncode == 2
+    assert not list(radt_home.glob("runs/*")) and not (radt_home / "mlflow.db").exists(), "nothing is created"
+
+
 def test_name_limits_are_mlflows_own():
     """The limits radt checks -e, -n and -w against are read from MLflow's source: its validation and its tables."""
     from mlflow.store.tracking.dbmodels.models import SqlExperiment, SqlRun
@@ -450,6 +520,7 @@ def test_store_uri_forms(tmp_path, monkeypatch):
     assert store_uri("runs.db") == f"sqlite:///{tmp_path / 'runs.db'}"
     assert store_uri("~/x.db").startswith("sqlite:////") and "~" not in store_uri("~/x.db")
     assert store_uri("sqlite:///relative.db") == "sqlite:///relative.db" and store_uri("http://mlflow:5000") == "http://mlflow:5000"
+    assert store_uri("Postgres://u@db/m") == store_uri("POSTGRESQL://u@db/m") == "postgresql://u@db/m"  # SQLAlchemy reads lower case only
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "postgres://u@db/m")
     assert tracking_uri() == "postgresql://u@db/m" and tracking_uri("x.db") == f"sqlite:///{tmp_path / 'x.db'}"
     with pytest.raises(StoreUriError, match="a URI needs 'sqlite://'"):
