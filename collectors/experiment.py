@@ -8,10 +8,12 @@ pandas' skipinitialspace, and not written back).
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import os
 import shlex
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,12 +47,13 @@ class ExperimentFile:
     rows: list[Row]
     newline: str = "\n"
     index: dict[str, int] = field(default_factory=dict)
+    bom: bool = False  # a spreadsheet's "CSV UTF-8" starts with one; written back, so the spreadsheet reads it as UTF-8 again
 
     @classmethod
     def load(cls, path: Path) -> ExperimentFile:
         try:
-            with open(path, newline="", encoding="utf-8-sig") as handle:
-                raw = handle.read()
+            data = path.read_bytes()
+            raw = data.decode("utf-8-sig")
         except FileNotFoundError as exc:
             raise CsvError(f"experiment file '{path}' not found; pass the path to your experiment CSV") from exc
         except (OSError, UnicodeDecodeError) as exc:
@@ -63,12 +66,20 @@ class ExperimentFile:
         if not records or not any(c.strip() for c in records[0][1]):
             raise CsvError(f"'{path}' has no header line; start it with {','.join(COLUMNS)}")
         header = records[0][1]
-        index = {}
+        index: dict[str, int] = {}
         for position, name in enumerate(header):
             canonical = next((c for c in COLUMNS + EXTRA_COLUMNS if c.lower() == name.strip().lower()), None)
-            if canonical and canonical not in index:
+            if canonical in index:  # which of the two a row means cannot be told
+                raise CsvError(f"'{path}' line 1: column {canonical} appears twice (columns {index[canonical] + 1} and {position + 1}); keep one")
+            if canonical:
                 index[canonical] = position
         missing = [c for c in REQUIRED if c not in index]
+        separator = next((s for s in (";", "\t") if len(header) == 1 and s in header[0]), None)
+        if missing and separator:  # a spreadsheet's regional setting (";") or a tab-separated export
+            shown = "a tab" if separator == "\t" else f"'{separator}'"
+            raise CsvError(
+                f"'{path}' line 1 is separated by {shown}, not commas; save it as a comma-separated CSV (a spreadsheet's \"CSV UTF-8 (comma delimited)\")"
+            )
         if missing:
             raise CsvError(
                 f"'{path}' line 1: no column {', '.join(missing)}; the header needs {','.join(COLUMNS)} (Status, Run, Devices, Collocation, Listeners, Params may be left out)"
@@ -76,7 +87,7 @@ class ExperimentFile:
         rows = [Row(line, list(cells)) for line, cells in records[1:] if any(c.strip() for c in cells)]  # blank lines skipped
         if not rows:
             raise CsvError(f"'{path}' has a header but no rows; add one row per run, e.g. exp1,1,,,0,-,train.py,smi+top,--epochs 3")
-        return cls(path, header, rows, newline, index)
+        return cls(path, header, rows, newline, index, data.startswith(codecs.BOM_UTF8))
 
     def get(self, row: Row, column: str) -> str:
         position = self.index.get(column)
@@ -93,19 +104,22 @@ class ExperimentFile:
         row.cells[position] = value
 
     def save(self) -> None:
-        """Write atomically: a crash leaves either the old file or the new one, never half of one."""
+        """Write atomically: a crash leaves either the old file or the new one, never half of one. A symlink's target is
+        the file rewritten (the link stays a link), with the file's permission bits (a group's shared CSV stays shared)."""
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator=self.newline)
         writer.writerow(self.header)
         by_line = {r.line: r for r in self.rows}
         for row in sorted(by_line.values(), key=lambda r: r.line):
             writer.writerow(row.cells)
-        tmp = self.path.with_name(f".{self.path.name}.radt-tmp")
-        with open(tmp, "w", newline="", encoding="utf-8") as out:
+        target = self.path.resolve()
+        tmp = target.with_name(f".{target.name}.radt-tmp")
+        with open(tmp, "w", newline="", encoding="utf-8-sig" if self.bom else "utf-8") as out:
             out.write(buffer.getvalue())
             out.flush()
+            os.fchmod(out.fileno(), stat.S_IMODE(os.stat(target).st_mode))
             os.fsync(out.fileno())
-        os.replace(tmp, self.path)
+        os.replace(tmp, target)
 
 
 def _records(path: Path, text: str) -> list[tuple[int, list[str]]]:

@@ -703,7 +703,7 @@ def job_file(exp: ExperimentFile, lines: list[int], result: Path) -> tuple[JobRo
     rows = [r for r in exp.rows if r.line in lines]
     keys = {(exp.get(r, "Experiment"), exp.get(r, "Workload")) for r in rows}
     whole = [r for r in exp.rows if (exp.get(r, "Experiment"), exp.get(r, "Workload")) in keys]
-    sub = JobRows(exp.path, exp.header, rows, exp.newline, dict(exp.index), result)
+    sub = JobRows(exp.path, exp.header, rows, exp.newline, dict(exp.index), bom=exp.bom, result=result)
     if len(rows) != len(lines) or len(keys) != 1 or len(whole) != len(rows):
         return sub, f"rows {', '.join(map(str, lines))} of {exp.path.name} are no longer one workload (the file changed after the job was submitted)"
     return sub, ""

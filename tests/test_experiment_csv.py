@@ -6,6 +6,8 @@ the fakes in tests/fakes/gpu_tools, which answer in the real tools' formats.
 
 from __future__ import annotations
 
+import codecs
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -201,6 +203,63 @@ def test_save_is_atomic_and_keeps_everything_but_status_and_run(fake_tools):
     assert reread.rows[0].cells[-1] == "keep me" and [reread.get(reread.rows[1], c) for c in ("Workload", "Status")] == ["2", ""]
     assert data.count("\r\n") == 3 and "\n" not in data.replace("\r\n", ""), "the file keeps its CRLF line ends"
     assert not list(fake_tools.glob(".experiment.csv.radt-tmp")), "the temporary file is renamed over the CSV"
+
+
+def test_save_keeps_a_spreadsheets_bom_a_symlink_and_the_files_permissions(tmp_path):
+    """A spreadsheet's "CSV UTF-8" lost its BOM when radt wrote the statuses back (the spreadsheet then reads the names as
+    its locale's code page), a CSV kept as a symlink became a file of its own (the linked file never got its statuses) and
+    a group-writable CSV became the umask's 0644."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    real = shared / "experiment.csv"
+    real.write_bytes(codecs.BOM_UTF8 + (HEADER + "résumé,1,,,0,-,train.py,smi,\n").encode())
+    real.chmod(0o664)
+    link = tmp_path / "experiment.csv"
+    link.symlink_to(real)
+    exp = ExperimentFile.load(link)
+    exp.set(exp.rows[0], "Status", "FINISHED")
+    exp.save()
+    assert link.is_symlink() and link.resolve() == real
+    assert real.read_bytes().startswith(codecs.BOM_UTF8 + b"Experiment,") and real.read_bytes().count(codecs.BOM_UTF8) == 1
+    assert stat.S_IMODE(real.stat().st_mode) == 0o664
+    reread = ExperimentFile.load(link)
+    assert [reread.get(reread.rows[0], c) for c in ("Experiment", "Status")] == ["résumé", "FINISHED"]
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["experiment.csv", "experiment.csv", "shared"], "no temporary file left"
+    plain = tmp_path / "plain.csv"
+    plain.write_text(HEADER + "1,1,,,0,-,train.py,smi,\n")
+    ExperimentFile.load(plain).save()
+    assert plain.read_bytes().startswith(b"Experiment,"), "no BOM where the file had none"
+
+
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        (
+            HEADER.replace(",", ";"),
+            "line 1 is separated by ';', not commas; save it as a comma-separated CSV (a spreadsheet's \"CSV UTF-8 (comma delimited)\")",
+        ),
+        (
+            HEADER.replace(",", "\t"),
+            'line 1 is separated by a tab, not commas; save it as a comma-separated CSV (a spreadsheet\'s "CSV UTF-8 (comma delimited)")',
+        ),
+        (HEADER.replace("Status", "experiment"), "line 1: column Experiment appears twice (columns 1 and 3); keep one"),
+        (HEADER.replace("Params", "File"), "line 1: column File appears twice (columns 7 and 9); keep one"),
+    ],
+    ids=["semicolons", "tabs", "experiment-twice", "file-twice"],
+)
+def test_a_header_radt_would_misread_is_one_line(tmp_path, header, message):
+    """A semicolon CSV (a spreadsheet in a comma-decimal locale) was "no column Experiment, Workload, File"; a column named
+    twice was read from its first place and the second kept as an extra column, silently."""
+    from radt.collectors.experiment import CsvError
+
+    path = tmp_path / "experiment.csv"
+    row = "1,1,,,0,-,train.py,smi,\n"
+    path.write_text(header + (row.replace(",", header[10]) if header[10] in ";\t" else row))
+    before = path.read_bytes()
+    with pytest.raises(CsvError) as refused:
+        ExperimentFile.load(path)
+    assert str(refused.value) == f"'{path}' {message}"
+    assert path.read_bytes() == before
 
 
 def test_cli_prints_every_problem_and_starts_nothing(fake_tools):
