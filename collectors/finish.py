@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -159,7 +160,19 @@ def finish_run(
         (run_dir / DONE_FILE).touch()
     except OSError:
         pass  # `radt sync` finds the run ended and says nothing more
-    report(f"radt: run {run_id} {status}, {points} points written")
+    report(f"radt: run {run_id} {ended(end)}, {points} points written")
+
+
+def ended(end: RunEnd) -> str:
+    """The status as the last line says it: a FAILED run with why (the script's exit status, or the signal that killed it)."""
+    if end.status != "FAILED" or not end.returncode:
+        return end.status
+    if end.returncode < 0:
+        try:
+            return f"FAILED (the script was killed by {signal.Signals(-end.returncode).name})"
+        except ValueError:
+            return f"FAILED (the script was killed by signal {-end.returncode})"
+    return f"FAILED (the script exited with status {end.returncode})"
 
 
 def save_pending(run_dir: Path, pending: dict) -> None:

@@ -115,6 +115,18 @@ def test_failing_script_ends_failed_with_its_exit_code(store_uri, radt_home, tmp
     run = _only_run(MlflowClient(store_uri), "crash")
     assert run.info.status == "FAILED"
     assert run.data.tags["radt.exit_code"] == "3"
+    assert f"radt: run {run.info.run_id} FAILED (the script exited with status 3), " in result.stderr, "the last line says why"
+
+
+def test_a_script_killed_by_a_signal_ends_failed_and_says_which(radt_home, tmp_path, empty_sqlite):
+    """A segfault (a CUDA extension, a driver) ended with 'run ... FAILED, 11 points written': nothing said it was a signal."""
+    _script(tmp_path, "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n", "segv.py")
+    store = empty_sqlite(tmp_path / "store.db")
+    result = run_radt(["-e", "segv", "-l", "host", "segv.py"], env=radt_env(radt_home, store), cwd=tmp_path)
+    assert result.returncode == 128 + 11, "a shell's status for a signal"
+    run = _only_run(MlflowClient(store), "segv")
+    assert run.info.status == "FAILED" and run.data.tags["radt.exit_code"] == "-11"
+    assert result.stderr.splitlines()[-1].startswith(f"radt: run {run.info.run_id} FAILED (the script was killed by SIGSEGV), "), result.stderr
 
 
 def test_python_exception_is_logged_and_run_failed(store_uri, radt_home, tmp_path):
