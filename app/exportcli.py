@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -74,6 +75,10 @@ def main(argv: list[str]) -> int:
     if fmt not in FORMATS:
         print(f"radt export: cannot tell the format of '{opts.output}'; give --format {'/'.join(FORMATS)} or an output ending in one", file=sys.stderr)
         return 2
+    problem = _output_problem(opts.output, fmt)
+    if problem:  # before the store is read and the figure drawn (seconds): a typo in the folder costs nothing
+        print(f"radt export: {problem}", file=sys.stderr)
+        return 2
     if not opts.view and not opts.experiment:
         print(
             "radt export: say what to export: --view view.json (saved in the dashboard) or --experiment NAME [--workload W] [--metric smact]", file=sys.stderr
@@ -90,13 +95,13 @@ def main(argv: list[str]) -> int:
                 raise ExportError("--table writes CSV; give an output ending in .csv")
             from radt.app.export import comparison_table, table_csv
 
-            table_csv(comparison_table(view), opts.output)
+            _write(opts.output, table_csv(comparison_table(view)))
         elif fmt == "csv":
             from radt.app.export import data_csv
 
             text, missing = data_csv(view)
             _warn_missing(missing)
-            opts.output.write_text(text)
+            _write(opts.output, text)
         else:
             from radt.app.export import chromium, figure_for, image_bytes
 
@@ -108,12 +113,43 @@ def main(argv: list[str]) -> int:
                 from radt.app.export import comparison_figure
 
                 figure = comparison_figure(view, style, opts.figure, opts.stat, opts.by, opts.run[0] if opts.run else None)
-            opts.output.write_bytes(image_bytes(figure, fmt, opts.dpi))
+            _write(opts.output, image_bytes(figure, fmt, opts.dpi))
     except (ExportError, ValueError) as exc:
         print(f"radt export: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # the disk filled, the folder went away while the figure was drawn
+        print(f"radt export: cannot write {opts.output} ({exc.strerror or exc}); give another --output", file=sys.stderr)
+        return 1
     print(f"radt export: wrote {opts.output} ({fmt.upper()}, {len(view.runs)} runs)", file=sys.stderr)
     return 0
+
+
+def _output_problem(path: Path, fmt: str) -> str | None:
+    """Why the output cannot be written where it is asked for (a folder, a folder that does not exist or is not ours), else None."""
+    folder = path.parent
+    try:
+        if path.is_dir():
+            return f"'{path}' is a folder; give a file in it, e.g. {path / f'figure.{fmt}'}"
+        if not folder.is_dir():
+            return f"the folder {folder} does not exist; create it (mkdir -p {folder}) or give a file in an existing folder"
+    except OSError as exc:  # a folder on the way that is not ours to read (Python 3.11's is_dir raises it)
+        return f"cannot reach {path} ({exc.strerror or exc}); give a file in a folder you can write"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"cannot write in {folder} (permission denied); give a file in a folder you can write"
+    return None
+
+
+def _write(path: Path, content: str | bytes | None) -> None:
+    """The export, whole: written beside the output and renamed over it, so a failed write leaves no half a PDF."""
+    tmp = path.with_name(f".{path.name}.radt-tmp")
+    try:
+        if isinstance(content, bytes):
+            tmp.write_bytes(content)
+        else:
+            tmp.write_text(content or "", encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _open_store(uri: str) -> None:

@@ -10,6 +10,7 @@ import csv
 import dataclasses
 import io
 import json
+import os
 import re
 import struct
 import xml.etree.ElementTree as ET
@@ -165,6 +166,45 @@ def test_errors_say_what_to_do(store, tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "loss is absent from 5 run(s), exported without them: run D, run A, run B, run C, sweep" in err
     assert {r["run_name"] for r in csv.DictReader(io.StringIO(data.read_text()))} == {"trial"}
+
+
+def test_an_output_that_cannot_be_written_is_one_line_before_anything_is_drawn(store, tmp_path, capsys, monkeypatch):
+    """`-o /tmp/nodir/x.pdf` drew the figure (seconds of Chromium) and then ended in a FileNotFoundError traceback, exit 1;
+    a folder of someone else's was a PermissionError traceback."""
+    import radt.app.export as export
+
+    drawn = []
+    monkeypatch.setattr(export, "image_bytes", lambda *a, **k: drawn.append(a) or b"%PDF")
+    args = ["--experiment", "radt-new", "--store", store.uri, "-o"]
+    cases = {
+        tmp_path
+        / "nodir"
+        / "x.pdf": f"radt export: the folder {tmp_path / 'nodir'} does not exist; create it (mkdir -p {tmp_path / 'nodir'}) or give a file in an existing folder",
+        tmp_path: f"radt export: cannot tell the format of '{tmp_path}'; give --format png/svg/pdf/csv or an output ending in one",
+    }
+    folder = tmp_path / "figures.pdf"
+    folder.mkdir()
+    cases[folder] = f"radt export: '{folder}' is a folder; give a file in it, e.g. {folder / 'figure.pdf'}"
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    if os.geteuid() != 0:  # root writes anywhere: the check is os.access's, which says so for root too
+        cases[locked / "x.pdf"] = f"radt export: cannot write in {locked} (permission denied); give a file in a folder you can write"
+    for output, line in cases.items():
+        assert export_main([*args, str(output)]) == 2, output
+        assert capsys.readouterr().err.splitlines() == [line]
+    assert drawn == [], "nothing drawn for an output that cannot be written"
+    # the write itself fails (the folder went away while the figure was drawn): one line, exit 1, no file half written
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.setattr(export, "image_bytes", lambda *a, **k: gone.rmdir() or b"%PDF")
+    assert export_main([*args, str(gone / "x.pdf")]) == 1
+    err = capsys.readouterr().err.splitlines()  # after the lines that say which runs lack a metric
+    assert err[-1] == f"radt export: cannot write {gone / 'x.pdf'} (No such file or directory); give another --output"
+    assert "Traceback" not in "\n".join(err)
+    # a good one is written whole, with no temporary file beside it
+    good = tmp_path / "ok.csv"
+    assert export_main([*args, str(good), "--metric", "smact"]) == 0
+    assert good.read_text().startswith("run_id,") and [p.name for p in tmp_path.glob(".*radt-tmp")] == []
 
 
 # eight charts of run A: catalogue metrics and single stored series
