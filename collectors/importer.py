@@ -185,6 +185,8 @@ def build_points(
     logs = []
     formats = {}
     for path in paths:
+        if path.is_dir():
+            raise MissingLog(f"'{path}' is a folder; give the dcgmi dmon, nvidia-smi CSV or top -b logs in it, e.g. {path}/*.csv")
         if not path.is_file():
             raise MissingLog(f"'{path}' not found; give paths to dcgmi dmon, nvidia-smi CSV or top -b logs")
         with open(path, encoding="utf-8", errors="replace") as f:

@@ -186,6 +186,13 @@ CASES = [
         2,
     ),
     (
+        "import-a-folder",  # was "'/tmp/.../adir' not found": it is there, and a folder
+        ["import", "{tmp}/adir"],
+        None,
+        "radt import: '{tmp}/adir' is a folder; give the dcgmi dmon, nvidia-smi CSV or top -b logs in it, e.g. {tmp}/adir/*.csv",
+        2,
+    ),
+    (
         "import-gpus-zero",
         ["import", "--gpus", "0", "{fixtures}/mnist_nvidia_smi.csv"],
         None,
