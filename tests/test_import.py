@@ -264,7 +264,7 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path, radt_home, fixtures_dir):
     ("args", "message"),
     [
         (["{good}", "{tmp}/nope.csv"], "nope.csv' not found"),  # one good, one missing: nothing imported
-        (["{tmp}"], "not found"),  # a folder
+        (["{tmp}"], "is a folder; give the dcgmi dmon, nvidia-smi CSV or top -b logs in it"),
         (["{good}", "--start", "yesterday"], "--start 'yesterday' is not an ISO time"),
         (["{good}", "--interval", "0"], "--interval 0.0 must be more than 0"),
         ([], "the following arguments are required: files"),
@@ -344,6 +344,8 @@ def test_build_points_refuses_what_is_not_a_log(tmp_path, fixtures_dir):
     with pytest.raises(ValueError, match="is not a dcgmi dmon"):
         build_points([empty], 1.0, None, None, None)
     with pytest.raises(FileNotFoundError, match="not found"):
+        build_points([fixtures_dir / "mnist_top_batch.txt", tmp_path / "nope.txt"], 1.0, None, None, None)
+    with pytest.raises(FileNotFoundError, match="is a folder"):
         build_points([fixtures_dir / "mnist_top_batch.txt", tmp_path], 1.0, None, None, None)
     header_only = tmp_path / "h.csv"
     header_only.write_text("name, utilization.gpu [%]\n")
