@@ -127,8 +127,9 @@ def main(argv: list[str]) -> int:
     parser = OneLineParser(prog="radt sync", description="Write samples and statuses kept locally while the store was unreachable.")
     parser.parse_args(argv)
     reap()  # first the trees and runs of dead radt processes (collectors/reaper.py): killed, ended KILLED
-    left = 0
+    left = seen = 0
     for run_dir in pending_runs():
+        seen += 1
         if claim_run_dir(run_dir) is None:  # its radt is alive and sends it itself (and may be writing meta.json right now)
             print(f"radt sync: run {run_dir.name.split('@')[0]} is being recorded by radt (pid {owner_pid(run_dir) or '?'}); left to it", file=sys.stderr)
             continue
@@ -155,4 +156,6 @@ def main(argv: list[str]) -> int:
     if left:
         print(f"radt sync: {left} run(s) still wait; run 'radt sync' again once their store answers", file=sys.stderr)
         return 1
+    if not seen:  # said, so that a quiet `radt sync` after an outage is not mistaken for one that did nothing it should have
+        print(f"radt sync: nothing waits in {runs_dir()}; every run recorded here has reached its store", file=sys.stderr)
     return 0

@@ -384,3 +384,4 @@ def test_radt_killed_hard_takes_the_script_along_and_sync_closes_the_run(radt_ho
     assert "radt/stdout.log" in {f.path for f in client.list_artifacts(run.info.run_id, "radt")}
     again = run_radt(["sync"], env=env, cwd=tmp_path)
     assert again.returncode == 0 and "marked KILLED" not in again.stderr
+    assert again.stderr.splitlines() == [f"radt sync: nothing waits in {radt_home / 'runs'}; every run recorded here has reached its store"], "said, not silent"
