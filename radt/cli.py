@@ -37,8 +37,34 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see '{self.prog} --help')\n")
 
 
+NOTHING_TO_DO = (
+    "give a training script or an experiment CSV: radt train.py --batch-size 256, radt experiment.csv; "
+    "or a command: radt dashboard, radt demo, radt monitor, radt sync, radt import, radt export (see 'radt --help')"
+)
+
+
+def version_text() -> str:
+    """radt's version with those of what it writes through and runs on (read from the installed packages, nothing imported)."""
+    from importlib import metadata
+
+    def installed(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    python = ".".join(map(str, sys.version_info[:3]))
+    return f"radt {installed('radt')} (MLflow {installed('mlflow')}, SQLAlchemy {installed('sqlalchemy')}, Python {python} at {sys.executable})"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:  # was argparse's "the following arguments are required: script, args"
+        print(f"radt: {NOTHING_TO_DO}", file=sys.stderr)
+        return 2
+    if argv[0] in ("--version", "-V"):  # only before a script: after it, every word is the script's
+        print(version_text())
+        return 0
     logging.basicConfig(level=logging.WARNING, format="radt: %(message)s")
     name = argv[0] if argv and argv[0] in COMMANDS else None
     try:

@@ -119,3 +119,22 @@ def test_user_mistakes_end_in_one_line(tmp_path, argv, expected):
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(expected), done.stderr
+
+
+def test_radt_alone_says_what_to_give_and_version_says_what_runs(tmp_path):
+    """`radt` alone said "the following arguments are required: script, args" (args are optional), and `radt --version`
+    said the same: a user had no way to ask which radt, MLflow and Python a run was recorded with."""
+    from importlib import metadata
+
+    env = {"RADT_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
+    alone = subprocess.run([sys.executable, "-m", "radt"], capture_output=True, text=True, env=env, timeout=60)
+    assert alone.returncode == 2 and alone.stderr.splitlines() == [
+        "radt: give a training script or an experiment CSV: radt train.py --batch-size 256, radt experiment.csv; "
+        "or a command: radt dashboard, radt demo, radt monitor, radt sync, radt import, radt export (see 'radt --help')"
+    ]
+    python = ".".join(map(str, sys.version_info[:3]))
+    expected = f"radt {metadata.version('radt')} (MLflow {metadata.version('mlflow')}, SQLAlchemy {metadata.version('sqlalchemy')}, Python {python} at {sys.executable})"
+    for flag in ("--version", "-V"):
+        shown = subprocess.run([sys.executable, "-m", "radt", flag], capture_output=True, text=True, env=env, timeout=60)
+        assert (shown.returncode, shown.stdout.strip(), shown.stderr) == (0, expected, "")
+    assert not (tmp_path / "home").exists(), "nothing created"
