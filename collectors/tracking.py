@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from radt import settings
+from radt import __version__, settings
 from radt.artifacts import experiment_location
 from radt.collectors.command import first_line
 from radt.collectors.nodes import Membership, slurm_tags
@@ -45,6 +45,7 @@ from radt.runmodel import (
     SOURCE_NAME_TAG,
     SOURCE_TYPE_TAG,
     USER_TAG,
+    VERSION_TAG,
     WORKLOAD_ROLE,
     WORKLOAD_TAG,
     first_free_letter,
@@ -451,6 +452,7 @@ def create_run(
         COLLOCATION_TAG: collocation,
         LISTENERS_TAG: "+".join(listeners),
         COMMAND_TAG: shlex.join(command)[:TAG_LIMIT],
+        VERSION_TAG: __version__,
         **host_tags(),
         PID_TAG: str(os.getpid()),
     }

@@ -36,6 +36,7 @@ DEVICES_TAG = "radt.devices"
 COLLOCATION_TAG = "radt.collocation"  # "-", "mps", a MIG profile
 LISTENERS_TAG = "radt.listeners"
 COMMAND_TAG = "radt.command"
+VERSION_TAG = "radt.version"  # the radt that recorded the run: which sampler code a published number came from
 INTERVAL_TAG = "radt.interval"  # seconds between samples
 POINTS_TAG = "radt.points"  # points written, and lost where any were
 STOP_REASON_TAG = "radt.stop_reason"  # max_epoch, max_time, killed, ...

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import textwrap
+from importlib import metadata
 from pathlib import Path
 
 import psutil
@@ -89,6 +90,7 @@ def test_tracks_a_script_like_python_would_run_it(store_uri, radt_home, tmp_path
     tags = run.data.tags
     assert tags["radt.listeners"] == "host" and tags["radt.stop_reason"] == "max_epoch"
     assert tags["radt.host"] == socket.gethostname()
+    assert tags["radt.version"] == metadata.version("radt"), "which radt recorded the run's numbers"
     # the script's own metrics joined the same run; --max-epoch 2 stopped it after epoch 2
     assert _steps(client, run.info.run_id, "loss") == [0, 1, 2]
     cpu = client.get_metric_history(run.info.run_id, "system/cpu_utilization_percentage")
