@@ -244,10 +244,17 @@ def rows_of_view(view_data) -> list[dict]:
 
 def table_rows(table: pd.DataFrame) -> list[dict]:
     """The table's records as the DataTable shows them: numbers unrounded (each column's format writes them), NaN empty,
-    durations as text, a unique ``id`` per row."""
+    durations as text, a unique ``id`` per row; a command as what tells it apart from the others shown (the comparison
+    figures' legend names: '--batch-size 512' in a sweep of one script), whole in ``command_whole`` for its tooltip."""
+    from radt.app.aggregates import short_commands
+
+    cleaned = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items() if k in RUN_COLUMNS} for r in table.to_dict("records")]
+    short = short_commands([str(r["command"]) for r in cleaned if r.get("command")])
     out, seen = [], set()
-    for record in table.to_dict("records"):
-        row = {k: (None if isinstance(v, float) and v != v else v) for k, v in record.items() if k in RUN_COLUMNS}
+    for row in cleaned:
+        if row.get("command"):
+            row["command_whole"] = row["command"]
+            row["command"] = short.get(str(row["command"]), row["command"])
         minutes = row.get("duration_min")
         row["duration"] = duration_text(None if minutes is None else minutes * 60)
         # a workload's row ("2 runs together") has no logs of its own: an empty cell (a missing one reads "undefined")
@@ -299,13 +306,15 @@ def register() -> None:
         Output(ids.SUMMARY, "columns"),
         Input(COLUMN_PICKER, "value"),
     )
-    # A name cut with an ellipsis is whole in its cell's tooltip; built from the rows as shown, so a sort keeps them together.
+    # A name cut with an ellipsis is whole in its cell's tooltip (a command: all of it, not the part the cell shows); built
+    # from the rows as shown, so a sort keeps them together.
     clientside_callback(
         """
         function(data) {
             const names = __NAMES__;
+            const whole = {command: "command_whole"};
             return (data || []).map((row) => Object.fromEntries(
-                names.filter((n) => row[n]).map((n) => [n, {value: String(row[n]), type: "text"}])));
+                names.filter((n) => row[n]).map((n) => [n, {value: String(row[whole[n]] || row[n]), type: "text"}])));
         }
         """.replace("__NAMES__", json.dumps(NAMES)),
         Output(ids.SUMMARY, "tooltip_data"),

@@ -250,3 +250,26 @@ def test_every_numeric_column_of_the_summary_groups_thousands():
 
     numeric = [table_column(c) for c in COLUMNS if c.decimals is not None]
     assert numeric and all(c["format"]["specifier"].startswith(",") for c in numeric), [c["format"] for c in numeric]
+
+
+def test_the_summary_names_a_command_by_what_tells_it_apart_and_keeps_it_whole_for_the_tooltip():
+    """A sweep of one script read 'examples/trai…' in every row (the command cut at its column's 110 px): the batch size
+    that told the runs apart was only in each cell's tooltip."""
+    import pandas as pd
+
+    from radt.pages.summary_table import table_rows
+
+    sweep = [f"examples/train.py --epochs 20 --batch-size {b}" for b in (128, 512)]
+    table = pd.DataFrame(
+        [
+            {"run_id": "r1", "run": "a", "kind": "run", "command": sweep[0]},
+            {"run_id": "r2", "run": "b", "kind": "run", "command": sweep[1]},
+            {"run_id": "w1", "run": "a+b together", "kind": "workload", "command": sweep[1]},
+            {"run_id": "r3", "run": "c", "kind": "run", "command": None},
+        ]
+    )
+    rows = table_rows(table)
+    assert [r["command"] for r in rows] == ["--batch-size 128", "--batch-size 512", "--batch-size 512", None]
+    assert [r.get("command_whole") for r in rows] == [*sweep, sweep[1], None]
+    alone = table_rows(table.iloc[:1])
+    assert alone[0]["command"] == sweep[0], "one command shown: all of it"

@@ -42,6 +42,7 @@ SMACT, SMOCC, POWER, MEMORY, CPU = (
     "system/cpu_utilization_percentage",
 )
 ARGS = ("--model", "resnet50", "--batch-size", "256", "--lr", "0.1")  # a command longer than its column: cut like a name
+LONG_ARGS = (*ARGS[:-1], "0.2")  # the long-named run's: the summary names each command by its --lr, whole in the tooltip
 SCREENS = [(1440, 900), (1920, 1080)]
 
 
@@ -79,7 +80,8 @@ def _fill(uri: str) -> tuple[list[str], dict[str, str]]:
     for i, (experiment, workload, name, smact, seconds) in enumerate(_runs()):
         start = BASE + i * 10_000_000
         letter = name[-1] if name[-1] in "ABC" else "A"
-        run_id = radt_run(client, experiments[experiment], name, start_time=start, workload=workload, letter=letter, script_args=ARGS)
+        args = LONG_ARGS if name == LONG_NAME else ARGS
+        run_id = radt_run(client, experiments[experiment], name, start_time=start, workload=workload, letter=letter, script_args=args)
         points = []
         for s in range(SECONDS):
             ts = start + s * 1000
@@ -180,6 +182,11 @@ def test_the_summary_table_fits_the_screen_cuts_long_names_and_writes_ratios_wit
     assert cut and cut["scroll"] > cut["client"] and cut["overflow"] == "ellipsis", f"the long name is cut with an ellipsis: {cut}"
     page.locator("#summary td[data-dash-column='run']", has_text=LONG_NAME[:20]).hover()
     page.locator(".dash-table-tooltip", has_text=LONG_NAME).wait_for()  # whole on hover
+
+    # a command is what tells it apart from the others shown (was the script's path, cut: the same in every row), whole on hover
+    assert (page.evaluate(ROW_CELL_JS, [LONG_NAME, "command"]), page.evaluate(ROW_CELL_JS, [RATIO_RUN, "command"])) == ("--lr 0.2", "--lr 0.1")
+    page.locator("#summary tbody tr", has_text=RATIO_RUN).locator("td[data-dash-column='command']").hover()
+    page.locator(".dash-table-tooltip", has_text=" ".join(ARGS)).wait_for()
 
     assert page.evaluate(ROW_CELL_JS, [RATIO_RUN, "smact_mean"]) == "0.310", "a ratio always has three decimals"
     assert page.evaluate(ROW_CELL_JS, [SHORT_RUN, "duration"]) == "45 s"
