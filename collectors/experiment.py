@@ -409,7 +409,11 @@ def _check_on_machine(planned: PlannedRun, base: Path, facts: _MachineFacts, pro
             problem(f"File '{file}': {str(exc).removeprefix('radt: ')}")
         else:
             places = " and ".join(dict.fromkeys(str(Path(folder).resolve()) for folder in (base, Path.cwd())))
-            problem(f"File '{file}' not found (looked in {places}); fix the path or create the script")
+            script, _space, arguments = file.partition(" ")
+            if arguments and Path(_resolve_file(script, base)).is_file():  # `train.py --epochs 1` in File: the arguments belong in Params
+                problem(f"File '{file}' holds arguments; put the script ({script}) in File and its arguments ({arguments.strip()}) in Params")
+            else:
+                problem(f"File '{file}' not found (looked in {places}); fix the path or create the script")
     if planned.profiler:
         from radt.collectors.profilers import EXECUTABLE
 

@@ -104,6 +104,12 @@ def test_header_in_any_case_with_extra_columns_and_no_status_columns(fake_tools)
         ("x" * 257 + ",1,,,0,-,train.py,smi,", "Experiment is 257 characters long; MLflow keeps at most 256 for an experiment name: shorten it"),
         ("1," + "w" * 242 + ",,,0,-,train.py,smi,", "Workload is 242 characters long; MLflow keeps at most 241 for a workload"),
         ("1,1,,,0,-,models,smi,", "File 'models' is a folder; give the training script in it, e.g. models/train.py"),
+        # was "File 'train.py --epochs 1' not found (looked in ...)", the script being right there
+        (
+            "1,1,,,0,-,train.py --epochs 1,smi,",
+            "File 'train.py --epochs 1' holds arguments; put the script (train.py) in File and its arguments (--epochs 1) in Params",
+        ),
+        ("1,1,,,0,-,nope.py --epochs 1,smi,", "File 'nope.py --epochs 1' not found (looked in "),
     ],
 )
 def test_each_bad_row_is_one_line_with_its_row_and_fix(fake_tools, row, needle):
