@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from radt.options import store_parent
+from radt.rundir import write_whole
 from radt.settings import tracking_uri
 
 METRICS_LISTED = 8  # the metrics an unknown --metric's message names; the dashboard's list has them all
@@ -95,13 +96,13 @@ def main(argv: list[str]) -> int:
                 raise ExportError("--table writes CSV; give an output ending in .csv")
             from radt.app.export import comparison_table, table_csv
 
-            _write(opts.output, table_csv(comparison_table(view)))
+            write_whole(opts.output, table_csv(comparison_table(view)) or "")  # whole: a failed write leaves no half a file
         elif fmt == "csv":
             from radt.app.export import data_csv
 
             text, missing = data_csv(view)
             _warn_missing(missing)
-            _write(opts.output, text)
+            write_whole(opts.output, text)
         else:
             from radt.app.export import chromium, figure_for, image_bytes
 
@@ -113,7 +114,7 @@ def main(argv: list[str]) -> int:
                 from radt.app.export import comparison_figure
 
                 figure = comparison_figure(view, style, opts.figure, opts.stat, opts.by, opts.run[0] if opts.run else None)
-            _write(opts.output, image_bytes(figure, fmt, opts.dpi))
+            write_whole(opts.output, image_bytes(figure, fmt, opts.dpi))
     except (ExportError, ValueError) as exc:
         print(f"radt export: {exc}", file=sys.stderr)
         return 2
@@ -137,19 +138,6 @@ def _output_problem(path: Path, fmt: str) -> str | None:
     if not os.access(folder, os.W_OK | os.X_OK):
         return f"cannot write in {folder} (permission denied); give a file in a folder you can write"
     return None
-
-
-def _write(path: Path, content: str | bytes | None) -> None:
-    """The export, whole: written beside the output and renamed over it, so a failed write leaves no half a PDF."""
-    tmp = path.with_name(f".{path.name}.radt-tmp")
-    try:
-        if isinstance(content, bytes):
-            tmp.write_bytes(content)
-        else:
-            tmp.write_text(content or "", encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _open_store(uri: str) -> None:

@@ -83,11 +83,18 @@ def owner_pid(run_dir: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def write_whole(path: Path, text: str) -> None:
-    """`text` into `path` whole or not at all (a temporary file renamed over it): a reader never sees half a file."""
+def write_whole(path: Path, content: str | bytes) -> None:
+    """`content` into `path` whole or not at all (a temporary file renamed over it): a reader never sees half a file, and
+    a write that fails (a full disk, a folder gone) leaves neither half a file nor the temporary one."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        if isinstance(content, bytes):
+            tmp.write_bytes(content)
+        else:
+            tmp.write_text(content, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 class BrokenRunFolder(Exception):

@@ -90,15 +90,15 @@ def store_uri(text: str, source: str = "--store") -> str:
             f"{shown}: MLflow's file store is not supported by radt; use a SQLite file (--store sqlite:///path/mlflow.db or a path ending in .db) "
             "or a database, and `mlflow migrate-filestore` to move runs you have there"
         )
-    if base == "postgres":
-        value = "postgresql" + value[len(scheme.split("+", 1)[0]) :]
-        scheme, base = "postgresql" + scheme[len("postgres") :], "postgresql"
+    if base in DATABASE_SCHEMES or base == "postgres":  # SQLAlchemy reads only lower-case names; postgres:// is its old spelling
+        written = scheme
+        scheme = ("postgresql" + scheme[len("postgres") :] if base == "postgres" else scheme).lower()
+        value, base = scheme + value[len(written) :], scheme.split("+", 1)[0]
     if base == "sqlite":
         database = value[len(scheme) + len("://") :].split("?", 1)[0]
         if database.startswith("/") and database not in ("/", "/:memory:") and not database.startswith("/file:"):
             _check_sqlite_file(Path(os.path.expanduser(database[1:])), shown)
     if base in DATABASE_SCHEMES:
-        value, scheme = scheme.lower() + value[len(scheme) :], scheme.lower()  # SQLAlchemy reads only lower-case names
         if scheme != "sqlite":  # plain sqlite:// is Python's own sqlite3
             _check_driver(value, scheme, shown)
         return value
@@ -141,7 +141,7 @@ def _check_driver(value: str, scheme: str, shown: str) -> None:
     except (sa.exc.ArgumentError, ValueError) as exc:  # a port that is not a number, a URI SQLAlchemy cannot split
         raise StoreUriError(f"{shown} is not a database URI radt can read ({str(exc).splitlines()[0]}); give e.g. {base}://user@host:5432/db") from None
     if getattr(dialect, "is_async", False):
-        raise StoreUriError(f"{shown}: '{scheme}' is an asyncio driver; radt needs a synchronous one, e.g. {base}://...") from None
+        raise StoreUriError(f"{shown}: '{scheme}' is an asyncio driver; radt needs a synchronous one, e.g. {base}://...")
     try:
         dialect.import_dbapi()
     except ImportError as exc:

@@ -204,7 +204,7 @@ def test_an_output_that_cannot_be_written_is_one_line_before_anything_is_drawn(s
     # a good one is written whole, with no temporary file beside it
     good = tmp_path / "ok.csv"
     assert export_main([*args, str(good), "--metric", "smact"]) == 0
-    assert good.read_text().startswith("run_id,") and [p.name for p in tmp_path.glob(".*radt-tmp")] == []
+    assert good.read_text().startswith("run_id,") and [p.name for p in tmp_path.glob(".*tmp")] == []
 
 
 # eight charts of run A: catalogue metrics and single stored series
