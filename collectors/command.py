@@ -117,9 +117,21 @@ NAME_LIMITS = {  # what a name becomes in MLflow, and the most characters it may
 }
 
 
-def check_name(kind: str, value: str | None, label: str) -> None:
-    """An experiment, run or workload name (-e, -n, -w; a CSV's Experiment, Workload) as MLflow can store it."""
+EMPTY_NAMES = {  # what to give instead of an empty name, and what radt does when the option is left out
+    "experiment": ("an experiment name or id", "MLflow's Default experiment"),
+    "run": ("a run name", "a name MLflow picks"),
+    "workload": ("a workload name", "a run of its own"),
+}
+
+
+def check_name(kind: str, value: str | None, label: str, left_out: str | None = None) -> None:
+    """An experiment, run or workload name (-e, -n, -w; a CSV's Experiment, Workload) as MLflow can store it.
+
+    An empty one (`-e "$EXP"` with EXP unset) is refused: it silently meant the default (`left_out`: a command's own default, if not MLflow's)."""
     what, limit = NAME_LIMITS[kind]
+    if value is not None and not value.strip():
+        noun, default = EMPTY_NAMES[kind]
+        raise UsageError(f"{label} is {'empty' if not value else 'blank'}; give {noun}, or leave {label} out for {left_out or default}")
     if value is not None and len(value) > limit:
         raise UsageError(f"{label} is {len(value)} characters long; MLflow keeps at most {limit} for {what}: shorten it")
 

@@ -358,6 +358,8 @@ def _planned_run(exp: ExperimentFile, row: Row, number: int, experiment: str, na
     if not name:
         problem("Workload is empty; give the workload's number or name (rows with the same one run together)")
     for kind, column, value in (("experiment", "Experiment", experiment), ("workload", "Workload", name)):
+        if not value:
+            continue  # said above, in the file's own words
         try:
             check_name(kind, value, column)
         except UsageError as exc:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from radt import settings
+from radt.collectors.command import UsageError, check_name
 from radt.collectors.parsers import _smi_timestamp, detect_format, parse_dcgmi_dmon, parse_nvidia_smi_csv, parse_top_batch
 from radt.collectors.stores import open_metric_store
 from radt.collectors.toolmetrics import EnergyBaseline, dmon_metrics, smi_metrics, top_metrics
@@ -103,15 +104,18 @@ def check_timestamps(path: Path, fmt: str) -> None:
                 )
 
 
-def read_log(path: Path, fmt: str, gpus: int | None = None, process: str | None = "python") -> list[tuple[int, float | None, dict[str, float]]]:
-    """(sample number, epoch seconds or None, {key: value}) for each sample of one log."""
+def read_log(
+    path: Path, fmt: str, gpus: int | None = None, process: str | None = "python", left_out: list[int] | None = None
+) -> list[tuple[int, float | None, dict[str, float]]]:
+    """(sample number, epoch seconds or None, {key: value}) for each sample of one log; `left_out` receives the numbers
+    of the dmon or nvidia-smi lines that could not be read whole."""
     samples: dict[int, tuple[float | None, dict[str, float]]] = {}
     if fmt == "dcgmi":
         energy = EnergyBaseline()
-        for row in parse_dcgmi_dmon(_lines(path)):
+        for row in parse_dcgmi_dmon(_lines(path), left_out):
             samples.setdefault(row.sample, (None, {}))[1].update(dmon_metrics(row, energy))
     elif fmt == "nvidia-smi":
-        for row in parse_nvidia_smi_csv(_lines(path), gpu_count=gpus):
+        for row in parse_nvidia_smi_csv(_lines(path), gpu_count=gpus, left_out=left_out):
             ts, values = samples.setdefault(row.sample, (row.timestamp, {}))
             values.update(smi_metrics(row))
     elif fmt == "top":
@@ -178,10 +182,17 @@ def _owners(logs) -> tuple[dict[str, int], list[str]]:
     return owner, notes
 
 
+def left_out_note(path: Path, numbers: list[int]) -> str:
+    """The lines of a log that were not imported, by number: a cut last line, or an error the tool printed between samples."""
+    shown = ", ".join(map(str, numbers[:5])) + (f" and {len(numbers) - 5} more" if len(numbers) > 5 else "")
+    lines = "line" if len(numbers) == 1 else f"{len(numbers)} lines"
+    return f"{path.name}: {lines} {shown} left out: not as many cells as the log's header names (a line cut while written, or a message between samples)"
+
+
 def build_points(
     paths: list[Path], interval: float, gpus: int | None, process: str | None, start: float | None, notes: list[str] | None = None
 ) -> tuple[list[Point], dict[str, str]]:
-    """The points of all logs; `notes` (if given) receives a line for each key that two logs share."""
+    """The points of all logs; `notes` (if given) receives a line for each key that two logs share and for each log's lines left out."""
     logs = []
     formats = {}
     for path in paths:
@@ -195,7 +206,10 @@ def build_points(
             raise BadImport(f"'{path}' is not a dcgmi dmon, nvidia-smi --format=csv or top -b log; nothing imported")
         formats[path.name] = fmt
         check_timestamps(path, fmt)
-        logs.append((path, fmt, read_log(path, fmt, gpus, process)))
+        left_out: list[int] = []
+        logs.append((path, fmt, read_log(path, fmt, gpus, process, left_out)))
+        if left_out and notes is not None:
+            notes.append(left_out_note(path, left_out))
     stamped = [ts for _, fmt, samples in logs if fmt == "nvidia-smi" for _, ts, _ in samples[:1] if ts is not None]
     anchor = start if start is not None else (min(stamped) if stamped else None)
     owner, shared = _owners(logs)
@@ -456,6 +470,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--gpus", type=int, help="GPUs per sample in an nvidia-smi log without an index column")
     parser.add_argument("--process", default="python", help="top: the command whose lines are the run's (default python)")
     args = parser.parse_args(argv)
+    for kind, value, label in (("experiment", args.experiment, "-e"), ("run", args.name, "-n")):
+        try:
+            check_name(kind, value, label)
+        except UsageError as exc:
+            parser.error(str(exc))
     if not math.isfinite(args.interval):
         parser.error(f"--interval {args.interval} is not a finite number of seconds; give e.g. --interval 1")
     if not args.interval > 0:

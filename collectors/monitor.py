@@ -26,7 +26,7 @@ from radt.artifacts import configure as configure_artifacts
 from radt.cli import OneLineParser
 from radt.collectors import gpus
 from radt.collectors.cli import check_host, parse_devices
-from radt.collectors.command import UsageError, check_numbers, first_line
+from radt.collectors.command import UsageError, check_name, check_numbers, first_line
 from radt.collectors.exposition import Exposition, bind, training_runs
 from radt.collectors.finish import RunEnd, RunPart, describe_environment, local_run_dir, mark_killed
 from radt.collectors.listeners import DEFAULT, ListenerError, make_source, parse_listeners, parse_profiler
@@ -301,6 +301,7 @@ def main(argv: list[str]) -> int:
     try:
         try:
             check_numbers(opts.interval, None, None, opts.flush_timeout)  # NaN and inf too, as for a training run
+            check_name("experiment", opts.experiment, "-e", left_out="the 'monitor' experiment")
             check_radt_home()  # a full or read-only RADT_HOME: one line, before any run exists
             if opts.host is not None:
                 os.environ["RADT_HOST"] = check_host(opts.host)  # as the prometheus listener and the run's tags read it

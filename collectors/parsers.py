@@ -45,6 +45,7 @@ class DmonParser:
         self.tags: list[str] = []
         self.sample = -1
         self._seen: set[str] = set()
+        self.short_lines = 0  # data lines with fewer cells than the header names (a log cut while written): left out
 
     def feed(self, line: str) -> DmonRow | None:
         stripped = line.strip()
@@ -58,6 +59,7 @@ class DmonParser:
             return None
         parts = stripped.split()
         if len(parts) < 2 + len(self.tags):
+            self.short_lines += 1
             return None
         entity = f"{parts[0]} {parts[1]}"
         cells = parts[2 : 2 + len(self.tags)]
@@ -69,12 +71,16 @@ class DmonParser:
         return DmonRow(self.sample, entity, gpu, {tag: _number(c) for tag, c in zip(self.tags, cells)})
 
 
-def parse_dcgmi_dmon(lines: Iterable[str]) -> Iterator[DmonRow]:
+def parse_dcgmi_dmon(lines: Iterable[str], left_out: list[int] | None = None) -> Iterator[DmonRow]:
+    """The rows of a dmon log; `left_out` (if given) receives the line numbers (from 1) of data lines too short to read."""
     parser = DmonParser()
-    for line in lines:
+    for number, line in enumerate(lines, 1):
+        short = parser.short_lines
         row = parser.feed(line)
         if row is not None:
             yield row
+        elif left_out is not None and parser.short_lines > short:
+            left_out.append(number)
 
 
 def dmon_error(line: str) -> str | None:
@@ -143,16 +149,17 @@ def _period(keys: list[tuple]) -> int:
     return n
 
 
-def parse_nvidia_smi_csv(lines: Iterable[str], gpu_count: int | None = None) -> list[SmiRow]:
+def parse_nvidia_smi_csv(lines: Iterable[str], gpu_count: int | None = None, left_out: list[int] | None = None) -> list[SmiRow]:
     """Rows of an nvidia-smi CSV log, each assigned its GPU and sample number.
 
     GPUs are identified by an `index`/`uuid`/`pci.bus_id` column when queried; else by the
     timestamp bursts of `-l`; else by the period of stable columns (name, memory.total);
-    `gpu_count` overrides the guess.
+    `gpu_count` overrides the guess. `left_out` (if given) receives the line numbers (from 1) of
+    lines whose cells are not the header's (a last line cut while written, an error nvidia-smi printed).
     """
     header: list[str] | None = None
     raw: list[list[str]] = []
-    for line in lines:
+    for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         cells = [c.strip() for c in line.rstrip("\n").split(",")]
@@ -163,6 +170,8 @@ def parse_nvidia_smi_csv(lines: Iterable[str], gpu_count: int | None = None) -> 
             continue  # nvidia-smi repeats its header when restarted into the same file
         elif len(cells) == len(header):
             raw.append(cells)
+        elif left_out is not None:
+            left_out.append(number)
     if header is None:
         return []
     columns = header

@@ -127,6 +127,24 @@ CASES = [
         "radt: -w is 242 characters long; MLflow keeps at most 241 for a workload (its parent run is named 'workload <workload>'): shorten it",
         2,
     ),
+    # an empty name (`-e "$EXP"` with EXP unset) recorded into the default experiment, or a run or workload named ""
+    ("experiment-empty", ["-e", "", "ok.py"], None, "radt: -e is empty; give an experiment name or id, or leave -e out for MLflow's Default experiment", 2),
+    ("run-name-blank", ["-n", "  ", "ok.py"], None, "radt: -n is blank; give a run name, or leave -n out for a name MLflow picks", 2),
+    ("workload-empty", ["-w", "", "ok.py"], None, "radt: -w is empty; give a workload name, or leave -w out for a run of its own", 2),
+    (
+        "monitor-experiment-empty",
+        ["monitor", "-e", ""],
+        None,
+        "radt monitor: -e is empty; give an experiment name or id, or leave -e out for the 'monitor' experiment",
+        2,
+    ),
+    (
+        "import-experiment-empty",
+        ["import", "-e", "", "{fixtures}/mnist_dcgmi_dmon_18fields.txt"],
+        None,
+        "radt import: -e is empty; give an experiment name or id, or leave -e out for MLflow's Default experiment (see 'radt import --help')",
+        2,
+    ),
     ("script-is-a-folder", ["adir"], None, "radt: script 'adir' is a folder; give the training script in it, e.g. adir/train.py", 2),
     (
         "csv-unclosed-quote",

@@ -18,8 +18,9 @@ import mlflow
 import pytest
 
 from radt.cli import main as cli_main
-from radt.collectors.importer import build_points
+from radt.collectors.importer import build_points, left_out_note
 from radt.collectors.importer import main as import_main
+from radt.collectors.parsers import parse_dcgmi_dmon, parse_nvidia_smi_csv
 from radt.collectors.tracking import PROCESS_ONLY_ENV
 from tests.support.radtproc import radt_env, run_radt
 from tests.support.rollupcheck import assert_rollups_cover_raw
@@ -350,3 +351,50 @@ def test_build_points_refuses_what_is_not_a_log(tmp_path, fixtures_dir):
     header_only = tmp_path / "h.csv"
     header_only.write_text("name, utilization.gpu [%]\n")
     assert build_points([header_only], 1.0, None, None, None)[0] == []
+
+
+def _cut_last_line(source: Path, target: Path) -> int:
+    """SOURCE with its last line cut in half, as a log copied while the tool was writing it: the cut line's number (from 1)."""
+    lines = source.read_text().splitlines(keepends=True)
+    while not lines[-1].strip():
+        lines.pop()
+    target.write_text("".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
+    return len(lines)
+
+
+@pytest.mark.parametrize("name", ["mnist_nvidia_smi.csv", "mnist_dcgmi_dmon_18fields.txt"])
+def test_a_log_cut_while_written_says_which_line_it_left_out(name, tmp_path, fixtures_dir, radt_home, empty_sqlite, capsys):
+    """Before, the cut last line of an nvidia-smi or dmon log was dropped without a word: the user saw a sample fewer
+    than the tool wrote and no reason. Now the import says the line's number; every whole line is imported as before."""
+    cut = tmp_path / name
+    number = _cut_last_line(fixtures_dir / name, cut)
+    whole = tmp_path / "whole" / name
+    whole.parent.mkdir()
+    whole.write_text("".join(cut.read_text().splitlines(keepends=True)[:-1]))  # the same log without the cut line
+
+    notes: list[str] = []
+    points, _ = build_points([cut], 1.0, None, None, None, notes)
+    assert notes == [f"{name}: line {number} left out: not as many cells as the log's header names (a line cut while written, or a message between samples)"]
+    expected, _ = build_points([whole], 1.0, None, None, None)
+    assert [(p.key, p.step, p.value) for p in points] == [(p.key, p.step, p.value) for p in expected] and points
+
+    store = empty_sqlite(tmp_path / "store.db")
+    assert cli_main(["import", str(cut), "--store", store]) == 0
+    err = capsys.readouterr().err
+    assert f"radt import: {notes[0]}" in err.splitlines(), err
+    client = mlflow.MlflowClient(store)
+    (run,) = client.search_runs([client.get_experiment_by_name("Default").experiment_id])
+    assert int(run.data.tags["radt.points"]) == len(points)
+
+
+def test_messages_between_samples_are_counted_by_line():
+    """An error nvidia-smi printed between samples, and two short rows: each line named, the others read."""
+    left_out: list[int] = []
+    lines = ["name, utilization.gpu [%]", "H100, 10 %", "Unable to determine the device handle for GPU0000:41:00.0: Unknown Error", "H100, 12 %"]
+    assert [r.values["utilization.gpu"] for r in parse_nvidia_smi_csv(lines, left_out=left_out)] == [10.0, 12.0]
+    assert left_out == [3]
+    left_out = []
+    dmon = ["#Entity SMACT SMOCC", "ID", "GPU 0 0.1 0.2", "GPU 0 0.3", "GPU 0 0.5 0.6", "GPU 0"]
+    assert [r.values["SMACT"] for r in parse_dcgmi_dmon(dmon, left_out)] == [0.1, 0.5]
+    assert left_out == [4, 6]
+    assert left_out_note(Path("a.csv"), list(range(1, 9))).startswith("a.csv: 8 lines 1, 2, 3, 4, 5 and 3 more left out: ")
