@@ -311,6 +311,8 @@ def main(argv: list[str]) -> int:
             if parse_profiler(opts.listeners):
                 raise UsageError(f"profiler listener '{parse_profiler(opts.listeners)}' wraps a training command; radt monitor has none, drop it from -l")
             devices = parse_devices(opts.devices)
+            if devices is not None and not {"nvml", "dcgm", "prometheus"} & set(listeners):
+                raise UsageError(f"-d {opts.devices} names GPUs, but -l {'+'.join(listeners) or '-'} records none; add nvml or dcgm to -l, or drop -d")
             plan = watch_plan(devices)
             watched = plan.indices if devices is not None else None  # radt.devices says "all" without -d
             store = tracking_uri(opts.store)

@@ -138,6 +138,13 @@ CASES = [
         "radt monitor: -e is empty; give an experiment name or id, or leave -e out for the 'monitor' experiment",
         2,
     ),
+    (  # old radt: recorded the host and ignored -d 7 without a word
+        "monitor-devices-without-gpu-listener",
+        ["monitor", "-l", "host", "-d", "7"],
+        None,
+        "radt monitor: -d 7 names GPUs, but -l host records none; add nvml or dcgm to -l, or drop -d",
+        2,
+    ),
     (
         "import-experiment-empty",
         ["import", "-e", "", "{fixtures}/mnist_dcgmi_dmon_18fields.txt"],
