@@ -310,7 +310,8 @@ def _size(size: int | None) -> str:
     return "" if size is None else f"({size:,} bytes)"
 
 
-def install(server: flask.Flask) -> None:
-    """The artifact routes on the dashboard's Flask server."""
-    server.add_url_rule(ROUTE, "radt_artifacts", listing)
-    server.add_url_rule(f"{ROUTE}/<path:path>", "radt_artifact", artifact)
+def install(server: flask.Flask, prefix: str = "/") -> None:
+    """The artifact routes on the dashboard's Flask server, under the path it is served at (RADT_URL_PREFIX)."""
+    route = prefix.rstrip("/") + ROUTE
+    server.add_url_rule(route, "radt_artifacts", listing)
+    server.add_url_rule(f"{route}/<path:path>", "radt_artifact", artifact)

@@ -9,16 +9,18 @@ import dash
 from radt.app import artifacts, callbacks, deadline, responses
 from radt.app.cache import CACHE, cache_config
 from radt.app.state import STATE, connect_store
-from radt.settings import display_uri, tracking_uri
+from radt.settings import display_uri, tracking_uri, url_prefix
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def create_app(store: str | None = None, cache: str | None = None) -> dash.Dash:
-    """The dashboard on `store` (default: MLFLOW_TRACKING_URI, else the embedded SQLite file)."""
+    """The dashboard on `store` (default: MLFLOW_TRACKING_URI, else the embedded SQLite file), served under RADT_URL_PREFIX."""
+    prefix = url_prefix()  # before anything is built: a bad one is one line
     connect_store(tracking_uri(store))  # an unreachable store becomes a page, retried on reload
     app = dash.Dash(
         __name__,
+        url_base_pathname=prefix,  # pages, assets, Dash's bundles and callbacks under it (a reverse proxy at https://host/radt/)
         use_pages=True,
         pages_folder=str(ROOT / "pages"),
         assets_folder=str(ROOT / "assets"),
@@ -27,8 +29,8 @@ def create_app(store: str | None = None, cache: str | None = None) -> dash.Dash:
     )
     CACHE.init_app(app.server, config=cache_config(cache))
     deadline.install(app.server)  # first: every request's store reads end at RADT_REQUEST_TIMEOUT
-    responses.install(app.server, app.csp_hashes)  # finished views from the cache as gzip bytes; large responses gzipped
-    artifacts.install(app.server)  # /runs/<id>/artifacts: a run's logs and reports, wherever the run keeps them
+    responses.install(app.server, app.csp_hashes, prefix)  # finished views from the cache as gzip bytes; large responses gzipped
+    artifacts.install(app.server, prefix)  # /runs/<id>/artifacts: a run's logs and reports, wherever the run keeps them
     callbacks.install(app.server, app)  # a callback request no browser sends: 400 with what is wrong, not a 500 inside Dash
     app.layout = dash.html.Div(
         [

@@ -12,7 +12,7 @@ import sys
 
 from radt.cli import OneLineParser
 from radt.options import store_parent
-from radt.settings import check_settings, display_uri
+from radt.settings import URL_PREFIX, check_settings, display_uri, is_url_prefix, url_prefix
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,8 +20,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8050)
     parser.add_argument("--cache", help="simple (default), null, or a redis:// URL")
+    parser.add_argument(
+        "--url-prefix", metavar="PATH", help="serve under this path, for a reverse proxy that passes it on (/radt/ for https://host/radt/; RADT_URL_PREFIX)"
+    )
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
+    if args.url_prefix is not None:
+        if not is_url_prefix(args.url_prefix):
+            print(f"radt dashboard: --url-prefix {args.url_prefix!r} is not {URL_PREFIX.accepted}", file=sys.stderr)
+            return 2
+        os.environ["RADT_URL_PREFIX"] = args.url_prefix  # as gunicorn's workers read it; checked with the other settings below
     problem = port_problem(args.host, args.port)
     if problem:
         print(f"radt dashboard: {problem}", file=sys.stderr)
@@ -37,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"radt dashboard: {exc}", file=sys.stderr)
         return 2
     where = display_uri(STATE.store_uri)
-    print(f"radt dashboard on http://{args.host}:{args.port}/ (store {where})", file=sys.stderr)
+    print(f"radt dashboard on http://{args.host}:{args.port}{url_prefix()} (store {where})", file=sys.stderr)
     if STATE.error:
         print(f"radt dashboard: {STATE.error} (the page says so until it can read the store)", file=sys.stderr)
     try:

@@ -32,7 +32,7 @@ SETTLED_MS = (LISTING_TIMEOUT + RUNNING_TIMEOUT + 3) * 1000  # a run ended this 
 GZIP_LEVEL = 6
 MIN_SIZE = 1024  # smaller bodies are not worth a Content-Encoding
 COMPRESSIBLE = ("application/json", "text/html", "text/css", "application/javascript", "text/javascript", "image/svg+xml")
-STATIC_PREFIXES = ("/_dash-component-suites/", "/assets/")  # Dash's bundles and radt's assets (plotly-radt.min.js is 1.5 MB): compressed once per worker
+STATIC_FOLDERS = ("_dash-component-suites/", "assets/")  # Dash's bundles and radt's assets (plotly-radt.min.js is 1.5 MB): compressed once per worker
 _static: dict[tuple[str, int, str | None], bytes] = {}
 
 
@@ -145,7 +145,7 @@ def serve_cached():
 def keep_and_compress(response: flask.Response) -> flask.Response:
     """after_request: keep a draw response marked by render(), and gzip what is worth it for a client that accepts it."""
     marked = flask.g.pop("radt_response", None)
-    static = flask.request.path.startswith(STATIC_PREFIXES)
+    static = flask.request.path.startswith(flask.current_app.config["RADT_STATIC_PREFIXES"])
     if static and response.direct_passthrough and response.status_code == 200 and response.mimetype in COMPRESSIBLE:
         response.direct_passthrough = False  # an asset file (Flask's send_from_directory): read, then kept gzipped below
         response.make_sequence()
@@ -236,11 +236,13 @@ def safe_headers(headers: Callable[[], dict[str, str]]) -> Callable[[flask.Respo
     return add
 
 
-def install(server: flask.Flask, inline_scripts: Callable[[], Sequence[str]]) -> None:
+def install(server: flask.Flask, inline_scripts: Callable[[], Sequence[str]], prefix: str = "/") -> None:
     """Hook the cache, the compression and the safe headers into the dashboard's Flask server (RADT_FRAME_ANCESTORS read
     now: the dashboard checked the settings before it built the server). INLINE_SCRIPTS: the CSP hashes of the inline
     scripts Dash writes into its page (dash.Dash.csp_hashes), asked at each response (nine hashes of a few lines, ~20
-    µs): Dash adds one of its own (the pages' title) when it sets itself up, at its first request."""
+    µs): Dash adds one of its own (the pages' title) when it sets itself up, at its first request. PREFIX: the path the
+    dashboard is served under (RADT_URL_PREFIX), where its static files are."""
+    server.config["RADT_STATIC_PREFIXES"] = tuple(prefix + folder for folder in STATIC_FOLDERS)
     server.before_request(serve_cached)
     server.after_request(keep_and_compress)
     framing = SAFE_HEADERS | frame_headers(FRAME_ANCESTORS.get())

@@ -100,7 +100,8 @@
     add("exp", link.dataset.exp);
     add("runs", link.dataset.run);
     params.delete("xr");
-    return "/?" + params.toString();
+    // the explore page's path is the link's own (the dashboard's, under a reverse proxy's RADT_URL_PREFIX: /radt/)
+    return new URL(link.getAttribute("href") || "", window.location.href).pathname + "?" + params.toString();
   }
 
   function freshLink(event) {

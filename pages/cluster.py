@@ -25,14 +25,14 @@ NOTE = "Wasted GPU-hours: GPUs × hours × (1 − SMACT mean) over the job's own
 
 def _explore(row: dict) -> str:
     """Explore's URL of the job's run (its experiment ticked, the run picked)."""
-    return "/?" + urlencode({"exp": row["experiment_id"], "runs": row["run_id"]})
+    return settings.dashboard_path("/?" + urlencode({"exp": row["experiment_id"], "runs": row["run_id"]}))
 
 
 def _here(by: str, chosen: dict[str, str]) -> str:
     """This page's URL for a grouping and a choice of user / account / partition."""
     query = {"by": by} if by != GROUPS[0] else {}
     query.update((k, v) for k, v in chosen.items() if v)
-    return "/cluster" + ("?" + urlencode(query) if query else "")
+    return settings.dashboard_path("/cluster" + ("?" + urlencode(query) if query else ""))
 
 
 def _text(value) -> str:

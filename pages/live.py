@@ -162,7 +162,7 @@ def _card(run: pd.Series, traces: list[live.Trace], window_min: int, now_ms: int
             series[trace.key] = found[run.run_id]
     key_ts = {t.key: int(series[t.key][0][-1]) if t.key in series and len(series[t.key][0]) else start for t in traces}  # see live.new_points
     cursor = max([*key_ts.values(), start])
-    explore = "/?" + urlencode({"exp": run.experiment_id, "runs": run.run_id})
+    explore = settings.dashboard_path("/?" + urlencode({"exp": run.experiment_id, "runs": run.run_id}))
     title = [html.Span(run.status, className=f"status {STATUS_CLASS.get(run.status, '')}")]
     title += [html.Strong(run.run_name), html.Span(f" {run.letter}" if run.letter not in ("", "-") else "", className="letter")]
     # assets/page.js points the link at the last explore view with this run added (this href: the run alone)

@@ -22,6 +22,7 @@ from radt.app.state import store_error
 from radt.app.views import View, view_runs
 from radt.catalogue import METRICS, unit_text
 from radt.pages import ids
+from radt.settings import dashboard_path
 
 COLUMN_PICKER = ids.SUMMARY_COLUMNS  # the "columns" control: which of COLUMNS the table shows
 RATIO = unit_text(METRICS["sm_active"])  # '0–1'
@@ -258,7 +259,8 @@ def table_rows(table: pd.DataFrame) -> list[dict]:
         minutes = row.get("duration_min")
         row["duration"] = duration_text(None if minutes is None else minutes * 60)
         # a workload's row ("2 runs together") has no logs of its own: an empty cell (a missing one reads "undefined")
-        row["logs"] = f"[logs](/runs/{row['run_id']}/artifacts)" if row.get("run_id") and row.get("kind") != "workload" else ""
+        logs = dashboard_path(f"/runs/{row.get('run_id')}/artifacts")  # under the path the dashboard is served at (RADT_URL_PREFIX)
+        row["logs"] = f"[logs]({logs})" if row.get("run_id") and row.get("kind") != "workload" else ""
         row_id = str(row.get("run_id") or len(out))
         row["id"] = row_id if row_id not in seen else f"{row_id}#{len(out)}"  # DataTable wants unique ids; '#n' is cut before highlighting
         seen.add(row_id)

@@ -348,6 +348,27 @@ def is_frame_ancestors(text: str) -> bool:
     return bool(sources) and all(source == "'self'" or FRAME_SOURCE.fullmatch(source) for source in sources)
 
 
+PATH_SEGMENT = re.compile(r"[A-Za-z0-9_~-][A-Za-z0-9._~-]*")  # one segment of a URL path prefix: no '.', '..', '%', '?' or '#'
+
+
+def is_url_prefix(text: str) -> bool:
+    """A URL path the dashboard can be served under (/radt/, /tools/radt, radt): segments of letters, digits and . _ ~ -."""
+    segments = text.strip().strip("/").split("/")
+    return segments == [""] or all(PATH_SEGMENT.fullmatch(segment) for segment in segments)
+
+
+def url_prefix() -> str:
+    """RADT_URL_PREFIX as Dash takes it, '/' at both ends ('radt' -> '/radt/', '' -> '/'); a SettingError for one that is no path."""
+    URL_PREFIX.validate()
+    inner = URL_PREFIX.get().strip().strip("/")
+    return f"/{inner}/" if inner else "/"
+
+
+def dashboard_path(path: str) -> str:
+    """A link of the dashboard ('/live?x=1', '/runs/<id>/artifacts') under RADT_URL_PREFIX ('/radt/live?x=1')."""
+    return url_prefix().rstrip("/") + path
+
+
 def host_name() -> str:
     """The node's name for Prometheus and the run's radt.host tag: RADT_HOST (what --host sets), else this machine's."""
     return HOST.get().strip() or socket.gethostname()
@@ -566,6 +587,15 @@ FRAME_ANCESTORS = Setting(
     "address), or origins such as 'self' https://portal.example.org, or 'none'; another site framing it could trick a user's clicks",
     check=is_frame_ancestors,
     accepted="'none', or 'self' and http(s) origins separated by spaces, e.g. 'self' https://portal.example.org",
+)
+URL_PREFIX = Setting(
+    "RADT_URL_PREFIX",
+    str,
+    "/",
+    "the path the dashboard is served under, for a reverse proxy that passes it on (https://host/radt/ -> /radt/); every page, "
+    "asset, callback and link of the dashboard stays under it; `radt dashboard --url-prefix` wins",
+    check=is_url_prefix,
+    accepted="a URL path of letters, digits and . _ ~ - between '/', e.g. /radt/ or /tools/radt/",
 )
 COMPRESS = Setting("RADT_COMPRESS", int, 1, "1: gzip the dashboard's responses for browsers that accept it; 0: send them as they are", high=1)
 

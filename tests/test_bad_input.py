@@ -385,6 +385,13 @@ SETTING_CASES = [
         "radt dashboard: RADT_CACHE='memcached://m:11211' is not simple, null or a redis:// URL; give one, or unset it for simple",
     ),
     (
+        "dashboard-url-prefix",
+        ("RADT_URL_PREFIX", "/../admin"),
+        ["dashboard", "--port", "99999"],
+        None,
+        "radt dashboard: RADT_URL_PREFIX='/../admin' is not a URL path of letters, digits and . _ ~ - between '/', e.g. /radt/ or /tools/radt/; give one, or unset it for /",
+    ),
+    (
         "dashboard-compress",
         ("RADT_COMPRESS", "2"),
         ["dashboard", "--port", "99999"],

@@ -82,15 +82,16 @@ def chromium_with_cache() -> Iterator:
 
 
 @contextmanager
-def dashboard(store: str, env: dict[str, str], *extra: str) -> Iterator[str]:
-    """`python app.py --store STORE` on a free port, as a user starts it; yields the base URL.
+def dashboard(store: str, env: dict[str, str], *extra: str, path: str = "/") -> Iterator[str]:
+    """`python app.py --store STORE` on a free port, as a user starts it; yields the base URL (its PATH: where a
+    `--url-prefix` serves it).
 
     Its output goes to a file, not a pipe nobody reads (a pipe fills after some hundred requests' log lines and the server blocks)."""
     port = free_port()
     command = [sys.executable, str(REPO / "app.py"), "--store", store, "--port", str(port), *extra]
     with tempfile.TemporaryFile("w+") as log:
         process = subprocess.Popen(command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True)
-        base = f"http://127.0.0.1:{port}/"
+        base = f"http://127.0.0.1:{port}{path}"
         try:
             wait_http(base, process, output=lambda: _read(log))
             yield base
