@@ -6,7 +6,7 @@ from pathlib import Path
 
 import dash
 
-from radt.app import artifacts, callbacks, deadline, responses
+from radt.app import artifacts, callbacks, deadline, health, responses
 from radt.app.cache import CACHE, cache_config
 from radt.app.state import STATE, connect_store
 from radt.settings import display_uri, tracking_uri, url_prefix
@@ -31,6 +31,7 @@ def create_app(store: str | None = None, cache: str | None = None) -> dash.Dash:
     deadline.install(app.server)  # first: every request's store reads end at RADT_REQUEST_TIMEOUT
     responses.install(app.server, app.csp_hashes, prefix)  # finished views from the cache as gzip bytes; large responses gzipped
     artifacts.install(app.server, prefix)  # /runs/<id>/artifacts: a run's logs and reports, wherever the run keeps them
+    health.install(app.server, prefix)  # -/healthy and -/ready for a load balancer or Kubernetes
     callbacks.install(app.server, app)  # a callback request no browser sends: 400 with what is wrong, not a 500 inside Dash
     app.layout = dash.html.Div(
         [
