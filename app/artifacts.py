@@ -31,7 +31,7 @@ from markupsafe import escape
 from radt import artifacts
 from radt.app.state import STATE
 from radt.app.store import RUNS
-from radt.settings import ARTIFACT_ROOTS, ARTIFACT_URI, display_uri, radt_home
+from radt.settings import ARTIFACT_ROOTS, ARTIFACT_URI, dashboard_path, display_uri, radt_home
 
 ROUTE = "/runs/<run_id>/artifacts"
 TEXT_SUFFIXES = (".log", ".txt", ".json", ".csv", ".out", ".err")  # shown in the browser; anything else (.nsys-rep, .ncu-rep) is a download
@@ -303,7 +303,11 @@ def _elsewhere(exc: ArtifactElsewhere) -> str:
 
 
 def _page(title: str, body: str) -> str:
-    return f"<!doctype html><html><head><meta charset='utf-8'><title>radt · {escape(title)}</title></head><body><h1>{escape(title)}</h1>{body}</body></html>"
+    icon = escape(dashboard_path("/_favicon.ico"))  # Dash's, under the dashboard's path: a browser's default /favicon.ico leaves it
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>radt · {escape(title)}</title><link rel='icon' href='{icon}'></head>"
+        f"<body><h1>{escape(title)}</h1>{body}</body></html>"
+    )
 
 
 def _size(size: int | None) -> str:

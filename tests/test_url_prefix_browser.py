@@ -66,6 +66,7 @@ def test_every_request_link_and_artifact_of_the_dashboard_stays_under_its_url_pr
                 listing = opened.value
                 try:
                     listing.wait_for_load_state()
+                    assert listing.locator("link[rel=icon]").get_attribute("href") == PREFIX + "_favicon.ico", "not the browser's /favicon.ico"
                     assert listing.locator("body").inner_text().count("imported/") >= 3, "the run's three imported logs are listed"
                     listing.locator("a", has_text="mnist_nvidia_smi.csv").first.click()
                     listing.wait_for_function("() => document.body.innerText.includes('utilization.gpu')", polling=200)
