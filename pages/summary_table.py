@@ -251,6 +251,7 @@ def table_rows(table: pd.DataFrame) -> list[dict]:
 
     cleaned = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items() if k in RUN_COLUMNS} for r in table.to_dict("records")]
     short = short_commands([str(r["command"]) for r in cleaned if r.get("command")])
+    runs_path = dashboard_path("/runs/")  # under the path the dashboard is served at (RADT_URL_PREFIX), read once for the table
     out, seen = [], set()
     for row in cleaned:
         if row.get("command"):
@@ -259,8 +260,7 @@ def table_rows(table: pd.DataFrame) -> list[dict]:
         minutes = row.get("duration_min")
         row["duration"] = duration_text(None if minutes is None else minutes * 60)
         # a workload's row ("2 runs together") has no logs of its own: an empty cell (a missing one reads "undefined")
-        logs = dashboard_path(f"/runs/{row.get('run_id')}/artifacts")  # under the path the dashboard is served at (RADT_URL_PREFIX)
-        row["logs"] = f"[logs]({logs})" if row.get("run_id") and row.get("kind") != "workload" else ""
+        row["logs"] = f"[logs]({runs_path}{row['run_id']}/artifacts)" if row.get("run_id") and row.get("kind") != "workload" else ""
         row_id = str(row.get("run_id") or len(out))
         row["id"] = row_id if row_id not in seen else f"{row_id}#{len(out)}"  # DataTable wants unique ids; '#n' is cut before highlighting
         seen.add(row_id)
