@@ -48,6 +48,8 @@ class ExperimentFile:
     newline: str = "\n"
     index: dict[str, int] = field(default_factory=dict)
     bom: bool = False  # a spreadsheet's "CSV UTF-8" starts with one; written back, so the spreadsheet reads it as UTF-8 again
+    unwritten: dict[int, Row] = field(default_factory=dict)  # rows whose Status or Run changed since the last save that worked
+    refused: bool = False  # the last save_or_say failed
 
     @classmethod
     def load(cls, path: Path) -> ExperimentFile:
@@ -102,6 +104,7 @@ class ExperimentFile:
         position = self.index[column]
         row.cells.extend([""] * (position + 1 - len(row.cells)))
         row.cells[position] = value
+        self.unwritten[row.line] = row
 
     def save(self) -> None:
         """Write atomically: a crash leaves either the old file or the new one, never half of one. A symlink's target is
@@ -114,12 +117,43 @@ class ExperimentFile:
             writer.writerow(row.cells)
         target = self.path.resolve()
         tmp = target.with_name(f".{target.name}.radt-tmp")
-        with open(tmp, "w", newline="", encoding="utf-8-sig" if self.bom else "utf-8") as out:
-            out.write(buffer.getvalue())
-            out.flush()
-            os.fchmod(out.fileno(), stat.S_IMODE(os.stat(target).st_mode))
-            os.fsync(out.fileno())
-        os.replace(tmp, target)
+        try:
+            with open(tmp, "w", newline="", encoding="utf-8-sig" if self.bom else "utf-8") as out:
+                out.write(buffer.getvalue())
+                out.flush()
+                os.fchmod(out.fileno(), stat.S_IMODE(os.stat(target).st_mode))
+                os.fsync(out.fileno())
+            os.replace(tmp, target)
+        finally:  # a write that failed (a full disk) leaves the old file whole and no temporary one beside it
+            tmp.unlink(missing_ok=True)
+        self.unwritten.clear()
+
+    def save_or_say(self, report: Callable[[str], None]) -> bool:
+        """save(), where a disk that refuses it (full, read-only, gone) is one line, not an exception: the CSV is the
+        experiment's ledger, no training stops for it, and the statuses it lacks go with the next save that works."""
+        try:
+            self.save()
+        except OSError as exc:
+            if not self.refused:  # once per spell of refusals, not at every status
+                report(f"radt: cannot write the statuses to {self.path} ({exc.strerror or exc}); the runs go on, and the next status written brings them")
+            self.refused = True
+            return False
+        if self.refused:
+            report(f"radt: {self.path} took the statuses it lacked; it is up to date again")
+        self.refused = False
+        return True
+
+    def unwritten_note(self) -> str | None:
+        """What the CSV still lacks after the last try, row by row, and what that means for the next run; None when whole."""
+        if not self.unwritten:
+            return None
+        columns = [c for c in ("Status", "Run", "SlurmJob") if c in self.index]
+        rows = ", ".join(
+            f"row {row.line} (" + ", ".join(f"{c} {self.get(row, c)}" for c in columns if self.get(row, c)) + ")"
+            for row in sorted(self.unwritten.values(), key=lambda r: r.line)
+        )
+        return (f"radt: {self.path} lacks what radt wrote of {rows}: its disk refused it; free space there and type these into "
+                f"it, or the next 'radt {self.path}' runs those rows again")  # fmt: skip
 
 
 def _records(path: Path, text: str) -> list[tuple[int, list[str]]]:

@@ -313,7 +313,7 @@ class WorkloadRunner:
         for child in self.children:
             self.exp.set(child.run.row, "Status", "RUNNING")
             self.exp.set(child.run.row, "Run", child.run_id)
-        self.exp.save()
+        self.exp.save_or_say(report)
 
     def finish(self, overall: str, reason: str | None) -> str:
         """Write the rows' statuses, then end the parent run (its log attached)."""
@@ -323,7 +323,7 @@ class WorkloadRunner:
             status = child.status if child and child.status else ("KILLED" if self.interrupted else "FAILED")
             self.exp.set(run.row, "Status", status)
             self.exp.set(run.row, "Run", child.run_id if child else "")
-        self.exp.save()
+        self.exp.save_or_say(report)
         if self.log_path.exists():
             try:  # an artifact location that fails must not keep the parent RUNNING; the log stays on disk
                 self.client.log_artifact(self.parent_id, str(self.log_path), artifact_path="radt")
@@ -396,10 +396,20 @@ def run_experiment(opts: ExperimentOptions, machine: Machine | None = None) -> i
         report(f"radt: workload {workload.label} ({place[id(workload)]} of {len(todo)} to run): {len(workload.runs)} run(s)")
         runner = WorkloadRunner(opts, exp, workload, client, experiment_id)
         status = runner.execute()
-        report(f"radt: workload {workload.label} {status}; statuses written to {opts.csv}")
+        where = f"its statuses are not in {opts.csv} yet (its disk refused them)" if exp.unwritten else f"statuses written to {opts.csv}"
+        report(f"radt: workload {workload.label} {status}; {where}")
         if status == "KILLED" and runner.interrupted:
             rest = len(workloads) - number - 1
             report(f"radt: stopped; {rest} later workload(s) not started. Run the same command to carry on.")
+            _say_unwritten(exp)
             return 130
         failed += status != "FINISHED"
-    return 1 if failed else 0
+    return 1 if _say_unwritten(exp) or failed else 0
+
+
+def _say_unwritten(exp: ExperimentFile) -> bool:
+    """The run's last line where the CSV lacks statuses (the runs are in the store; the CSV decides what runs next)."""
+    note = exp.unwritten_note()
+    if note:
+        report(note)
+    return note is not None

@@ -34,6 +34,7 @@ from radt.collectors.experiment import ExperimentFile, Machine, Row, Workload, p
 from radt.collectors.proctree import catch_stops
 from radt.collectors.scheduler import ExperimentOptions, WorkloadRunner, describe
 from radt.errors import report
+from radt.rundir import write_whole
 
 if TYPE_CHECKING:
     from radt.collectors import gpus
@@ -344,7 +345,7 @@ class Submitter:
             self.exp.set(row, JOB_COLUMN, job.id)
             self.exp.set(row, "Status", own_status or status)
             self.exp.set(row, "Run", run_id)
-        self.exp.save()
+        self.exp.save_or_say(say)
         job.state = status
 
     def result(self, job: Job) -> dict[int, tuple[str, str]]:
@@ -386,6 +387,10 @@ class Submitter:
                     refused = True
                     break
             code = self.watch(jobs)
+            note = self.exp.unwritten_note()
+            if note:  # the job ids and statuses the CSV lacks decide what the next command submits again
+                say(note)
+                code = code or 1
             return 2 if refused and code in (0, 1) else code
         finally:
             for sig, handler in previous.items():
@@ -393,8 +398,13 @@ class Submitter:
 
     def submit(self, job: Job) -> None:
         script = self.folder / f"{job.slug}.sh"
-        script.write_text(self.script(job))
-        script.chmod(0o700)  # it holds the store's URI
+        try:
+            script.write_text(self.script(job))
+            script.chmod(0o700)  # it holds the store's URI
+        except OSError as exc:  # a full disk: a script cut short must never reach sbatch
+            script.unlink(missing_ok=True)
+            raise SlurmError(f"cannot write {FOLDER}/{script.name}, the job script of workload {job.workload.label} ({exc.strerror or exc}); "
+                             f"free space next to {self.exp.path}, or copy it to a disk with room") from exc  # fmt: skip
         done = slurm(self.sbatch(job))
         if done.returncode != 0:
             raise SlurmError(f"sbatch refused workload {job.workload.label} ({first_line(done.stderr or done.stdout)}); fix the sbatch options")
@@ -677,9 +687,8 @@ class JobRows(ExperimentFile):
 
     def save(self) -> None:
         rows = {str(r.line): {"Status": self.get(r, "Status"), "Run": self.get(r, "Run")} for r in self.rows}
-        tmp = self.result.with_name(f".{self.result.name}.tmp")
-        tmp.write_text(json.dumps(rows))
-        os.replace(tmp, self.result)
+        write_whole(self.result, json.dumps(rows))
+        self.unwritten.clear()
 
 
 def allocated_gpus(environ: dict[str, str] | os._Environ, job: str) -> list[int]:

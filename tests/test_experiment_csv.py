@@ -350,3 +350,33 @@ def test_set_up_left_by_a_killed_experiment_is_undone_at_the_next_start(fake_too
         f"radt: removed the MIG 3g.20gb on GPU 2 that an experiment killed before its tear-down (radt pid {dead}) left behind",
         f"radt: removed the MPS daemon for GPU 0 that an experiment killed before its tear-down (radt pid {dead}) left behind",
     ]
+
+
+def test_statuses_a_full_disk_refused_go_with_the_next_save_that_works(fake_tools, tmp_path):
+    """A CSV on a disk that fills and is freed again mid-experiment: the refusal is one line, no temporary file is left,
+    the old file stays whole, and the next save brings every status it missed."""
+    from tests.support.disks import fill, tmpfs
+
+    said: list[str] = []
+    with tmpfs(tmp_path / "disk", size="64k") as disk:
+        path = disk / "experiment.csv"
+        path.write_text(HEADER + "1,1,,,0,-,train.py,smi,\n1,2,,,0,-,train.py,smi,\n")
+        before = path.read_text()
+        exp = ExperimentFile.load(path)
+        fill(disk)
+        exp.set(exp.rows[0], "Status", "FINISHED")
+        assert exp.save_or_say(said.append) is False
+        exp.set(exp.rows[1], "Status", "RUNNING")
+        assert exp.save_or_say(said.append) is False
+        assert path.read_text() == before and not list(disk.glob(".*radt-tmp"))
+        assert "of row 2 (Status FINISHED), row 3 (Status RUNNING): its disk refused it" in exp.unwritten_note()
+        (disk / "filler").unlink()
+        exp.set(exp.rows[1], "Status", "FINISHED")
+        assert exp.save_or_say(said.append) is True
+        reread = ExperimentFile.load(path)
+        assert [reread.get(r, "Status") for r in reread.rows] == ["FINISHED", "FINISHED"]
+        assert exp.unwritten_note() is None
+    assert said == [
+        f"radt: cannot write the statuses to {path} (No space left on device); the runs go on, and the next status written brings them",
+        f"radt: {path} took the statuses it lacked; it is up to date again",
+    ]

@@ -17,6 +17,7 @@ import pytest
 from mlflow import MlflowClient
 
 from radt.collectors.experiment import ExperimentFile
+from tests.support.disks import fill, tmpfs
 from tests.support.polling import wait_for
 from tests.support.radtproc import fake_tools_env, radt_command, radt_env, run_radt
 
@@ -224,3 +225,34 @@ def test_ctrl_c_in_the_second_workload_then_resume_runs_only_the_unfinished_work
     new_2a = client.get_run(second.get(second.rows[1], "Run"))
     assert new_2a.info.run_id != killed.info.run_id and new_2a.data.params["max_epoch"] == "5"
     assert new_2a.data.tags["mlflow.parentRunId"] != killed.data.tags["mlflow.parentRunId"], "a rerun has its own workload run"
+
+
+def test_a_csv_on_a_full_disk_costs_no_training_and_the_last_line_says_which_statuses_it_lacks(experiment, tmp_path, radt_home, empty_sqlite):
+    """The statuses are written back to the CSV as runs start and end. Its disk full (a shared home at quota, a scratch
+    volume filled by a checkpoint) once stopped the trainings at their start and left the workload's run RUNNING with
+    a traceback; the CSV is a ledger, so the runs go on, the store gets every run ended, and radt says what the CSV lacks."""
+    folder, extra = experiment
+    store = empty_sqlite(tmp_path / "store.db")
+    rows = f"full,1,,,-,-,{folder / 'train.py'},top,--name 1A\nfull,1,,,-,-,{folder / 'train.py'},top,--name 1B\nfull,2,,,-,-,{folder / 'train.py'},top,--name 2A\n"
+    with tmpfs(folder / "shared", size="64k") as disk:
+        csv_path = disk / "experiment.csv"
+        csv_path.write_text(HEADER + rows)
+        fill(disk)
+        result = _radt(disk, radt_env(radt_home, store, extra=extra), "experiment.csv")
+        lines = result.stderr.splitlines()
+        assert "Traceback" not in result.stderr, result.stderr[-3000:]
+        assert csv_path.read_text() == HEADER + rows, "the CSV is whole, as it was"
+        assert not list(disk.glob(".*radt-tmp")), "no temporary file is left on the full disk"
+    assert result.returncode == 1, result.stderr[-3000:]
+    ran = sorted(w.split()[1] for w in _timeline(_events(folder / "tools.log")) if w.startswith("end"))
+    assert ran == ["1A", "1B", "2A"], "every training ran to its end"
+    client = MlflowClient(store)
+    runs = client.search_runs([client.get_experiment_by_name("full").experiment_id])
+    assert sorted(r.info.status for r in runs) == ["FINISHED"] * 5, "both workloads' runs and their three runs ended in the store"
+    said = [line for line in lines if "experiment.csv" in line and "No space left on device" in line]
+    assert len(said) == 1 and said[0].startswith("radt: cannot write the statuses to "), "said once, not at every status"
+    last = lines[-1]
+    assert last.startswith("radt: experiment.csv lacks what radt wrote of row 2 (Status FINISHED, Run "), lines
+    assert all(f"row {n} (Status FINISHED, Run " in last for n in (2, 3, 4)), last
+    assert last.endswith("or the next 'radt experiment.csv' runs those rows again"), last
+    assert all(r.info.run_id in last for r in runs if r.data.tags.get("mlflow.parentRunId")), last

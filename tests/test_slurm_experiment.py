@@ -17,6 +17,7 @@ from mlflow import MlflowClient
 
 from radt.collectors.experiment import ExperimentFile
 from tests.support import slurm
+from tests.support.disks import fill, tmpfs
 from tests.support.polling import wait_for
 from tests.support.radtproc import DEFAULT_PERIODS, LiveRadt, fake_tools_env, radt_env, run_radt
 
@@ -203,6 +204,26 @@ def test_an_sbatch_refusal_ends_in_one_line_and_submits_nothing(folder, tmp_path
     assert "radt: sbatch refused workload mem/1 (" in result.stderr and "no further workload submitted" in result.stderr, result.stderr
     assert _cells(folder / "experiment.csv", "Status") == ["", ""] and "SlurmJob" not in (folder / "experiment.csv").read_text()
 
+
+
+def test_a_csv_on_a_full_disk_submits_no_job_with_a_cut_script_and_says_so_in_one_line(folder, tmp_path, radt_home, empty_sqlite):
+    """The job scripts are written next to the CSV; on a full disk the first one once failed with a traceback."""
+    env = _env(radt_home, empty_sqlite(tmp_path / "store.db"))
+    rows = f"fulldisk,1,,,0,-,{folder / 'train.py'},host,\nfulldisk,2,,,0,-,{folder / 'train.py'},host,\n"
+    with tmpfs(folder / "shared", size="64k") as disk:
+        (disk / "experiment.csv").write_text(HEADER + rows)
+        (disk / "slurm").mkdir()
+        fill(disk)
+        result = run_radt(["--slurm", "experiment.csv"], env=env, cwd=disk, timeout=180)
+        assert (disk / "experiment.csv").read_text() == HEADER + rows
+        assert not [p.name for p in (disk / "slurm").iterdir()], "no script, cut or whole, is left"
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert [line for line in result.stderr.splitlines() if "job script" in line] == [
+        "radt: cannot write slurm/fulldisk-1.sh, the job script of workload fulldisk/1 (No space left on device); "
+        "free space next to experiment.csv, or copy it to a disk with room; no further workload submitted"
+    ], result.stderr
+    assert not slurm.jobs("fulldisk"), "nothing was submitted"
 
 def test_a_job_slurm_has_forgotten_without_a_word_from_it_is_failed_not_submitted_again(folder, radt_home):
     forgotten = "999999"  # never this test cluster's (its ids count from 1); a job squeue and scontrol no longer know, no sacct
