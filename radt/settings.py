@@ -472,6 +472,16 @@ REQUEST_TIMEOUT = Setting(
     "seconds one dashboard request may read the store and draw; past it the view answers with a message "
     "(keep it under gunicorn's --timeout, 30 in the README); 0 means no deadline",
 )
+READY_TIMEOUT = Setting(
+    "RADT_READY_TIMEOUT",
+    float,
+    2.0,
+    "seconds the dashboard's -/ready waits for the store before it answers 503 (a probe's own timeout is a second or a "
+    "few); probes that come while one check waits share it",
+    low=0.1,
+    high=600,
+    unit="seconds",
+)
 REQUEST_BODY_MB = Setting(
     "RADT_REQUEST_BODY_MB",
     float,

@@ -392,6 +392,13 @@ SETTING_CASES = [
         "radt dashboard: RADT_URL_PREFIX='/../admin' is not a URL path of letters, digits and . _ ~ - between '/', e.g. /radt/ or /tools/radt/; give one, or unset it for /",
     ),
     (
+        "dashboard-ready-timeout",
+        ("RADT_READY_TIMEOUT", "0"),
+        ["dashboard", "--port", "99999"],
+        None,
+        "radt dashboard: RADT_READY_TIMEOUT='0' is out of range; give seconds from 0.1 to 600 (default 2), or unset it",
+    ),
+    (
         "dashboard-compress",
         ("RADT_COMPRESS", "2"),
         ["dashboard", "--port", "99999"],

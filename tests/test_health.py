@@ -63,3 +63,53 @@ def test_a_store_not_there_yet_is_not_ready_and_says_what_to_do(tmp_path, radt_h
         == f"radt dashboard is not ready: no store at {tmp_path / 'nothing.db'} yet: fill it with `radt demo`, or track a run with `radt train.py`\n"
     )
     assert client.get("/-/healthy").status_code == 200
+
+
+def test_ready_answers_within_its_bound_while_the_database_hangs_and_keeps_one_check_in_flight(pg_uri, monkeypatch):
+    """A database that takes the query and never answers (a frozen server: the proxy's blackhole) held every `-/ready`
+    for good, each probe one more stuck request thread; a probe's timeout is a second or a few. It answers 503 within
+    RADT_READY_TIMEOUT now, and the probes that come while one check hangs wait on that one, not on one each."""
+    import threading
+    import time
+
+    from radt.app import health
+
+    host, port, database = address(pg_uri)
+    proxy = TcpProxy(host, port).start()
+    monkeypatch.setenv("RADT_READY_TIMEOUT", "1")
+    try:
+        client = _app(f"postgresql://postgres@127.0.0.1:{proxy.port}/{database}", monkeypatch)
+        assert client.get("/-/ready").status_code == 200
+        proxy.blackhole()
+        answers: list = []
+
+        def probe() -> None:
+            started = time.monotonic()
+            answer = client.get("/-/ready")
+            answers.append((answer.status_code, answer.text, time.monotonic() - started))
+
+        probes = [threading.Thread(target=probe, daemon=True) for _ in range(3)]
+        for thread in probes:
+            thread.start()
+        for thread in probes:
+            thread.join(20)
+        assert len(answers) == 3, "every probe was answered"
+        for status, text, took in answers:
+            assert status == 503 and took < 5, (status, text, took)
+            assert (
+                text == f"radt dashboard is not ready: the tracking store postgresql://postgres@127.0.0.1:{proxy.port}/{database} did not answer within 1 s\n"
+            )
+        assert health.checks_in_flight() == 1, "the probes shared the one check that hangs"
+        proxy.resume()
+        assert wait_ready(client) == 200, "ready again once the database answers"
+    finally:
+        proxy.stop()
+
+
+def wait_ready(client, timeout: float = 20) -> int:
+    """The status of the first `-/ready` that is 200, or the last one's after `timeout`."""
+    from tests.support.polling import wait_for
+
+    status: list[int] = []
+    wait_for(lambda: status.append(client.get("/-/ready").status_code) or status[-1] == 200, timeout=timeout, what="-/ready to answer 200")
+    return status[-1]

@@ -205,7 +205,6 @@ def test_an_sbatch_refusal_ends_in_one_line_and_submits_nothing(folder, tmp_path
     assert _cells(folder / "experiment.csv", "Status") == ["", ""] and "SlurmJob" not in (folder / "experiment.csv").read_text()
 
 
-
 def test_a_csv_on_a_full_disk_submits_no_job_with_a_cut_script_and_says_so_in_one_line(folder, tmp_path, radt_home, empty_sqlite):
     """The job scripts are written next to the CSV; on a full disk the first one once failed with a traceback."""
     env = _env(radt_home, empty_sqlite(tmp_path / "store.db"))
@@ -224,6 +223,7 @@ def test_a_csv_on_a_full_disk_submits_no_job_with_a_cut_script_and_says_so_in_on
         "free space next to experiment.csv, or copy it to a disk with room; no further workload submitted"
     ], result.stderr
     assert not slurm.jobs("fulldisk"), "nothing was submitted"
+
 
 def test_a_job_slurm_has_forgotten_without_a_word_from_it_is_failed_not_submitted_again(folder, radt_home):
     forgotten = "999999"  # never this test cluster's (its ids count from 1); a job squeue and scontrol no longer know, no sacct
