@@ -27,6 +27,7 @@ from radt.runmodel import run_letter
 COLUMNS = ("Experiment", "Workload", "Status", "Run", "Devices", "Collocation", "File", "Listeners", "Params")
 REQUIRED = ("Experiment", "Workload", "File")
 EXTRA_COLUMNS = ("SlurmJob",)  # written by radt where a run needs it (--slurm: the workload's Slurm job id), read back like the others
+WRITTEN = ("Status", "Run", "SlurmJob")  # the cells radt writes into the file; every other cell is the user's
 DEFAULT_LISTENERS = "smi+top"  # radT's default, minus dcgmi, which needs a running nv-hostengine
 
 
@@ -49,16 +50,29 @@ class ExperimentFile:
     index: dict[str, int] = field(default_factory=dict)
     bom: bool = False  # a spreadsheet's "CSV UTF-8" starts with one; written back, so the spreadsheet reads it as UTF-8 again
     unwritten: dict[int, Row] = field(default_factory=dict)  # rows whose Status or Run changed since the last save that worked
-    refused: bool = False  # the last save_or_say failed
+    refused: str = ""  # why the last save_or_say failed ("" when it worked)
+    own: dict[int, Row] = field(default_factory=dict)  # the rows this radt wrote a value into, by their line when read
+    own_columns: dict[int, set[str]] = field(default_factory=dict)  # and which of their columns
+    unplaced: dict[int, Row] = field(default_factory=dict)  # of those, the ones the file on disk no longer holds as read
+    known: bytes = b""  # the file's bytes as radt last read or wrote them
+    edited: bool = False  # the file changed on disk since radt read it
 
     @classmethod
     def load(cls, path: Path) -> ExperimentFile:
         try:
             data = path.read_bytes()
-            raw = data.decode("utf-8-sig")
         except FileNotFoundError as exc:
             raise CsvError(f"experiment file '{path}' not found; pass the path to your experiment CSV") from exc
-        except (OSError, UnicodeDecodeError) as exc:
+        except OSError as exc:
+            raise CsvError(f"cannot read '{path}' ({exc}); save it as a UTF-8 CSV") from exc
+        return cls.parse(path, data)
+
+    @classmethod
+    def parse(cls, path: Path, data: bytes) -> ExperimentFile:
+        """The experiment in `data`, the bytes of `path`; CsvError saying which row is wrong and how to mend it."""
+        try:
+            raw = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
             raise CsvError(f"cannot read '{path}' ({exc}); save it as a UTF-8 CSV") from exc
         newline = "\r\n" if "\r\n" in raw else "\n"
         text = raw.replace("\r\n", "\n")
@@ -89,7 +103,7 @@ class ExperimentFile:
         rows = [Row(line, list(cells)) for line, cells in records[1:] if any(c.strip() for c in cells)]  # blank lines skipped
         if not rows:
             raise CsvError(f"'{path}' has a header but no rows; add one row per run, e.g. exp1,1,,,0,-,train.py,smi+top,--epochs 3")
-        return cls(path, header, rows, newline, index, data.startswith(codecs.BOM_UTF8))
+        return cls(path, header, rows, newline, index, data.startswith(codecs.BOM_UTF8), known=data)
 
     def get(self, row: Row, column: str) -> str:
         position = self.index.get(column)
@@ -105,55 +119,115 @@ class ExperimentFile:
         row.cells.extend([""] * (position + 1 - len(row.cells)))
         row.cells[position] = value
         self.unwritten[row.line] = row
+        self.own[row.line] = row
+        self.own_columns.setdefault(row.line, set()).add(column)
 
     def save(self) -> None:
-        """Write atomically: a crash leaves either the old file or the new one, never half of one. A symlink's target is
-        the file rewritten (the link stays a link), with the file's permission bits (a group's shared CSV stays shared)."""
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator=self.newline)
-        writer.writerow(self.header)
-        by_line = {r.line: r for r in self.rows}
-        for row in sorted(by_line.values(), key=lambda r: r.line):
-            writer.writerow(row.cells)
+        """Write this radt's statuses into the file as it is on disk now, atomically: a crash leaves either the old file or
+        the new one, never half of one. Rows the user added or changed since radt read it are kept as they are (a long
+        experiment's CSV is edited while it runs); each row radt ran gets its cells where it is now. A symlink's target
+        is the file rewritten (the link stays a link), with the file's permission bits (a group's shared CSV stays shared)."""
         target = self.path.resolve()
+        current = target.read_bytes()
+        disk = ExperimentFile.parse(self.path, current)
+        self.edited = self.edited or current != self.known
+        self.unplaced = disk.take(self)
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator=disk.newline)
+        writer.writerow(disk.header)
+        for row in sorted({r.line: r for r in disk.rows}.values(), key=lambda r: r.line):
+            writer.writerow(row.cells)
+        data = buffer.getvalue().encode("utf-8")
+        data = codecs.BOM_UTF8 + data if disk.bom else data
         tmp = target.with_name(f".{target.name}.radt-tmp")
         try:
-            with open(tmp, "w", newline="", encoding="utf-8-sig" if self.bom else "utf-8") as out:
-                out.write(buffer.getvalue())
+            with open(tmp, "wb") as out:
+                out.write(data)
                 out.flush()
                 os.fchmod(out.fileno(), stat.S_IMODE(os.stat(target).st_mode))
                 os.fsync(out.fileno())
             os.replace(tmp, target)
         finally:  # a write that failed (a full disk) leaves the old file whole and no temporary one beside it
             tmp.unlink(missing_ok=True)
+        self.known = data
         self.unwritten.clear()
 
+    def take(self, mine: ExperimentFile) -> dict[int, Row]:
+        """Put the cells `mine` wrote (Status, Run, SlurmJob) into this file's rows that are the same rows: the n-th row of
+        its kind (its cells but radt's) where the file holds as many of that kind as `mine`, else the row on its own line
+        if that is still of its kind; the rows of `mine` with no match (edited or removed since read) are returned."""
+        theirs: dict[tuple, list[Row]] = {}
+        for row in self.rows:
+            theirs.setdefault(self.identity(row), []).append(row)
+        ours: dict[tuple, list[Row]] = {}
+        for row in mine.rows:
+            ours.setdefault(mine.identity(row), []).append(row)
+        by_line = {r.line: r for r in self.rows}
+        unplaced: dict[int, Row] = {}
+        for line, row in mine.own.items():
+            kind = mine.identity(row)
+            same_line = by_line.get(line)
+            if len(theirs.get(kind, [])) == len(ours[kind]):  # as many rows of its kind as read: the n-th is the n-th
+                match = theirs[kind][ours[kind].index(row)]
+            elif same_line is not None and self.identity(same_line) == kind:  # one of its kind added or removed: its own line
+                match = same_line
+            else:
+                unplaced[line] = row
+                continue
+            for column in sorted(mine.own_columns[line], key=WRITTEN.index):
+                self.set(match, column, mine.get(row, column))
+        return unplaced
+
+    def identity(self, row: Row) -> tuple:
+        """A row as the user wrote it: each cell but those radt writes, by column name (a reordered header still matches)."""
+        written = {c.lower() for c in WRITTEN}
+        names = [h.strip().lower() for h in self.header]
+        return tuple(sorted((names[i] if i < len(names) else f"#{i}", cell.strip()) for i, cell in enumerate(row.cells)
+                            if cell.strip() and (i >= len(names) or names[i] not in written)))  # fmt: skip
+
     def save_or_say(self, report: Callable[[str], None]) -> bool:
-        """save(), where a disk that refuses it (full, read-only, gone) is one line, not an exception: the CSV is the
-        experiment's ledger, no training stops for it, and the statuses it lacks go with the next save that works."""
+        """save(), where a disk that refuses it (full, read-only, gone) or a file that no longer reads as an experiment is
+        one line, not an exception: the CSV is the experiment's ledger, no training stops for it, and the statuses it
+        lacks go with the next save that works."""
+        was_edited = self.edited
         try:
             self.save()
-        except OSError as exc:
+        except (OSError, CsvError) as exc:
+            reason = exc.strerror or str(exc) if isinstance(exc, OSError) else f"it no longer reads as an experiment: {exc}"
             if not self.refused:  # once per spell of refusals, not at every status
-                report(f"radt: cannot write the statuses to {self.path} ({exc.strerror or exc}); the runs go on, and the next status written brings them")
-            self.refused = True
+                report(f"radt: cannot write the statuses to {self.path} ({reason}); the runs go on, and the next status written brings them")
+            self.refused = reason
             return False
         if self.refused:
             report(f"radt: {self.path} took the statuses it lacked; it is up to date again")
-        self.refused = False
+        self.refused = ""
+        if self.edited and not was_edited:
+            report(f"radt: {self.path} changed on disk since radt read it; radt writes its statuses into it as it is now and keeps your "
+                   f"edits (rows you added or changed run with the next 'radt {self.path}')")  # fmt: skip
         return True
 
-    def unwritten_note(self) -> str | None:
-        """What the CSV still lacks after the last try, row by row, and what that means for the next run; None when whole."""
-        if not self.unwritten:
-            return None
-        columns = [c for c in ("Status", "Run", "SlurmJob") if c in self.index]
-        rows = ", ".join(
-            f"row {row.line} (" + ", ".join(f"{c} {self.get(row, c)}" for c in columns if self.get(row, c)) + ")"
-            for row in sorted(self.unwritten.values(), key=lambda r: r.line)
+    def notes(self) -> list[str]:
+        """What the CSV still lacks of this radt's statuses, and why: the last lines of a run (empty when it holds them all)."""
+        out = []
+        if self.unwritten:
+            out.append(f"radt: {self.path} lacks what radt wrote of {self._cells(self.unwritten)} ({self.refused or 'not written'}); "
+                       f"write these into it, or the next 'radt {self.path}' runs those rows again")  # fmt: skip
+        placed_later = {line: row for line, row in self.unplaced.items() if line not in self.unwritten}
+        if placed_later:
+            out.append(f"radt: {self.path} no longer holds {self._rows(placed_later)} as radt read it (edited or removed), so its status "
+                       f"{self._cells(placed_later, with_line=False)} is not written into it; the run is in the store")  # fmt: skip
+        return out
+
+    def _rows(self, rows: dict[int, Row]) -> str:
+        lines = sorted(rows)
+        return f"row {lines[0]}" if len(lines) == 1 else "rows " + ", ".join(str(n) for n in lines)
+
+    def _cells(self, rows: dict[int, Row], with_line: bool = True) -> str:
+        columns = [c for c in WRITTEN if c in self.index]
+        return ", ".join(
+            (f"row {row.line} " if with_line else "") + "(" + ", ".join(f"{c} {self.get(row, c)}" for c in columns if self.get(row, c)) + ")"
+            for row in sorted(rows.values(), key=lambda r: r.line)
         )
-        return (f"radt: {self.path} lacks what radt wrote of {rows}: its disk refused it; free space there and type these into "
-                f"it, or the next 'radt {self.path}' runs those rows again")  # fmt: skip
 
 
 def _records(path: Path, text: str) -> list[tuple[int, list[str]]]:

@@ -408,8 +408,8 @@ def run_experiment(opts: ExperimentOptions, machine: Machine | None = None) -> i
 
 
 def _say_unwritten(exp: ExperimentFile) -> bool:
-    """The run's last line where the CSV lacks statuses (the runs are in the store; the CSV decides what runs next)."""
-    note = exp.unwritten_note()
-    if note:
+    """The run's last lines where the CSV lacks statuses (the runs are in the store; the CSV decides what runs next);
+    True where its disk refused them."""
+    for note in exp.notes():
         report(note)
-    return note is not None
+    return bool(exp.unwritten)

@@ -387,9 +387,9 @@ class Submitter:
                     refused = True
                     break
             code = self.watch(jobs)
-            note = self.exp.unwritten_note()
-            if note:  # the job ids and statuses the CSV lacks decide what the next command submits again
+            for note in self.exp.notes():  # the job ids and statuses the CSV lacks decide what the next command submits again
                 say(note)
+            if self.exp.unwritten:
                 code = code or 1
             return 2 if refused and code in (0, 1) else code
         finally:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import FIXTURES, REPO
+from tests.support.ports import free_port
 from tests.support.radtproc import radt_env, run_radt
 
 HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
@@ -501,7 +502,7 @@ DRIVER_FIX = "or name an installed driver"
             f"radt monitor: --store postgres+pg8000://u@db/runs needs the Python driver 'pg8000', which is not installed; `{{python}} -m pip install pg8000`, {DRIVER_FIX} (postgresql+<driver>://)",
         ),
         (
-            ["dashboard", "--store", "mysql+pymysql://db/runs"],
+            ["dashboard", "--store", "mysql+pymysql://db/runs", "--port", "{port}"],  # a free port: a developer's own dashboard may hold 8050
             None,
             f"radt dashboard: --store mysql+pymysql://db/runs needs the Python driver 'pymysql', which is not installed; `{{python}} -m pip install PyMySQL`, {DRIVER_FIX} (mysql+<driver>://)",
         ),
@@ -539,7 +540,7 @@ def test_a_store_whose_driver_is_not_there_is_one_line_at_start(args, store, lin
     (tmp_path / "experiment.csv").write_text(HEADER + ROW)
     env = radt_env(radt_home, store)
     env["PYTHONPATH"] = os.pathsep.join([str(drivers), env["PYTHONPATH"]])
-    result = run_radt(args, env=env, cwd=tmp_path, timeout=60)
+    result = run_radt([a.replace("{port}", str(free_port())) for a in args], env=env, cwd=tmp_path, timeout=60)
     assert result.stderr.splitlines() == [line.replace("{python}", sys.executable)], result.stderr
     assert result.returncode == 2
     assert not list(radt_home.glob("runs/*")) and not (radt_home / "mlflow.db").exists(), "nothing is created"

@@ -369,14 +369,45 @@ def test_statuses_a_full_disk_refused_go_with_the_next_save_that_works(fake_tool
         exp.set(exp.rows[1], "Status", "RUNNING")
         assert exp.save_or_say(said.append) is False
         assert path.read_text() == before and not list(disk.glob(".*radt-tmp"))
-        assert "of row 2 (Status FINISHED), row 3 (Status RUNNING): its disk refused it" in exp.unwritten_note()
+        assert exp.notes() == [
+            f"radt: {path} lacks what radt wrote of row 2 (Status FINISHED), row 3 (Status RUNNING) (No space left on device); "
+            "write these into it, or the next 'radt " + str(path) + "' runs those rows again"
+        ]
         (disk / "filler").unlink()
         exp.set(exp.rows[1], "Status", "FINISHED")
         assert exp.save_or_say(said.append) is True
         reread = ExperimentFile.load(path)
         assert [reread.get(r, "Status") for r in reread.rows] == ["FINISHED", "FINISHED"]
-        assert exp.unwritten_note() is None
+        assert exp.notes() == []
     assert said == [
         f"radt: cannot write the statuses to {path} (No space left on device); the runs go on, and the next status written brings them",
         f"radt: {path} took the statuses it lacked; it is up to date again",
     ]
+
+
+def test_statuses_find_their_rows_after_the_file_was_reordered_and_identical_rows_keep_their_order(tmp_path):
+    """Two identical rows (a collocated pair), a row inserted above them and the columns reordered in a spreadsheet:
+    each status lands on the row it belongs to, by the row's cells (radt's own cells aside), in the order they came."""
+    path = tmp_path / "experiment.csv"
+    path.write_text(HEADER + "x,1,,,0,MPS,train.py,smi,\nx,1,,,0,MPS,train.py,smi,\nx,2,,,1,-,train.py,smi,--lr 1\n")
+    exp = ExperimentFile.load(path)
+    path.write_text("Params,File,Workload,Experiment,Devices,Collocation,Listeners,Status,Run,Notes\n"
+                    "--new,train.py,0,x,3,-,smi,,,added\n,train.py,1,x,0,MPS,smi,,,\n,train.py,1,x,0,MPS,smi,,,\n--lr 1,train.py,2,x,1,-,smi,,,\n")  # fmt: skip
+    for row, run in zip(exp.rows[:2], ("aaaa", "bbbb"), strict=True):
+        exp.set(row, "Status", "FINISHED")
+        exp.set(row, "Run", run)
+    said: list[str] = []
+    assert exp.save_or_say(said.append)
+    now = ExperimentFile.load(path)
+    assert [(now.get(r, "Workload"), now.get(r, "Status"), now.get(r, "Run"), r.cells[-1]) for r in now.rows] == [
+        ("0", "", "", "added"),
+        ("1", "FINISHED", "aaaa", ""),
+        ("1", "FINISHED", "bbbb", ""),
+        ("2", "", "", ""),
+    ]
+    assert now.header[0] == "Params", "the user's column order is kept"
+    assert said == [
+        f"radt: {path} changed on disk since radt read it; radt writes its statuses into it as it is now and keeps your edits "
+        f"(rows you added or changed run with the next 'radt {path}')"
+    ]
+    assert exp.notes() == []

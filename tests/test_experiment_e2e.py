@@ -249,10 +249,60 @@ def test_a_csv_on_a_full_disk_costs_no_training_and_the_last_line_says_which_sta
     client = MlflowClient(store)
     runs = client.search_runs([client.get_experiment_by_name("full").experiment_id])
     assert sorted(r.info.status for r in runs) == ["FINISHED"] * 5, "both workloads' runs and their three runs ended in the store"
-    said = [line for line in lines if "experiment.csv" in line and "No space left on device" in line]
-    assert len(said) == 1 and said[0].startswith("radt: cannot write the statuses to "), "said once, not at every status"
+    said = [line for line in lines if line.startswith("radt: cannot write the statuses to ")]
+    assert said == ["radt: cannot write the statuses to experiment.csv (No space left on device); the runs go on, and the next status written brings them"], (
+        "said once, not at every status"
+    )
     last = lines[-1]
     assert last.startswith("radt: experiment.csv lacks what radt wrote of row 2 (Status FINISHED, Run "), lines
+    assert "(No space left on device); write these into it" in last, last
     assert all(f"row {n} (Status FINISHED, Run " in last for n in (2, 3, 4)), last
     assert last.endswith("or the next 'radt experiment.csv' runs those rows again"), last
     assert all(r.info.run_id in last for r in runs if r.data.tags.get("mlflow.parentRunId")), last
+
+
+def test_rows_the_user_adds_and_edits_while_the_experiment_runs_are_kept(experiment, tmp_path, radt_home, empty_sqlite):
+    """A long experiment's CSV is edited while it runs: a workload added at the top for later, a later row's Params fixed.
+    radt wrote each status from the copy it read at start, so the next status write erased both edits without a word.
+    It now writes its statuses into the file as it is on disk: the edits stay, the rows it ran get their statuses where
+    they moved to, and a row edited after radt read it gets none (what ran is not what it says now; the next run runs it)."""
+    folder, extra = experiment
+    store = empty_sqlite(tmp_path / "store.db")
+    hold = folder / "hold"
+    hold.touch()
+    csv_path = folder / "experiment.csv"
+    csv_path.write_text(
+        HEADER + f"edit,1,,,-,-,train.py,top,--name 1A --hold-while {hold}\nedit,2,,,-,-,train.py,top,--name 2A\nedit,3,,,-,-,train.py,top,--name 3A\n"
+    )
+    scheduler = subprocess.Popen(radt_command("experiment.csv"), cwd=folder, env=radt_env(radt_home, store, extra=extra), stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: _rows_with(csv_path, "RUNNING"), what="workload 1 to be RUNNING in the CSV")
+        run_1a = _rows_with(csv_path, "RUNNING")[0][1]
+        edited = csv_path.read_text().splitlines()
+        assert edited[1].startswith("edit,1,RUNNING,"), edited
+        later = "later,9,,,-,-,train.py,top,--name 9A"
+        edited.insert(1, later)  # a workload added above the others: every row moves down one line
+        edited[3] = "edit,2,,,-,-,train.py,top,--name 2A --seconds 0.1"  # Params fixed after radt read them
+        csv_path.write_text("\n".join(edited) + "\n")
+        hold.unlink()
+        _, err = scheduler.communicate(timeout=120)
+    finally:
+        if scheduler.poll() is None:
+            scheduler.kill()
+    assert scheduler.returncode == 0, err[-3000:]
+    final = ExperimentFile.load(csv_path)
+    cells = [(final.get(r, "Workload"), final.get(r, "Status"), final.get(r, "Params")) for r in final.rows]
+    assert cells == [
+        ("9", "", "--name 9A"),
+        ("1", "FINISHED", f"--name 1A --hold-while {hold}"),
+        ("2", "", "--name 2A --seconds 0.1"),
+        ("3", "FINISHED", "--name 3A"),
+    ], csv_path.read_text()
+    assert final.get(final.rows[1], "Run") == run_1a
+    lines = err.splitlines()
+    assert [line for line in lines if "changed on disk" in line] == [
+        "radt: experiment.csv changed on disk since radt read it; radt writes its statuses into it as it is now and keeps your edits "
+        "(rows you added or changed run with the next 'radt experiment.csv')"
+    ], err[-3000:]
+    assert lines[-1].startswith("radt: experiment.csv no longer holds row 3 as radt read it (edited or removed), so its status "
+                                "(Status FINISHED, Run "), lines[-1]  # fmt: skip
