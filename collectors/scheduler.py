@@ -378,6 +378,18 @@ def run_experiment(opts: ExperimentOptions, machine: Machine | None = None) -> i
     if not os.access(opts.csv, os.W_OK) or not os.access(opts.csv.resolve().parent, os.W_OK):
         report(f"radt: cannot write {opts.csv} (or a file next to it), where the statuses go; make it writable or copy it to a folder of yours")
         return 2
+    from radt.collectors.csvhold import CsvBusy, holding
+
+    try:
+        with holding(opts.csv, exp.known):
+            return _run_workloads(opts, exp, workloads)
+    except CsvBusy as exc:
+        report(f"radt: {exc}")
+        return 2
+
+
+def _run_workloads(opts: ExperimentOptions, exp: ExperimentFile, workloads: list[Workload]) -> int:
+    """The planned workloads, one after the other, while this radt holds the CSV."""
     from radt.collectors.collocation import undo_leftovers
     from radt.collectors.tracking import connect
 

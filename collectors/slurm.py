@@ -652,7 +652,14 @@ def submit_experiment(opts: ExperimentOptions, slurm_opts: SlurmOptions) -> int:
         from radt.collectors.tracking import connect
 
         connect(opts.store)  # refused here, in one line, not in every job; a new store gets its schema once, not from jobs racing
-    return submitter.run(jobs)
+    from radt.collectors.csvhold import CsvBusy, holding
+
+    try:
+        with holding(opts.csv, exp.known):  # its jobs are one radt's to submit and watch
+            return submitter.run(jobs)
+    except CsvBusy as exc:
+        report(f"radt: {exc}")
+        return 2
 
 
 def describe_for_slurm(plan_text: str, workloads: list[Workload], offer: Offer) -> str:

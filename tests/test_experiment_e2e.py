@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
@@ -306,3 +307,37 @@ def test_rows_the_user_adds_and_edits_while_the_experiment_runs_are_kept(experim
     ], err[-3000:]
     assert lines[-1].startswith("radt: experiment.csv no longer holds row 3 as radt read it (edited or removed), so its status "
                                 "(Status FINISHED, Run "), lines[-1]  # fmt: skip
+
+
+def test_a_second_radt_on_a_csv_that_is_running_is_refused_and_starts_nothing(experiment, tmp_path, radt_home, empty_sqlite):
+    """The same command typed again in another terminal (or a script that "carries on" while the first still runs) ran
+    the RUNNING workloads a second time, beside the first on the same GPU: two runs measured collocated that no row says
+    are. The CSV is now held by the radt that runs it; a second one says who holds it and what to do, exit 2."""
+    folder, extra = experiment
+    store = empty_sqlite(tmp_path / "store.db")
+    hold = folder / "hold"
+    hold.touch()
+    csv_path = folder / "experiment.csv"
+    csv_path.write_text(HEADER + f"twice,1,,,0,-,train.py,top,--name 1A --hold-while {hold}\ntwice,2,,,0,-,train.py,top,--name 2A\n")
+    env = radt_env(radt_home, store, extra=extra)
+    first = subprocess.Popen(radt_command("experiment.csv"), cwd=folder, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: _rows_with(csv_path, "RUNNING"), what="workload 1 to be RUNNING in the CSV")
+        second = _radt(folder, env, "experiment.csv", timeout=60)
+        assert second.returncode == 2, second.stderr
+        assert second.stderr.splitlines() == [
+            f"radt: experiment.csv is being run by another radt (pid {first.pid} on {socket.gethostname()}, since "
+            + second.stderr.split(", since ", 1)[1].split(")", 1)[0]
+            + f"); wait for it to end, or stop it with Ctrl-C in its terminal (or kill -INT {first.pid}), then run the same command to carry on"
+        ], second.stderr
+        assert [w for w in _timeline(_events(folder / "tools.log")) if w.startswith("start")] == ["start 1A"], "the second radt started nothing"
+        hold.unlink()
+        _, err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0, err[-3000:]
+    assert [w for w in _timeline(_events(folder / "tools.log")) if w.startswith("start")] == ["start 1A", "start 2A"]
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == [], "the lock goes with the radt that held it"
+    again = _radt(folder, env, "experiment.csv", timeout=60)
+    assert again.returncode == 0 and "workload twice/2 already FINISHED, skipped" in again.stderr, again.stderr

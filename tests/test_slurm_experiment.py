@@ -225,6 +225,25 @@ def test_a_csv_on_a_full_disk_submits_no_job_with_a_cut_script_and_says_so_in_on
     assert not slurm.jobs("fulldisk"), "nothing was submitted"
 
 
+def test_a_csv_another_radt_runs_is_not_submitted_again(folder, tmp_path, radt_home, empty_sqlite):
+    """`radt --slurm experiment.csv` while another radt holds the CSV (here this test process, as `radt experiment.csv`
+    holds it): one line naming the holder, exit 2, no job."""
+    import os
+    import socket
+
+    from radt.collectors.csvhold import holding
+
+    (folder / "experiment.csv").write_text(HEADER + "held,1,,,0,-,train.py,host,\n")
+    csv = folder / "experiment.csv"
+    with holding(csv, csv.read_bytes()):
+        result = run_radt(["--slurm", "experiment.csv"], env=_env(radt_home, empty_sqlite(tmp_path / "store.db")), cwd=folder, timeout=120)
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"radt: experiment.csv is being run by another radt (pid {os.getpid()} on {socket.gethostname()}, since "), line
+    assert line.endswith(f"(or kill -INT {os.getpid()}), then run the same command to carry on"), line
+    assert not slurm.jobs("held") and _cells(folder / "experiment.csv", "Status") == [""]
+
+
 def test_a_job_slurm_has_forgotten_without_a_word_from_it_is_failed_not_submitted_again(folder, radt_home):
     forgotten = "999999"  # never this test cluster's (its ids count from 1); a job squeue and scontrol no longer know, no sacct
     (folder / "experiment.csv").write_text(
