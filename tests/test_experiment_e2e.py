@@ -7,11 +7,13 @@ the same log, so the order of set-up, training and tear-down is read from one ti
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import signal
 import socket
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -174,7 +176,26 @@ def _rows_with(csv_path: Path, status: str) -> list[tuple[int, str]]:
     return [(i, exp.get(r, "Run")) for i, r in enumerate(exp.rows) if exp.get(r, "Status") == status]
 
 
-_wait_for = functools.partial(wait_for, timeout=120.0)  # tests/support/polling.py, with the longer wait a workload needs
+_wait_for = functools.partial(wait_for, timeout=120.0)
+
+
+@contextlib.contextmanager
+def _scheduler(folder: Path, env: dict) -> Iterator[subprocess.Popen]:
+    """`radt experiment.csv` started in `folder`, its stderr piped; killed where the test leaves it running."""
+    process = subprocess.Popen(radt_command("experiment.csv"), cwd=folder, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+def _ended(process: subprocess.Popen, hold: Path) -> str:
+    """Let the held training end, then the scheduler, which must exit 0; its stderr."""
+    hold.unlink()
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err[-3000:]
+    return err  # tests/support/polling.py, with the longer wait a workload needs
 
 
 def test_ctrl_c_in_the_second_workload_then_resume_runs_only_the_unfinished_work(experiment, tmp_path, radt_home, empty_sqlite):
@@ -275,8 +296,7 @@ def test_rows_the_user_adds_and_edits_while_the_experiment_runs_are_kept(experim
     csv_path.write_text(
         HEADER + f"edit,1,,,-,-,train.py,top,--name 1A --hold-while {hold}\nedit,2,,,-,-,train.py,top,--name 2A\nedit,3,,,-,-,train.py,top,--name 3A\n"
     )
-    scheduler = subprocess.Popen(radt_command("experiment.csv"), cwd=folder, env=radt_env(radt_home, store, extra=extra), stderr=subprocess.PIPE, text=True)
-    try:
+    with _scheduler(folder, radt_env(radt_home, store, extra=extra)) as scheduler:
         _wait_for(lambda: _rows_with(csv_path, "RUNNING"), what="workload 1 to be RUNNING in the CSV")
         run_1a = _rows_with(csv_path, "RUNNING")[0][1]
         edited = csv_path.read_text().splitlines()
@@ -285,12 +305,7 @@ def test_rows_the_user_adds_and_edits_while_the_experiment_runs_are_kept(experim
         edited.insert(1, later)  # a workload added above the others: every row moves down one line
         edited[3] = "edit,2,,,-,-,train.py,top,--name 2A --seconds 0.1"  # Params fixed after radt read them
         csv_path.write_text("\n".join(edited) + "\n")
-        hold.unlink()
-        _, err = scheduler.communicate(timeout=120)
-    finally:
-        if scheduler.poll() is None:
-            scheduler.kill()
-    assert scheduler.returncode == 0, err[-3000:]
+        err = _ended(scheduler, hold)
     final = ExperimentFile.load(csv_path)
     cells = [(final.get(r, "Workload"), final.get(r, "Status"), final.get(r, "Params")) for r in final.rows]
     assert cells == [
@@ -320,8 +335,7 @@ def test_a_second_radt_on_a_csv_that_is_running_is_refused_and_starts_nothing(ex
     csv_path = folder / "experiment.csv"
     csv_path.write_text(HEADER + f"twice,1,,,0,-,train.py,top,--name 1A --hold-while {hold}\ntwice,2,,,0,-,train.py,top,--name 2A\n")
     env = radt_env(radt_home, store, extra=extra)
-    first = subprocess.Popen(radt_command("experiment.csv"), cwd=folder, env=env, stderr=subprocess.PIPE, text=True)
-    try:
+    with _scheduler(folder, env) as first:
         _wait_for(lambda: _rows_with(csv_path, "RUNNING"), what="workload 1 to be RUNNING in the CSV")
         second = _radt(folder, env, "experiment.csv", timeout=60)
         assert second.returncode == 2, second.stderr
@@ -331,12 +345,7 @@ def test_a_second_radt_on_a_csv_that_is_running_is_refused_and_starts_nothing(ex
             + f"); wait for it to end, or stop it with Ctrl-C in its terminal (or kill -INT {first.pid}), then run the same command to carry on"
         ], second.stderr
         assert [w for w in _timeline(_events(folder / "tools.log")) if w.startswith("start")] == ["start 1A"], "the second radt started nothing"
-        hold.unlink()
-        _, err = first.communicate(timeout=120)
-    finally:
-        if first.poll() is None:
-            first.kill()
-    assert first.returncode == 0, err[-3000:]
+        _ended(first, hold)
     assert [w for w in _timeline(_events(folder / "tools.log")) if w.startswith("start")] == ["start 1A", "start 2A"]
     assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == [], "the lock goes with the radt that held it"
     again = _radt(folder, env, "experiment.csv", timeout=60)
