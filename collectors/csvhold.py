@@ -14,11 +14,11 @@ import os
 import socket
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from radt.errors import UserError
+from radt.errors import UserError, report
 
 SUFFIX = ".radt-lock"
 
@@ -51,6 +51,16 @@ def holding(csv: Path, read: bytes) -> Iterator[None]:
             os.close(fd)
 
 
+def run_holding(csv: Path, read: bytes, run: Callable[[], int]) -> int:
+    """run()'s exit status while this radt holds `csv` (planned from `read`); 2 and one line where another radt holds it."""
+    try:
+        with holding(csv, read):
+            return run()
+    except CsvBusy as exc:
+        report(f"radt: {exc}")
+        return 2
+
+
 def _take(csv: Path) -> int | None:
     """The lock file's descriptor, locked; CsvBusy naming the holder; None where it cannot be made."""
     lock = lock_path(csv)
@@ -69,15 +79,16 @@ def _take(csv: Path) -> int | None:
             message = _busy(csv, fd)
             os.close(fd)
             raise CsvBusy(message) from None
+        opened = os.fstat(fd)
         try:
-            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+            same = opened.st_ino == os.stat(lock).st_ino
         except FileNotFoundError:
             same = False
         if not same:  # its holder removed it as this one opened it: take the next one
             os.close(fd)
             continue
         try:  # the CSV's own bits (a group that shares the CSV shares its lock), and who holds it, for a second radt's line
-            if os.fstat(fd).st_uid == os.getuid():
+            if opened.st_uid == os.getuid():
                 os.fchmod(fd, mode)
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}).encode(), 0)

@@ -51,8 +51,7 @@ class ExperimentFile:
     bom: bool = False  # a spreadsheet's "CSV UTF-8" starts with one; written back, so the spreadsheet reads it as UTF-8 again
     unwritten: dict[int, Row] = field(default_factory=dict)  # rows whose Status or Run changed since the last save that worked
     refused: str = ""  # why the last save_or_say failed ("" when it worked)
-    own: dict[int, Row] = field(default_factory=dict)  # the rows this radt wrote a value into, by their line when read
-    own_columns: dict[int, set[str]] = field(default_factory=dict)  # and which of their columns
+    own_columns: dict[int, set[str]] = field(default_factory=dict)  # line when read -> the columns this radt wrote in that row
     unplaced: dict[int, Row] = field(default_factory=dict)  # of those, the ones the file on disk no longer holds as read
     known: bytes = b""  # the file's bytes as radt last read or wrote them
     edited: bool = False  # the file changed on disk since radt read it
@@ -119,7 +118,6 @@ class ExperimentFile:
         row.cells.extend([""] * (position + 1 - len(row.cells)))
         row.cells[position] = value
         self.unwritten[row.line] = row
-        self.own[row.line] = row
         self.own_columns.setdefault(row.line, set()).add(column)
 
     def save(self) -> None:
@@ -164,8 +162,8 @@ class ExperimentFile:
             ours.setdefault(mine.identity(row), []).append(row)
         by_line = {r.line: r for r in self.rows}
         unplaced: dict[int, Row] = {}
-        for line, row in mine.own.items():
-            kind = mine.identity(row)
+        for row in (r for r in mine.rows if r.line in mine.own_columns):
+            line, kind = row.line, mine.identity(row)
             same_line = by_line.get(line)
             if len(theirs.get(kind, [])) == len(ours[kind]):  # as many rows of its kind as read: the n-th is the n-th
                 match = theirs[kind][ours[kind].index(row)]
@@ -193,7 +191,7 @@ class ExperimentFile:
         try:
             self.save()
         except (OSError, CsvError) as exc:
-            reason = exc.strerror or str(exc) if isinstance(exc, OSError) else f"it no longer reads as an experiment: {exc}"
+            reason = (exc.strerror or str(exc)) if isinstance(exc, OSError) else f"it no longer reads as an experiment: {exc}"
             if not self.refused:  # once per spell of refusals, not at every status
                 report(f"radt: cannot write the statuses to {self.path} ({reason}); the runs go on, and the next status written brings them")
             self.refused = reason
@@ -217,6 +215,12 @@ class ExperimentFile:
             out.append(f"radt: {self.path} no longer holds {self._rows(placed_later)} as radt read it (edited or removed), so its status "
                        f"{self._cells(placed_later, with_line=False)} is not written into it; the run is in the store")  # fmt: skip
         return out
+
+    def say_notes(self, report: Callable[[str], None]) -> bool:
+        """notes() said as a run's last lines; True where the disk refused statuses (the command then exits 1 at least)."""
+        for note in self.notes():
+            report(note)
+        return bool(self.unwritten)
 
     def _rows(self, rows: dict[int, Row]) -> str:
         lines = sorted(rows)

@@ -378,14 +378,9 @@ def run_experiment(opts: ExperimentOptions, machine: Machine | None = None) -> i
     if not os.access(opts.csv, os.W_OK) or not os.access(opts.csv.resolve().parent, os.W_OK):
         report(f"radt: cannot write {opts.csv} (or a file next to it), where the statuses go; make it writable or copy it to a folder of yours")
         return 2
-    from radt.collectors.csvhold import CsvBusy, holding
+    from radt.collectors.csvhold import run_holding
 
-    try:
-        with holding(opts.csv, exp.known):
-            return _run_workloads(opts, exp, workloads)
-    except CsvBusy as exc:
-        report(f"radt: {exc}")
-        return 2
+    return run_holding(opts.csv, exp.known, lambda: _run_workloads(opts, exp, workloads))
 
 
 def _run_workloads(opts: ExperimentOptions, exp: ExperimentFile, workloads: list[Workload]) -> int:
@@ -413,15 +408,7 @@ def _run_workloads(opts: ExperimentOptions, exp: ExperimentFile, workloads: list
         if status == "KILLED" and runner.interrupted:
             rest = len(workloads) - number - 1
             report(f"radt: stopped; {rest} later workload(s) not started. Run the same command to carry on.")
-            _say_unwritten(exp)
+            exp.say_notes(report)
             return 130
         failed += status != "FINISHED"
-    return 1 if _say_unwritten(exp) or failed else 0
-
-
-def _say_unwritten(exp: ExperimentFile) -> bool:
-    """The run's last lines where the CSV lacks statuses (the runs are in the store; the CSV decides what runs next);
-    True where its disk refused them."""
-    for note in exp.notes():
-        report(note)
-    return bool(exp.unwritten)
+    return 1 if exp.say_notes(report) or failed else 0

@@ -387,9 +387,7 @@ class Submitter:
                     refused = True
                     break
             code = self.watch(jobs)
-            for note in self.exp.notes():  # the job ids and statuses the CSV lacks decide what the next command submits again
-                say(note)
-            if self.exp.unwritten:
+            if self.exp.say_notes(say):  # the job ids and statuses the CSV lacks decide what the next command submits again
                 code = code or 1
             return 2 if refused and code in (0, 1) else code
         finally:
@@ -652,14 +650,9 @@ def submit_experiment(opts: ExperimentOptions, slurm_opts: SlurmOptions) -> int:
         from radt.collectors.tracking import connect
 
         connect(opts.store)  # refused here, in one line, not in every job; a new store gets its schema once, not from jobs racing
-    from radt.collectors.csvhold import CsvBusy, holding
+    from radt.collectors.csvhold import run_holding
 
-    try:
-        with holding(opts.csv, exp.known):  # its jobs are one radt's to submit and watch
-            return submitter.run(jobs)
-    except CsvBusy as exc:
-        report(f"radt: {exc}")
-        return 2
+    return run_holding(opts.csv, exp.known, lambda: submitter.run(jobs))  # its jobs are one radt's to submit and watch
 
 
 def describe_for_slurm(plan_text: str, workloads: list[Workload], offer: Offer) -> str:
