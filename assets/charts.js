@@ -210,6 +210,37 @@
     if (toggle) { document.body.classList.toggle("radt-legend-devices"); event.stopPropagation(); }
   }, true);
 
+  // "max" and "last" in the legend's header (pages/legend.py): those columns show where the table fits its box, fitted
+  // again whenever the legend is drawn anew or the window resized, until the user picks; then as picked (this tab's session)
+  const OPTIONAL = ["last", "max"]; // hidden in this order while the table is wider than its box; the mean always shows
+  const PICKED = "radt-legend-stats";
+  let picked = null; // {max: true, last: false} once the user has clicked one
+  try { picked = JSON.parse(window.sessionStorage.getItem(PICKED) || "null"); } catch (e) { picked = null; }
+  function showStat(k, on) { document.body.classList.toggle("radt-legend-no-" + k, !on); }
+  function fitLegend() {
+    const table = document.querySelector(".chart-legend .legend-table");
+    if (!table) { return; }
+    const box = table.parentElement;
+    OPTIONAL.forEach(function (k) { showStat(k, picked ? picked[k] !== false : true); });
+    if (!picked) {
+      OPTIONAL.forEach(function (k) { if (box.scrollWidth > box.clientWidth) { showStat(k, false); } });
+    }
+    table.querySelectorAll(".legend-stat-toggle").forEach(function (b) {
+      b.setAttribute("aria-pressed", String(!document.body.classList.contains("radt-legend-no-" + b.dataset.stat)));
+    });
+  }
+  document.addEventListener("click", function (event) {
+    const toggle = event.target instanceof Element ? event.target.closest(".legend-stat-toggle") : null;
+    if (!toggle) { return; }
+    event.stopPropagation();
+    picked = {};
+    OPTIONAL.forEach(function (k) { picked[k] = !document.body.classList.contains("radt-legend-no-" + k); });
+    picked[toggle.dataset.stat] = !picked[toggle.dataset.stat];
+    try { window.sessionStorage.setItem(PICKED, JSON.stringify(picked)); } catch (e) { /* storage off: kept for this page */ }
+    fitLegend();
+  }, true);
+  window.addEventListener("resize", fitLegend);
+
   function legendItems(gd) {
     gd.querySelectorAll(".legend .traces").forEach(function (item) {
       if (item._radtBound) { return; }
@@ -266,10 +297,17 @@
   state.pinned = null;
   window.radtCharts = api;
 
-  const observer = new MutationObserver(function () { bind(chart()); });
+  function inLegend(record) {
+    return record.target instanceof Element && record.target.closest(".chart-legend") !== null;
+  }
+  const observer = new MutationObserver(function (records) {
+    bind(chart());
+    if (records.some(inLegend)) { fitLegend(); } // the legend drawn anew: fitted to its box again
+  });
   function start() {
     observer.observe(document.body, {childList: true, subtree: true});
     bind(chart());
+    fitLegend();
   }
   if (document.body) { start(); } else { document.addEventListener("DOMContentLoaded", start); }
 })();

@@ -3,7 +3,9 @@
 One row per run (Grafana's table legend): its colour, its name, and per chart the mean / max / last of the shown window,
 so an idle GPU reads 0.000 even where its line lies on the axis. A multi-GPU run's devices (each in its dash style: the
 small key of which line is which GPU, node or slice) are rows under it, shown on demand ("per GPU", assets/charts.js
-keeps the choice). assets/page.js makes hovering a row call ``window.radtCharts.highlight(id)`` and a click keep it.
+keeps the choice). The max and last columns show where the table fits its box (with the 8 default charts at 1440 px it did
+not: 1,703 px in 1,062, the last three charts' figures out of sight) and on demand ("max", "last"); the mean always shows.
+assets/page.js makes hovering a row call ``window.radtCharts.highlight(id)`` and a click keep it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from html import unescape
 from dash import html
 
 DEVICES_TOGGLE = "legend-devices-toggle"  # the button assets/charts.js listens to (body class radt-legend-devices)
+STAT_TOGGLE = "legend-stat-toggle"  # "max", "last": assets/charts.js shows or hides that column (body class radt-legend-no-max...)
 
 
 def value_text(value: float | None, fmt: str, decimals: int | None = None) -> str:
@@ -63,6 +66,7 @@ def _swatch(color: str, dash: str) -> html.Span:
 
 
 STATS = ("mean", "max", "last")
+OPTIONAL_STATS = STATS[1:]  # shown where the table fits, or on demand; the mean always shows (and heads each chart's columns)
 
 
 def _cells(stats: list[dict], decimals: list[int]) -> list:
@@ -85,17 +89,23 @@ def _decimals(found: list[dict], charts: int) -> list[int]:
 
 
 def _header(stats: list[dict], toggle: bool) -> html.Thead:
-    """One header row (a table of colspans lost its alignment in Chromium): each chart's name over its mean, then max, last."""
-    first = html.Th(
-        html.Button("per GPU", className=DEVICES_TOGGLE, title="show each GPU's, node's or slice's own row and line style") if toggle else "run",
-        className="legend-name",
-    )
+    """One header row (a table of colspans lost its alignment in Chromium): each chart's name over its mean, then max, last.
+    The first cell holds the toggles: "per GPU" (a multi-GPU run's devices) and "max", "last" (those columns)."""
+    devices = html.Button("per GPU", className=DEVICES_TOGGLE, title="show each GPU's, node's or slice's own row and line style")
+    buttons = ([devices] if toggle else []) + [
+        html.Button(k, className=STAT_TOGGLE, title=f"show or hide each chart's {k} column", **{"data-stat": k}) for k in OPTIONAL_STATS
+    ]
+    first = html.Th(html.Span(buttons, className="legend-toggles"), className="legend-name")
     cells = []
     for c in stats:
         chart = f"{c['metric']}" + (f" ({c['unit']})" if c.get("unit") else "")
         for i, k in enumerate(STATS):
             cells.append(
-                html.Th([html.Div(chart if i == 0 else "\u00a0", className="legend-chart"), k], className="legend-num" + (" legend-first" if i == 0 else ""))
+                html.Th(
+                    [html.Div(chart if i == 0 else "\u00a0", className="legend-chart"), k],
+                    className=f"legend-num legend-{k}" + (" legend-first" if i == 0 else ""),
+                    title=chart if i == 0 else None,
+                )
             )
     return html.Thead(html.Tr([first, *cells]))
 

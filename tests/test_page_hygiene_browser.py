@@ -116,3 +116,47 @@ def test_the_legend_shows_each_of_ten_runs_without_scrolling_and_the_summary_fit
     assert len(set(visible)) == 3 and all(len(text) >= len("workload 2 same") for text in visible), f"what each pair's cell shows: {visible}"
     assert len(wide) == 3 and all(whole for _, whole in wide), f"each pair's name whole at 1920 px: {wide}"
     assert wide_scrollers and all(scroll <= client for scroll, client in wide_scrollers), f"the summary table scrolls sideways at 1920 px: {wide_scrollers}"
+
+
+LEGEND_FIT = """() => { const box = document.querySelector('.chart-legend'), edge = box.getBoundingClientRect().right;
+  const shown = e => getComputedStyle(e).display !== 'none';
+  const heads = Array.from(box.querySelectorAll('.legend-table th.legend-num')).filter(shown);
+  return {scroll: box.scrollWidth, client: box.clientWidth,
+          charts: Array.from(box.querySelectorAll('th.legend-first .legend-chart')).map(d => [d.textContent, d.getBoundingClientRect().right <= edge + 0.5]),
+          stats: heads.map(h => h.lastChild.textContent),
+          pressed: Object.fromEntries(Array.from(box.querySelectorAll('.legend-stat-toggle')).map(b => [b.dataset.stat, b.getAttribute('aria-pressed')]))}; }"""
+
+
+def test_the_legend_of_the_eight_default_charts_fits_1440_px_and_shows_max_and_last_on_demand(filled_store, served, browser):
+    """At 1440 x 900 with the 8 default charts the table legend was 1,703 px wide in a 1,062 px box: it scrolled sideways
+    (no scrollbar in sight on an overlay-scrollbar screen) and cut "Power (W)" mid-header, CPU and host memory out of view.
+    Now the max and last columns show where the table fits (4 charts: all three), on demand where it does not, and the
+    choice holds when the legend is drawn anew."""
+    first, runs = _experiment(filled_store["uri"], DEMO)
+    second, more = _experiment(filled_store["uri"], "demo: bert fine-tuning")
+    view = f"{served}?exp={first},{second}&runs={','.join(runs + more)}"
+    with new_page(browser, width=1440, height=900) as page:
+        page.goto(view)
+        wait_for_chart(page)
+        page.locator(".chart-legend .legend-table").wait_for()
+        fit = page.evaluate(LEGEND_FIT)
+        assert len(fit["charts"]) == 8 and all(inside for _, inside in fit["charts"]), f"every chart's name in the legend's box: {fit['charts']}"
+        assert fit["scroll"] <= fit["client"], f"the legend scrolls sideways at 1440 px: {fit['scroll']} px in {fit['client']}"
+        assert "mean" in fit["stats"] and fit["stats"].count("mean") == 8, fit["stats"]
+        hidden = [k for k in ("max", "last") if fit["pressed"][k] == "false"]
+        assert hidden and all(k not in fit["stats"] for k in hidden), ("a column is hidden only as its toggle says", fit)
+        page.locator(".legend-stat-toggle[data-stat=last]").click()
+        page.wait_for_function(
+            "() => document.querySelectorAll('.legend-table th.legend-last').length && getComputedStyle(document.querySelector('.legend-table th.legend-last')).display !== 'none'"
+        )
+        page.locator(f"input[value='{runs[0]}']").uncheck()  # one run fewer: the charts and their legend drawn anew
+        page.wait_for_function("() => document.querySelectorAll('.legend-table tr.legend-entry:not(.legend-device)').length === 9")
+        again = page.evaluate(LEGEND_FIT)
+        assert again["stats"].count("last") == 8 and again["pressed"]["last"] == "true", ("the user's pick holds over a redraw", again)
+    with new_page(browser, width=1440, height=900) as page:
+        page.goto(view + "&metrics=cat:sm_active,cat:sm_occupancy,cat:gr_engine_active,cat:cpu_utilization_percentage")
+        wait_for_chart(page)
+        page.locator(".chart-legend .legend-table").wait_for()
+        four = page.evaluate(LEGEND_FIT)
+    assert four["scroll"] <= four["client"] and [four["stats"].count(k) for k in ("mean", "max", "last")] == [4, 4, 4], four
+    assert four["pressed"] == {"max": "true", "last": "true"}, four
