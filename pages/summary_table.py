@@ -125,9 +125,10 @@ MARKDOWN = {"logs"}
 NAMES = ("run", "command", "workload", "flags")  # cut with an ellipsis, whole in their tooltip
 LEFT = (*NAMES, "collocation", "status", "letter", "gpus_text", "partition", "user")
 # Widths (px) that keep the default columns within 1440 px (1,064 px beside the sidebar) whatever the names: a name is cut
-# with an ellipsis; the other columns are as wide as their header (wrapped) or their widest number.
+# with an ellipsis; the other columns are as wide as their header (wrapped) or their widest number. The command's 124 px hold
+# "train_imagenet.py" whole (110 cut it to "train_imagene…"); from 1600 px it takes the room the others leave (table.css).
 WIDTHS = {"run": 160}
-MAX_WIDTHS = {"command": 110, "workload": 130, "gpus_text": 84, "collocation": 70, "status": 72, "flags": 260}
+MAX_WIDTHS = {"command": 124, "workload": 130, "gpus_text": 84, "collocation": 76, "status": 72, "flags": 260}
 
 
 def present(columns: list[Column] = COLUMNS) -> list[Column]:
@@ -204,7 +205,7 @@ def layout() -> list:
                 style_cell={
                     "fontFamily": 'system-ui, -apple-system, "Segoe UI", Roboto, sans-serif',
                     "fontSize": 12,
-                    "padding": "2px 4px",
+                    "padding": "2px 3px",
                     "textAlign": "right",
                     "minWidth": 36,
                     "maxWidth": 110,
@@ -216,7 +217,10 @@ def layout() -> list:
                 + [{"if": {"column_id": c}, "maxWidth": w} for c, w in MAX_WIDTHS.items()],
                 style_data={"whiteSpace": "nowrap", "height": "24px", "lineHeight": "18px"},  # one height in the fixed and the scrolling part
                 style_header={"whiteSpace": "normal", "fontSize": 11, "lineHeight": "13px", "fontWeight": "600", "textDecoration": "underline dotted"},
-                style_data_conditional=[{"if": {"filter_query": '{kind} = "workload"'}, "fontWeight": "600", "backgroundColor": "#f4f0fa"}],
+                style_data_conditional=[
+                    {"if": {"filter_query": '{kind} = "workload"'}, "fontWeight": "600", "backgroundColor": "#f4f0fa"},
+                    {"if": {"filter_query": '{kind} = "workload"', "column_id": "command"}, "fontWeight": "400"},  # its runs' command, as wide as theirs
+                ],
                 css=[{"selector": ".dash-table-tooltip", "rule": "font-size: 12px; max-width: 320px;"}],
                 cell_selectable=True,
             ),

@@ -49,6 +49,10 @@ def test_no_chart_offers_to_upload_its_data_and_no_cell_reads_undefined(filled_s
         assert marker["pad"] >= 12, ("the workload's open/closed marker, drawn left of its summary, has room inside the sidebar", marker)
 
 
+CUT_CELLS = """() => Array.from(document.querySelectorAll('#summary td')).filter(td => td.scrollWidth > td.clientWidth)
+  .map(td => [td.dataset.dashColumn, td.textContent.trim()])"""
+
+
 def test_the_legend_shows_each_of_ten_runs_without_scrolling_and_the_summary_fits_and_names_each_pair(filled_store, served, browser):
     """At 1440 x 900 with the 8 default charts, the table legend showed 9 of the demo's 10 runs: the 10th (the FAILED
     one) was below its scroll edge, and headless and overlay scrollbars give no sign of it. The summary table of the same
@@ -95,9 +99,11 @@ def test_the_legend_shows_each_of_ten_runs_without_scrolling_and_the_summary_fit
                            while (n < node.length) { r.setEnd(node, n + 1); if (r.getBoundingClientRect().right > right - 4) break; n++; }
                            return node.textContent.slice(0, n); })"""
         )
+        cut = page.evaluate(CUT_CELLS)
         # at 1920 px the run column has room for each pair's whole name (at 160 px it read "workload 2 same GP…" there too)
         page.set_viewport_size({"width": 1920, "height": 1080})
         page.wait_for_function("() => window.innerWidth === 1920")
+        wide_cut = page.evaluate(CUT_CELLS)
         wide = page.evaluate(
             """() => Array.from(document.querySelectorAll('#summary td[data-dash-column="run"]')).filter(td => td.textContent.includes('together'))
               .map(td => [td.textContent.trim(), td.scrollWidth <= td.clientWidth])"""
@@ -116,6 +122,10 @@ def test_the_legend_shows_each_of_ten_runs_without_scrolling_and_the_summary_fit
     assert len(set(visible)) == 3 and all(len(text) >= len("workload 2 same") for text in visible), f"what each pair's cell shows: {visible}"
     assert len(wide) == 3 and all(whole for _, whole in wide), f"each pair's name whole at 1920 px: {wide}"
     assert wide_scrollers and all(scroll <= client for scroll, client in wide_scrollers), f"the summary table scrolls sideways at 1920 px: {wide_scrollers}"
+    # the command cut the script itself at 1440 px ("train_imagene…", 118 px in 110), the colloc. "same G…"; at 1920 px the
+    # bert sweep's arguments, what tells its runs apart, were past the cut with 480 px to spare
+    assert not [c for c in cut if c[0] == "collocation" or c == ["command", "train_imagenet.py"]], cut
+    assert not [c for c in wide_cut if c[0] in ("command", "collocation")], wide_cut
 
 
 LEGEND_FIT = """() => { const box = document.querySelector('.chart-legend'), edge = box.getBoundingClientRect().right;
