@@ -5,11 +5,16 @@ gunicorn such a request would hold a worker until `--timeout` kills it, with not
 request gets settings.REQUEST_TIMEOUT seconds: SQLite's progress handler interrupts a query past it,
 PostgreSQL's statement_timeout is set to what is left of it on each checkout, and the drawing code asks
 `check()` between series. The callback turns any of these into one line on the page (`message`).
+A frozen PostgreSQL (it takes the query and never answers: statement_timeout is the server's own, so it never
+fires) is cut on the client: every wait of a dashboard connection on its server ends GRACE_S past the deadline,
+and that connection is closed (`bounded_connect`).
 """
 
 from __future__ import annotations
 
 import contextvars
+import functools
+import math
 import sqlite3
 import time
 
@@ -21,6 +26,10 @@ from radt import settings
 _deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("radt_request_deadline", default=None)
 SQLITE_STEPS = 20_000  # SQLite virtual-machine steps between two looks at the clock (~1 ms of work)
 SQLITE_BUSY_S = 30  # how long a read waits on a locked SQLite file outside a request (an export, a script)
+
+
+GRACE_S = 1.0  # past the deadline a live server has answered (its statement_timeout fired): a silent one is cut here
+SILENT = "did not answer before the request's deadline"  # in the error of a connection cut for it (timed_out reads it)
 
 
 class RequestTimeout(RuntimeError):
@@ -57,13 +66,23 @@ def timed_out(exc: BaseException) -> bool:
     driver = isinstance(exc, sqlite3.Error) or type(exc).__module__.startswith("psycopg")  # binary_rows reads on the driver's cursor
     if isinstance(exc, sa.exc.DBAPIError) or driver:
         text = str(getattr(exc, "orig", None) or exc).lower()
-        return any(sign in text for sign in ("interrupted", "statement timeout", "canceling statement", "database is locked"))
+        return any(sign in text for sign in ("interrupted", "statement timeout", "canceling statement", "database is locked", SILENT))
     return False
 
 
-def message() -> str:
-    """The one line a view past its deadline shows."""
+def silent(exc: BaseException) -> bool:
+    """True when the store itself did not answer (the connection was cut at the deadline), not the view's own reads."""
+    return SILENT in str(getattr(exc, "orig", None) or exc)
+
+
+def message(exc: BaseException | None = None) -> str:
+    """The one line a view past its deadline shows: what to change in the view, or, where the store did not answer, that."""
     seconds = settings.REQUEST_TIMEOUT.get()
+    if exc is not None and silent(exc):
+        return (
+            f"The tracking store did not answer within {seconds:g} s ({settings.REQUEST_TIMEOUT.name}): it is down, frozen or "
+            "unreachable; reload the page once it answers (radt dashboard's -/ready says when)"
+        )
     return (
         f"This view took longer than {seconds:g} s ({settings.REQUEST_TIMEOUT.name}) and was stopped: pick fewer runs or metrics, or zoom into a shorter window"
     )
@@ -91,11 +110,55 @@ def on_postgres_checkout(dbapi_connection) -> None:
         cursor.execute(f"SET statement_timeout = {max(1, int(left * 1000))}")
 
 
+def bounded_connect(_dialect, _record, cargs: list, cparams: dict):
+    """SQLAlchemy's do_connect for the dashboard's PostgreSQL engine: a connection whose waits end at the request's
+    deadline, and a connect bounded by what the request has left (a frozen server accepts and never answers)."""
+    import psycopg
+
+    left = remaining()
+    if left is None:
+        return _bounded_connection().connect(*cargs, **cparams)
+    silent = f"the tracking store {SILENT} ({settings.REQUEST_TIMEOUT.name})"
+    if left <= 0:  # a draw that lost its connection at the deadline asks for no other
+        raise psycopg.OperationalError(silent)
+    cparams = {**cparams, "connect_timeout": max(2, min(int(cparams.get("connect_timeout") or 5), math.ceil(left + GRACE_S)))}
+    try:
+        return _bounded_connection().connect(*cargs, **cparams)
+    except psycopg.OperationalError as exc:
+        if remaining() > 0:
+            raise
+        raise psycopg.OperationalError(silent) from exc
+
+
+@functools.cache
+def _bounded_connection() -> type:
+    import psycopg
+
+    class BoundedConnection(psycopg.Connection):
+        """psycopg's connection, with each wait on the server bounded by the request's deadline: past it the
+        connection is closed (its query's fate is unknown) and the error says so; outside a request, as psycopg's."""
+
+        def wait(self, gen, interval: float = 0.1, timeout: float | None = None):
+            left = remaining()
+            if left is None:
+                return super().wait(gen, interval, timeout)
+            bound = max(0.01, left + GRACE_S)
+            try:
+                return super().wait(gen, interval, bound if timeout is None else min(timeout, bound))
+            except psycopg.OperationalError as exc:
+                if type(exc).__name__ != "_WaitTimeout" or (timeout is not None and timeout <= bound):
+                    raise
+                self.pgconn.finish()  # closed: SQLAlchemy's pool drops it rather than reuse a connection mid-query
+                raise psycopg.OperationalError(f"the tracking store {SILENT} ({settings.REQUEST_TIMEOUT.name})") from exc
+
+    return BoundedConnection
+
+
 def answer_timeout(exc: Exception):
     """A callback past its deadline (one the callback did not turn into a message itself): 503 with the one line, not a 500."""
     if not timed_out(exc):
         raise exc
-    return flask.jsonify(error=message()), 503
+    return flask.jsonify(error=message(exc)), 503
 
 
 def install(server: flask.Flask) -> None:

@@ -77,6 +77,8 @@ def make_read_engine(uri: str, *, pool_size: int = 5, statement_timeout_ms: int 
             max_overflow=pool_size,
             connect_args={"connect_timeout": 5, "options": options, "application_name": "radt-dashboard"},
         )
+        if engine.dialect.driver == "psycopg":  # a frozen server costs a request its deadline, not its worker
+            sa.event.listen(engine, "do_connect", deadline.bounded_connect)
         sa.event.listen(engine, "checkout", lambda dbapi_connection, _record, _proxy: deadline.on_postgres_checkout(dbapi_connection))
         return engine
     return sa.create_engine(url, pool_pre_ping=True)

@@ -269,7 +269,7 @@ def draw(run_groups, metric_specs, x_mode, group_mode, smoothing, log_y, zoom_st
     except Exception as exc:
         if not deadline.timed_out(exc):
             raise
-        return empty_figure(deadline.message()), view.to_dict(), note, []
+        return empty_figure(deadline.message(exc)), view.to_dict(), note, []
     if not rendered.panels:
         return empty_figure("None of the chosen metrics exists in these runs."), view.to_dict(), note, []
     rendered.figure.update_layout(showlegend=False)  # the screen's legend is the sticky HTML one; exports keep Plotly's

@@ -25,6 +25,8 @@ from radt.collectors import tracking
 from radt.collectors.stores import SqlMetricStore
 from radt.points import Point
 from tests.support.drawrequest import draw_request
+from tests.support.postgres import address
+from tests.support.proxy import TcpProxy
 from tests.support.runs import radt_run
 
 START = 1_760_000_000_000
@@ -173,3 +175,36 @@ def test_a_callback_that_does_not_catch_the_deadline_answers_503_with_the_line(a
         release()
     assert status == 503 and "RADT_REQUEST_TIMEOUT" in answer["error"], (status, answer)
     assert took < TIMEOUT_S + 3, took
+
+
+def test_a_draw_while_postgres_is_frozen_answers_at_its_deadline_then_draws_again(pg_uri, monkeypatch):
+    """A PostgreSQL that takes the query and never answers (the proxy's blackhole: a frozen server, a paused VM, a
+    stalled pooler). statement_timeout is the server's own, so it never fired: the draw held its worker for as long as
+    the database hung (gunicorn's --timeout, or for good under `python app.py`), with nothing on the page. Now the
+    connection is cut at the deadline, the page says the store did not answer, and once it answers the view draws."""
+    monkeypatch.setenv("RADT_REQUEST_TIMEOUT", str(TIMEOUT_S))
+    monkeypatch.setenv("RADT_RESPONSE_CACHE", "0")
+    experiment, run_id = _fill(pg_uri)
+    host, port, database = address(pg_uri)
+    proxy = TcpProxy(host, port).start()
+    try:
+        from radt.app.dashboard import create_app
+
+        dash_app = create_app(f"postgresql://postgres@127.0.0.1:{proxy.port}/{database}", cache="null")
+        client, body = dash_app.server.test_client(), draw_request(dash_app, experiment, [run_id], ["cat:sm_active"])
+        status, answer, _ = _post(client, body)
+        assert status == 200 and answer["response"]["charts"]["figure"]["data"], "the view draws before the store freezes"
+
+        proxy.blackhole()
+        try:
+            status, answer, took = _post_within(client, body, NEVER_S)
+        finally:
+            proxy.resume()
+        assert status == 200, answer
+        assert "tracking store did not answer within 1 s (RADT_REQUEST_TIMEOUT)" in _annotations(answer), _annotations(answer)
+        assert took < TIMEOUT_S + deadline.GRACE_S + 3, took
+
+        status, answer, took = _post_within(client, body, NEVER_S)  # the cut connection is gone from the pool; the next one answers
+        assert status == 200 and answer["response"]["charts"]["figure"]["data"], answer
+    finally:
+        proxy.stop()
