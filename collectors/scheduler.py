@@ -403,7 +403,7 @@ def _run_workloads(opts: ExperimentOptions, exp: ExperimentFile, workloads: list
         report(f"radt: workload {workload.label} ({place[id(workload)]} of {len(todo)} to run): {len(workload.runs)} run(s)")
         runner = WorkloadRunner(opts, exp, workload, client, experiment_id)
         status = runner.execute()
-        where = f"its statuses are not in {opts.csv} yet (its disk refused them)" if exp.unwritten else f"statuses written to {opts.csv}"
+        where = f"its statuses are not in {opts.csv} yet ({exp.refused or 'not written'})" if exp.unwritten else f"statuses written to {opts.csv}"
         report(f"radt: workload {workload.label} {status}; {where}")
         if status == "KILLED" and runner.interrupted:
             rest = len(workloads) - number - 1

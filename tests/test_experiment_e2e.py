@@ -275,6 +275,9 @@ def test_a_csv_on_a_full_disk_costs_no_training_and_the_last_line_says_which_sta
     assert said == ["radt: cannot write the statuses to experiment.csv (No space left on device); the runs go on, and the next status written brings them"], (
         "said once, not at every status"
     )
+    ends = [line for line in lines if line.startswith("radt: workload ") and " FINISHED; " in line]
+    # each workload's line gives the write's own reason (it said "its disk refused them" whatever the reason was)
+    assert len(ends) == 2 and all(line.endswith("its statuses are not in experiment.csv yet (No space left on device)") for line in ends), ends
     last = lines[-1]
     assert last.startswith("radt: experiment.csv lacks what radt wrote of row 2 (Status FINISHED, Run "), lines
     assert "(No space left on device); write these into it" in last, last
