@@ -1,6 +1,7 @@
 """Live: the runs training now, per host and workload, updating every second without a reload.
 
-Each run is a card: its status, the newest values of its own metrics (loss, accuracy) and per GPU
+Each run is a card: its status, its name and what tells its command apart from the other cards' (a sweep's
+"--lr 0.3"; the whole command on hover), the newest values of its own metrics (loss, accuracy) and per GPU
 (coloured by level), stall and idle flags, and a chart of the last minutes that grows by Plotly's
 extendData with only the points newer than the browser's cursor (no full redraw); its CPU axis
 grows past 100 % (a process tree on several cores), and assets/page.js puts the cards of one
@@ -22,7 +23,9 @@ from dash import ALL, Input, Output, State, callback, clientside_callback, dcc, 
 
 from radt import catalogue, settings
 from radt.app import inputs, live
+from radt.app.aggregates import short_commands
 from radt.app.cache import RUNNING_TIMEOUT
+from radt.app.compare import command_text
 from radt.app.data import cached
 from radt.app.figures import plain
 from radt.app.palette import SCREEN, dash_of, run_colors, themed
@@ -153,7 +156,8 @@ def _figure(traces: list[live.Trace], series: dict) -> go.Figure:
     return fig
 
 
-def _card(run: pd.Series, traces: list[live.Trace], window_min: int, now_ms: int, color: str) -> html.Section:
+def _card(run: pd.Series, traces: list[live.Trace], window_min: int, now_ms: int, color: str, command: tuple[str, str]) -> html.Section:
+    """One run's card; `command` is (what tells it apart from the other cards' commands, the whole command)."""
     start = now_ms - window_min * 60_000
     series = {}
     for trace in traces:
@@ -164,7 +168,9 @@ def _card(run: pd.Series, traces: list[live.Trace], window_min: int, now_ms: int
     cursor = max([*key_ts.values(), start])
     explore = settings.dashboard_path("/?" + urlencode({"exp": run.experiment_id, "runs": run.run_id}))
     title = [html.Span(run.status, className=f"status {STATUS_CLASS.get(run.status, '')}")]
-    title += [html.Strong(run.run_name), html.Span(f" {run.letter}" if run.letter not in ("", "-") else "", className="letter")]
+    title += [html.Strong(run.run_name, title=run.run_name), html.Span(f" {run.letter}" if run.letter not in ("", "-") else "", className="letter")]
+    short, whole = command
+    title += [html.Span(short, className="command", title=whole)] if whole else []
     # assets/page.js points the link at the last explore view with this run added (this href: the run alone)
     link = {"data-exp": str(run.experiment_id), "data-run": run.run_id}
     title += [html.A("explore →", href=explore, className="explore-link", title="add this run to the explore view", **link)]
@@ -202,12 +208,15 @@ def _cards(runs: pd.DataFrame, traces: dict[str, list[live.Trace]], window_min: 
         return [html.P(start, className="hint")]
     out = []
     colors = run_colors(runs)
+    whole = {r.run_id: command_text(r.params) for r in runs.itertuples()}
+    short = short_commands([c for c in whole.values() if c])  # a sweep's cards read "--lr 0.1", "--lr 0.3": which card is which
+    commands = {run_id: (short.get(c, c), c) for run_id, c in whole.items()}
     for host, by_host in runs.groupby("host", sort=False):
         blocks = []
         for (_exp, _wl), group in by_host.groupby(["experiment_name", "workload_id"], sort=False):
             first = group.iloc[0]
             heading = f"{first.experiment_name} · {first.workload_label}" + (f" · {len(group)} collocated runs" if len(group) > 1 else "")
-            cards = [_card(run, traces[run.run_id], window_min, now_ms, colors[run.run_id]) for run in group.itertuples()]
+            cards = [_card(run, traces[run.run_id], window_min, now_ms, colors[run.run_id], commands[run.run_id]) for run in group.itertuples()]
             blocks.append(html.Div([html.H4(heading), html.Div(cards, className="workload-runs")], className="live-workload"))
         out.append(html.Div([html.H3(host, className="host")] + blocks, className="live-host"))
     return out

@@ -149,12 +149,15 @@ CARD_JS = """(name) => {
 
 
 def test_a_card_shows_the_runs_own_metrics_cpu_above_100_and_collocated_runs_share_a_time_range(pg_uri, radt_home, browser):
-    """Two collocated runs: one trained four minutes with a process tree on 2.5 cores and logs loss and accuracy, one started a minute ago."""
+    """Two collocated runs of a learning-rate sweep: one trained four minutes with a process tree on 2.5 cores and logs
+    loss and accuracy, one started a minute ago. Each card names what tells its command apart (the cards showed a random
+    run name alone, so which card was which learning rate took a trip to Explore)."""
     client = MlflowClient(pg_uri)
     experiment = tracking.resolve_experiment(client, pg_uri, "collocated")
     now = int(time.time() * 1000)
-    old = radt_run(client, experiment, "four minutes", start_time=now - 240_000, workload="pair", letter="A")
-    young = radt_run(client, experiment, "one minute", start_time=now - 60_000, workload="pair", letter="B")
+    sweep = ("--epochs", "90", "--batch-size", "256", "--lr")
+    old = radt_run(client, experiment, "four minutes", start_time=now - 240_000, workload="pair", letter="A", script_args=(*sweep, "0.1"))
+    young = radt_run(client, experiment, "one minute", start_time=now - 60_000, workload="pair", letter="B", script_args=(*sweep, "0.3"))
     writer = SqlMetricStore(pg_uri)
     for run_id, seconds in ((old, 240), (young, 60)):
         ts = [now - (seconds - s) * 1000 for s in range(seconds)]
@@ -169,6 +172,12 @@ def test_a_card_shows_the_runs_own_metrics_cpu_above_100_and_collocated_runs_sha
         assert card.locator(".value-own[data-metric=loss]").inner_text() == "loss 0.25"
         assert card.locator(".value-own[data-metric=accuracy]").inner_text() == "accuracy 0.875"
         assert _card(page, "one minute").locator(".value-own").count() == 0, "a run that logged nothing of its own shows none"
+        for name, lr in (("four minutes", "0.1"), ("one minute", "0.3")):
+            command = _card(page, name).locator("header .command")
+            assert command.inner_text() == f"--lr {lr}", "what tells the card's command apart from the other card's"
+            assert command.get_attribute("title") == f"train.py --epochs 90 --batch-size 256 --lr {lr}", "the whole command on hover"
+            header, link = _card(page, name).bounding_box(), _card(page, name).locator(".explore-link").bounding_box()
+            assert link["x"] + link["width"] <= header["x"] + header["width"], "the header stays inside its card"
 
         page.wait_for_function(f"({CARD_JS})('four minutes') && ({CARD_JS})('one minute')")
         shown = page.evaluate(CARD_JS, "four minutes")
