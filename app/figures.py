@@ -370,7 +370,21 @@ def legend_entries(rendered) -> list[dict]:
         dashes = device_dashes(panels)
         for entry in out:
             entry["stats"], entry["devices"] = _run_stats(panels, entry["id"], dashes)
+    runs = getattr(rendered, "runs", None)
+    if isinstance(runs, pd.DataFrame) and {"run_id", "params"} <= set(runs.columns):
+        _name_commands(out, runs)
     return out
+
+
+def _name_commands(entries: list[dict], runs: pd.DataFrame) -> None:
+    """Each run entry's whole command, for its legend row's hover: MLflow's random run names alone do not say which line
+    was which learning rate, and the row has no room to print it (the summary table prints what tells them apart)."""
+    from radt.app.compare import command_text
+
+    whole = {r.run_id: command_text(r.params if isinstance(r.params, dict) else {}) for r in runs.itertuples()}
+    for entry in entries:
+        if whole.get(entry["id"]):
+            entry["command"] = whole[entry["id"]]
 
 
 def window_stats(values) -> tuple[float, float, float]:

@@ -1,7 +1,7 @@
 """The explore charts' legend as an HTML table above the grid: sticky, so it stays in view however far the charts scroll.
 
-One row per run (Grafana's table legend): its colour, its name, and per chart the mean / max / last of the shown window,
-so an idle GPU reads 0.000 even where its line lies on the axis. A multi-GPU run's devices (each in its dash style: the
+One row per run (Grafana's table legend): its colour, its name (its command on hover), and per chart the mean / max /
+last of the shown window, so an idle GPU reads 0.000 even where its line lies on the axis. A multi-GPU run's devices (each in its dash style: the
 small key of which line is which GPU, node or slice) are rows under it, shown on demand ("per GPU", assets/charts.js
 keeps the choice). The max and last columns show where the table fits its box (with the 8 default charts at 1440 px it did
 not: 1,703 px in 1,062, the last three charts' figures out of sight) and on demand ("max", "last"); the mean always shows.
@@ -129,7 +129,7 @@ def children(found: list[dict]) -> list:
                 [
                     html.Td(
                         [_swatch(e["color"], "solid"), html.Span(name, className="legend-label"), html.Span(more, className="legend-more")],
-                        title=name,
+                        title=name + (f"\n{e['command']}" if e.get("command") else ""),  # which learning rate a random name ran
                         className="legend-name",
                     )
                 ]

@@ -235,6 +235,21 @@ def test_legend_entries_name_each_series_once_with_its_run_colour_and_dash():
     assert [e["id"] for e in grouped] == ["w"]
 
 
+def test_a_legend_row_gives_its_runs_command_on_hover():
+    """A sweep's runs carry MLflow's random names ("crawling-gull-54"): the legend row's hover says which command it ran."""
+    from radt.pages.legend import children
+
+    runs = _runs("crawling-gull-54", "nervous-shark-42")
+    runs["params"] = [{"command": "python train.py --lr 0.1"}, {}]
+    panels = [Panel(METRICS["sm_active"], {"r0": {Device(None, 0): _series(0.5)}, "r1": {Device(None, 0): _series(0.3)}})]
+    rendered = type("Rendered", (), {"figure": overlay_figure(panels, runs), "panels": panels, "runs": runs})()
+    entries = legend_entries(rendered)
+    assert [e.get("command") for e in entries] == ["train.py --lr 0.1", None], "the command as a reader names it; none where the run has none"
+    (table,) = children(entries)
+    titles = [row.children[0].title for row in table.children[1].children]
+    assert titles == ["crawling-gull-54\ntrain.py --lr 0.1", "nervous-shark-42"], titles
+
+
 def test_hardware_samples_sit_on_the_training_step_the_script_was_at(store_uri):
     """The script logs its loss every 100 steps, 10 s apart; radt samples the GPU every second with its own counter as step."""
     from mlflow import MlflowClient
