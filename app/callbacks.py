@@ -1,7 +1,7 @@
 """A callback request's shape is checked before Dash reads it: a body no browser sends (not an object, an unknown output,
 inputs missing or of the wrong form) is a 400 with one line instead of a 500 from inside Dash, and a body over
-RADT_REQUEST_BODY_MB a 413 before it is read. The values in a well-formed request are the callbacks' own to check
-(pages/*, radt.app.inputs); their errors stay errors."""
+RADT_REQUEST_BODY_MB a 413 before it is read, and a bundle path Dash does not serve a 404. The values in a well-formed
+request are the callbacks' own to check (pages/*, radt.app.inputs); their errors stay errors."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable, Mapping
 
 import dash
+from dash.exceptions import DependencyException
 from flask import Flask, Response, jsonify, request
 
 from radt.settings import REQUEST_BODY_MB
@@ -33,6 +34,12 @@ def install(server: Flask, app: dash.Dash) -> None:
     @server.errorhandler(413)
     def _too_large(_error) -> tuple[Response, int]:
         return jsonify(error=f"the request body is over {REQUEST_BODY_MB.get():g} MB ({REQUEST_BODY_MB.name})"), 413
+
+    # a bundle path no page asks for (a scanner's ../../etc/passwd, an unknown package, a stale fingerprint): Dash raises,
+    # which was a 500 and a traceback listing every bundle path in the log, per request
+    @server.errorhandler(DependencyException)
+    def _no_such_bundle(_error) -> tuple[Response, int]:
+        return Response("not found\n", mimetype="text/plain"), 404
 
     @server.before_request
     def _check_callback_request() -> Response | tuple[Response, int] | None:
