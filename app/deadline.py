@@ -118,16 +118,21 @@ def bounded_connect(_dialect, _record, cargs: list, cparams: dict):
     left = remaining()
     if left is None:
         return _bounded_connection().connect(*cargs, **cparams)
-    silent = f"the tracking store {SILENT} ({settings.REQUEST_TIMEOUT.name})"
     if left <= 0:  # a draw that lost its connection at the deadline asks for no other
-        raise psycopg.OperationalError(silent)
+        raise _silent_error()
     cparams = {**cparams, "connect_timeout": max(2, min(int(cparams.get("connect_timeout") or 5), math.ceil(left + GRACE_S)))}
     try:
         return _bounded_connection().connect(*cargs, **cparams)
     except psycopg.OperationalError as exc:
-        if remaining() > 0:
+        if (remaining() or 0) > 0:
             raise
-        raise psycopg.OperationalError(silent) from exc
+        raise _silent_error() from exc
+
+
+def _silent_error() -> Exception:
+    import psycopg
+
+    return psycopg.OperationalError(f"the tracking store {SILENT} ({settings.REQUEST_TIMEOUT.name})")
 
 
 @functools.cache
@@ -149,7 +154,7 @@ def _bounded_connection() -> type:
                 if type(exc).__name__ != "_WaitTimeout" or (timeout is not None and timeout <= bound):
                     raise
                 self.pgconn.finish()  # closed: SQLAlchemy's pool drops it rather than reuse a connection mid-query
-                raise psycopg.OperationalError(f"the tracking store {SILENT} ({settings.REQUEST_TIMEOUT.name})") from exc
+                raise _silent_error() from exc
 
     return BoundedConnection
 
