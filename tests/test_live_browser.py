@@ -149,17 +149,20 @@ CARD_JS = """(name) => {
 
 
 def test_a_card_shows_the_runs_own_metrics_cpu_above_100_and_collocated_runs_share_a_time_range(pg_uri, radt_home, browser):
-    """Two collocated runs of a learning-rate sweep: one trained four minutes with a process tree on 2.5 cores and logs
-    loss and accuracy, one started a minute ago. Each card names what tells its command apart (the cards showed a random
-    run name alone, so which card was which learning rate took a trip to Explore)."""
+    """Eleven collocated runs of a learning-rate sweep: one trained four minutes with a process tree on 2.5 cores and logs
+    loss and accuracy, the others started a minute ago. Each card names what tells its command apart (the cards showed a
+    random run name alone, so which card was which learning rate took a trip to Explore), and the eleven cards lie apart
+    within the window, each chart's labels inside it."""
     client = MlflowClient(pg_uri)
     experiment = tracking.resolve_experiment(client, pg_uri, "collocated")
     now = int(time.time() * 1000)
     sweep = ("--epochs", "90", "--batch-size", "256", "--lr")
     old = radt_run(client, experiment, "four minutes", start_time=now - 240_000, workload="pair", letter="A", script_args=(*sweep, "0.1"))
     young = radt_run(client, experiment, "one minute", start_time=now - 60_000, workload="pair", letter="B", script_args=(*sweep, "0.3"))
+    more = {f"lr {n}": radt_run(client, experiment, f"lr {n}", start_time=now - 60_000, workload="pair", letter=chr(65 + n), script_args=(*sweep, f"0.{n + 2}"))
+            for n in range(2, 11)}  # fmt: skip
     writer = SqlMetricStore(pg_uri)
-    for run_id, seconds in ((old, 240), (young, 60)):
+    for run_id, seconds in ((old, 240), (young, 60), *((run_id, 60) for run_id in more.values())):
         ts = [now - (seconds - s) * 1000 for s in range(seconds)]
         writer.write(run_id, [Point("system/gpu_0_sm_active", 0.6, t, s) for s, t in enumerate(ts)])
         writer.write(run_id, [Point("system/process_cpu_utilization_percentage", 250.0, t, s) for s, t in enumerate(ts)])
@@ -187,10 +190,26 @@ def test_a_card_shows_the_runs_own_metrics_cpu_above_100_and_collocated_runs_sha
             f"() => {{ const a = ({CARD_JS})('four minutes'), b = ({CARD_JS})('one minute');"
             " return Math.abs(a.x[0] - b.x[0]) < 1000 && Math.abs(a.x[1] - b.x[1]) < 1000 && a.x[1] - a.x[0] > 200000; }"
         )
-        for name in ("four minutes", "one minute"):
+        for name in ("four minutes", "one minute", *more):
+            page.wait_for_function(f"() => ({CARD_JS})('{name}')")
             shown = page.evaluate(CARD_JS, name)
             assert shown["inside"] and shown["clear"] and shown["titles"] == 2, (name, shown)
+        cards = page.evaluate(
+            """() => Array.from(document.querySelectorAll('.live-run')).map(c => { const b = c.getBoundingClientRect();
+                 const h = c.querySelector('header').getBoundingClientRect(), g = c.querySelector('.js-plotly-plot').getBoundingClientRect();
+                 return {l: b.left, r: b.right, t: b.top, b: b.bottom, inside: [h, g].every(e => e.left >= b.left - 0.5 && e.right <= b.right + 0.5),
+                         command: c.querySelector('header .command').textContent}; })"""
+        )
+        wide = page.evaluate("() => document.documentElement.scrollWidth - innerWidth")
         screenshot(page, "live-collocated")
+    assert len(cards) == 11 and all(c["inside"] for c in cards) and wide <= 0, (cards, wide)
+    assert sorted(c["command"] for c in cards) == sorted(f"--lr 0.{n}" for n in (1, 3, *range(4, 13))), [c["command"] for c in cards]
+    apart = all(
+        a["r"] <= b["l"] + 0.5 or b["r"] <= a["l"] + 0.5 or a["b"] <= b["t"] + 0.5 or b["b"] <= a["t"] + 0.5
+        for i, a in enumerate(cards)
+        for b in cards[i + 1 :]
+    )
+    assert apart, "no card over another"
 
 
 def test_a_dashboard_slower_than_its_poll_still_shows_the_run_and_its_new_points(store_uri, radt_home, browser):
