@@ -13,8 +13,8 @@ from dash import html
 
 from radt import settings
 from radt.app.jobs import GROUPS, job_rows, narrow, totals
-from radt.app.state import STATE, store_error
-from radt.pages import ids
+from radt.app.state import STATE
+from radt.pages.unreadable import reads_store
 
 dash.register_page(__name__, path="/cluster", name="Cluster", title="radt · cluster", order=2)
 
@@ -93,10 +93,8 @@ def _chosen_line(by: str, chosen: dict[str, str]) -> html.P | None:
     return html.P(["Jobs of " + " · ".join(parts) + " — ", html.A("all jobs", href=_here(by, {}), id="cluster-all")], id="cluster-chosen")
 
 
+@reads_store
 def layout(by=None, **query):
-    error = store_error()
-    if error:
-        return html.Div([html.H2("The tracking store cannot be read"), html.P(error, id=ids.STORE_ERROR_REASON)], className="store-error")
     rows = job_rows(STATE.engine)
     if not rows:
         return html.Div(

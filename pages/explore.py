@@ -22,6 +22,7 @@ from radt.app.store import LIVE_STATUSES
 from radt.app.views import View
 from radt.catalogue import METRICS, Metric, display_name, resolve, unit_text
 from radt.pages import comparison, export_panel, ids, legend, run_picker, summary_table
+from radt.pages.unreadable import reads_store
 
 dash.register_page(__name__, path="/", name="Explore", title="radt · explore", order=0)
 
@@ -65,6 +66,7 @@ def gpu_options(run_ids: list[str]) -> list[dict]:
     return [{"label": f"GPU {g}", "value": str(g)} for g in gpus]
 
 
+@reads_store
 def layout(
     exp: str | None = None,
     runs: str | None = None,
@@ -80,16 +82,6 @@ def layout(
     q: str | None = None,
     **_ignored,
 ):
-    error = store_error()
-    if error:
-        return html.Div(
-            [
-                html.H2("The tracking store cannot be read"),
-                html.P(error, id=ids.STORE_ERROR_REASON),
-                html.P("Start the database (or fix the URI: python app.py --store URI), then reload this page."),
-            ],
-            className="store-error",
-        )
     experiments = list_experiments(STATE.engine)
     # the link is typed, pasted, edited: View.from_dict keeps what it can use and says what it ignored
     view = View.from_dict(

@@ -22,7 +22,7 @@ import plotly.graph_objects as go
 from dash import ALL, Input, Output, State, callback, clientside_callback, dcc, html, no_update
 
 from radt import catalogue, settings
-from radt.app import inputs, live
+from radt.app import deadline, inputs, live
 from radt.app.aggregates import short_commands
 from radt.app.cache import RUNNING_TIMEOUT
 from radt.app.compare import command_text
@@ -32,7 +32,7 @@ from radt.app.palette import SCREEN, dash_of, run_colors, themed
 from radt.app.series import load_series
 from radt.app.state import STATE, store_error
 from radt.app.store import LIVE_STATUSES
-from radt.pages import ids
+from radt.pages import ids, unreadable
 
 dash.register_page(__name__, path="/live", name="Live", title="radt · live", order=1)
 
@@ -45,10 +45,8 @@ METRIC_COLORS = {"gr_engine_active": "#6c3fb5", "sm_active": "#1f77b4", "sm_occu
                  "cpu_utilization_percentage": "#7f7f7f", "process_cpu_utilization_percentage": "#ff7f0e"}  # fmt: skip
 
 
+@unreadable.reads_store
 def layout(**_query):
-    error = store_error()
-    if error:
-        return html.Div([html.H2("The tracking store cannot be read"), html.P(error, id=ids.STORE_ERROR_REASON)], className="store-error")
     return html.Div(
         [
             html.Div(
@@ -262,8 +260,13 @@ def render(_go, window_min, previous):
         return no_update, no_update, done
     window_min = inputs.choice(window_min, WINDOWS, 5)  # a request may carry anything: not a window is the default
     now_ms = int(time.time() * 1000)
-    runs = _runs(now_ms)
-    latest = _latest(list(runs["run_id"]), now_ms)
+    try:
+        runs = _runs(now_ms)
+        latest = _latest(list(runs["run_id"]), now_ms)
+    except Exception as exc:  # a frozen database: said in place of the cards (a 503 left them as they were, or none)
+        if not deadline.timed_out(exc):
+            raise
+        return unreadable.page(deadline.message(exc)), None, done  # no signature: the cards come back with the store
     traces = {r: live.chart_traces(sorted(latest.get(r, {}))) for r in runs["run_id"]}
     signature = {"runs": [[r, s, [t.key for t in traces[r]]] for r, s in zip(runs["run_id"], runs["status"], strict=False)], "window": window_min}
     if signature == previous:

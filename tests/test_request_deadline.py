@@ -208,3 +208,47 @@ def test_a_draw_while_postgres_is_frozen_answers_at_its_deadline_then_draws_agai
         assert status == 200 and answer["response"]["charts"]["figure"]["data"], answer
     finally:
         proxy.stop()
+
+
+def test_each_page_loaded_while_postgres_is_frozen_says_so(pg_uri, monkeypatch):
+    """Explore and Cluster read the store in their layout, Live in its cards: while PostgreSQL was frozen each answered
+    with an HTTP 503 after the deadline, which the browser does not show, so the page stayed blank (Live: its cards as
+    they were, or none). Now each says the store did not answer, and what to do."""
+    monkeypatch.setenv("RADT_REQUEST_TIMEOUT", str(TIMEOUT_S))
+    _fill(pg_uri)
+    host, port, database = address(pg_uri)
+    proxy = TcpProxy(host, port).start()
+    try:
+        from radt.app.dashboard import create_app
+
+        client = create_app(f"postgresql://postgres@127.0.0.1:{proxy.port}/{database}", "simple").server.test_client()
+        deps = json.loads(client.get("/_dash-dependencies").data)
+        output = next(d["output"] for d in deps if "_pages_content.children" in d["output"])
+
+        live = next(d["output"] for d in deps if "live-runs.children" in d["output"])
+
+        def load(path: str) -> tuple[int, str]:
+            """Explore's and Cluster's layout as the browser asks for it; Live's cards (its layout reads nothing)."""
+            if path == "/live":
+                inputs = [{"id": "live-go", "property": "data", "value": 1}, {"id": "live-window", "property": "value", "value": 5}]
+                outputs = [{"id": o.rsplit(".", 1)[0], "property": o.rsplit(".", 1)[1]} for o in live.strip(".").split("...")]
+                body = {"output": live, "outputs": outputs, "inputs": inputs, "state": [{"id": "live-signature", "property": "data", "value": None}]}
+            else:
+                location = [{"id": "_pages_location", "property": "pathname", "value": path}, {"id": "_pages_location", "property": "search", "value": ""}]
+                outputs = [{"id": "_pages_content", "property": "children"}, {"id": "_pages_store", "property": "data"}]
+                body = {"output": output, "outputs": outputs, "inputs": location, "state": []}
+            status, answer, _took = _post_within(client, json.dumps(body | {"changedPropIds": []}).encode(), NEVER_S)
+            return status, json.dumps(answer)
+
+        assert all(load(path)[0] == 200 and "store-error" not in load(path)[1] for path in ("/", "/live", "/cluster")), "each page loads"
+        proxy.blackhole()
+        try:
+            frozen = {path: load(path) for path in ("/", "/live", "/cluster")}
+        finally:
+            proxy.resume()
+        for path, (status, page) in frozen.items():
+            assert status == 200 and "store-error" in page, (path, status, page[:300])
+            assert "The tracking store did not answer within 1 s (RADT_REQUEST_TIMEOUT)" in page and "then reload this page" in page, (path, page[:500])
+        assert load("/")[0] == 200 and "store-error" not in load("/")[1], "the page again once the database answers"
+    finally:
+        proxy.stop()
