@@ -469,8 +469,9 @@ REQUEST_TIMEOUT = Setting(
     "RADT_REQUEST_TIMEOUT",
     float,
     20.0,
-    "seconds one dashboard request may read the store and draw; past it the view answers with a message "
-    "(keep it under gunicorn's --timeout, 30 in the README); 0 means no deadline",
+    "seconds one dashboard request may read the store and draw; past it the view answers with a message, and a "
+    "PostgreSQL that does not answer at all (frozen) is cut then, 1 s later (keep it under gunicorn's --timeout, 30 in "
+    "the README); 0 means no deadline",
 )
 READY_TIMEOUT = Setting(
     "RADT_READY_TIMEOUT",
