@@ -569,6 +569,17 @@ RUNNING_TIMEOUT = 2  # a running run's series grow every sample
 LISTING_TIMEOUT = 5  # experiments and runs lists
 ZOOM_TIMEOUT = 60  # a zoomed window of a run: redraws of the same zoom hit; each new zoom is another entry, gone after a minute
 RESPONSE_TIMEOUT = 600  # a whole draw response of ended runs (app/responses.py); checked against the store on every hit
+CACHE_RETRY_S = 5.0  # a Redis cache that failed is left alone this long before a call tries it again (each would wait its timeout)
+CACHE_TIMEOUT = Setting(
+    "RADT_CACHE_TIMEOUT",
+    float,
+    1.0,
+    "seconds the dashboard waits on a Redis cache (RADT_CACHE) for one read or write; past it, or while Redis is down, "
+    "views are drawn without the cache, which is tried again 5 s later",
+    low=0.05,
+    high=60,
+    unit="seconds",
+)
 CACHE_ENTRIES = Setting(
     "RADT_CACHE_ENTRIES",
     int,

@@ -400,6 +400,13 @@ SETTING_CASES = [
         "radt dashboard: RADT_READY_TIMEOUT='0' is out of range; give seconds from 0.1 to 600 (default 2), or unset it",
     ),
     (
+        "dashboard-cache-timeout",
+        ("RADT_CACHE_TIMEOUT", "0"),
+        ["dashboard", "--port", "99999"],
+        None,
+        "radt dashboard: RADT_CACHE_TIMEOUT='0' is out of range; give seconds from 0.05 to 60 (default 1), or unset it",
+    ),
+    (
         "dashboard-compress",
         ("RADT_COMPRESS", "2"),
         ["dashboard", "--port", "99999"],
