@@ -210,6 +210,7 @@ def test_a_draw_while_postgres_is_frozen_answers_at_its_deadline_then_draws_agai
         proxy.stop()
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:dash.development.base_component")  # Dash's notice that DataTable moves out (the summary)
 def test_each_page_loaded_while_postgres_is_frozen_says_so(pg_uri, monkeypatch):
     """Explore and Cluster read the store in their layout, Live in its cards: while PostgreSQL was frozen each answered
     with an HTTP 503 after the deadline, which the browser does not show, so the page stayed blank (Live: its cards as
