@@ -72,7 +72,8 @@ class SparedRedisCache(RedisCache):
             self._off_until = time.monotonic() + settings.CACHE_RETRY_S
             if not self._down:
                 self._down = True
-                reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+                text = str(exc).strip()
+                reason = text.splitlines()[0][:200] if text else type(exc).__name__
                 LOG.warning(
                     "the Redis cache does not answer (%s): views are drawn without it, and it is tried again every %g s", reason, settings.CACHE_RETRY_S
                 )

@@ -65,14 +65,19 @@ def timed_out(exc: BaseException) -> bool:
         return True
     driver = isinstance(exc, sqlite3.Error) or type(exc).__module__.startswith("psycopg")  # binary_rows reads on the driver's cursor
     if isinstance(exc, sa.exc.DBAPIError) or driver:
-        text = str(getattr(exc, "orig", None) or exc).lower()
+        text = _text(exc).lower()
         return any(sign in text for sign in ("interrupted", "statement timeout", "canceling statement", "database is locked", SILENT))
     return False
 
 
 def silent(exc: BaseException) -> bool:
     """True when the store itself did not answer (the connection was cut at the deadline), not the view's own reads."""
-    return SILENT in str(getattr(exc, "orig", None) or exc)
+    return SILENT in _text(exc)
+
+
+def _text(exc: BaseException) -> str:
+    """The driver's own words: SQLAlchemy's wrapper names the statement too."""
+    return str(getattr(exc, "orig", None) or exc)
 
 
 def message(exc: BaseException | None = None) -> str:

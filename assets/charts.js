@@ -217,6 +217,7 @@
   let picked = null; // {max: true, last: false} once the user has clicked one
   try { picked = JSON.parse(window.sessionStorage.getItem(PICKED) || "null"); } catch (e) { picked = null; }
   function showStat(k, on) { document.body.classList.toggle("radt-legend-no-" + k, !on); }
+  function statShown(k) { return !document.body.classList.contains("radt-legend-no-" + k); }
   function fitLegend() {
     const table = document.querySelector(".chart-legend .legend-table");
     if (!table) { return; }
@@ -226,7 +227,7 @@
       OPTIONAL.forEach(function (k) { if (box.scrollWidth > box.clientWidth) { showStat(k, false); } });
     }
     table.querySelectorAll(".legend-stat-toggle").forEach(function (b) {
-      b.setAttribute("aria-pressed", String(!document.body.classList.contains("radt-legend-no-" + b.dataset.stat)));
+      b.setAttribute("aria-pressed", String(statShown(b.dataset.stat)));
     });
   }
   document.addEventListener("click", function (event) {
@@ -234,7 +235,7 @@
     if (!toggle) { return; }
     event.stopPropagation();
     picked = {};
-    OPTIONAL.forEach(function (k) { picked[k] = !document.body.classList.contains("radt-legend-no-" + k); });
+    OPTIONAL.forEach(function (k) { picked[k] = statShown(k); });
     picked[toggle.dataset.stat] = !picked[toggle.dataset.stat];
     try { window.sessionStorage.setItem(PICKED, JSON.stringify(picked)); } catch (e) { /* storage off: kept for this page */ }
     fitLegend();

@@ -3,10 +3,10 @@
 One row per run (Grafana's table legend): its colour, its name (its command on hover), and per chart the mean / max /
 last of the shown window, so an idle GPU reads 0.000 even where its line lies on the axis. A multi-GPU run's devices
 (each in its dash style: the small key of which line is which GPU, node or slice) are rows under it, shown on demand
-("per GPU", assets/charts.js keeps the choice). The max and last columns show where the table fits its box (with the 8 default charts at 1440 px all
-three did not: 1,703 px in 1,062, the last three charts' figures out of sight; mean and max do, names wrapped) and on
-demand ("max", "last"); the mean always shows.
-assets/page.js makes hovering a row call ``window.radtCharts.highlight(id)`` and a click keep it.
+("per GPU", assets/charts.js keeps the choice). The max and last columns show where the table fits its box (with the 8
+default charts at 1440 px all three did not: 1,703 px in 1,062, the last three charts' figures out of sight; mean and max
+do, names wrapped) and on demand ("max", "last"); the mean always shows. assets/page.js makes hovering a row call
+``window.radtCharts.highlight(id)`` and a click keep it.
 """
 
 from __future__ import annotations
