@@ -84,12 +84,24 @@ def message(exc: BaseException | None = None) -> str:
     """The one line a view past its deadline shows: what to change in the view, or, where the store did not answer, that."""
     seconds = settings.REQUEST_TIMEOUT.get()
     if exc is not None and silent(exc):
-        return (
-            f"The tracking store did not answer within {seconds:g} s ({settings.REQUEST_TIMEOUT.name}): it is down, frozen or "
-            "unreachable; reload the page once it answers (radt dashboard's -/ready says when)"
-        )
+        return f"{store_message(exc)}; {RELOAD.lower()}"
     return (
         f"This view took longer than {seconds:g} s ({settings.REQUEST_TIMEOUT.name}) and was stopped: pick fewer runs or metrics, or zoom into a shorter window"
+    )
+
+
+RELOAD = "Reload the page once it answers (radt dashboard's -/ready says when)"  # what to do about a store that did not answer
+
+
+def store_message(exc: BaseException) -> str:
+    """Why a page's own read of the store (its experiments, its runs: no view to narrow yet) ended at the deadline: the
+    store did not answer at all (down, frozen), or another connection held the tables it reads (a migration, a vacuum)."""
+    seconds, name = settings.REQUEST_TIMEOUT.get(), settings.REQUEST_TIMEOUT.name
+    if silent(exc):
+        return f"The tracking store did not answer within {seconds:g} s ({name}): it is down, frozen or unreachable"
+    return (
+        f"The tracking store was busy or locked for {seconds:g} s ({name}): another connection holds the tables this page "
+        "reads (a migration, radt retain, a vacuum, a long write)"
     )
 
 

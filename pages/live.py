@@ -266,7 +266,8 @@ def render(_go, window_min, previous):
     except Exception as exc:  # a frozen database: said in place of the cards (a 503 left them as they were, or none)
         if not deadline.timed_out(exc):
             raise
-        return unreadable.page(deadline.message(exc)), None, done  # no signature: the cards come back with the store
+        # no signature: the cards come back by themselves once the store answers
+        return unreadable.page(deadline.store_message(exc), "The cards come back by themselves once it answers."), None, done
     traces = {r: live.chart_traces(sorted(latest.get(r, {}))) for r in runs["run_id"]}
     signature = {"runs": [[r, s, [t.key for t in traces[r]]] for r, s in zip(runs["run_id"], runs["status"], strict=False)], "window": window_min}
     if signature == previous:

@@ -15,14 +15,16 @@ from radt.app import deadline
 from radt.app.state import store_error
 from radt.pages import ids
 
+UNREACHABLE = "Start the database (or fix the URI: python app.py --store URI), then reload this page."
 
-def page(reason: str) -> html.Div:
-    """The reason and what to do about it."""
+
+def page(reason: str, fix: str = UNREACHABLE) -> html.Div:
+    """The reason and what to do about it: start the store, or (a store that is there but did not answer) wait for it."""
     return html.Div(
         [
             html.H2("The tracking store cannot be read"),
             html.P(reason, id=ids.STORE_ERROR_REASON),
-            html.P("Start the database (or fix the URI: python app.py --store URI), then reload this page."),
+            html.P(fix),
         ],
         className="store-error",
     )
@@ -41,6 +43,6 @@ def reads_store(layout: Callable) -> Callable:
         except Exception as exc:
             if not deadline.timed_out(exc):
                 raise
-            return page(deadline.message(exc))
+            return page(deadline.store_message(exc), f"{deadline.RELOAD}.")
 
     return guarded
