@@ -207,7 +207,7 @@
   // "per GPU" in the legend's header: each device's row, kept across redraws (the legend is drawn anew with the charts)
   document.addEventListener("click", function (event) {
     const toggle = event.target instanceof Element ? event.target.closest(".legend-devices-toggle") : null;
-    if (toggle) { document.body.classList.toggle("radt-legend-devices"); event.stopPropagation(); }
+    if (toggle) { document.body.classList.toggle("radt-legend-devices"); event.stopPropagation(); fitLegend(); } // devices' rows: wider names
   }, true);
 
   // "max" and "last" in the legend's header (pages/legend.py): those columns show where the table fits its box, fitted
@@ -223,11 +223,36 @@
     if (!table) { return; }
     const box = table.parentElement;
     OPTIONAL.forEach(function (k) { showStat(k, picked ? picked[k] !== false : true); });
+    const heads = Array.from(table.querySelectorAll("thead th"));
+    heads.forEach(function (th) { th.style.width = ""; }); // laid out afresh: the names in their mean columns, as Chromium sizes them
+    table.querySelectorAll(".legend-chart-name").forEach(function (name) { name.style.width = ""; name.style.marginRight = ""; });
     if (!picked) {
       OPTIONAL.forEach(function (k) { if (box.scrollWidth > box.clientWidth) { showStat(k, false); } });
     }
     table.querySelectorAll(".legend-stat-toggle").forEach(function (b) {
       b.setAttribute("aria-pressed", String(statShown(b.dataset.stat)));
+    });
+    spanNames(heads);
+  }
+  // A chart's name wrapped inside its mean column (4 lines for "CPU (% of all cores)") while its max column stood empty
+  // beside it: each column's width is kept as laid out, then each name is widened over its chart's shown columns.
+  function spanNames(heads) {
+    const widths = heads.map(function (th) { return Math.floor(th.getBoundingClientRect().width); }); // read all, then write
+    const spans = heads.map(function (th, i) {
+      const name = th.querySelector(".legend-chart-name");
+      if (!name) { return null; }
+      let right = th.getBoundingClientRect().right - parseFloat(getComputedStyle(th).paddingRight);
+      for (let j = i + 1; j < heads.length && !heads[j].classList.contains("legend-first"); j++) {
+        if (heads[j].offsetParent !== null) { right = heads[j].getBoundingClientRect().right - parseFloat(getComputedStyle(heads[j]).paddingRight); }
+      }
+      const own = name.parentElement.getBoundingClientRect();
+      return [name, Math.floor(right - own.left), own.width];
+    });
+    heads.forEach(function (th, i) { if (th.offsetParent !== null) { th.style.width = widths[i] + "px"; } });
+    spans.forEach(function (s) {
+      if (!s || s[1] <= s[2]) { return; }
+      s[0].style.width = s[1] + "px";
+      s[0].style.marginRight = (s[2] - s[1]) + "px"; // the column keeps its width: the name lies over its max and last
     });
   }
   document.addEventListener("click", function (event) {

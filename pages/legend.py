@@ -5,7 +5,7 @@ last of the shown window, so an idle GPU reads 0.000 even where its line lies on
 (each in its dash style: the small key of which line is which GPU, node or slice) are rows under it, shown on demand
 ("per GPU", assets/charts.js keeps the choice). The max and last columns show where the table fits its box (with the 8
 default charts at 1440 px all three did not: 1,703 px in 1,062, the last three charts' figures out of sight; mean and max
-do, names wrapped) and on demand ("max", "last"); the mean always shows. assets/page.js makes hovering a row call
+do, each name over its chart's shown columns) and on demand ("max", "last"); the mean always shows. assets/page.js makes hovering a row call
 ``window.radtCharts.highlight(id)`` and a click keep it.
 """
 
@@ -90,8 +90,8 @@ def _decimals(found: list[dict], charts: int) -> list[int]:
 
 
 def _header(stats: list[dict], toggle: bool) -> html.Thead:
-    """One header row (a table of colspans lost its alignment in Chromium): each chart's name over its mean, then max, last.
-    The first cell holds the toggles: "per GPU" (a multi-GPU run's devices) and "max", "last" (those columns)."""
+    """One header row (a table of colspans lost its alignment in Chromium): each chart's name over its mean, then max, last;
+    assets/charts.js widens the name over the chart's shown columns (two lines, not four). The first cell holds the toggles: "per GPU" (a multi-GPU run's devices) and "max", "last" (those columns)."""
     devices = html.Button("per GPU", className=DEVICES_TOGGLE, title="show each GPU's, node's or slice's own row and line style")
     buttons = ([devices] if toggle else []) + [
         html.Button(k, className=STAT_TOGGLE, title=f"show or hide each chart's {k} column", **{"data-stat": k}) for k in OPTIONAL_STATS
@@ -103,7 +103,7 @@ def _header(stats: list[dict], toggle: bool) -> html.Thead:
         for i, k in enumerate(STATS):
             cells.append(
                 html.Th(
-                    [html.Div(chart if i == 0 else "\u00a0", className="legend-chart"), k],
+                    [html.Div(html.Span(chart, className="legend-chart-name") if i == 0 else "\u00a0", className="legend-chart"), k],
                     className=f"legend-num legend-{k}" + (" legend-first" if i == 0 else ""),
                     title=chart if i == 0 else None,
                 )

@@ -13,6 +13,7 @@ import pytest
 from tests.support.browser import chart_titles, new_page, wait_for_chart
 
 DEMO = "demo: resnet50 collocation"
+FIVE_GPUS = "imported 5 GPUs"  # the real 5-GPU logs (tests/support/stores.import_five_gpus)
 
 pytestmark = pytest.mark.parametrize("filled_store", ["sqlite"], indirect=True)
 
@@ -131,7 +132,10 @@ LEGEND_FIT = """() => { const box = document.querySelector('.chart-legend'), edg
   const shown = e => getComputedStyle(e).display !== 'none';
   const heads = Array.from(box.querySelectorAll('.legend-table th.legend-num')).filter(shown);
   return {scroll: box.scrollWidth, client: box.clientWidth,
-          charts: Array.from(box.querySelectorAll('th.legend-first .legend-chart')).map(d => [d.textContent, d.getBoundingClientRect().right <= edge + 0.5]),
+          charts: Array.from(box.querySelectorAll('th.legend-first .legend-chart')).map(d => {
+            const r = document.createRange(); r.selectNodeContents(d); const lines = Array.from(r.getClientRects());
+            return [d.textContent, Math.max(...lines.map(x => x.right)) <= edge + 0.5, new Set(lines.map(x => Math.round(x.top))).size]; }),
+          head: box.querySelector('.legend-table thead').getBoundingClientRect().height,
           stats: heads.map(h => h.lastChild.textContent),
           pressed: Object.fromEntries(Array.from(box.querySelectorAll('.legend-stat-toggle')).map(b => [b.dataset.stat, b.getAttribute('aria-pressed')]))}; }"""
 
@@ -140,17 +144,24 @@ def test_the_legend_of_the_eight_default_charts_fits_1440_px_and_shows_max_and_l
     """At 1440 x 900 with the 8 default charts the table legend was 1,703 px wide in a 1,062 px box: it scrolled sideways
     (no scrollbar in sight on an overlay-scrollbar screen) and cut "Power (W)" mid-header, CPU and host memory out of view.
     Now the max and last columns show where the table fits (4 charts: all three), on demand where it does not, and the
-    choice holds when the legend is drawn anew."""
+    choice holds when the legend is drawn anew.
+
+    With the demo's 10 runs and the 5-GPU run (11 rows) a chart's name wrapped inside its mean column while the max column
+    beside it stood empty: "CPU (% of all cores)" on four lines, a 67 px header, and the 11th run below the legend's fold.
+    Now a chart's name spans its shown columns: two lines at most, every run's row in view."""
     first, runs = _experiment(filled_store["uri"], DEMO)
     second, more = _experiment(filled_store["uri"], "demo: bert fine-tuning")
-    view = f"{served}?exp={first},{second}&runs={','.join(runs + more)}"
+    view = f"{served}?exp={first},{second},{_experiment(filled_store['uri'], FIVE_GPUS)[0]}&runs={','.join([*runs, *more, filled_store['five_gpus']])}"
     with new_page(browser, width=1440, height=900) as page:
         page.goto(view)
         wait_for_chart(page)
         page.locator(".chart-legend .legend-table").wait_for()
         fit = page.evaluate(LEGEND_FIT)
-        assert len(fit["charts"]) == 8 and all(inside for _, inside in fit["charts"]), f"every chart's name in the legend's box: {fit['charts']}"
+        assert len(fit["charts"]) == 8 and all(inside for _, inside, _lines in fit["charts"]), f"every chart's name in the legend's box: {fit['charts']}"
         assert fit["scroll"] <= fit["client"], f"the legend scrolls sideways at 1440 px: {fit['scroll']} px in {fit['client']}"
+        assert all(lines <= 2 for _, _inside, lines in fit["charts"]), ("each chart's name on two lines at most", fit["charts"], fit["head"])
+        rows = page.evaluate(ROWS_IN_VIEW)
+        assert len(rows) == 11 and all(r["inside"] for r in rows), ("every run's row in the legend's box", fit["head"], rows)
         assert "mean" in fit["stats"] and fit["stats"].count("mean") == 8, fit["stats"]
         hidden = [k for k in ("max", "last") if fit["pressed"][k] == "false"]
         assert hidden and all(k not in fit["stats"] for k in hidden), ("a column is hidden only as its toggle says", fit)
@@ -159,7 +170,7 @@ def test_the_legend_of_the_eight_default_charts_fits_1440_px_and_shows_max_and_l
             "() => document.querySelectorAll('.legend-table th.legend-last').length && getComputedStyle(document.querySelector('.legend-table th.legend-last')).display !== 'none'"
         )
         page.locator(f"input[value='{runs[0]}']").uncheck()  # one run fewer: the charts and their legend drawn anew
-        page.wait_for_function("() => document.querySelectorAll('.legend-table tr.legend-entry:not(.legend-device)').length === 9")
+        page.wait_for_function("() => document.querySelectorAll('.legend-table tr.legend-entry:not(.legend-device)').length === 10")
         again = page.evaluate(LEGEND_FIT)
         assert again["stats"].count("last") == 8 and again["pressed"]["last"] == "true", ("the user's pick holds over a redraw", again)
     with new_page(browser, width=1440, height=900) as page:
@@ -176,5 +187,5 @@ def test_the_legend_of_the_eight_default_charts_fits_1440_px_and_shows_max_and_l
         page.locator(".chart-legend .legend-table").wait_for()
         laptop = page.evaluate(LEGEND_FIT)
         rows = page.evaluate(ROWS_IN_VIEW)
-    assert laptop["scroll"] <= laptop["client"] and all(inside for _, inside in laptop["charts"]), laptop
-    assert len(rows) == 10 and all(r["inside"] for r in rows), ("every run's row in the legend's box", rows)
+    assert laptop["scroll"] <= laptop["client"] and all(inside for _, inside, _lines in laptop["charts"]), laptop
+    assert len(rows) == 11 and all(r["inside"] for r in rows), ("every run's row in the legend's box", laptop["head"], rows)
