@@ -207,9 +207,30 @@ def _categories(found: list[Group]) -> list[str]:
     return list(dict.fromkeys(g.category for g in found))
 
 
-def _side_by_side(found: list[Group]) -> bool:
-    """Whether some category holds groups of two series (they then stand side by side; else each is centred on its own)."""
-    return len({(g.key, g.category) for g in found}) > len({g.category for g in found})
+BAR_GAP, GROUP_GAP = 0.25, 0.08  # of a category's width: between categories, and between the bars that share one
+
+
+def _lanes(found: list[Group]) -> dict[tuple[tuple[str, str], str], tuple[int, int]]:
+    """Each (series, category): its place among the series that category holds, and how many it holds. Plotly's group
+    mode kept a place for every series in every category: by workload over four experiments, one bar a quarter wide at
+    the left of its tick, three empty places beside it."""
+    held: dict[str, list[tuple[str, str]]] = {}
+    for g in found:
+        if g.key not in held.setdefault(g.category, []):
+            held[g.category].append(g.key)
+    return {(key, category): (k, len(keys)) for category, keys in held.items() for k, key in enumerate(keys)}
+
+
+def _centre(lane: tuple[int, int], band: float) -> float:
+    """A lane's centre from its category's tick, in categories: the category's series side by side in `band` of it."""
+    k, n = lane
+    return band * ((k + 0.5) / n - 0.5)
+
+
+def _slot(lane: tuple[int, int], band: float) -> tuple[float, float]:
+    """A bar's offset from its category's tick (its left edge) and its width, in categories (Plotly's bar offset, width)."""
+    width = band / lane[1] * (1 - GROUP_GAP) if lane[1] > 1 else band
+    return _centre(lane, band) - width / 2, width
 
 
 def _layout(figure: go.Figure, title: str, x_title: str, y_title: str, ratio: bool, legend: bool) -> go.Figure:
@@ -246,13 +267,16 @@ def _runs_text(group: Group) -> str:
     return _plain(", ".join(group.runs[:6]) + (f" and {len(group.runs) - 6} more" if len(group.runs) > 6 else ""))
 
 
-def _bars(found: list[Group], colour: str, name: str, **extra) -> go.Bar:
-    """`name`: the legend entry, Plotly text already."""
-    """One series' bars: the mean of each category's runs, whiskers to their minimum and maximum; the runs on hover."""
+def _bars(found: list[Group], colour: str, name: str, lanes: dict, **extra) -> go.Bar:
+    """One series' bars: the mean of each category's runs, whiskers to their minimum and maximum; the runs on hover.
+    `name`: the legend entry, Plotly text already; `lanes`: _lanes of every bar of the panel (each centred on its tick)."""
     means = [float(np.mean(g.values)) for g in found]
     detail = _plain(found[0].detail)
+    slots = [_slot(lanes[(g.key, g.category)], 1 - BAR_GAP) for g in found]
     return go.Bar(
         x=[g.category for g in found],
+        offset=[offset for offset, _width in slots],
+        width=[width for _offset, width in slots],
         y=means,
         name=name,
         marker_color=colour,
@@ -274,9 +298,9 @@ def bar_figure(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str
     found = groups(table, stat, by, experiments)
     if not found:
         raise _empty(stat, by)
-    series = _series(found)
-    figure = go.Figure([_bars(members, PALETTE[j % len(PALETTE)], entry(members[0]) or STATS[stat][0]) for j, members in enumerate(series.values())])
-    figure.update_layout(barmode="group" if _side_by_side(found) else "overlay", bargap=0.25, bargroupgap=0.08)
+    series, lanes = _series(found), _lanes(found)
+    figure = go.Figure([_bars(members, PALETTE[j % len(PALETTE)], entry(members[0]) or STATS[stat][0], lanes) for j, members in enumerate(series.values())])
+    figure.update_layout(barmode="overlay")  # each bar's offset and width its own (_lanes): none overlap
     figure.update_xaxes(categoryorder="array", categoryarray=_categories(found))
     named = any(entry(g) for g in found)
     title = _title(f"{STATS[stat][0]} by {by} (mean of runs, min–max)", by, named)
@@ -297,15 +321,14 @@ def box_figure(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str
         raise _empty(stat, by)
     categories = _categories(found)
     series = _series(found)
-    lanes = len(series) if _side_by_side(found) else 1  # boxes of several series at one category stand side by side
-    width = 0.8 / lanes
+    lanes = _lanes(found)  # boxes of several series at one category stand side by side, together centred on its tick
+    width = 0.8 / max(n for _k, n in lanes.values())
     colours = dict(colours or {})
     colours |= colors((r, None) for g in found for r in g.run_ids if r not in colours)
     figure = go.Figure()
     points: dict[str, list] = {"x": [], "y": [], "color": [], "customdata": [], "text": []}
     for j, members in enumerate(series.values()):
-        lane = (j - (lanes - 1) / 2) * width if lanes > 1 else 0.0
-        centre = {g.category: categories.index(g.category) + lane for g in members}
+        centre = {g.category: categories.index(g.category) + _centre(lanes[(g.key, g.category)], 0.8) for g in members}
         figure.add_box(
             x=[centre[g.category] for g in members for _v in g.values],
             y=[float(v) for g in members for v in g.values],
@@ -399,14 +422,17 @@ def collocation_figure(table: pd.DataFrame, experiments: Mapping[str, str] | Non
     figure = make_subplots(rows=1, cols=2, subplot_titles=[title for _stat, title in COLLOCATION_PANELS], horizontal_spacing=0.12)
     in_legend: set[tuple[str, str]] = set()
     for col, found in enumerate(panels, start=1):
+        lanes = _lanes(found)
         for j, key in enumerate(series):
             members = [g for g in found if g.key == key]
             if members:
                 name = entry(members[0]) or "runs"
-                figure.add_trace(_bars(members, PALETTE[j % len(PALETTE)], name, legendgroup=f"command {j}", showlegend=key not in in_legend), row=1, col=col)
+                figure.add_trace(
+                    _bars(members, PALETTE[j % len(PALETTE)], name, lanes, legendgroup=f"command {j}", showlegend=key not in in_legend), row=1, col=col
+                )
                 in_legend.add(key)
     figure.add_hline(y=1, line={"color": "#57606a", "width": 1, "dash": "dot"}, row=1, col=1)  # the same command alone
-    figure.update_layout(barmode="group" if _side_by_side(both) else "overlay", bargap=0.25, bargroupgap=0.08)
+    figure.update_layout(barmode="overlay")  # each bar's offset and width its own (_lanes)
     figure.update_xaxes(categoryorder="array", categoryarray=categories)
     title = "Collocation per command: throughput ÷ alone and GPU SMACT (mean of runs, min–max)"
     figure = _layout(figure, title, "collocation", "", False, True)

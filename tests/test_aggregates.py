@@ -200,6 +200,23 @@ def test_by_collocation_each_command_is_compared_with_itself(mixed):
     assert figure.name.replace("<br>", " ") == "train.py --model resnet50 --lr 0.1", figure.name
 
 
+def test_a_category_held_by_one_series_centres_its_bar_and_box_on_its_tick(mixed):
+    """MPS holds resnet's runs only: Plotly's group mode drew its bar in resnet's half, left of the tick, half wide, and
+    the box plot put its box there too; alone and same GPU hold both commands, side by side about their ticks."""
+    table, names, _runs, _view = mixed
+    bars = {trace.name.split("<br>")[0]: trace for trace in bar_figure(table, "smact_mean", "collocation", names).data}
+    centres = {(name, x): offset + width / 2 for name, t in bars.items() for x, offset, width in zip(t.x, t.offset, t.width, strict=True)}
+    widths = {(name, x): width for name, t in bars.items() for x, width in zip(t.x, t.width, strict=True)}
+    assert centres[("--model resnet50", "MPS")] == pytest.approx(0) and widths[("--model resnet50", "MPS")] == pytest.approx(0.75), centres
+    for method in ("alone", "same GPU"):
+        resnet, bert = centres[("--model resnet50", method)], centres[("--model bert", method)]
+        assert resnet == pytest.approx(-bert) and resnet < 0 < bert, (method, centres)
+        assert resnet + widths[("--model resnet50", method)] / 2 <= bert - widths[("--model bert", method)] / 2
+    boxes = {t.name.split("<br>")[0]: t for t in box_figure(table, "smact_mean", "collocation", names).data if t.type == "box"}
+    assert set(boxes["--model resnet50"].x[-2:]) == {2.0}, "MPS (the third category) on its tick"
+    assert sorted({round(x, 6) for x in boxes["--model bert"].x}) == [0.2, 1.2], "beside resnet's at alone and same GPU"
+
+
 def test_the_collocation_figure_sets_each_command_against_itself_alone(mixed):
     table, names, _runs, _view = mixed
     figure = collocation_figure(table, names)

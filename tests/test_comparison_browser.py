@@ -182,3 +182,41 @@ def test_comparison_figures_lay_out_apart_and_keep_each_runs_colour(browser, ser
                     for run_id, colour in colours["points"]:
                         assert set(colours["lines"][run_id]) == {colour}, f"{run_id}: its point {colour}, its lines {colours['lines'][run_id]}"
             screenshot(page, f"comparison-collocation-{width}-{filled_store['kind']}")
+
+
+# each drawn bar against its category's tick, in page pixels: [trace, category, bar centre, tick, bar width, category width]
+BARS_JS = """
+() => {
+  const g = document.querySelector('#compare-figure .js-plotly-plot');
+  if (!g || !g._fullLayout || !g._fullData.length || g._fullData[0].type !== 'bar') { return null; }
+  const xa = g._fullLayout.xaxis, left = g.getBoundingClientRect().left + xa._offset, step = xa.l2p(1) - xa.l2p(0);
+  const out = [];
+  g.querySelectorAll('.barlayer .trace').forEach((trace, j) => trace.querySelectorAll('.point path').forEach((bar, i) => {
+    const b = bar.getBoundingClientRect(), category = g._fullData[j].x[i];
+    out.push([j, category, b.left + b.width / 2, left + xa.l2p(xa._categories.indexOf(category)), b.width, step]);
+  }));
+  return out;
+}
+"""
+
+
+def test_a_bar_stands_on_its_own_category_when_the_others_hold_other_experiments(browser, served, filled_store):
+    """Bars by workload of four experiments: only "ungrouped" holds two (the three-hour run's and the imported one's).
+    Plotly's group mode kept a slot for every experiment in every category: each workload's bar a quarter wide, at the
+    left of its tick, three empty slots beside it. Now a category's bars share it, centred on its tick."""
+    client = MlflowClient(filled_store["uri"])
+    experiments = [e.experiment_id for e in client.search_experiments() if e.name != "Default"]
+    runs = [r.info.run_id for r in client.search_runs(experiments)]
+    with new_page(browser, width=1440, height=900) as page:
+        page.goto(f"{served}?exp={','.join(experiments)}&runs={','.join(runs)}&metrics=cat:sm_active")
+        page.wait_for_function("() => { const b = (" + BARS_JS + ")(); return b && b.length >= 8; }")
+        bars = page.evaluate(BARS_JS)
+    per_category: dict[str, list] = {}
+    for bar in bars:
+        per_category.setdefault(bar[1], []).append(bar)
+    assert len(per_category) >= 8 and any(len(b) == 2 for b in per_category.values()), per_category
+    for category, found in per_category.items():
+        tick, step = found[0][3], found[0][5]
+        middle = sum(b[2] for b in found) / len(found)
+        assert abs(middle - tick) <= 1.5, f"{category}: its bars centred at {middle:.1f} px, its tick at {tick:.1f}"
+        assert sum(b[4] for b in found) >= 0.6 * step, f"{category}: {len(found)} bars {[round(b[4]) for b in found]} px wide in {step:.0f}"
