@@ -233,15 +233,35 @@ def _slot(lane: tuple[int, int], band: float) -> tuple[float, float]:
     return _centre(lane, band) - width / 2, width
 
 
+LEGEND_LINE_PX, LEGEND_GAP_PX = 15.6, 10  # a legend text line at Plotly's 12 px font (1.3 spacing); the gap after an entry
+
+
+def _legend_px(figure: go.Figure) -> float:
+    """What the right-hand legend needs, top to bottom: each entry's lines (a command wraps to 4), each group's title once;
+    counted generously, as Plotly's vertical legend scrolls what it cannot hold (which bars were whose, out of sight)."""
+    titled, px = set(), 2 * LEGEND_GAP_PX
+    for trace in figure.data:
+        if trace.showlegend is False or not trace.name:
+            continue
+        texts = [str(trace.name)]
+        if trace.legendgrouptitle and trace.legendgrouptitle.text and trace.legendgroup not in titled:
+            titled.add(trace.legendgroup)
+            texts.append(trace.legendgrouptitle.text)
+        px += sum((text.count("<br>") + 1) * LEGEND_LINE_PX + 3 + LEGEND_GAP_PX for text in texts)
+    return px
+
+
 def _layout(figure: go.Figure, title: str, x_title: str, y_title: str, ratio: bool, legend: bool) -> go.Figure:
-    """The page's layout: a fixed height, the title in a band of its own, the legend right of the plot (it grows the right
-    margin, never covers a chart or a title), axis titles clear of their tick labels."""
+    """The page's layout: the title in a band of its own, the legend right of the plot (it grows the right margin, never
+    covers a chart or a title) and as tall as its entries (the figure grows for it), axis titles clear of their tick labels."""
+    needed = _legend_px(figure) if legend else 0.0
     themed(figure, PAPER).update_layout(
         title={"text": title, "x": 0, "xref": "container", "xanchor": "left", "y": 1, "yref": "container", "yanchor": "top",
                "pad": {"t": 14, "l": 12}, "font": {"size": 15}},
-        height=HEIGHT,
+        height=max(HEIGHT, round(MARGIN["t"] + 24 + needed)),
         showlegend=legend,
-        legend={"orientation": "v", "x": 1.02, "xanchor": "left", "xref": "paper", "y": 1, "yanchor": "top", "yref": "paper"},
+        # beside the plot Plotly's legend scrolls past the plot's height; in px it may run on down the right margin
+        legend={"orientation": "v", "x": 1.02, "xanchor": "left", "xref": "paper", "y": 1, "yanchor": "top", "yref": "paper", "maxheight": needed},
         margin=MARGIN,
     )  # fmt: skip
     figure.update_xaxes(title={"text": x_title, "standoff": 12}, automargin=True)

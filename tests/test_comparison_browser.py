@@ -200,10 +200,24 @@ BARS_JS = """
 """
 
 
+# a comparison figure's legend: its entries' boxes against its own box (a clipped entry still has its box), and its scrollbar
+LEGEND_JS = """
+() => {
+  const g = document.querySelector('#compare-figure .js-plotly-plot');
+  const bg = g && g.querySelector('.legend > .bg');
+  if (!bg) { return null; }
+  const bar = g.querySelector('.legend .scrollbar'), box = bg.getBoundingClientRect();
+  return {bottom: box.bottom, items: Array.from(g.querySelectorAll('.legend .traces')).map(t => [t.getBoundingClientRect().top, t.getBoundingClientRect().bottom]),
+          scrolls: !!bar && bar.getBoundingClientRect().height > 0, figure: g.getBoundingClientRect().height, kind: g._fullData[0].type};
+}
+"""
+
+
 def test_a_bar_stands_on_its_own_category_when_the_others_hold_other_experiments(browser, served, filled_store):
     """Bars by workload of four experiments: only "ungrouped" holds two (the three-hour run's and the imported one's).
     Plotly's group mode kept a slot for every experiment in every category: each workload's bar a quarter wide, at the
-    left of its tick, three empty slots beside it. Now a category's bars share it, centred on its tick."""
+    left of its tick, three empty slots beside it. Now a category's bars share it, centred on its tick. And the figure
+    is as tall as its legend needs."""
     client = MlflowClient(filled_store["uri"])
     experiments = [e.experiment_id for e in client.search_experiments() if e.name != "Default"]
     runs = [r.info.run_id for r in client.search_runs(experiments)]
@@ -211,6 +225,18 @@ def test_a_bar_stands_on_its_own_category_when_the_others_hold_other_experiments
         page.goto(f"{served}?exp={','.join(experiments)}&runs={','.join(runs)}&metrics=cat:sm_active")
         page.wait_for_function("() => { const b = (" + BARS_JS + ")(); return b && b.length >= 8; }")
         bars = page.evaluate(BARS_JS)
+        # by collocation, six commands of up to four lines each: the legend ran past the figure's 460 px and scrolled,
+        # the sixth command's entry (and which bars were its) out of sight
+        legends = {}
+        for label, kind, entries in (("collocation", "bar", 6), ("CDFs", "scatter", 9), ("box plots", "box", 4), ("bars", "bar", 4)):
+            page.locator("#compare-kind label", has_text=label).locator("input").check()
+            page.wait_for_function(
+                "([kind, n]) => { const l = (" + LEGEND_JS + ")(); return l && l.kind === kind && l.items.length >= n; }", arg=[kind, entries]
+            )
+            legends[label] = page.evaluate(LEGEND_JS)
+    for label, legend in legends.items():
+        assert all(bottom <= legend["bottom"] + 0.5 for _top, bottom in legend["items"]), (label, "every entry inside the legend's box", legend)
+        assert not legend["scrolls"], (label, legend)
     per_category: dict[str, list] = {}
     for bar in bars:
         per_category.setdefault(bar[1], []).append(bar)
