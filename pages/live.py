@@ -144,7 +144,7 @@ def _figure(traces: list[live.Trace], series: dict) -> go.Figure:
             "side": "right",
             "showgrid": False,
             "ticksuffix": "%",
-            "title": {"text": "%", "font": {"size": 10}},
+            "title": {"text": "GPU util · CPU (%)", "font": {"size": 10}},  # what lies on it: "%" alone repeated its ticks
             "fixedrange": True,
             "automargin": True,
         },

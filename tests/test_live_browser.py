@@ -144,7 +144,8 @@ CARD_JS = """(name) => {
   const legend = g.querySelector('.legend').getBoundingClientRect();
   const ticks = Array.from(g.querySelectorAll('.xtick text')).map(e => e.getBoundingClientRect().bottom);
   return {x: x.range.map(v => x.r2l(v)), cpu: g._fullLayout.yaxis2.range, inside: boxes.every(b => b.left >= svg.left - 1 && b.right <= svg.right + 1 && b.top >= svg.top - 1 && b.bottom <= svg.bottom + 1),
-          titles: g.querySelectorAll('.g-ytitle text, .g-y2title text').length, clear: ticks.every(b => b <= legend.top + 1)};
+          titles: g.querySelectorAll('.g-ytitle text, .g-y2title text').length, clear: ticks.every(b => b <= legend.top + 1),
+          right: (g.querySelector('.g-y2title text') || {}).textContent};
 }"""
 
 
@@ -194,6 +195,7 @@ def test_a_card_shows_the_runs_own_metrics_cpu_above_100_and_collocated_runs_sha
             page.wait_for_function(f"() => ({CARD_JS})('{name}')")
             shown = page.evaluate(CARD_JS, name)
             assert shown["inside"] and shown["clear"] and shown["titles"] == 2, (name, shown)
+            assert shown["right"] == "GPU util · CPU (%)", ("the right axis says what is on it, not its ticks' '%' again", shown["right"])
         cards = page.evaluate(
             """() => Array.from(document.querySelectorAll('.live-run')).map(c => { const b = c.getBoundingClientRect();
                  const h = c.querySelector('header').getBoundingClientRect(), g = c.querySelector('.js-plotly-plot').getBoundingClientRect();
