@@ -238,9 +238,49 @@ def restyle(figure: go.Figure, style: ExportStyle, charts: int, title: str | Non
                 "entrywidthmode": "pixels",
             }
         )
+    _column_gaps(out, font_size)
     _row_gaps(out, font_size)
     out.update_annotations(font={"size": font_size})  # the charts' titles
     return out
+
+
+def _column_gaps(out: go.Figure, font: float) -> None:
+    """Room between side-by-side charts for the right one's tick labels and axis title (what the left margin holds for the
+    first), in pixels of the print size: at a single column the collocation figure's "SMACT (0–1)" lay over its own
+    ticks and against the left panel. The columns' x domains laid out again; a chart's title centred over it, wrapped
+    at words where it is wider than its chart (the extra lines go up into the top margin)."""
+    axes = {name: axis for name, axis in out.layout.to_plotly_json().items() if name.startswith("xaxis") and axis.get("domain")}
+    lefts = sorted({round(a["domain"][0], 6) for a in axes.values()})
+    if len(lefts) < 2:
+        return
+    plot_px = out.layout.width - out.layout.margin.l - out.layout.margin.r
+    gap = min(0.3, 6 * font / max(plot_px, 1))
+    columns = len(lefts)
+    size = (1 - gap * (columns - 1)) / columns
+    new = {left: (i * (size + gap), i * (size + gap) + size) for i, left in enumerate(lefts)}
+    centres = {}
+    for name, axis in axes.items():
+        low, high = new[round(axis["domain"][0], 6)]
+        centres[(axis["domain"][0] + axis["domain"][1]) / 2] = (low + high) / 2
+        out.layout[name].domain = [max(0.0, low), min(1.0, high)]
+    lines = 1
+    for annotation in out.layout.annotations or ():  # make_subplots' titles: centred over their chart (xref paper)
+        if annotation.xref == "paper" and annotation.yanchor == "bottom" and annotation.x is not None and annotation.text:
+            annotation.x = centres[min(centres, key=lambda c, x=annotation.x: abs(c - x))]
+            annotation.text = _wrapped(str(annotation.text), size * plot_px, font)
+            lines = max(lines, annotation.text.count("<br>") + 1)
+    out.layout.margin.t += (lines - 1) * 1.3 * font
+
+
+def _wrapped(text: str, width_px: float, font: float) -> str:
+    """Plotly text wrapped at words into lines of at most `width_px` (a word longer than that stays whole)."""
+    rows: list[str] = []
+    for word in text.replace("<br>", " ").split():
+        if rows and _text_px(f"{rows[-1]} {word}", font) <= width_px:
+            rows[-1] += f" {word}"
+        else:
+            rows.append(word)
+    return "<br>".join(rows)
 
 
 def _row_gaps(out: go.Figure, font: float) -> None:

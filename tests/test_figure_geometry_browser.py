@@ -158,3 +158,42 @@ def test_the_five_gpu_run_is_one_legend_row_with_each_gpus_figures_on_demand(fil
             assert row["cells"][1] == f"{peaks[row['device']]:.3f}", ("each GPU's max, even one lying on the axis", row, peaks)
         low = page.evaluate("() => document.querySelector('#charts .js-plotly-plot')._fullLayout.yaxis.range[0]")
         assert low < 0, "an idle GPU's line is drawn above the axis line"
+
+
+# an exported figure's text boxes by part, and its plot areas (as SVG_GEOMETRY), in the SVG's pixels
+SVG_TEXTS = (
+    """() => {
+  const box = (el) => { const r = el.getBoundingClientRect(); return {l: r.left, t: r.top, r: r.right, b: r.bottom}; };
+  const all = (selector) => Array.from(document.querySelectorAll(selector)).filter(e => e.textContent.trim()).map(box);
+  return {yticks: all('.ytick text'), y2ticks: all('.y2tick text'), xticks: all('.xtick text'), y2title: all('.g-y2title text'),
+          panels: all('.annotation-text-g text, .annotation text'), plots: ("""
+    + SVG_GEOMETRY
+    + """)().plots};
+}"""
+)
+
+
+@pytest.mark.parametrize("size", ["single-column", "double-column"])
+def test_the_exported_collocation_panels_keep_their_labels_apart(filled_store, browser, size):
+    """The radT papers' figure at a paper's single column: the right panel's y-axis title "SMACT (0–1)" lay over its own
+    "0.5" and against the left panel's plot, and the left panel's title ran over into the right panel's. Now the panels
+    keep room between them for the right one's ticks and title, and a panel title wraps within its panel."""
+    from radt.app.export import comparison_figure
+
+    view = _all_runs(filled_store["uri"], (DEMO[0],), ["cat:sm_active"])
+    figure = comparison_figure(view, ExportStyle(size=size), "collocation")
+    with new_page(browser, width=1400, height=1000) as page:
+        page.set_content(image_bytes(figure, "svg", 96).decode())
+        shown = page.evaluate(SVG_TEXTS)
+    left, right = sorted(shown["plots"], key=lambda p: p["l"])
+    assert shown["y2title"] and shown["y2ticks"] and len(shown["panels"]) >= 2, shown
+    for label in shown["y2title"] + shown["y2ticks"]:
+        assert label["l"] >= left["r"] + 2 and not any(_overlap(label, x) for x in shown["xticks"]), (
+            "the right panel's labels clear of the left panel",
+            label,
+            left,
+        )
+    for tick in shown["y2ticks"]:
+        assert not _overlap(shown["y2title"][0], tick), ("the right axis title over its own tick label", shown["y2title"][0], tick)
+    first, second = sorted(shown["panels"], key=lambda p: p["l"])[:2]
+    assert first["r"] <= right["l"] and second["l"] >= left["r"], ("each panel's title over its own panel", first, second, left, right)
