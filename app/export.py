@@ -69,14 +69,40 @@ def page_grid(charts: int, style: ExportStyle) -> int:
     return widest
 
 
-def legend_names(figure: go.Figure) -> list[str]:
-    """The names the legend shows: one per legend group (a run's GPU and host series, its envelopes and bands share one)."""
-    names: dict[str, str] = {}
+def legend_blocks(figure: go.Figure) -> list[tuple[str, list[str]]]:
+    """The legend as Plotly lays it out: per legend group its title ("" for none) and its entries' names, in order. A run's
+    GPU and host series, envelopes and bands share its group and its one entry; a CDF's lines are one group per
+    experiment, a title and an entry per workload (they had been counted one entry per experiment)."""
+    blocks: dict[str, tuple[str, list[str]]] = {}
     for trace in figure.data:
         if trace.showlegend is False or not trace.name or (trace.legend or "legend") != "legend":
             continue
-        names.setdefault(trace.legendgroup or trace.name, str(trace.name))
-    return list(names.values())
+        title = trace.legendgrouptitle.text if trace.legendgrouptitle and trace.legendgrouptitle.text else ""
+        _title, names = blocks.setdefault(trace.legendgroup or f"\0{trace.name}", (str(title), []))
+        if str(trace.name) not in names:
+            names.append(str(trace.name))
+    return list(blocks.values())
+
+
+def _legend_texts(blocks: list[tuple[str, list[str]]]) -> list[str]:
+    """Every line of text the legend holds: its groups' titles and its entries."""
+    return [t for title, names in blocks for t in [*([title] if title else []), *names]]
+
+
+def _wrap_legend(out: go.Figure, width_px: float, font: float) -> int:
+    """A right-hand legend's entries and group titles wrapped at words to `width_px` (Plotly cuts them at the figure's
+    edge); the legend's lines."""
+    for trace in out.data:
+        if trace.name and (trace.legend or "legend") == "legend":
+            trace.name = _wrapped(str(trace.name), width_px, font)
+        if trace.legendgrouptitle and trace.legendgrouptitle.text:
+            trace.legendgrouptitle.text = _wrapped(str(trace.legendgrouptitle.text), width_px, font)
+    return sum(t.count("<br>") + 1 for t in _legend_texts(legend_blocks(out)))
+
+
+def legend_names(figure: go.Figure) -> list[str]:
+    """The names the legend shows, one per entry (group titles aside)."""
+    return [name for _title, names in legend_blocks(figure) for name in names]
 
 
 def _text_px(text: str, font: float) -> float:
@@ -89,14 +115,16 @@ LEGEND_PAD_PX = 12  # a legend's own padding above and below its rows
 BOTTOM_SLACK_PX = 10  # Plotly draws a legend placed in the bottom margin ~8 px lower than its y says: room kept under it
 
 
-def legend_rows(names: list[str], width_px: float, font: float) -> tuple[int, float]:
-    """(rows, text width in px) of a horizontal legend of `names` in `width_px`, entries of equal width: Plotly lays out
-    `entrywidth` columns exactly (each entrywidth + ITEM_PX wide), so the rows reserved are the rows drawn."""
-    if not names:
+def legend_rows(blocks: list[tuple[str, list[str]]], width_px: float, font: float) -> tuple[int, float]:
+    """(rows, text width in px) of a horizontal legend of `blocks` (legend_blocks) in `width_px`, entries of equal width:
+    Plotly lays out `entrywidth` columns exactly (each entrywidth + ITEM_PX wide), a group's title and entries stacked in
+    its column, so the rows reserved are the rows drawn."""
+    if not blocks:
         return 0, 0.0
-    text = max(_text_px(n, font) for n in names) + 4
+    text = max(_text_px(n, font) for title, names in blocks for n in [*names, *([title] if title else [])]) + 4
     columns = max(1, int(width_px // (text + ITEM_PX)))
-    return math.ceil(len(names) / columns), text
+    rows = sum(max(len(names) + bool(title) for title, names in blocks[i : i + columns]) for i in range(0, len(blocks), columns))
+    return rows, text
 
 
 def _row_px(font: float) -> float:
@@ -161,17 +189,18 @@ def restyle(figure: go.Figure, style: ExportStyle, charts: int, title: str | Non
     font_size = style.font_size
     width_in, row_in = SIZES[style.size]
     width_px = width_in * CSS_DPI
-    names = legend_names(out) if style.legend != "none" else []
-    keys = _dash_key(out) if style.legend != "none" and not style.monochrome else []
+    blocks = legend_blocks(out) if style.legend != "none" else []
+    names = [name for _title, block in blocks for name in block]
+    keys = [("", [key]) for key in _dash_key(out)] if style.legend != "none" and not style.monochrome else []
     margin = {"l": 6 * font_size, "r": 10, "t": 3.5 * font_size, "b": 4.5 * font_size}  # t: the first row's chart titles
     limit_in = style.height or PAGE_LIMITS.get(style.size) or width_in * 9 / 16
     rows_in = (row_in or 0) * charts if row_in else None
     legend: dict = {}
     legend_font = font_size
-    key_entry, key_px, reserved = 0.0, 0.0, 0.0
+    key_entry, key_px, reserved, legend_in = 0.0, 0.0, 0.0, 0.0
     if names and style.legend in ("top", "bottom"):
         while True:
-            lines, entry = legend_rows(names, width_px - margin["l"] - margin["r"], legend_font)
+            lines, entry = legend_rows(blocks, width_px - margin["l"] - margin["r"], legend_font)
             reserved = lines * _row_px(legend_font) + LEGEND_PAD_PX
             key_rows, key_entry = legend_rows(keys, width_px - margin["l"] - margin["r"], legend_font)
             key_px = key_rows * _row_px(legend_font) + LEGEND_PAD_PX + BOTTOM_SLACK_PX if keys else 0
@@ -193,21 +222,23 @@ def restyle(figure: go.Figure, style: ExportStyle, charts: int, title: str | Non
             margin["b"] += reserved
             legend = spot | {"y": 0, "yanchor": "top"}  # y: set once the height is known (top-anchored: Plotly draws it as reserved)
         margin["b"] += key_px
-    elif names:  # right: as wide as its longest name
-        longest = max(_text_px(n, font_size) for n in names) + ITEM_PX
-        margin["r"] = min(width_px * 0.45, longest + 10)
-        if names and len(names) * _row_px(font_size) > (limit_in * CSS_DPI - margin["t"] - margin["b"]):
+    elif names:  # right: as wide as its longest name, at most 45 % of the figure; a longer name wraps at words
+        margin["r"] = min(width_px * 0.45, max(_text_px(t, font_size) for t in _legend_texts(blocks)) + ITEM_PX + 10)
+        lines = _wrap_legend(out, margin["r"] - ITEM_PX - 10, font_size)
+        if lines * _row_px(font_size) > (limit_in * CSS_DPI - margin["t"] - margin["b"]):
             raise ExportError(f"the legend of {len(names)} runs is taller than the {limit_in:g} in figure; use --legend top, or fewer runs")
-        legend = {"orientation": "v", "x": 1, "xanchor": "right", "xref": "container", "y": 1, "yanchor": "top"}
+        # Plotly draws a right-anchored legend ~8 px past the figure's edge: anchored that much inside it
+        legend = {"orientation": "v", "x": 1 - 12 / width_px, "xanchor": "right", "xref": "container", "y": 1, "yanchor": "top"}
+        legend_in = (margin["t"] + lines * _row_px(font_size) + LEGEND_PAD_PX) / CSS_DPI  # the figure is at least this tall
         key_rows, key_entry = legend_rows(keys, width_px - margin["l"] - margin["r"], font_size)
         key_px = key_rows * _row_px(font_size) + LEGEND_PAD_PX + BOTTOM_SLACK_PX if keys else 0
         margin["b"] += key_px
     if style.height:
         height_in = style.height
     elif row_in is None:
-        height_in = width_in * 9 / 16
+        height_in = max(width_in * 9 / 16, min(limit_in, math.ceil(legend_in * 2) / 2))
     else:
-        wanted = rows_in + (margin["t"] + margin["b"]) / CSS_DPI
+        wanted = max(rows_in + (margin["t"] + margin["b"]) / CSS_DPI, legend_in)
         height_in = min(limit_in, math.ceil(wanted * 2) / 2)  # whole half inches: whole pixels at any even DPI
     themed(out, PAPER).update_layout(
         width=round(width_px),

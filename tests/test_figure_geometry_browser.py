@@ -197,3 +197,32 @@ def test_the_exported_collocation_panels_keep_their_labels_apart(filled_store, b
         assert not _overlap(shown["y2title"][0], tick), ("the right axis title over its own tick label", shown["y2title"][0], tick)
     first, second = sorted(shown["panels"], key=lambda p: p["l"])[:2]
     assert first["r"] <= right["l"] and second["l"] >= left["r"], ("each panel's title over its own panel", first, second, left, right)
+
+
+LEGEND_TEXTS = """() => Array.from(document.querySelectorAll('g.legend text.legendtext')).map(t => {
+  const r = t.getBoundingClientRect(); return {text: t.textContent, r: r.right, l: r.left}; })"""
+
+
+@pytest.mark.parametrize("legend", ["top", "right"])
+def test_an_exported_cdf_of_four_experiments_shows_each_entry_whole_and_keeps_its_plot(filled_store, browser, legend):
+    """The CDF by workload of the demo, the long run and the 5-GPU import at a single column: the legend was reserved one
+    row per experiment (4) but drew a title and a row per workload (13), so the plot was squeezed to about an inch, and
+    its entries' width was the experiments' names, so "workload 3 bert-large batch 64 (1)" was cut at "(". Now the
+    legend is reserved as Plotly lays it out: each entry whole, the plot its row's height."""
+    from radt.app.export import comparison_figure
+
+    view = _all_runs(filled_store["uri"], (*DEMO, "long runs", "imported 5 GPUs"), ["cat:sm_active"])
+    figure = comparison_figure(view, ExportStyle(size="single-column", legend=legend), "cdf")
+    with new_page(browser, width=1400, height=1400) as page:
+        page.set_content(image_bytes(figure, "svg", 96).decode())
+        shown = page.evaluate(SVG_GEOMETRY)
+        texts = page.evaluate(LEGEND_TEXTS)
+    (runs_legend,) = [lg for lg in shown["legends"] if lg["cls"] == "legend"]
+    whole = ["".join(name.split()) for name in runs_legend["names"]]  # a wrapped entry's lines are its text's tspans
+    assert len(texts) == 13 and "workload3bert-largebatch64(1)" in whole, texts  # 9 entries, 4 titles
+    for text in texts:
+        assert text["r"] <= runs_legend["box"]["r"] + 0.5 and text["r"] <= shown["width"] + 0.5, ("an entry cut by its legend's edge", text, runs_legend["box"])
+    (plot,) = shown["plots"]
+    assert not _overlap(runs_legend["box"], plot), ("the legend over the plot", runs_legend["box"], plot)
+    assert runs_legend["box"]["b"] <= shown["height"] + 0.5, ("the legend inside the figure", runs_legend["box"], shown["height"])
+    assert plot["b"] - plot["t"] >= 1.5 * 96, ("the plot keeps room to be read", plot)
