@@ -294,7 +294,7 @@ def _bars(found: list[Group], colour: str, name: str, lanes: dict, **extra) -> g
     detail = _plain(found[0].detail)
     slots = [_slot(lanes[(g.key, g.category)], 1 - BAR_GAP) for g in found]
     return go.Bar(
-        x=[g.category for g in found],
+        x=[_plain(g.category) for g in found],  # a workload's name as text: Plotly draws a category's own markup
         offset=[offset for offset, _width in slots],
         width=[width for _offset, width in slots],
         y=means,
@@ -319,9 +319,14 @@ def bar_figure(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str
     if not found:
         raise _empty(stat, by)
     series, lanes = _series(found), _lanes(found)
-    figure = go.Figure([_bars(members, PALETTE[j % len(PALETTE)], entry(members[0]) or STATS[stat][0], lanes) for j, members in enumerate(series.values())])
+    figure = go.Figure(
+        [
+            _bars(members, PALETTE[j % len(PALETTE)], entry(members[0]) or STATS[stat][0], lanes, showlegend=bool(entry(members[0])))
+            for j, members in enumerate(series.values())
+        ]
+    )  # one unnamed series (one experiment by workload) is in no legend: the axis title says what it is
     figure.update_layout(barmode="overlay")  # each bar's offset and width its own (_lanes): none overlap
-    figure.update_xaxes(categoryorder="array", categoryarray=_categories(found))
+    figure.update_xaxes(categoryorder="array", categoryarray=[_plain(c) for c in _categories(found)])
     named = any(entry(g) for g in found)
     title = _title(f"{STATS[stat][0]} by {by} (mean of runs, min–max)", by, named)
     return _layout(figure, title, by, _axis_title(stat), STATS[stat][1] == RATIO, named)
@@ -453,7 +458,7 @@ def collocation_figure(table: pd.DataFrame, experiments: Mapping[str, str] | Non
                 in_legend.add(key)
     figure.add_hline(y=1, line={"color": "#57606a", "width": 1, "dash": "dot"}, row=1, col=1)  # the same command alone
     figure.update_layout(barmode="overlay")  # each bar's offset and width its own (_lanes)
-    figure.update_xaxes(categoryorder="array", categoryarray=categories)
+    figure.update_xaxes(categoryorder="array", categoryarray=[_plain(c) for c in categories])
     title = "Collocation per command: throughput ÷ alone and GPU SMACT (mean of runs, min–max)"
     figure = _layout(figure, title, "collocation", "", False, True)
     figure.update_yaxes(title={"text": "× alone"}, row=1, col=1)

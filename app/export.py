@@ -21,6 +21,7 @@ import struct
 import threading
 import warnings
 import zlib
+from html import unescape
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -233,6 +234,7 @@ def restyle(figure: go.Figure, style: ExportStyle, charts: int, title: str | Non
         key_rows, key_entry = legend_rows(keys, width_px - margin["l"] - margin["r"], font_size)
         key_px = key_rows * _row_px(font_size) + LEGEND_PAD_PX + BOTTOM_SLACK_PX if keys else 0
         margin["b"] += key_px
+    margin["b"] += _category_ticks(out, width_px - margin["l"] - margin["r"], font_size)
     if style.height:
         height_in = style.height
     elif row_in is None:
@@ -273,6 +275,40 @@ def restyle(figure: go.Figure, style: ExportStyle, charts: int, title: str | Non
     _row_gaps(out, font_size)
     out.update_annotations(font={"size": font_size})  # the charts' titles
     return out
+
+
+def _category_ticks(out: go.Figure, plot_px: float, font: float) -> float:
+    """Category names under a bar or box chart that each keep to their category: as they are where they fit, wrapped at
+    words onto up to three lines where that fits, else upright (eight workloads at a single column, tilted 30°, lay over
+    each other and pushed the plot into half the figure). The bottom margin they need beyond one line, in pixels."""
+    extra = 0.0
+    for name, axis in out.layout.to_plotly_json().items():
+        if not name.startswith("xaxis"):
+            continue
+        values = list(axis.get("categoryarray") or axis.get("tickvals") or [])
+        labels = [unescape(str(t)) for t in (axis.get("ticktext") or values)]  # a box chart's names are Plotly text (&amp;)
+        if len(labels) < 2 or len(labels) != len(values) or not all(isinstance(v, str) for v in labels):
+            continue
+        domain = axis.get("domain") or [0, 1]
+        room = (domain[1] - domain[0]) * plot_px / len(labels) - 6
+        widest = max(_text_px(label, font) for label in labels)
+        wrapped = [_wrapped(label, room, font) for label in labels]
+        lines = max(w.count("<br>") + 1 for w in wrapped)
+        if widest <= room:
+            upright, ticktext = False, labels
+        elif lines <= 3 and all(_text_px(line, font) <= room for w in wrapped for line in w.split("<br>")):
+            upright, ticktext = False, wrapped
+            extra = max(extra, (lines - 1) * 1.3 * font)
+        else:
+            upright, ticktext = True, labels
+            extra = max(extra, widest - 1.3 * font)
+        out.layout[name].update(tickmode="array", tickvals=values, ticktext=[_plain(t) for t in ticktext], tickangle=-90 if upright else 0)
+    return extra
+
+
+def _plain(text: str) -> str:
+    """Text as Plotly text, its line breaks kept (a name's own '<' is never markup)."""
+    return "<br>".join(part.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") for part in text.split("<br>"))
 
 
 def _column_gaps(out: go.Figure, font: float) -> None:

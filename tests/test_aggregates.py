@@ -104,6 +104,7 @@ def test_bars_are_the_tables_means_per_collocation_method(built):
     assert list(bar.customdata) == [2, 2, 2, 2], "two runs a bar"
     by_workload = bar_figure(table, "steps_per_h", "workload").data[0]
     assert list(by_workload.x) == ["workload alone", "workload mig", "workload mps", "workload timeslice"]
+    assert by_workload.showlegend is False, "one experiment's bars: no legend entry (an export drew one, 'mean SMACT', the axis title again)"
     hours = {w: [(e - s) / 60 for s, e, *_ in WORKLOADS[w][1]] for w in WORKLOADS}
     assert list(by_workload.y) == pytest.approx([np.mean([10 / h for h in hours[w]]) for w in ("alone", "mig", "mps", "timeslice")])
 

@@ -217,6 +217,11 @@ def test_names_are_text_in_the_legend_the_tooltip_and_the_run_tree(page, junk):
     assert page.locator("#charts a").count() == 0, "no link in the chart: not in the legend, the tooltip or a title"
     tree = page.locator("#run-tree").inner_text()
     assert EVIL in tree and page.locator("#run-tree a").count() == 0
+    # the comparison bars by workload: the workload's name under its bar was Plotly's markup (bold "w")
+    page.wait_for_function("() => document.querySelectorAll('#compare-figure .xtick text').length >= 2")
+    ticks = page.locator("#compare-figure .xtick text").all_text_contents()
+    assert any(WORKLOAD in t for t in ticks), ticks
+    assert page.locator("#compare-figure .xtick tspan[style*='bold'], #compare-figure .xtick a").count() == 0, "a name under a bar is text"
     screenshot(page, "dashboard-names-are-text")
 
 

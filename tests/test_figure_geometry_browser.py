@@ -226,3 +226,30 @@ def test_an_exported_cdf_of_four_experiments_shows_each_entry_whole_and_keeps_it
     assert not _overlap(runs_legend["box"], plot), ("the legend over the plot", runs_legend["box"], plot)
     assert runs_legend["box"]["b"] <= shown["height"] + 0.5, ("the legend inside the figure", runs_legend["box"], shown["height"])
     assert plot["b"] - plot["t"] >= 1.5 * 96, ("the plot keeps room to be read", plot)
+
+
+TICKS = """() => Array.from(document.querySelectorAll('.xtick text, .x2tick text')).filter(t => t.textContent.trim()).map(t => {
+  const r = t.getBoundingClientRect(); return {text: t.textContent, l: r.left, t: r.top, r: r.right, b: r.bottom}; })"""
+
+
+@pytest.mark.parametrize("kind", ["bar", "box"])
+def test_an_exported_figure_by_workload_keeps_its_category_labels_apart(filled_store, browser, kind):
+    """Eight workloads at a single column: their names, tilted 30°, lay over each other ("workload 2 same GPU" over
+    "workload 3 MPS") and the last one pushed the plot into the left half of the figure. Now a name wraps at words
+    where that fits its category, else it stands upright; none touches another, every one inside the figure."""
+    from radt.app.export import comparison_figure
+
+    view = _all_runs(filled_store["uri"], (*DEMO, "long runs", "imported 5 GPUs"), ["cat:sm_active"])
+    figure = comparison_figure(view, ExportStyle(size="single-column"), kind)
+    with new_page(browser, width=1400, height=1400) as page:
+        page.set_content(image_bytes(figure, "svg", 96).decode())
+        shown = page.evaluate(SVG_GEOMETRY)
+        ticks = page.evaluate(TICKS)
+    assert len(ticks) == 8, ticks
+    for i, a in enumerate(ticks):
+        assert a["l"] >= -0.5 and a["r"] <= shown["width"] + 0.5 and a["b"] <= shown["height"] + 0.5, ("a label outside the figure", a)
+        for b in ticks[i + 1 :]:
+            assert not _overlap(a, b), ("two labels over each other", a, b)
+    (plot,) = shown["plots"]
+    assert plot["r"] - plot["l"] >= 0.75 * (shown["width"] - 80), ("the plot keeps the figure's width", plot, shown["width"])
+    assert plot["b"] - plot["t"] >= 1.5 * 96, ("the plot keeps room to be read", plot)
