@@ -383,3 +383,24 @@ def test_a_mistake_or_help_is_answered_before_the_plotting_libraries_are_importe
     assert said["code"] == 2, (said, done.stderr)
     assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("radt export: "), done.stderr
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("out")]
+
+
+def test_a_workload_name_of_thousands_of_characters_stays_under_its_bar_and_the_figure_on_its_page():
+    """A CSV's workload name is the user's: 5,000 characters stood upright under its bar would ask for a bottom margin
+    of ~38,000 px in a 9 in figure (no plot left). The name is cut with '…' under its bar (whole in the dashboard's tooltip)."""
+    import pandas as pd
+
+    from radt.app.aggregates import bar_figure
+    from radt.app.export import ExportStyle, restyle
+
+    long = "w" * 5000
+    table = pd.DataFrame(
+        {"kind": "run", "experiment_id": "1", "command": "train.py", "run": [f"r{i}" for i in range(8)], "run_id": [f"id{i}" for i in range(8)],
+         "workload": [long if i == 0 else f"workload {i} with a long enough name" for i in range(8)], "smact_mean": [0.1 * i for i in range(8)]}
+    )  # fmt: skip
+    printed = restyle(bar_figure(table, "smact_mean", "workload"), ExportStyle(size="single-column"), 1)
+    plot_px = printed.layout.height - printed.layout.margin.t - printed.layout.margin.b
+    assert printed.layout.height <= 9.0 * 96 and plot_px >= 1.2 * 96, (printed.layout.height, printed.layout.margin)
+    ticks = list(printed.layout.xaxis.ticktext)
+    (cut,) = [t for t in ticks if t.startswith("wwww")]
+    assert max(len(t) for t in ticks) <= 48 and cut.endswith("…") and "workload 1 with a long enough name" in ticks, ticks
