@@ -271,6 +271,20 @@ def _layout(figure: go.Figure, title: str, x_title: str, y_title: str, ratio: bo
     return figure
 
 
+LABEL_CHARS = 40  # a category's name under its chart at most this long, then '…' (a CSV's workload name is the user's)
+
+
+def cut_label(text: str) -> str:
+    """A category's name as its tick shows it: 5,000 characters stood upright squeezed the plot to 64 px (whole on hover)."""
+    return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"
+
+
+def _ticks(categories: list[str]) -> dict:
+    """A category axis whose ticks are the categories' names as text, cut (cut_label); the values stay whole for the hover."""
+    values = [_plain(c) for c in categories]
+    return {"categoryorder": "array", "categoryarray": values, "tickmode": "array", "tickvals": values, "ticktext": [_plain(cut_label(c)) for c in categories]}
+
+
 def _plain(text: str) -> str:
     """Names as Plotly text, never as its pseudo-HTML."""
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -326,7 +340,7 @@ def bar_figure(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str
         ]
     )  # one unnamed series (one experiment by workload) is in no legend: the axis title says what it is
     figure.update_layout(barmode="overlay")  # each bar's offset and width its own (_lanes): none overlap
-    figure.update_xaxes(categoryorder="array", categoryarray=[_plain(c) for c in _categories(found)])
+    figure.update_xaxes(**_ticks(_categories(found)))
     named = any(entry(g) for g in found)
     title = _title(f"{STATS[stat][0]} by {by} (mean of runs, min–max)", by, named)
     return _layout(figure, title, by, _axis_title(stat), STATS[stat][1] == RATIO, named)
@@ -383,7 +397,7 @@ def box_figure(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str
         showlegend=False,
         meta={"points": "runs"},  # one point per run, customdata[0] its run id: its colour is its colour on every page
     )
-    figure.update_xaxes(tickvals=list(range(len(categories))), ticktext=[_plain(c) for c in categories], range=[-0.5, len(categories) - 0.5],
+    figure.update_xaxes(tickvals=list(range(len(categories))), ticktext=[_plain(cut_label(c)) for c in categories], range=[-0.5, len(categories) - 0.5],
                         showgrid=False, zeroline=False)  # fmt: skip
     named = any(entry(g) for g in found)
     return _layout(figure, _title(f"{STATS[stat][0]} by {by} (runs)", by, named), by, _axis_title(stat), STATS[stat][1] == RATIO, named)
@@ -458,7 +472,7 @@ def collocation_figure(table: pd.DataFrame, experiments: Mapping[str, str] | Non
                 in_legend.add(key)
     figure.add_hline(y=1, line={"color": "#57606a", "width": 1, "dash": "dot"}, row=1, col=1)  # the same command alone
     figure.update_layout(barmode="overlay")  # each bar's offset and width its own (_lanes)
-    figure.update_xaxes(categoryorder="array", categoryarray=[_plain(c) for c in categories])
+    figure.update_xaxes(**_ticks(categories))
     title = "Collocation per command: throughput ÷ alone and GPU SMACT (mean of runs, min–max)"
     figure = _layout(figure, title, "collocation", "", False, True)
     figure.update_yaxes(title={"text": "× alone"}, row=1, col=1)

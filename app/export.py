@@ -27,6 +27,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from radt.app import data
+from radt.app.aggregates import cut_label
 from radt.app.exportoptions import LEGENDS, SIZES, ExportError, ExportStyle
 from radt.app.palette import PAPER, themed
 from radt.app.views import EXPORT_BUDGET, View, render, view_runs, x_range
@@ -286,7 +287,7 @@ def _category_ticks(out: go.Figure, plot_px: float, font: float) -> float:
         if not name.startswith("xaxis"):
             continue
         values = list(axis.get("categoryarray") or axis.get("tickvals") or [])
-        labels = [_cut(unescape(str(t))) for t in (axis.get("ticktext") or values)]  # a box chart's names are Plotly text (&amp;)
+        labels = [cut_label(unescape(str(t))) for t in (axis.get("ticktext") or values)]  # a box chart's names are Plotly text (&amp;)
         if len(labels) < 2 or len(labels) != len(values) or not all(isinstance(v, str) for v in labels):
             continue
         domain = axis.get("domain") or [0, 1]
@@ -304,13 +305,6 @@ def _category_ticks(out: go.Figure, plot_px: float, font: float) -> float:
             extra = max(extra, widest - 1.3 * font)
         out.layout[name].update(tickmode="array", tickvals=values, ticktext=[_plain(t) for t in ticktext], tickangle=-90 if upright else 0)
     return extra
-
-
-LABEL_CHARS = 40  # a category name under its chart at most this long, then '…' (a CSV's workload name is the user's)
-
-
-def _cut(text: str) -> str:
-    return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"
 
 
 def _plain(text: str) -> str:

@@ -386,8 +386,9 @@ def test_a_mistake_or_help_is_answered_before_the_plotting_libraries_are_importe
 
 
 def test_a_workload_name_of_thousands_of_characters_stays_under_its_bar_and_the_figure_on_its_page():
-    """A CSV's workload name is the user's: 5,000 characters stood upright under its bar would ask for a bottom margin
-    of ~38,000 px in a 9 in figure (no plot left). The name is cut with '…' under its bar (whole in the dashboard's tooltip)."""
+    """A CSV's workload name is the user's: 5,000 characters stood upright under its bar asked for a bottom margin of
+    28,829 px in an 864 px figure (no plot left; on the page, a 64 px plot). The name is cut with '…' under its bar, whole
+    on hover."""
     import pandas as pd
 
     from radt.app.aggregates import bar_figure
@@ -398,7 +399,9 @@ def test_a_workload_name_of_thousands_of_characters_stays_under_its_bar_and_the_
         {"kind": "run", "experiment_id": "1", "command": "train.py", "run": [f"r{i}" for i in range(8)], "run_id": [f"id{i}" for i in range(8)],
          "workload": [long if i == 0 else f"workload {i} with a long enough name" for i in range(8)], "smact_mean": [0.1 * i for i in range(8)]}
     )  # fmt: skip
-    printed = restyle(bar_figure(table, "smact_mean", "workload"), ExportStyle(size="single-column"), 1)
+    screen = bar_figure(table, "smact_mean", "workload")  # the page's: its plot was squeezed to 64 px by that one name
+    assert max(len(t) for t in screen.layout.xaxis.ticktext) <= 40 and long in screen.layout.xaxis.tickvals, "cut under the bar, whole on hover"
+    printed = restyle(screen, ExportStyle(size="single-column"), 1)
     plot_px = printed.layout.height - printed.layout.margin.t - printed.layout.margin.b
     assert printed.layout.height <= 9.0 * 96 and plot_px >= 1.2 * 96, (printed.layout.height, printed.layout.margin)
     ticks = list(printed.layout.xaxis.ticktext)
