@@ -85,6 +85,12 @@ def test_the_comparison_figure_and_a_page_high_figure_from_the_panel(page, serve
     page.goto(f"{served}?exp={experiment}&runs={','.join(run_ids)}&metrics={METRICS}&x=relative&mode=runs&smooth=0&log=0")
     wait_for_traces(page, set(names))
     page.get_by_text("Export", exact=True).click()
+    gaps = page.evaluate(
+        """() => Array.from(document.querySelectorAll('.export-options input[type=radio]')).map(r => {
+          const label = r.closest('label').getBoundingClientRect(), box = r.getBoundingClientRect();
+          return [r.value, Math.round(box.width), Math.round(label.width)]; })"""
+    )
+    assert len(gaps) == 2 and all(width <= 20 for _value, width, _label in gaps), ("'colour' and 'monochrome' sat 90 px right of their radios", gaps)
     page.fill("#export-height", "4")
     with page.expect_download(timeout=60_000) as pdf:
         page.get_by_role("button", name="PDF", exact=True).click()
