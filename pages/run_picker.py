@@ -26,6 +26,7 @@ STATUS_ICON = {"FINISHED": "✓", "FAILED": "✗", "KILLED": "■", "RUNNING": "
 OPEN_LIMIT = 40  # up to this many runs every workload is unfolded; beyond, only those with a ticked run
 OPEN_LIMIT_FILTERED = 100  # the same once a filter has narrowed the list: what it leaves is what the user asked to see
 PLACEHOLDER = "filter runs: words, or params.lr = '0.1' and smact.mean < 0.3"
+FILTER_PAUSE_S = 0.6  # seconds without a key before the typed filter applies (one query per pause, not per key)
 HELP = (
     "Words match a run's name, workload, letter, status or param=value. Or MLflow's search syntax, joined by and: "
     "params.batch_size = '128', tags.radt.collocation = 'mps', attributes.status IN ('FINISHED', 'RUNNING'), "
@@ -121,7 +122,8 @@ def sidebar(experiments: list[dict], experiment_ids: list[str], runs: pd.DataFra
             value=experiment_ids,
             className="experiments",
         ),
-        dcc.Input(id=ids.RUN_FILTER, type="search", value=query, placeholder=PLACEHOLDER, debounce=True, className="filter"),
+        # applied once typing pauses: applied only on Enter or on leaving the box, a typed filter left the old one's count in view
+        dcc.Input(id=ids.RUN_FILTER, type="search", value=query, placeholder=PLACEHOLDER, debounce=FILTER_PAUSE_S, className="filter"),
         html.P(error, id=ids.RUN_FILTER_ERROR, className="filter-error", role="alert"),
         html.Div(
             [

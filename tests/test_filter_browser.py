@@ -34,10 +34,11 @@ def _open(page, many: dict, query: dict | None = None) -> None:
     page.locator("#run-filter-count").filter(has_text="500 runs").wait_for()
 
 
-def _type(page, text: str) -> None:
+def _type(page, text: str, enter: bool = True) -> None:
     box = page.locator("#run-filter")
     box.fill(text)
-    box.press("Enter")
+    if enter:
+        box.press("Enter")
 
 
 def _shown(page) -> list[str]:
@@ -78,8 +79,9 @@ def test_the_issues_filter_narrows_500_runs_and_stays_in_the_url(page, many):
     assert len(_shown(page)) == matching
     assert page.locator(".wl-runs input:checked").count() == matching
 
-    # radt's summaries narrow further: SMACT below 0.3 leaves the runs with index 0-2 (0.05, 0.15, 0.25)
-    _type(page, EXAMPLE + " and smact.mean < 0.3")
+    # radt's summaries narrow further: SMACT below 0.3 leaves the runs with index 0-2 (0.05, 0.15, 0.25). Typed and left
+    # there, as a user does: the filter applied only on Enter or leaving the box, the count said the old filter's runs
+    _type(page, EXAMPLE + " and smact.mean < 0.3", enter=False)
     narrower = expected(lambda r: r["batch_size"] == "128" and r["collocation"] == "mps" and r["status"] == "FINISHED" and r["smact"] < 0.3)
     page.locator("#run-filter-count").filter(has_text=f"{narrower} of 500 runs match").wait_for()
     assert len(_shown(page)) == narrower
