@@ -103,25 +103,40 @@ def experiment_label(experiment_id: str, experiments: Mapping[str, str] | None) 
     return (experiments or {}).get(str(experiment_id)) or f"experiment {experiment_id}"
 
 
+LAUNCHERS = {"python", "python3", "radt", "torchrun", "accelerate", "deepspeed", "bash", "sh", "srun", "mpirun", "uv", "poetry"}
+
+
 def short_commands(commands: list[str]) -> dict[str, str]:
     """Command -> its short name for a legend: what tells it apart from the other commands shown. The script where scripts
-    differ, and where one script runs with several argument lists, the arguments not all of them share; one command: all of it."""
-    parsed = {c: _words(c) for c in dict.fromkeys(commands)}
+    differ, and where one script runs with several argument lists, the arguments not all of them share; one command: all of it.
+    A launcher names its script with it ("python train.py", "radt import": they were "python" and "radt")."""
+    parsed = {c: _script(_words(c)) for c in dict.fromkeys(commands)}
     if len(parsed) < 2:
         return {c: c or NO_COMMAND for c in parsed}
     scripts: dict[str, list[str]] = {}
-    for command, words in parsed.items():
-        scripts.setdefault(words[0] if words else "", []).append(command)
+    for command, (script, _args) in parsed.items():
+        scripts.setdefault(script, []).append(command)
     out = {}
-    for command, words in parsed.items():
-        siblings = scripts[words[0] if words else ""]
-        shared = set.intersection(*(set(_pairs(parsed[c][1:])) for c in siblings)) if len(siblings) > 1 else set()
-        kept = [words[0]] if len(scripts) > 1 and words else []
-        kept += [" ".join(p) for p in _pairs(words[1:]) if p not in shared] if len(siblings) > 1 else []
+    for command, (script, args) in parsed.items():
+        siblings = scripts[script]
+        shared = set.intersection(*(set(_pairs(parsed[c][1])) for c in siblings)) if len(siblings) > 1 else set()
+        kept = [script] if len(scripts) > 1 and script else []
+        kept += [" ".join(p) for p in _pairs(args) if p not in shared] if len(siblings) > 1 else []
         out[command] = " ".join(kept) if kept else (command or NO_COMMAND)
     if len(set(out.values())) < len(out):  # two that only the order of their arguments tells apart: say them whole
         return {c: c or NO_COMMAND for c in parsed}
     return out
+
+
+def _script(words: list[str]) -> tuple[str, list[str]]:
+    """A command's script and its arguments; a launcher's script is the launcher and its first word that is no option."""
+    if not words:
+        return "", []
+    if words[0].rsplit("/", 1)[-1] in LAUNCHERS:
+        for i, word in enumerate(words[1:], start=1):
+            if not word.startswith("-"):
+                return f"{words[0]} {word}", words[i + 1 :]
+    return words[0], words[1:]
 
 
 def _words(command: str) -> list[str]:

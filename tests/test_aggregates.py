@@ -272,6 +272,14 @@ def test_short_command_names_say_what_differs():
         "train.py --b 2 --a 1": "train.py --b 2 --a 1",
     }
     assert short_commands(["", "x.py"])[""] == "(no command)"
+    # a launcher is not the script: `radt import`'s run and a `python train.py` run were named "radt" and "python"
+    mixed = short_commands(["radt import a.csv b.txt", "python train.py --lr 0.1", "python -m torch.distributed.run eval.py", "vit.py --lr 1"])
+    assert mixed == {
+        "radt import a.csv b.txt": "radt import",
+        "python train.py --lr 0.1": "python train.py",
+        "python -m torch.distributed.run eval.py": "python torch.distributed.run",
+        "vit.py --lr 1": "vit.py",
+    }, mixed
     wrapped = legend_text("train_imagenet.py --model resnet50 --batch-size 256 --lr 0.1 --epochs 10 --workers 8 --amp <b>")
     assert wrapped.count("<br>") == 2 and wrapped.endswith(" …") and all(len(line) <= 30 for line in wrapped.split("<br>"))
     assert legend_text("a <b>bold</b> name") == "a &lt;b&gt;bold&lt;/b&gt; name", "a name is text, never Plotly's markup"
