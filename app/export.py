@@ -86,6 +86,17 @@ def legend_blocks(figure: go.Figure) -> list[tuple[str, list[str]]]:
     return list(blocks.values())
 
 
+LEGEND_CHARS = 60  # an exported legend entry's line at most this long, then '…' (a run's name is the user's)
+
+
+def _cut_legend(out: go.Figure) -> None:
+    """Each legend entry's lines cut at LEGEND_CHARS: a run named with 300 characters and no space ran past the figure."""
+    for trace in out.data:
+        if trace.name and len(str(trace.name)) > LEGEND_CHARS:
+            lines = [unescape(line) for line in str(trace.name).split("<br>")]
+            trace.name = "<br>".join(_plain(line if len(line) <= LEGEND_CHARS else line[: LEGEND_CHARS - 1] + "…") for line in lines)
+
+
 def _legend_texts(blocks: list[tuple[str, list[str]]]) -> list[str]:
     """Every line of text the legend holds: its groups' titles and its entries."""
     return [t for title, names in blocks for t in [*([title] if title else []), *names]]
@@ -188,6 +199,7 @@ def restyle(figure: go.Figure, style: ExportStyle, charts: int, title: str | Non
         out.add_trace(go.Scatter(spec) if spec.get("type") == "scatter" else trace)
         if style.monochrome:
             _monochrome(out.data[-1], series.setdefault(trace.legendgroup or str(number), len(series)))
+    _cut_legend(out)
     font_size = style.font_size
     width_in, row_in = SIZES[style.size]
     width_px = width_in * CSS_DPI

@@ -407,3 +407,17 @@ def test_a_workload_name_of_thousands_of_characters_stays_under_its_bar_and_the_
     ticks = list(printed.layout.xaxis.ticktext)
     (cut,) = [t for t in ticks if t.startswith("wwww")]
     assert max(len(t) for t in ticks) <= 48 and cut.endswith("…") and "workload 1 with a long enough name" in ticks, ticks
+
+
+def test_a_run_name_of_hundreds_of_characters_is_cut_in_the_exported_legend():
+    """A run's name is the user's: 300 characters with no space made the legend's entries 300 characters wide, one to a
+    row, the name running past the figure's edge. An exported legend entry is cut at 60 characters with '…'."""
+    import plotly.graph_objects as go
+
+    from radt.app.export import ExportStyle, legend_names, restyle
+
+    long = "r" * 299 + "&"
+    figure = go.Figure([go.Scatter(x=[0, 1], y=[0, 1], name=name, legendgroup=name) for name in (long.replace("&", "&amp;"), "short run")])
+    for legend in ("top", "right"):
+        names = legend_names(restyle(figure, ExportStyle(size="single-column", legend=legend), 1))
+        assert names[1] == "short run" and len(names[0]) <= 60 and names[0].endswith("…"), (legend, names)
