@@ -16,6 +16,7 @@ import io
 import logging
 import math
 import os
+import re
 import shutil
 import struct
 import threading
@@ -92,9 +93,11 @@ LEGEND_CHARS = 60  # an exported legend entry's line at most this long, then '�
 def _cut_legend(out: go.Figure) -> None:
     """Each legend entry's lines cut at LEGEND_CHARS: a run named with 300 characters and no space ran past the figure."""
     for trace in out.data:
-        if trace.name and len(str(trace.name)) > LEGEND_CHARS:
-            lines = [unescape(line) for line in str(trace.name).split("<br>")]
-            trace.name = "<br>".join(_plain(line if len(line) <= LEGEND_CHARS else line[: LEGEND_CHARS - 1] + "…") for line in lines)
+        if trace.name and len(str(trace.name)) > LEGEND_CHARS:  # a line of radt's own markup (<i>experiment</i>) is kept
+            lines = str(trace.name).split("<br>")
+            trace.name = "<br>".join(
+                line if "<" in line or len(unescape(line)) <= LEGEND_CHARS else _plain(unescape(line)[: LEGEND_CHARS - 1] + "…") for line in lines
+            )
 
 
 def _legend_texts(blocks: list[tuple[str, list[str]]]) -> list[str]:
@@ -102,15 +105,15 @@ def _legend_texts(blocks: list[tuple[str, list[str]]]) -> list[str]:
     return [t for title, names in blocks for t in [*([title] if title else []), *names]]
 
 
-def _wrap_legend(out: go.Figure, width_px: float, font: float) -> int:
+def _wrap_legend(out: go.Figure, width_px: float, font: float) -> float:
     """A right-hand legend's entries and group titles wrapped at words to `width_px` (Plotly cuts them at the figure's
-    edge); the legend's lines."""
+    edge); the legend's height in px."""
     for trace in out.data:
         if trace.name and (trace.legend or "legend") == "legend":
             trace.name = _wrapped(str(trace.name), width_px, font)
         if trace.legendgrouptitle and trace.legendgrouptitle.text:
             trace.legendgrouptitle.text = _wrapped(str(trace.legendgrouptitle.text), width_px, font)
-    return sum(t.count("<br>") + 1 for t in _legend_texts(legend_blocks(out)))
+    return sum(_entry_px(t, font) for t in _legend_texts(legend_blocks(out)))
 
 
 def legend_names(figure: go.Figure) -> list[str]:
@@ -128,16 +131,30 @@ LEGEND_PAD_PX = 12  # a legend's own padding above and below its rows
 BOTTOM_SLACK_PX = 10  # Plotly draws a legend placed in the bottom margin ~8 px lower than its y says: room kept under it
 
 
-def legend_rows(blocks: list[tuple[str, list[str]]], width_px: float, font: float) -> tuple[int, float]:
-    """(rows, text width in px) of a horizontal legend of `blocks` (legend_blocks) in `width_px`, entries of equal width:
-    Plotly lays out `entrywidth` columns exactly (each entrywidth + ITEM_PX wide), a group's title and entries stacked in
-    its column, so the rows reserved are the rows drawn."""
+def legend_size(blocks: list[tuple[str, list[str]]], width_px: float, font: float) -> tuple[float, float]:
+    """(height, text width) in px of a horizontal legend of `blocks` (legend_blocks) in `width_px`, entries of equal
+    width: Plotly lays out `entrywidth` columns exactly (each entrywidth + ITEM_PX wide), a group's title and entries
+    stacked in its column, an entry as tall as its lines, so the room reserved is the room drawn. A wrapped command is
+    as wide as its widest line (counted as one line, six commands took one column, a third of the figure)."""
     if not blocks:
-        return 0, 0.0
-    text = max(_text_px(n, font) for title, names in blocks for n in [*names, *([title] if title else [])]) + 4
+        return 0.0, 0.0
+    text = max(_line_px(t, font) for t in _legend_texts(blocks)) + 4
     columns = max(1, int(width_px // (text + ITEM_PX)))
-    rows = sum(max(len(names) + bool(title) for title, names in blocks[i : i + columns]) for i in range(0, len(blocks), columns))
-    return rows, text
+
+    def height(block: tuple[str, list[str]]) -> float:
+        return sum(_entry_px(t, font) for t in _legend_texts([block]))
+
+    return sum(max(height(b) for b in blocks[i : i + columns]) for i in range(0, len(blocks), columns)), text
+
+
+def _line_px(text: str, font: float) -> float:
+    """The width of Plotly text's widest line: its markup left out, its entities one character."""
+    return max(_text_px(unescape(re.sub(r"<[^>]*>", "", line)), font) for line in text.split("<br>"))
+
+
+def _entry_px(text: str, font: float) -> float:
+    """A legend entry's (or group title's) height: a row, or its lines at Plotly's 1.3 line spacing."""
+    return max(_row_px(font), (text.count("<br>") + 1) * 1.3 * font + 3)
 
 
 def _row_px(font: float) -> float:
@@ -214,10 +231,10 @@ def restyle(figure: go.Figure, style: ExportStyle, charts: int, title: str | Non
     key_entry, key_px, reserved, legend_in = 0.0, 0.0, 0.0, 0.0
     if names and style.legend in ("top", "bottom"):
         while True:
-            lines, entry = legend_rows(blocks, width_px - margin["l"] - margin["r"], legend_font)
-            reserved = lines * _row_px(legend_font) + LEGEND_PAD_PX
-            key_rows, key_entry = legend_rows(keys, width_px - margin["l"] - margin["r"], legend_font)
-            key_px = key_rows * _row_px(legend_font) + LEGEND_PAD_PX + BOTTOM_SLACK_PX if keys else 0
+            drawn, entry = legend_size(blocks, width_px - margin["l"] - margin["r"], legend_font)
+            reserved = drawn + LEGEND_PAD_PX
+            key_drawn, key_entry = legend_size(keys, width_px - margin["l"] - margin["r"], legend_font)
+            key_px = key_drawn + LEGEND_PAD_PX + BOTTOM_SLACK_PX if keys else 0
             needed = (reserved + key_px) / CSS_DPI  # the legends may take half the figure; the charts keep the rest
             if needed <= limit_in / 2 or legend_font <= LEGEND_FONT_FLOOR:
                 break
@@ -237,15 +254,15 @@ def restyle(figure: go.Figure, style: ExportStyle, charts: int, title: str | Non
             legend = spot | {"y": 0, "yanchor": "top"}  # y: set once the height is known (top-anchored: Plotly draws it as reserved)
         margin["b"] += key_px
     elif names:  # right: as wide as its longest name, at most 45 % of the figure; a longer name wraps at words
-        margin["r"] = min(width_px * 0.45, max(_text_px(t, font_size) for t in _legend_texts(blocks)) + ITEM_PX + 10)
-        lines = _wrap_legend(out, margin["r"] - ITEM_PX - 10, font_size)
-        if lines * _row_px(font_size) > (limit_in * CSS_DPI - margin["t"] - margin["b"]):
+        margin["r"] = min(width_px * 0.45, max(_line_px(t, font_size) for t in _legend_texts(blocks)) + ITEM_PX + 10)
+        drawn = _wrap_legend(out, margin["r"] - ITEM_PX - 10, font_size)
+        if drawn > (limit_in * CSS_DPI - margin["t"] - margin["b"]):
             raise ExportError(f"the legend of {len(names)} runs is taller than the {limit_in:g} in figure; use --legend top, or fewer runs")
         # Plotly draws a right-anchored legend ~8 px past the figure's edge: anchored that much inside it
         legend = {"orientation": "v", "x": 1 - 12 / width_px, "xanchor": "right", "xref": "container", "y": 1, "yanchor": "top"}
-        legend_in = (margin["t"] + lines * _row_px(font_size) + LEGEND_PAD_PX) / CSS_DPI  # the figure is at least this tall
-        key_rows, key_entry = legend_rows(keys, width_px - margin["l"] - margin["r"], font_size)
-        key_px = key_rows * _row_px(font_size) + LEGEND_PAD_PX + BOTTOM_SLACK_PX if keys else 0
+        legend_in = (margin["t"] + drawn + LEGEND_PAD_PX) / CSS_DPI  # the figure is at least this tall
+        key_drawn, key_entry = legend_size(keys, width_px - margin["l"] - margin["r"], font_size)
+        key_px = key_drawn + LEGEND_PAD_PX + BOTTOM_SLACK_PX if keys else 0
         margin["b"] += key_px
     margin["b"] += _category_ticks(out, width_px - margin["l"] - margin["r"], font_size)
     if style.height:

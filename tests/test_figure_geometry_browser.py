@@ -253,3 +253,31 @@ def test_an_exported_figure_by_workload_keeps_its_category_labels_apart(filled_s
     (plot,) = shown["plots"]
     assert plot["r"] - plot["l"] >= 0.75 * (shown["width"] - 80), ("the plot keeps the figure's width", plot, shown["width"])
     assert plot["b"] - plot["t"] >= 1.5 * 96, ("the plot keeps room to be read", plot)
+
+
+LEGEND_ITEMS = """() => Array.from(document.querySelectorAll('g.legend g.traces')).map(t => {
+  const r = t.getBoundingClientRect(); return {l: r.left, t: r.top, r: r.right, b: r.bottom}; })"""
+
+
+def test_an_exported_legend_of_wrapped_commands_lays_them_side_by_side(filled_store, browser):
+    """The collocation figure of four experiments at double column: its six commands are wrapped to 30 characters a
+    line, but their width was counted as one line (up to 90 characters), so the legend took one column, six entries
+    tall, a third of the figure. Now the widest line counts: side by side, each inside the figure, none over a chart."""
+    from radt.app.export import comparison_figure
+
+    view = _all_runs(filled_store["uri"], (*DEMO, "long runs", "imported 5 GPUs"), ["cat:sm_active"])
+    figure = comparison_figure(view, ExportStyle(size="double-column", legend="top"), "collocation")
+    with new_page(browser, width=1400, height=1400) as page:
+        page.set_content(image_bytes(figure, "svg", 96).decode())
+        shown = page.evaluate(SVG_GEOMETRY)
+        items = page.evaluate(LEGEND_ITEMS)
+        texts = page.evaluate(LEGEND_TEXTS)
+    assert len(items) == 6 and len({round(i["l"]) for i in items}) >= 2, ("the entries side by side", items)
+    assert not any("<" in t["text"] for t in texts), ("an experiment's name in italics, not its markup as text", texts)
+    top = min(p["t"] for p in shown["plots"])
+    assert top - max(i["b"] for i in items) <= 60, ("the room reserved for the legend is the room it takes", items, top)
+    for item in items:
+        assert item["r"] <= shown["width"] + 0.5 and item["b"] <= shown["plots"][0]["t"], ("an entry outside the figure or over a chart", item, shown["plots"])
+    for a_index, a in enumerate(items):
+        for b in items[a_index + 1 :]:
+            assert not _overlap(a, b), ("two entries over each other", a, b)
