@@ -31,7 +31,7 @@ from radt.app import data
 from radt.app.aggregates import cut_label
 from radt.app.exportoptions import LEGENDS, SIZES, ExportError, ExportStyle
 from radt.app.palette import PAPER, themed
-from radt.app.views import EXPORT_BUDGET, View, render, view_runs, x_range
+from radt.app.views import EXPORT_BUDGET, View, experiment_names, render, view_runs, x_range
 
 CSS_DPI = 96  # Plotly's pixel is a CSS pixel: 96 per inch
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
@@ -490,14 +490,6 @@ def _grey_bars(figure: go.Figure) -> go.Figure:
         elif trace.type == "scatter":
             trace.marker.color = "#000000"
     return figure
-
-
-def experiment_names() -> dict[str, str]:
-    """Experiment id -> name, for figures that compare runs of several experiments (app/aggregates.py names them)."""
-    from radt.app.runs import list_experiments
-    from radt.app.state import STATE
-
-    return {e["experiment_id"]: e["name"] for e in list_experiments(STATE.engine)} if STATE.engine is not None else {}
 
 
 def activity_series(view: View, run_id: str) -> tuple[dict[str, tuple], str]:

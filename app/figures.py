@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -163,6 +164,7 @@ def overlay_figure(
     x_range: tuple | None = None,
     gpu_mode: str = "each",
     columns: int = 1,
+    experiments: Mapping[str, str] | None = None,
 ) -> go.Figure:
     """Charts, one per metric, in a grid of `columns` (1-3) sharing one x axis.
 
@@ -193,7 +195,8 @@ def overlay_figure(
     per_minute = 60.0 if x_mode == "relative" and not grouped and _short(panels, runs) else 1.0
     line_trace = line_trace_class(panels)
     step_placed = x_mode == "step" and any(p.placed for p in panels)
-    drawing = _Drawing(fig, runs, x_mode, smoothing, gpu_mode, per_minute, line_trace, run_colour, wl_colors, dashes, set())
+    labels = _workload_labels(runs, experiments or {}) if grouped else {}
+    drawing = _Drawing(fig, runs, x_mode, smoothing, gpu_mode, per_minute, line_trace, run_colour, wl_colors, dashes, set(), labels)
     for index, panel in enumerate(panels):
         cell = {"row": index // cols + 1, "col": index % cols + 1}
         if grouped:
@@ -236,6 +239,20 @@ class _Drawing(NamedTuple):
     wl_colors: dict[str, str]
     dashes: dict
     in_legend: set[str]  # a run (or workload) is in the legend once, from the first chart it appears in
+    labels: dict[str, str]  # workload id -> its name in a grouped view (_workload_labels)
+
+
+def _workload_labels(runs: pd.DataFrame, experiments: Mapping[str, str]) -> dict[str, str]:
+    """Workload id -> its legend name: its label, and its experiment's name where another workload shown has the same
+    label (each experiment's "ungrouped", two CSVs' "workload 1 alone": the legend read the same name twice)."""
+    if runs.empty or "experiment_id" not in runs:
+        return {}
+    first = runs.drop_duplicates("workload_id")
+    shared = first["workload_label"].duplicated(keep=False)
+    return {
+        str(w): f"{label} · {experiments.get(str(e)) or f'experiment {e}'}" if twice else str(label)
+        for w, label, e, twice in zip(first["workload_id"], first["workload_label"], first["experiment_id"], shared, strict=True)
+    }
 
 
 def _draw_workloads(d: _Drawing, panel: Panel, cell: dict) -> None:
@@ -246,9 +263,9 @@ def _draw_workloads(d: _Drawing, panel: Panel, cell: dict) -> None:
         if run_id in runs.index:
             members.setdefault(runs.loc[run_id, "workload_id"], []).extend((run_id, *_points(found)) for found in devices.values())
     for workload_id, found in members.items():
-        label = runs.loc[runs["workload_id"] == workload_id, "workload_label"].iloc[0]
+        label = d.labels.get(str(workload_id)) or runs.loc[runs["workload_id"] == workload_id, "workload_label"].iloc[0]
         count = len({run_id for run_id, _xs, _ys in found})
-        what = f"mean of {count}" if len(found) == count else f"mean of {count} runs, {len(found)} GPU series"
+        what = f"mean of {count}" if len(found) == count else f"mean of {count} run{'s' if count > 1 else ''}, {len(found)} GPU series"
         band_meta = {"workload_id": workload_id, "name": f"{label} ({what})", "device": "", "dash": "solid"} | look
         band = Band(workload_id, plain(f"{label} ({what})"), d.wl_colors[workload_id], band_meta, GROUP_BAND_ALPHA, True)
         _add_band(d.fig, runs, found, d.x_mode, d.smoothing, cell, d.in_legend, band)

@@ -301,10 +301,20 @@ def render(view: View, budget: int = SCREEN_BUDGET, runs: pd.DataFrame | None = 
             panels.append(Panel(spec_metric(spec), found, placed=view.x == "step" and data.hardware(spec)))
     grouped = view.mode == "grouped"
     deadline.check()
+    names = experiment_names() if grouped and len(set(runs["experiment_id"])) > 1 else {}  # two experiments' "ungrouped" told apart
     figure = overlay_figure(
-        panels, runs, x_mode=view.x, grouped=grouped, smoothing=view.smoothing, log_y=view.log_y, x_range=limits, gpu_mode=view.gpu_mode, columns=view.columns
-    )
+        panels, runs, x_mode=view.x, grouped=grouped, smoothing=view.smoothing, log_y=view.log_y, x_range=limits, gpu_mode=view.gpu_mode,
+        columns=view.columns, experiments=names,
+    )  # fmt: skip
     return Rendered(figure, runs, panels, missing, _step_notes(view, runs))
+
+
+def experiment_names() -> dict[str, str]:
+    """Experiment id -> name, for figures that show runs of several experiments (a grouped view, the comparison figures)."""
+    from radt.app.runs import list_experiments
+    from radt.app.state import STATE
+
+    return {str(e["experiment_id"]): e["name"] for e in list_experiments(STATE.engine)} if STATE.engine is not None else {}
 
 
 def _step_notes(view: View, runs: pd.DataFrame) -> list[str]:

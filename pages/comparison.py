@@ -58,7 +58,7 @@ def draw(rows, kind, by, stat, run_id, view_data):
         return empty_figure("Pick runs on the left."), options
     kind, by, stat = (v if isinstance(v, str) else "" for v in (kind, by, stat))  # not text: named as not one of the choices
     try:
-        from radt.app.export import experiment_names
+        from radt.app.views import experiment_names
 
         view = View.from_dict(view_data if isinstance(view_data, dict) else {})
         if kind == "activity":

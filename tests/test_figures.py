@@ -122,6 +122,15 @@ def test_grouped_bands_are_clearly_visible():
     assert next(t for t in figure.data if t.name.endswith("(mean of 2)") and t.showlegend).meta["workload_id"] == "w"
 
 
+def test_grouped_workloads_of_two_experiments_with_one_label_are_told_apart():
+    """The demo's long run and the 5-GPU import are each their experiment's "ungrouped": grouped, the legend read
+    "ungrouped (mean of 1)" and "ungrouped (mean of 1 runs, 5 GPU series)", nothing saying which was which."""
+    runs = _runs("long", "five").assign(experiment_id=["3", "4"], workload_id=["ungrouped:3", "ungrouped:4"], workload_label="ungrouped")
+    panel = Panel(METRICS["sm_active"], {"r0": {Device(None, 0): _series(0.2)}, "r1": {Device(None, 0): _series(0.6), Device(None, 1): _series(0.4)}})
+    names = sorted(t.name for t in overlay_figure([panel], runs.set_index("run_id", drop=False), grouped=True).data if t.showlegend)
+    assert names == ["ungrouped · experiment 3 (mean of 1)", "ungrouped · experiment 4 (mean of 1 run, 2 GPU series)"], names
+
+
 @pytest.mark.parametrize("columns,beside", [(1, None), (2, 2), (3, 3)])
 def test_charts_in_a_grid_of_columns_share_one_x_axis(columns, beside):
     runs = _runs("A")
