@@ -22,6 +22,7 @@ from plotly.subplots import make_subplots
 
 from radt.app.compare import METHODS
 from radt.app.exportoptions import BY, COLLOCATION, KINDS, RATIO, STATS
+from radt.app.figures import plain
 from radt.app.palette import PALETTE, PAPER, colors, dash_of, themed
 from radt.errors import UserError
 
@@ -168,7 +169,7 @@ def legend_text(text: str, width: int = LINE, lines: int = LINES) -> str:
             rows.append(word)
     if len(rows) > lines:
         rows = [*rows[: lines - 1], rows[lines - 1][: width - 2] + " …"]
-    return "<br>".join(_plain(r) for r in rows)
+    return "<br>".join(plain(r) for r in rows)
 
 
 def groups(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str, str] | None = None) -> list[Group]:
@@ -289,20 +290,16 @@ def _layout(figure: go.Figure, title: str, x_title: str, y_title: str, ratio: bo
 LABEL_CHARS = 40  # a category's name under its chart at most this long, then '…' (a CSV's workload name is the user's)
 
 
-def cut_label(text: str) -> str:
-    """A category's name as its tick shows it: 5,000 characters stood upright squeezed the plot to 64 px (whole on hover)."""
-    return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"
+def cut_label(text: str, limit: int = LABEL_CHARS) -> str:
+    """A name at most `limit` characters, then '…': a category's 5,000 characters stood upright squeezed the plot to 64 px
+    (whole on hover); an exported legend's entry (export.LEGEND_CHARS)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _ticks(categories: list[str]) -> dict:
     """A category axis whose ticks are the categories' names as text, cut (cut_label); the values stay whole for the hover."""
-    values = [_plain(c) for c in categories]
-    return {"categoryorder": "array", "categoryarray": values, "tickmode": "array", "tickvals": values, "ticktext": [_plain(cut_label(c)) for c in categories]}
-
-
-def _plain(text: str) -> str:
-    """Names as Plotly text, never as its pseudo-HTML."""
-    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    values = [plain(c) for c in categories]
+    return {"categoryorder": "array", "categoryarray": values, "tickmode": "array", "tickvals": values, "ticktext": [plain(cut_label(c)) for c in categories]}
 
 
 def entry(group: Group) -> str:
@@ -313,17 +310,17 @@ def entry(group: Group) -> str:
 
 
 def _runs_text(group: Group) -> str:
-    return _plain(", ".join(group.runs[:6]) + (f" and {len(group.runs) - 6} more" if len(group.runs) > 6 else ""))
+    return plain(", ".join(group.runs[:6]) + (f" and {len(group.runs) - 6} more" if len(group.runs) > 6 else ""))
 
 
 def _bars(found: list[Group], colour: str, name: str, lanes: dict, **extra) -> go.Bar:
     """One series' bars: the mean of each category's runs, whiskers to their minimum and maximum; the runs on hover.
     `name`: the legend entry, Plotly text already; `lanes`: _lanes of every bar of the panel (each centred on its tick)."""
     means = [float(np.mean(g.values)) for g in found]
-    detail = _plain(found[0].detail)
+    detail = plain(found[0].detail)
     slots = [_slot(lanes[(g.key, g.category)], 1 - BAR_GAP) for g in found]
     return go.Bar(
-        x=[_plain(g.category) for g in found],  # a workload's name as text: Plotly draws a category's own markup
+        x=[plain(g.category) for g in found],  # a workload's name as text: Plotly draws a category's own markup
         offset=[offset for offset, _width in slots],
         width=[width for _offset, width in slots],
         y=means,
@@ -400,7 +397,7 @@ def box_figure(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str
                 points["y"].append(float(value))
                 points["color"].append(colours[run_id])
                 points["customdata"].append([run_id, g.category])
-                points["text"].append(_plain(f"{run} · {g.detail}" if g.detail else run))
+                points["text"].append(plain(f"{run} · {g.detail}" if g.detail else run))
     figure.add_scatter(
         x=points["x"],
         y=points["y"],
@@ -412,7 +409,7 @@ def box_figure(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str
         showlegend=False,
         meta={"points": "runs"},  # one point per run, customdata[0] its run id: its colour is its colour on every page
     )
-    figure.update_xaxes(tickvals=list(range(len(categories))), ticktext=[_plain(cut_label(c)) for c in categories], range=[-0.5, len(categories) - 0.5],
+    figure.update_xaxes(tickvals=list(range(len(categories))), ticktext=[plain(cut_label(c)) for c in categories], range=[-0.5, len(categories) - 0.5],
                         showgrid=False, zeroline=False)  # fmt: skip
     named = any(entry(g) for g in found)
     return _layout(figure, _title(f"{STATS[stat][0]} by {by} (runs)", by, named), by, _axis_title(stat), STATS[stat][1] == RATIO, named)
@@ -436,11 +433,11 @@ def cdf_figure(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str
     for group in found:
         xs, ys = cdf_points(group.values)
         j = series.index(group.key)
-        label = _plain(f"{group.category} ({len(xs)})")
+        label = plain(f"{group.category} ({len(xs)})")
         extra = {"legendgroup": f"series {j}", "legendgrouptitle": {"text": entry(group)}} if entry(group) else {}
         figure.add_scatter(x=xs, y=ys, name=label, mode="lines+markers", marker={"size": 5},
                            line={"shape": "hv", "color": PALETTE[categories.index(group.category) % len(PALETTE)], "dash": dash_of(j)},
-                           hovertemplate=f"{label}{' · ' + _plain(group.detail) if group.detail else ''}<br>%{{x:.4g}}: %{{y:.0%}} of runs<extra></extra>",
+                           hovertemplate=f"{label}{' · ' + plain(group.detail) if group.detail else ''}<br>%{{x:.4g}}: %{{y:.0%}} of runs<extra></extra>",
                            **extra)  # fmt: skip
     figure = _layout(figure, _title(f"CDF of {STATS[stat][0]} by {by}", by, len(series) > 1), _axis_title(stat), "share of runs", False, True)
     figure.update_yaxes(range=[0, 1.02])
@@ -518,4 +515,4 @@ def activity_figure(series: Mapping[str, tuple[np.ndarray, np.ndarray]], title: 
                            hovertemplate=f"{label}<br>%{{x:.0f}} s: %{{y:.3f}}<extra></extra>")  # fmt: skip
     if not figure.data:
         raise FigureError("the run recorded none of GRACT, SMACT, SMOCC; pick a run with DCGM or GPM metrics")
-    return _layout(figure, _plain(title), "time since start (s)", "activity (0–1)", True, True)
+    return _layout(figure, plain(title), "time since start (s)", "activity (0–1)", True, True)

@@ -30,6 +30,7 @@ import plotly.graph_objects as go
 from radt.app import data
 from radt.app.aggregates import cut_label
 from radt.app.exportoptions import LEGENDS, SIZES, ExportError, ExportStyle
+from radt.app.figures import plain
 from radt.app.palette import PAPER, themed
 from radt.app.views import EXPORT_BUDGET, View, experiment_names, render, view_runs, x_range
 
@@ -96,7 +97,7 @@ def _cut_legend(out: go.Figure) -> None:
         if trace.name and len(str(trace.name)) > LEGEND_CHARS:  # a line of radt's own markup (<i>experiment</i>) is kept
             lines = str(trace.name).split("<br>")
             trace.name = "<br>".join(
-                line if "<" in line or len(unescape(line)) <= LEGEND_CHARS else _plain(unescape(line)[: LEGEND_CHARS - 1] + "…") for line in lines
+                line if "<" in line or len(unescape(line)) <= LEGEND_CHARS else _plain(cut_label(unescape(line), LEGEND_CHARS)) for line in lines
             )
 
 
@@ -338,7 +339,7 @@ def _category_ticks(out: go.Figure, plot_px: float, font: float) -> float:
 
 def _plain(text: str) -> str:
     """Text as Plotly text, its line breaks kept (a name's own '<' is never markup)."""
-    return "<br>".join(part.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") for part in text.split("<br>"))
+    return "<br>".join(plain(part) for part in text.split("<br>"))
 
 
 def _column_gaps(out: go.Figure, font: float) -> None:

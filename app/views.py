@@ -309,12 +309,15 @@ def render(view: View, budget: int = SCREEN_BUDGET, runs: pd.DataFrame | None = 
     return Rendered(figure, runs, panels, missing, _step_notes(view, runs))
 
 
-def experiment_names() -> dict[str, str]:
-    """Experiment id -> name, for figures that show runs of several experiments (a grouped view, the comparison figures)."""
+def experiment_names(experiments: list[dict] | None = None) -> dict[str, str]:
+    """Experiment id -> name, of `experiments` (runs.list_experiments' rows) or of the store's: for what shows runs of
+    several experiments (a grouped view, the comparison figures, the run picker's tree)."""
     from radt.app.runs import list_experiments
     from radt.app.state import STATE
 
-    return {str(e["experiment_id"]): e["name"] for e in list_experiments(STATE.engine)} if STATE.engine is not None else {}
+    if experiments is None:
+        experiments = list_experiments(STATE.engine) if STATE.engine is not None else []
+    return {str(e["experiment_id"]): e["name"] for e in experiments}
 
 
 def _step_notes(view: View, runs: pd.DataFrame) -> list[str]:

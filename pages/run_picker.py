@@ -15,9 +15,7 @@ from dash.exceptions import PreventUpdate
 
 from radt.app import data, inputs
 from radt.app.filters import FIELDS, LIKE_PATTERN_LIMIT, Narrowed, narrow
-from radt.app.runs import list_experiments
-from radt.app.state import STATE
-from radt.app.views import View
+from radt.app.views import View, experiment_names
 from radt.pages import ids
 from radt.pages.summary_table import duration_text  # the table and the tree write a duration the same way
 from radt.runmodel import MIG_ACTIVITY_TAG
@@ -106,11 +104,6 @@ def picker(runs: pd.DataFrame, selected: set[str], query: str = "", names: dict[
     return blocks, count, narrowed.error
 
 
-def experiment_names(experiments: list[dict]) -> dict[str, str]:
-    """Experiment id -> name, from runs.list_experiments."""
-    return {str(e["experiment_id"]): e["name"] for e in experiments}
-
-
 def sidebar(experiments: list[dict], experiment_ids: list[str], runs: pd.DataFrame, selected: set[str], query: str) -> list:
     """The picker's part of the explore page: experiments, the filter with its error and count lines, the tree."""
     tree, count, error = picker(runs, selected, query, experiment_names(experiments))
@@ -141,7 +134,7 @@ def sidebar(experiments: list[dict], experiment_ids: list[str], runs: pd.DataFra
 def refresh_tree(experiment_ids, text, current):
     selected = set(View.from_dict({"runs": current if isinstance(current, list) else []}).runs)
     query = View.from_dict({"q": text}).query
-    names = experiment_names(list_experiments(STATE.engine)) if STATE.engine is not None else {}
+    names = experiment_names()
     return picker(_runs(View.from_dict({"exp": experiment_ids}).experiments), selected, query, names)
 
 
