@@ -332,7 +332,55 @@ def breakdown(pid: int, rounds: int) -> list[tuple[str, float]]:
         ("  of which psutil.net_io_counters()", measure(psutil.net_io_counters)),
         (f"  of which per-process cpu+rss x{len(procs)}", measure(per_process)),
     ]
-    return rows
+    return rows + nvml_breakdown(tree, measure)
+
+
+def nvml_breakdown(tree, measure) -> list[tuple[str, float]]:
+    """CPU ms per call of NvmlSource.sample() and of each NVML call in it, on GPU 0; none without a driver."""
+    import pynvml
+
+    from radt.collectors.sources.base import SamplingContext
+    from radt.collectors.sources.nvml import NvmlSource
+
+    source = NvmlSource()
+    try:
+        source.open(SamplingContext(pids=tree.processes))
+    except Exception as exc:  # no driver, no GPU: the host rows stand alone
+        return [(f"NvmlSource unavailable ({str(exc)[:60]})", float("nan"))]
+    try:
+        if not source.handles:
+            return [("NvmlSource: no GPU", float("nan"))]
+        gpu, handle = next(iter(source.handles.items()))
+        rows = [(f"NvmlSource.sample(), {len(source.handles)} GPU(s), GPM {bool(source.gpm.get(gpu))}", measure(source.sample))]
+        calls = [
+            ("nvmlDeviceGetUtilizationRates", lambda: pynvml.nvmlDeviceGetUtilizationRates(handle)),
+            ("nvmlDeviceGetMemoryInfo v2", lambda: pynvml.nvmlDeviceGetMemoryInfo(handle, pynvml.nvmlMemory_v2)),
+            ("nvmlDeviceGetPowerUsage", lambda: pynvml.nvmlDeviceGetPowerUsage(handle)),
+            ("nvmlDeviceGetEnforcedPowerLimit", lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle)),
+            ("nvmlDeviceGetTotalEnergyConsumption", lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)),
+            ("nvmlDeviceGetTemperature", lambda: pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)),
+            ("nvmlDeviceGetClockInfo (SM)", lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+            ("nvmlDeviceGetPerformanceState", lambda: pynvml.nvmlDeviceGetPerformanceState(handle)),
+            ("nvmlDeviceGetComputeRunningProcesses", lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(handle)),
+        ]
+        if source.gpm.get(gpu):
+            calls.append(("GPM sample alloc + get + free", lambda: _gpm_round(pynvml, handle)))
+        for name, call in calls:
+            try:
+                rows.append((f"  of which {name}", measure(call)))
+            except pynvml.NVMLError as exc:
+                rows.append((f"  of which {name} ({exc})", float("nan")))
+        return rows
+    finally:
+        source.close()
+
+
+def _gpm_round(pynvml, handle) -> None:
+    sample = pynvml.nvmlGpmSampleAlloc()
+    try:
+        pynvml.nvmlGpmSampleGet(handle, sample)
+    finally:
+        pynvml.nvmlGpmSampleFree(sample)
 
 
 # --------------------------------------------------------------------------- main
