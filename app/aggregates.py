@@ -104,7 +104,24 @@ def experiment_label(experiment_id: str, experiments: Mapping[str, str] | None) 
     return (experiments or {}).get(str(experiment_id)) or f"experiment {experiment_id}"
 
 
-LAUNCHERS = {"python", "python3", "radt", "torchrun", "accelerate", "deepspeed", "bash", "sh", "srun", "mpirun", "uv", "poetry"}
+LAUNCHERS = {
+    "python",
+    "python3",
+    "radt",
+    "torchrun",
+    "accelerate",
+    "deepspeed",
+    "bash",
+    "sh",
+    "srun",
+    "mpirun",
+    "uv",
+    "poetry",
+    "ncu",
+    "ncu-raw",
+    "nsys",
+    "nsys-raw",
+}  # the profilers: compare.command_text names a profiled run's command after its profiler
 
 
 def short_commands(commands: list[str]) -> dict[str, str]:

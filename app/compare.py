@@ -20,7 +20,8 @@ Every figure can be recomputed from the columns shown:
 - energy_per_step_j = energy / steps (joules per step of the run's own progress);
 - collocation: how the run shared its GPU (``collocation_method``): alone, same GPU, MPS or MIG.
 - command: what the run trained, as a reader names it (``command_text``): the script and its arguments, or radT's
-  model and params; the comparison figures compare runs of one command (app/aggregates.py).
+  model and params, after the profiler that wrapped it (``ncu train.py``: a profiled run is never another's alone
+  baseline); the comparison figures compare runs of one command (app/aggregates.py).
 
 A together group's row ("workload", its run_id the workload's id): steps_per_h and normalised are the sums of its runs' (normalised
 only where every run has an alone baseline; above 1 the runs together did more work per hour than the
@@ -40,6 +41,7 @@ from collections.abc import Iterable
 
 import pandas as pd
 
+from radt.app.caveats import profiled_by
 from radt.runmodel import COLLOCATION_TAG, SLURM_PARTITION_TAG, SLURM_PREFIX, UNGROUPED, USER_TAG, VERDICT_PREFIX, script_span, together
 
 RUN_COLUMNS = ["kind", "experiment_id", "workload", "run", "command", "letter", "status", "together", "steps", "duration_min", "steps_per_h", "alone_runs",
@@ -53,17 +55,19 @@ METHODS = ("alone", "same GPU", "MPS", "MIG")  # how runs shared a GPU, in the o
 _PYTHON = re.compile(r"^python[\d.]*$")  # an interpreter in front of the script: not part of what the command is
 
 
-def _command(params: dict) -> tuple:
-    """What makes two runs the same training: radt's command, or radT's model and params."""
+def _command(params: dict, tags: dict | None = None) -> tuple:
+    """What makes two runs the same training: radt's command, or radT's model and params, and the profiler that wrapped it
+    (a run under ncu is no baseline for one without)."""
     params = params or {}
     if params.get("command"):
-        return ("command", params["command"])
-    return ("radT", params.get("model"), params.get("params"))
+        return ("command", params["command"], profiled_by(tags))
+    return ("radT", params.get("model"), params.get("params"), profiled_by(tags))
 
 
-def command_text(params: dict | None) -> str:
+def command_text(params: dict | None, tags: dict | None = None) -> str:
     """The run's command as a reader names it: the script and its arguments (the interpreter left out), or radT's model and
-    params; "" for a run that recorded neither (a plain MLflow run)."""
+    params, after the profiler that wrapped it ("ncu train.py --lr 0.1"); "" for a run that recorded neither (a plain
+    MLflow run)."""
     params = params or {}
     if params.get("command"):
         try:
@@ -72,8 +76,11 @@ def command_text(params: dict | None) -> str:
             words = str(params["command"]).split()
         while words and (_PYTHON.match(words[0].rsplit("/", 1)[-1]) or words[0] in ("-u", "-O", "-B")):
             words.pop(0)
-        return shlex.join(words) if words else str(params["command"])
-    return " ".join(str(params[k]) for k in ("model", "params") if params.get(k))
+        text = shlex.join(words) if words else str(params["command"])
+    else:
+        text = " ".join(str(params[k]) for k in ("model", "params") if params.get(k))
+    by = profiled_by(tags)
+    return f"{by} {text}" if by and text else text
 
 
 def collocation_method(tags: dict | None, params: dict | None, together_with: int) -> str:
@@ -127,10 +134,13 @@ def related_runs(runs: pd.DataFrame, library: pd.DataFrame) -> pd.DataFrame:
     sizes = _sizes(group)
     chosen = set(runs["run_id"])
     mates = {group[r] for r in chosen if sizes.get(r, 1) > 1}
-    wanted = {(row.experiment_id, _command(row.params)) for row in runs.itertuples()}
+    wanted = {(row.experiment_id, _command(row.params, getattr(row, "tags", None))) for row in runs.itertuples()}
     keep = [
         row.run_id not in chosen
-        and (group[row.run_id] in mates or (sizes[row.run_id] == 1 and row.status == "FINISHED" and (row.experiment_id, _command(row.params)) in wanted))
+        and (
+            group[row.run_id] in mates
+            or (sizes[row.run_id] == 1 and row.status == "FINISHED" and (row.experiment_id, _command(row.params, getattr(row, "tags", None))) in wanted)
+        )
         for row in library.itertuples()
     ]
     return library[keep]
@@ -162,11 +172,11 @@ def comparison(runs: pd.DataFrame, summary: pd.DataFrame, library: pd.DataFrame 
     for row in library.itertuples():
         value = per_hour(row.run_id)
         if sizes[row.run_id] == 1 and row.status == "FINISHED" and not math.isnan(value):
-            alone.setdefault((row.experiment_id, _command(row.params)), []).append(value)
+            alone.setdefault((row.experiment_id, _command(row.params, getattr(row, "tags", None))), []).append(value)
 
     def run_row(row) -> dict:
         mine = per_hour(row.run_id)
-        partners = alone.get((row.experiment_id, _command(row.params)), []) if sizes[row.run_id] > 1 else []
+        partners = alone.get((row.experiment_id, _command(row.params, getattr(row, "tags", None))), []) if sizes[row.run_id] > 1 else []
         baseline = sum(partners) / len(partners) if partners else math.nan
         steps, energy = stat(row.run_id, "own_steps"), stat(row.run_id, "energy_j")
         return {
@@ -174,7 +184,7 @@ def comparison(runs: pd.DataFrame, summary: pd.DataFrame, library: pd.DataFrame 
             "experiment_id": row.experiment_id,
             "workload": row.workload_label,
             "run": row.run_name,
-            "command": command_text(row.params),
+            "command": command_text(row.params, getattr(row, "tags", None)),
             "letter": row.letter,
             "status": row.status,
             "together": sizes[row.run_id],

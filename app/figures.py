@@ -16,10 +16,11 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from radt.app.caveats import series_caveats
 from radt.app.downsample import Envelope
 from radt.app.palette import SCREEN, colors, dash_of, run_colors, themed
 from radt.catalogue import Device, Metric, unit_text
-from radt.runmodel import MIG_ACTIVITY_TAG, gpu_entries
+from radt.runmodel import gpu_entries
 
 GROUP_GRID = 600  # points of a workload's mean and band
 X_TITLES = {"relative": "time since run start (min)", "wall": "wall clock (UTC)", "step": "step"}
@@ -281,6 +282,9 @@ def _draw_runs(d: _Drawing, panel: Panel, cell: dict) -> None:
         if d.gpu_mode == "mean" and sum(1 for device in devices if device.gpu is not None) > 1:
             found = [(run_id, *_points(values)) for values in devices.values()]
             series_meta = {"run_id": run_id, "name": str(meta["run_name"]), "device": f"mean of {len(found)} GPUs", "dash": "solid"} | look
+            caveats = series_caveats(meta.get("tags"), Device())
+            if caveats:
+                series_meta["where"] = " · ".join(caveats)
             band = Band(run_id, plain(meta["run_name"]), d.run_colour[run_id], series_meta | _details(meta, run_id, d.in_legend), ENVELOPE_ALPHA, False)
             _add_band(d.fig, d.runs, found, d.x_mode, d.smoothing, cell, d.in_legend, band, d.per_minute)
             continue
@@ -294,7 +298,7 @@ def _draw_line(d: _Drawing, run_id: str, meta: pd.Series, device, values, look: 
     run_name, colour = plain(meta["run_name"]), d.run_colour[run_id]
     dash = d.dashes.get(device, "solid")
     trace_meta = {"run_id": run_id, "name": str(meta["run_name"]), "device": device.label, "dash": dash} | look
-    where = [gpu_identity(meta, device), _mig_caveat(meta) if device.gpu is not None and device.mig is None else ""]
+    where = [gpu_identity(meta, device), *series_caveats(meta.get("tags"), device)]
     if any(where):
         trace_meta["where"] = " · ".join(w for w in where if w)
     xs = x_values(values[0], meta["start_time"], d.x_mode)
@@ -398,7 +402,7 @@ def _name_commands(entries: list[dict], runs: pd.DataFrame) -> None:
     was which learning rate, and the row has no room to print it (the summary table prints what tells them apart)."""
     from radt.app.compare import command_text
 
-    whole = {r.run_id: command_text(r.params if isinstance(r.params, dict) else {}) for r in runs.itertuples()}
+    whole = {r.run_id: command_text(r.params if isinstance(r.params, dict) else {}, getattr(r, "tags", None)) for r in runs.itertuples()}
     for entry in entries:
         if whole.get(entry["id"]):
             entry["command"] = whole[entry["id"]]
@@ -525,13 +529,6 @@ def _add_envelope(fig: go.Figure, trace, xs, low: np.ndarray, high: np.ndarray, 
         ),
         **cell,
     )
-
-
-def _mig_caveat(meta: pd.Series) -> str:
-    """A MIG run whose slice's own activity could not be read: its GPU series are the whole GPU's, say so in its tooltip."""
-    tags = meta.get("tags") if hasattr(meta, "get") else None
-    reason = tags.get(MIG_ACTIVITY_TAG) if isinstance(tags, dict) else None
-    return f"⚠ the whole GPU, not the run's MIG slice ({reason})" if reason else ""
 
 
 def device_dashes(panels: list[Panel]) -> dict[Device, str]:

@@ -389,6 +389,7 @@ def _open_run(opts: RunOptions, client, command: list[str], member) -> tuple[Run
             collocation=opts.collocation,
             listeners=opts.listeners,
             settings=run_settings,
+            profiler=opts.profiler,
             member=member,
         )
     if opts.parent_run:

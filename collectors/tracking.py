@@ -37,6 +37,7 @@ from radt.runmodel import (
     LISTENERS_TAG,
     PARENT_TAG,
     PID_TAG,
+    PROFILER_TAG,
     ROLE_TAG,
     RUN_ROLE,
     SETTLED_TAG,
@@ -427,6 +428,7 @@ def create_run(
     collocation: str,
     listeners: list[str],
     settings: dict[str, str],
+    profiler: str | None = None,
     start_time: int | None = None,
     parent_id: str | None = None,
     member: Membership | None = None,
@@ -456,6 +458,8 @@ def create_run(
         **host_tags(),
         PID_TAG: str(os.getpid()),
     }
+    if profiler:
+        tags[PROFILER_TAG] = profiler
     if workload:
         tags[WORKLOAD_TAG] = workload
     if parent_id:

@@ -206,7 +206,7 @@ def _cards(runs: pd.DataFrame, traces: dict[str, list[live.Trace]], window_min: 
         return [html.P(start, className="hint")]
     out = []
     colors = run_colors(runs)
-    whole = {r.run_id: command_text(r.params) for r in runs.itertuples()}
+    whole = {r.run_id: command_text(r.params, getattr(r, "tags", None)) for r in runs.itertuples()}
     short = short_commands([c for c in whole.values() if c])  # a sweep's cards read "--lr 0.1", "--lr 0.3": which card is which
     commands = {run_id: (short.get(c, c), c) for run_id, c in whole.items()}
     for host, by_host in runs.groupby("host", sort=False):

@@ -14,11 +14,11 @@ from dash import ALL, MATCH, Input, Output, State, callback, ctx, dcc, html, no_
 from dash.exceptions import PreventUpdate
 
 from radt.app import data, inputs
+from radt.app.caveats import run_caveats
 from radt.app.filters import FIELDS, LIKE_PATTERN_LIMIT, Narrowed, narrow
 from radt.app.views import View, experiment_names
 from radt.pages import ids
 from radt.pages.summary_table import duration_text  # the table and the tree write a duration the same way
-from radt.runmodel import MIG_ACTIVITY_TAG
 
 STATUS_ICON = {"FINISHED": "✓", "FAILED": "✗", "KILLED": "■", "RUNNING": "▶", "SCHEDULED": "…"}
 OPEN_LIMIT = 40  # up to this many runs every workload is unfolded; beyond, only those with a ticked run
@@ -37,14 +37,8 @@ def _runs(experiment_ids: list[str]) -> pd.DataFrame:
     return data.runs(experiment_ids or [])
 
 
-def _caveat(tags) -> str:
-    """What a reader must know before comparing this run's GPU series: its MIG slice's own activity was not recorded."""
-    reason = (tags or {}).get(MIG_ACTIVITY_TAG) if isinstance(tags, dict) else None
-    return f" · ⚠ MIG slice activity not recorded ({reason})" if reason else ""
-
-
 def _label(r) -> str:
-    return f"{STATUS_ICON.get(r.status, '?')} {(r.letter + ' · ') if r.letter else ''}{r.run_name} · {duration_text(r.duration_s)}{_caveat(r.tags)}"
+    return f"{STATUS_ICON.get(r.status, '?')} {(r.letter + ' · ') if r.letter else ''}{r.run_name} · {duration_text(r.duration_s)}{''.join(' · ' + c for c in run_caveats(r.tags))}"
 
 
 def _blocks(runs: pd.DataFrame, matched: pd.DataFrame, selected: set[str], filtered: bool, names: dict[str, str]) -> list:

@@ -280,6 +280,13 @@ def test_short_command_names_say_what_differs():
         "python -m torch.distributed.run eval.py": "python torch.distributed.run",
         "vit.py --lr 1": "vit.py",
     }, mixed
+    # compare.command_text puts the profiler first: a run under ncu is its own series, named by it, not a second "train.py"
+    profiled = short_commands(["ncu train.py --model resnet50", "train.py --model resnet50", "nsys-raw train.py --model resnet50"])
+    assert profiled == {
+        "ncu train.py --model resnet50": "ncu train.py",
+        "train.py --model resnet50": "train.py",
+        "nsys-raw train.py --model resnet50": "nsys-raw train.py",
+    }
     wrapped = legend_text("train_imagenet.py --model resnet50 --batch-size 256 --lr 0.1 --epochs 10 --workers 8 --amp <b>")
     assert wrapped.count("<br>") == 2 and wrapped.endswith(" …") and all(len(line) <= 30 for line in wrapped.split("<br>"))
     assert legend_text("a <b>bold</b> name") == "a &lt;b&gt;bold&lt;/b&gt; name", "a name is text, never Plotly's markup"

@@ -8,7 +8,8 @@ One experiment holds every shape the table must tell apart, all of one command u
 - seq: a `-w` workload whose two runs ran one after another (no overlap: both alone);
 - pair: a `-w` workload of two overlapping runs on the same GPU (together), energy from one counter;
 - split: two overlapping runs of another command on two different GPUs (radt.gpus UUIDs);
-- duo: a 2-GPU run of a third command, alone.
+- duo: a 2-GPU run of a third command, alone;
+- profiled: a plain run of the first command under ncu (tag radt.profiler), alone and ten times slower: never a baseline.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ def _build(uri: str) -> tuple[str, dict[str, str]]:
     duo = {smact.format(0): [0.2, 0.4], smact.format(1): [0.6, 0.8, 1.0], energy.format(0): [0, 1000], energy.format(1): [0, 3000],
            memory.format(0): [2000, 1000], memory.format(1): [7000, 6000], own.format(0): [1500, 900], own.format(1): [6400, 6100]}  # fmt: skip
     r["duo"] = _run(client, writer, exp, "duo", BASE + 300 * MIN, BASE + 330 * MIN, steps=3, args=Y, workload="duo", series=duo)
+    r["profiled"] = _run(client, writer, exp, "profiled", BASE + 500 * MIN, BASE + 560 * MIN, steps=1, tags={"radt.profiler": "ncu"})
     writer.close()
     _open_store(uri)
     return exp, r
@@ -111,10 +113,10 @@ def test_runs_are_together_only_where_their_times_overlap(built):
     runs, workloads = _table(exp, r.values())
     together = {name: row["together"] for name, row in runs.items()}
     # solo1/solo2 overlap but are plain MLflow runs; seqA/seqB share a workload one after another; duo is alone in its own
-    assert together == {"solo1": 1, "solo2": 1, "crashed": 1, "seqA": 1, "seqB": 1, "pairA": 2, "pairB": 2, "splitA": 2, "splitB": 2, "duo": 1}
+    assert together == {"solo1": 1, "solo2": 1, "crashed": 1, "seqA": 1, "seqB": 1, "pairA": 2, "pairB": 2, "splitA": 2, "splitB": 2, "duo": 1, "profiled": 1}
     assert set(workloads) == {"workload pair", "workload split"}, "a workload row only for runs that ran together"
     assert workloads["workload pair"]["run"] == "workload pair: A+B together", "the row names its workload"
-    for name in ("solo1", "seqA", "seqB", "duo"):
+    for name in ("solo1", "seqA", "seqB", "duo", "profiled"):
         assert math.isnan(runs[name]["normalised"]) and math.isnan(runs[name]["alone_steps_per_h"]), f"{name} ran alone: a baseline, not compared"
 
 
@@ -136,6 +138,15 @@ def test_alone_baseline_is_every_finished_run_of_the_command_that_ran_by_itself(
     s = workloads["workload split"]
     assert runs["splitA"]["alone_runs"] == 0 and math.isnan(runs["splitA"]["normalised"]) and math.isnan(s["normalised"])
     assert s["steps_per_h"] == pytest.approx(6.0 + 6.0)  # 3 steps in 30 min each
+
+
+def test_a_run_under_a_profiler_is_named_by_it_and_is_no_baseline_for_runs_without(built):
+    """ncu replays every kernel: on an H200 a loop of matrix products read SMACT 0.015 under it (docs/GPU.md). Taken as an
+    alone run of its command it would halve every collocated run's baseline and double its normalised throughput."""
+    exp, r = built
+    runs, _ = _table(exp, [r["pairA"], r["profiled"]])
+    assert runs["profiled"]["command"] == "ncu train.py --model resnet50" and runs["pairA"]["command"] == "train.py --model resnet50"
+    assert runs["pairA"]["alone_runs"] == 4 and runs["pairA"]["alone_steps_per_h"] == pytest.approx(ALONE_X), "the profiled run is not among them"
 
 
 def test_duration_is_the_scripts_own_time(built, store_uri):

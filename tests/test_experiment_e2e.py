@@ -154,6 +154,8 @@ def test_mps_mig_and_profilers_are_set_up_and_torn_down_around_the_runs(experime
     nsys_report = [a.path for a in client.list_artifacts(one_a, "radt") if a.path.endswith(".nsys-rep")]
     ncu_report = [a.path for a in client.list_artifacts(one_b, "radt") if a.path.endswith(".ncu-rep")]
     assert len(nsys_report) == 1 and len(ncu_report) == 1, "profiler reports are attached to their runs"
+    profiled = {r: client.get_run(exp.get(row, "Run")).data.tags.get("radt.profiler") for r, row in zip(["1A", "1B", "2A"], exp.rows, strict=False)}
+    assert profiled == {"1A": "nsys", "1B": "ncu", "2A": None}, "a profiled run says so: its GPU figures and times are the profiler's"
     nsys_call = next(e["args"] for e in events if e["tool"] == "nsys")
     assert {"--capture-range=nvtx", "--nvtx-capture=profile"} <= set(nsys_call)
     ncu_call = next(e["args"] for e in events if e["tool"] == "ncu")

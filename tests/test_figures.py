@@ -259,6 +259,30 @@ def test_a_legend_row_gives_its_runs_command_on_hover():
     assert titles == ["crawling-gull-54\ntrain.py --lr 0.1", "nervous-shark-42"], titles
 
 
+def test_a_profiled_runs_tooltips_and_legend_row_say_the_profiler_wrapped_it():
+    """Under ncu an H200's matrix products read SMACT 0.015 (docs/GPU.md, 2026-11-28): whoever reads a profiled run's figure is told."""
+    runs = _runs("under ncu", "plain", tags={"under ncu": {"radt.profiler": "ncu"}})
+    runs["params"] = [{"command": "python train.py --lr 0.1"}] * 2
+    devices = {Device(None, g): _series(0.1 * (g + 1)) for g in range(2)}
+    panels = [Panel(METRICS["sm_active"], {"r0": devices, "r1": {Device(None, 0): _series(0.5)}})]
+    where = {t.meta["run_id"]: t.meta.get("where", "") for t in _lines(overlay_figure(panels, runs))}
+    assert "profiled by ncu" in where["r0"] and "profiled by ncu" not in where["r1"], where
+    mean = {t.meta["run_id"]: t.meta.get("where", "") for t in _lines(overlay_figure(panels, runs, gpu_mode="mean"))}
+    assert "profiled by ncu" in mean["r0"], "the mean of its GPUs too"
+    rendered = type("Rendered", (), {"figure": overlay_figure(panels, runs), "panels": panels, "runs": runs})()
+    assert [e.get("command") for e in legend_entries(rendered)] == ["ncu train.py --lr 0.1", "train.py --lr 0.1"]
+
+
+def test_the_run_picker_labels_a_profiled_run_and_a_mig_run_whose_slice_was_not_read():
+    from radt.pages.run_picker import _label
+
+    row = type("Row", (), {"status": "FINISHED", "letter": "A", "run_name": "bert", "duration_s": 90.0})
+    assert "⚠ profiled by ncu" in _label(type("R", (row,), {"tags": {"radt.profiler": "ncu"}})())
+    both = _label(type("R", (row,), {"tags": {"radt.profiler": "nsys", "radt.mig_activity": "no GPM on A100"}})())
+    assert "⚠ MIG slice activity not recorded (no GPM on A100)" in both and "⚠ profiled by nsys" in both
+    assert "⚠" not in _label(type("R", (row,), {"tags": {}})())
+
+
 def test_hardware_samples_sit_on_the_training_step_the_script_was_at(store_uri):
     """The script logs its loss every 100 steps, 10 s apart; radt samples the GPU every second with its own counter as step."""
     from mlflow import MlflowClient
