@@ -30,7 +30,7 @@ import plotly.graph_objects as go
 from radt.app import data
 from radt.app.aggregates import cut_label
 from radt.app.exportoptions import LEGENDS, SIZES, ExportError, ExportStyle
-from radt.app.figures import plain
+from radt.app.figures import plain, wrap_words
 from radt.app.palette import PAPER, themed
 from radt.app.views import EXPORT_BUDGET, View, experiment_names, render, view_runs, x_range
 
@@ -372,13 +372,7 @@ def _column_gaps(out: go.Figure, font: float) -> None:
 
 def _wrapped(text: str, width_px: float, font: float) -> str:
     """Plotly text wrapped at words into lines of at most `width_px` (a word longer than that stays whole)."""
-    rows: list[str] = []
-    for word in text.replace("<br>", " ").split():
-        if rows and _text_px(f"{rows[-1]} {word}", font) <= width_px:
-            rows[-1] += f" {word}"
-        else:
-            rows.append(word)
-    return "<br>".join(rows)
+    return "<br>".join(wrap_words(text.replace("<br>", " ").split(), lambda line: _text_px(line, font) <= width_px))
 
 
 def _row_gaps(out: go.Figure, font: float) -> None:

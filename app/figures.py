@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -56,6 +56,18 @@ def plain(value) -> str:
     Plotly draws <a href>, <b>, <br> and entities in legend entries, titles, annotations and
     tooltips; escaped, `<a href="http://x">evil</a>` is that text, not a link."""
     return str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def wrap_words(words: list[str], fits: Callable[[str], bool]) -> list[str]:
+    """Words into lines, each as long as `fits` allows (a word that fits no line stays whole): the one word wrap of
+    legends (by characters) and of exported titles and labels (by their width in pixels)."""
+    rows: list[str] = []
+    for word in words:
+        if rows and fits(f"{rows[-1]} {word}"):
+            rows[-1] += f" {word}"
+        else:
+            rows.append(word)
+    return rows
 
 
 @dataclass
