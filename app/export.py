@@ -352,10 +352,8 @@ def _column_gaps(out: go.Figure, font: float) -> None:
     if len(lefts) < 2:
         return
     plot_px = out.layout.width - out.layout.margin.l - out.layout.margin.r
-    gap = min(0.3, 6 * font / max(plot_px, 1))
-    columns = len(lefts)
-    size = (1 - gap * (columns - 1)) / columns
-    new = {left: (i * (size + gap), i * (size + gap) + size) for i, left in enumerate(lefts)}
+    new = dict(zip(lefts, _slots(len(lefts), min(0.3, 6 * font / max(plot_px, 1))), strict=True))
+    size = new[lefts[0]][1] - new[lefts[0]][0]
     centres = {}
     for name, axis in axes.items():
         low, high = new[round(axis["domain"][0], 6)]
@@ -368,6 +366,12 @@ def _column_gaps(out: go.Figure, font: float) -> None:
             annotation.text = _wrapped(str(annotation.text), size * plot_px, font)
             lines = max(lines, annotation.text.count("<br>") + 1)
     out.layout.margin.t += (lines - 1) * 1.3 * font
+
+
+def _slots(count: int, gap: float) -> list[tuple[float, float]]:
+    """`count` equal spans of the figure's [0, 1] with `gap` between neighbours, the first at 0: its charts' domains."""
+    size = (1 - gap * (count - 1)) / count
+    return [(i * (size + gap), i * (size + gap) + size) for i in range(count)]
 
 
 def _wrapped(text: str, width_px: float, font: float) -> str:
@@ -383,12 +387,10 @@ def _row_gaps(out: go.Figure, font: float) -> None:
     if len(tops) < 2:
         return
     plot_px = out.layout.height - out.layout.margin.t - out.layout.margin.b
-    gap = min(0.35, (4.2 * font + 6) / max(plot_px, 1))
-    rows = len(tops)
-    size = (1 - gap * (rows - 1)) / rows
-    if size <= 0:
+    spans = _slots(len(tops), min(0.35, (4.2 * font + 6) / max(plot_px, 1)))
+    if spans[0][1] <= spans[0][0]:
         return
-    new = {top: (1 - i * (size + gap) - size, 1 - i * (size + gap)) for i, top in enumerate(tops)}
+    new = {top: (1 - high, 1 - low) for top, (low, high) in zip(tops, spans, strict=True)}  # the top row first
     moves = {}
     for name, axis in axes.items():
         low, high = new[round(axis["domain"][1], 6)]
