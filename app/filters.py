@@ -21,6 +21,7 @@ characters and the first LIKE_VALUE_LIMIT characters of a value.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import math
 import operator
@@ -554,7 +555,7 @@ def apply(runs: pd.DataFrame, query: Query | str) -> pd.DataFrame:
 @dataclass(frozen=True)
 class Narrowed:
     """What the picker shows: the matching runs, the one-line reason when the filter could not be read (then every run),
-    and a hint when nothing matches but would with the case of a text ignored."""
+    and a hint when nothing matches: a key no run has, or a text that would match with its case ignored."""
 
     runs: pd.DataFrame
     error: str = ""
@@ -562,6 +563,7 @@ class Narrowed:
 
 
 PREFIXES = {"param": "params.", "tag": "tags.", "attribute": "attributes.", "text": ""}
+KEYS_LISTED = 12  # the params a hint lists when the one asked for is held by no run
 
 
 def _case_hint(runs: pd.DataFrame, query: Query) -> str:
@@ -577,6 +579,35 @@ def _case_hint(runs: pd.DataFrame, query: Query) -> str:
     return f"No run matches; {found} would with the case ignored: = compares exactly, as in MLflow; write {example}."
 
 
+def _written(key: str) -> str:
+    """A key as MLflow's syntax writes it: in backticks where it holds more than letters, digits, '_' and '.'."""
+    return key if re.fullmatch(r"[\w.]+", key) else f"`{key}`"
+
+
+def _loose(key: str) -> str:
+    return key.lower().replace("-", "_").replace(" ", "_")
+
+
+def _key_hint(runs: pd.DataFrame, query: Query) -> str:
+    """A param or tag no run here has (batch-size for batch_size, a typo) matches nothing, which looks like no run
+    qualifying: say so, with the key meant where one is close, else the params there are."""
+    for term in query.terms:
+        if term.kind not in ("param", "tag") or term.op in ("IS NULL", "IS NOT NULL"):
+            continue
+        held = sorted({k for values in runs["params" if term.kind == "param" else "tags"] if isinstance(values, dict) for k in values})
+        if term.key in held:
+            continue
+        by_loose = {_loose(k): k for k in held}
+        close = difflib.get_close_matches(_loose(term.key), list(by_loose), n=1, cutoff=0.8)
+        said = f"No run here has the {term.kind} '{term.key}'"
+        if close:
+            return f"{said}: did you mean {PREFIXES[term.kind]}{_written(by_loose[close[0]])}?"
+        if term.kind == "param" and held:
+            return f"{said}; the params here: {', '.join(held[:KEYS_LISTED])}{', …' if len(held) > KEYS_LISTED else ''}."
+        return f"{said}."
+    return ""
+
+
 def narrow(runs: pd.DataFrame, text: str) -> Narrowed:
     """`apply`, for a page: a filter that cannot be read keeps every run and says why, instead of matching nothing."""
     try:
@@ -584,4 +615,4 @@ def narrow(runs: pd.DataFrame, text: str) -> Narrowed:
         kept = apply(runs, query)
     except FilterError as exc:
         return Narrowed(runs, str(exc))
-    return Narrowed(kept, hint=_case_hint(runs, query) if kept.empty and not runs.empty else "")
+    return Narrowed(kept, hint=(_key_hint(runs, query) or _case_hint(runs, query)) if kept.empty and not runs.empty else "")

@@ -175,6 +175,19 @@ def test_a_case_that_differs_says_how_to_match_it(store):
     assert narrowed.hint == "No run matches; 3 would with the case ignored: = compares exactly, as in MLflow; write tags.radt.collocation ILIKE 'mps'."
 
 
+def test_a_key_no_run_has_says_so_and_names_the_one_meant(store):
+    """The demo's param is batch-size, MLflow's examples write batch_size: '0 of 7 runs match' alone left the user guessing."""
+    from radt.app import data
+
+    runs = data.runs([store.experiment])
+    hints = {text: narrow(runs, text) for text in ("params.`batch-size` = '128'", "params.lr = '0.1'", "tags.radt.colocation = 'MPS'")}
+    assert all(n.runs.empty and not n.error for n in hints.values())
+    assert hints["params.`batch-size` = '128'"].hint == "No run here has the param 'batch-size': did you mean params.batch_size?"
+    assert hints["params.lr = '0.1'"].hint == "No run here has the param 'lr'; the params here: batch_size."
+    assert hints["tags.radt.colocation = 'MPS'"].hint == "No run here has the tag 'radt.colocation': did you mean tags.radt.collocation?"
+    assert narrow(runs, "params.lr IS NULL").hint == "" and len(narrow(runs, "params.lr IS NULL").runs) == 5, "asking for its absence is no mistake"
+
+
 def test_a_filter_that_cannot_be_read_keeps_every_run_and_says_why(store):
     from radt.app import data
 
