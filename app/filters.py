@@ -34,6 +34,7 @@ import sqlalchemy as sa
 
 from radt.app import data, deadline
 from radt.app.cache import LISTING_TIMEOUT
+from radt.app.runs import list_metric_keys
 from radt.app.state import STATE
 from radt.app.store import LATEST, chunks, plain_rows
 from radt.catalogue import METRICS, unit_text
@@ -562,7 +563,7 @@ class Narrowed:
     hint: str = ""
 
 
-PREFIXES = {"param": "params.", "tag": "tags.", "attribute": "attributes.", "text": ""}
+PREFIXES = {"param": "params.", "tag": "tags.", "attribute": "attributes.", "text": "", "metric": "metrics."}
 KEYS_LISTED = 12  # the params a hint lists when the one asked for is held by no run
 
 
@@ -589,12 +590,16 @@ def _loose(key: str) -> str:
 
 
 def _key_hint(runs: pd.DataFrame, query: Query) -> str:
-    """A param or tag no run here has (batch-size for batch_size, a typo) matches nothing, which looks like no run
-    qualifying: say so, with the key meant where one is close, else the params there are."""
+    """A param, tag or metric no run here has (batch-size for batch_size, a typo) matches nothing, which looks like no
+    run qualifying: say so, with the key meant where one is close, else the params there are."""
+    metric_keys = functools.cache(lambda: list_metric_keys(STATE.engine, list(runs["run_id"])) if STATE.engine is not None else [])
     for term in query.terms:
-        if term.kind not in ("param", "tag") or term.op in ("IS NULL", "IS NOT NULL"):
+        if term.kind not in ("param", "tag", "metric") or term.op in ("IS NULL", "IS NOT NULL"):
             continue
-        held = sorted({k for values in runs["params" if term.kind == "param" else "tags"] if isinstance(values, dict) for k in values})
+        if term.kind == "metric":
+            held = metric_keys()  # one query, however many metric terms
+        else:
+            held = sorted({k for values in runs["params" if term.kind == "param" else "tags"] if isinstance(values, dict) for k in values})
         if term.key in held:
             continue
         by_loose = {_loose(k): k for k in held}

@@ -180,11 +180,14 @@ def test_a_key_no_run_has_says_so_and_names_the_one_meant(store):
     from radt.app import data
 
     runs = data.runs([store.experiment])
-    hints = {text: narrow(runs, text) for text in ("params.`batch-size` = '128'", "params.lr = '0.1'", "tags.radt.colocation = 'MPS'")}
+    texts = ("params.`batch-size` = '128'", "params.lr = '0.1'", "tags.radt.colocation = 'MPS'", "metrics.los < 1", "metrics.`system/gpu_0_sm_activ` > 0")
+    hints = {text: narrow(runs, text) for text in texts}
     assert all(n.runs.empty and not n.error for n in hints.values())
     assert hints["params.`batch-size` = '128'"].hint == "No run here has the param 'batch-size': did you mean params.batch_size?"
     assert hints["params.lr = '0.1'"].hint == "No run here has the param 'lr'; the params here: batch_size."
     assert hints["tags.radt.colocation = 'MPS'"].hint == "No run here has the tag 'radt.colocation': did you mean tags.radt.collocation?"
+    assert hints["metrics.los < 1"].hint == "No run here has the metric 'los': did you mean metrics.loss?"
+    assert hints["metrics.`system/gpu_0_sm_activ` > 0"].hint.endswith("did you mean metrics.`system/gpu_0_sm_active`?")
     assert narrow(runs, "params.lr IS NULL").hint == "" and len(narrow(runs, "params.lr IS NULL").runs) == 5, "asking for its absence is no mistake"
 
 
