@@ -565,6 +565,7 @@ class Narrowed:
 
 PREFIXES = {"param": "params.", "tag": "tags.", "attribute": "attributes.", "text": "", "metric": "metrics."}
 KEYS_LISTED = 12  # the params a hint lists when the one asked for is held by no run
+KEY_SHOWN = 60  # characters of a missing key a hint repeats
 
 
 def _case_hint(runs: pd.DataFrame, query: Query) -> str:
@@ -604,7 +605,8 @@ def _key_hint(runs: pd.DataFrame, query: Query) -> str:
             continue
         by_loose = {_loose(k): k for k in held}
         close = difflib.get_close_matches(_loose(term.key), list(by_loose), n=1, cutoff=0.8)
-        said = f"No run here has the {term.kind} '{term.key}'"
+        shown = term.key if len(term.key) <= KEY_SHOWN else f"{term.key[: KEY_SHOWN - 1]}…"  # a link's key is anyone's text
+        said = f"No run here has the {term.kind} '{shown}'"
         if close:
             return f"{said}: did you mean {PREFIXES[term.kind]}{_written(by_loose[close[0]])}?"
         if term.kind == "param" and held:

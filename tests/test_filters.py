@@ -188,6 +188,8 @@ def test_a_key_no_run_has_says_so_and_names_the_one_meant(store):
     assert hints["tags.radt.colocation = 'MPS'"].hint == "No run here has the tag 'radt.colocation': did you mean tags.radt.collocation?"
     assert hints["metrics.los < 1"].hint == "No run here has the metric 'los': did you mean metrics.loss?"
     assert hints["metrics.`system/gpu_0_sm_activ` > 0"].hint.endswith("did you mean metrics.`system/gpu_0_sm_active`?")
+    long = narrow(runs, f"params.`{'x' * 5000}` = '1'").hint
+    assert long.startswith("No run here has the param 'xxx") and len(long) < 200, "a link's 5,000-character key is not echoed whole"
     assert narrow(runs, "params.lr IS NULL").hint == "" and len(narrow(runs, "params.lr IS NULL").runs) == 5, "asking for its absence is no mistake"
 
 
