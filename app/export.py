@@ -29,6 +29,7 @@ import plotly.graph_objects as go
 
 from radt.app import data
 from radt.app.aggregates import cut_label
+from radt.app.caveats import profiled_by
 from radt.app.exportoptions import LEGENDS, SIZES, ExportError, ExportStyle
 from radt.app.figures import plain, wrap_words
 from radt.app.palette import PAPER, themed
@@ -507,7 +508,8 @@ def activity_series(view: View, run_id: str) -> tuple[dict[str, tuple], str]:
             first = start if start is not None else (ts[0] if len(ts) else 0)
             series[name] = ((ts - first) / 1000.0, values)
     where = f" · {device.label}" if device is not None and getattr(device, "label", "") else ""
-    return series, f"GRACT vs SMACT vs SMOCC · {row['run_name']}{where}"
+    by = profiled_by(row.get("tags"))  # a profiler's replays, not the training: the figure says so on its own
+    return series, f"GRACT vs SMACT vs SMOCC · {row['run_name']}{where}{f' · under {by}' if by else ''}"
 
 
 _KALEIDO = threading.Lock()

@@ -16,7 +16,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from radt.app.caveats import series_caveats
+from radt.app.caveats import profiled_by, series_caveats
 from radt.app.downsample import Envelope
 from radt.app.palette import SCREEN, colors, dash_of, run_colors, themed
 from radt.catalogue import Device, Metric, unit_text
@@ -297,7 +297,7 @@ def _draw_runs(d: _Drawing, panel: Panel, cell: dict) -> None:
             caveats = series_caveats(meta.get("tags"), Device())
             if caveats:
                 series_meta["where"] = " · ".join(caveats)
-            band = Band(run_id, plain(meta["run_name"]), d.run_colour[run_id], series_meta | _details(meta, run_id, d.in_legend), ENVELOPE_ALPHA, False)
+            band = Band(run_id, legend_name(meta), d.run_colour[run_id], series_meta | _details(meta, run_id, d.in_legend), ENVELOPE_ALPHA, False)
             _add_band(d.fig, d.runs, found, d.x_mode, d.smoothing, cell, d.in_legend, band, d.per_minute)
             continue
         for device, values in devices.items():
@@ -305,9 +305,16 @@ def _draw_runs(d: _Drawing, panel: Panel, cell: dict) -> None:
                 _draw_line(d, run_id, meta, device, values, look, cell)
 
 
+def legend_name(meta: pd.Series) -> str:
+    """A run's name in a legend, as Plotly text; a profiled run's with its profiler ('bert-1 (under ncu)'), so a figure
+    exported without the dashboard around it still says which of its lines are profiling's."""
+    by = profiled_by(meta.get("tags"))
+    return plain(f"{meta['run_name']} (under {by})" if by else meta["run_name"])
+
+
 def _draw_line(d: _Drawing, run_id: str, meta: pd.Series, device, values, look: dict, cell: dict) -> None:
     """One run's series of one device: its line (inside its min-max envelope where it was downsampled to one)."""
-    run_name, colour = plain(meta["run_name"]), d.run_colour[run_id]
+    run_name, colour = legend_name(meta), d.run_colour[run_id]
     dash = d.dashes.get(device, "solid")
     trace_meta = {"run_id": run_id, "name": str(meta["run_name"]), "device": device.label, "dash": dash} | look
     where = [gpu_identity(meta, device), *series_caveats(meta.get("tags"), device)]

@@ -312,6 +312,9 @@ def test_activity_view_of_the_recorded_microbenchmark(store_uri, fixtures_dir, m
     assert list(figure.layout.yaxis.range) == [0, 1.02], "one 0-1 axis"
     with pytest.raises(ExportError, match="not in the view's experiments"):
         activity_series(View([exp], [run_id]), "0" * 32)
+    MlflowClient(store_uri).set_tag(run_id, "radt.profiler", "ncu-raw")  # the same run, had ncu wrapped it
+    _open_store(store_uri)
+    assert activity_series(View([exp], [run_id]), run_id)[1] == f"{title} · under ncu-raw", "the paper's figure says it"
 
 
 def test_a_clusters_jobs_compare_by_partition_and_user_across_the_users_experiments(store_uri):

@@ -261,7 +261,7 @@ def test_a_legend_row_gives_its_runs_command_on_hover():
 
 def test_a_profiled_runs_tooltips_and_legend_row_say_the_profiler_wrapped_it():
     """Under ncu an H200's matrix products read SMACT 0.015 (docs/GPU.md, 2026-11-28): whoever reads a profiled run's figure is told."""
-    runs = _runs("under ncu", "plain", tags={"under ncu": {"radt.profiler": "ncu"}})
+    runs = _runs("bert-1", "plain", tags={"bert-1": {"radt.profiler": "ncu"}})
     runs["params"] = [{"command": "python train.py --lr 0.1"}] * 2
     devices = {Device(None, g): _series(0.1 * (g + 1)) for g in range(2)}
     panels = [Panel(METRICS["sm_active"], {"r0": devices, "r1": {Device(None, 0): _series(0.5)}})]
@@ -271,6 +271,8 @@ def test_a_profiled_runs_tooltips_and_legend_row_say_the_profiler_wrapped_it():
     assert "profiled by ncu" in mean["r0"], "the mean of its GPUs too"
     rendered = type("Rendered", (), {"figure": overlay_figure(panels, runs), "panels": panels, "runs": runs})()
     assert [e.get("command") for e in legend_entries(rendered)] == ["ncu train.py --lr 0.1", "train.py --lr 0.1"]
+    assert [e["name"] for e in legend_entries(rendered)] == ["bert-1 (under ncu)", "plain"], "an exported legend says it too"
+    assert [e["name"] for e in legend_entries(overlay_figure(panels, runs, gpu_mode="mean"))] == ["bert-1 (under ncu)", "plain"]
 
 
 def test_the_run_picker_labels_a_profiled_run_and_a_mig_run_whose_slice_was_not_read():
