@@ -281,3 +281,29 @@ def test_an_exported_legend_of_wrapped_commands_lays_them_side_by_side(filled_st
     for a_index, a in enumerate(items):
         for b in items[a_index + 1 :]:
             assert not _overlap(a, b), ("two entries over each other", a, b)
+
+
+TITLES = """() => Array.from(document.querySelectorAll('g.annotation text, .gtitle')).map(t => {
+  const r = t.getBoundingClientRect(); return {text: t.textContent, t: r.top, b: r.bottom}; })"""
+
+
+@pytest.mark.parametrize("kind,legend", [("bar", "none"), ("bar", "top"), ("cdf", "top"), ("timeseries", "top")])
+def test_an_exported_figure_keeps_a_band_for_chart_titles_only_where_it_has_them(filled_store, browser, kind, legend):
+    """A comparison figure has no chart titles (the paper's caption names it), yet its export kept the explore grid's band
+    for them: 0.33 in of nothing above the plot of a 3.5 in figure. A figure of charts keeps the band, its titles inside."""
+    from radt.app.export import comparison_figure
+
+    view = _all_runs(filled_store["uri"], DEMO, ["cat:sm_active", "cat:sm_occupancy"])
+    style = ExportStyle(size="double-column", legend=legend)
+    figure = figure_for(view, style)[0] if kind == "timeseries" else comparison_figure(view, style, kind)
+    with new_page(browser, width=1400, height=1400) as page:
+        page.set_content(image_bytes(figure, "svg", 96).decode())
+        shown = page.evaluate(SVG_GEOMETRY)
+        titles = page.evaluate(TITLES)
+    above = max([lg["box"]["b"] for lg in shown["legends"] if lg["cls"] == "legend"] or [0.0])  # the legend's foot, or the page's top
+    top = min(plot["t"] for plot in shown["plots"])
+    if kind == "timeseries":
+        first = min((t for t in titles if t["text"] in ("SMACT", "SMOCC")), key=lambda t: t["t"])  # the top chart's title
+        assert above - 0.5 <= first["t"] and first["t"] < top, ("the top chart's title between the legend and its chart", first, above, top)
+    else:
+        assert top - above <= 1.6 * style.font_size, ("an empty band above the plot", above, top)
