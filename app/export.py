@@ -227,7 +227,7 @@ def restyle(figure: go.Figure, style: ExportStyle, charts: int, title: str | Non
     keys = [("", [key]) for key in _dash_key(out)] if style.legend != "none" and not style.monochrome else []
     titled = any(a.yref == "paper" and a.yanchor == "bottom" and a.text for a in out.layout.annotations or ())  # make_subplots' titles
     # t: the first row's chart titles where the figure has them, else the top tick label's upper half and a little air
-    margin = {"l": 6 * font_size, "r": 10, "t": (3.5 if titled else 1.2) * font_size, "b": 4.5 * font_size}
+    margin = {"l": 6 * font_size, "r": 10, "t": (2.4 if titled else 1.2) * font_size, "b": 4.5 * font_size}
     limit_in = style.height or PAGE_LIMITS.get(style.size) or width_in * 9 / 16
     rows_in = (row_in or 0) * charts if row_in else None
     legend: dict = {}

@@ -287,7 +287,7 @@ TITLES = """() => Array.from(document.querySelectorAll('g.annotation text, .gtit
   const r = t.getBoundingClientRect(); return {text: t.textContent, t: r.top, b: r.bottom}; })"""
 
 
-@pytest.mark.parametrize("kind,legend", [("bar", "none"), ("bar", "top"), ("cdf", "top"), ("timeseries", "top")])
+@pytest.mark.parametrize("kind,legend", [("bar", "none"), ("bar", "top"), ("cdf", "top"), ("timeseries", "top"), ("timeseries", "none")])
 def test_an_exported_figure_keeps_a_band_for_chart_titles_only_where_it_has_them(filled_store, browser, kind, legend):
     """A comparison figure has no chart titles (the paper's caption names it), yet its export kept the explore grid's band
     for them: 0.33 in of nothing above the plot of a 3.5 in figure. A figure of charts keeps the band, its titles inside."""
@@ -305,5 +305,6 @@ def test_an_exported_figure_keeps_a_band_for_chart_titles_only_where_it_has_them
     if kind == "timeseries":
         first = min((t for t in titles if t["text"] in ("SMACT", "SMOCC")), key=lambda t: t["t"])  # the top chart's title
         assert above - 0.5 <= first["t"] and first["t"] < top, ("the top chart's title between the legend and its chart", first, above, top)
+        assert first["t"] - above <= 2.0 * style.font_size, ("an empty band above the chart titles", first, above)
     else:
         assert top - above <= 1.6 * style.font_size, ("an empty band above the plot", above, top)
