@@ -55,13 +55,23 @@ METHODS = ("alone", "same GPU", "MPS", "MIG")  # how runs shared a GPU, in the o
 _PYTHON = re.compile(r"^python[\d.]*$")  # an interpreter in front of the script: not part of what the command is
 
 
-def _command(params: dict, tags: dict | None = None) -> tuple:
-    """What makes two runs the same training: radt's command, or radT's model and params, and the profiler that wrapped it
-    (a run under ncu is no baseline for one without)."""
-    params = params or {}
+def _params(row) -> dict:
+    params = getattr(row, "params", None)
+    return params if isinstance(params, dict) else {}
+
+
+def _command(row) -> tuple:
+    """What makes two runs (list_runs rows) the same training: radt's command, or radT's model and params, and the
+    profiler that wrapped it (a run under ncu is no baseline for one without)."""
+    params, by = _params(row), profiled_by(getattr(row, "tags", None))
     if params.get("command"):
-        return ("command", params["command"], profiled_by(tags))
-    return ("radT", params.get("model"), params.get("params"), profiled_by(tags))
+        return ("command", params["command"], by)
+    return ("radT", params.get("model"), params.get("params"), by)
+
+
+def run_command(row) -> str:
+    """command_text of a list_runs row: its params and the profiler its tags name."""
+    return command_text(_params(row), getattr(row, "tags", None))
 
 
 def command_text(params: dict | None, tags: dict | None = None) -> str:
@@ -134,13 +144,10 @@ def related_runs(runs: pd.DataFrame, library: pd.DataFrame) -> pd.DataFrame:
     sizes = _sizes(group)
     chosen = set(runs["run_id"])
     mates = {group[r] for r in chosen if sizes.get(r, 1) > 1}
-    wanted = {(row.experiment_id, _command(row.params, getattr(row, "tags", None))) for row in runs.itertuples()}
+    wanted = {(row.experiment_id, _command(row)) for row in runs.itertuples()}
     keep = [
         row.run_id not in chosen
-        and (
-            group[row.run_id] in mates
-            or (sizes[row.run_id] == 1 and row.status == "FINISHED" and (row.experiment_id, _command(row.params, getattr(row, "tags", None))) in wanted)
-        )
+        and (group[row.run_id] in mates or (sizes[row.run_id] == 1 and row.status == "FINISHED" and (row.experiment_id, _command(row)) in wanted))
         for row in library.itertuples()
     ]
     return library[keep]
@@ -172,11 +179,11 @@ def comparison(runs: pd.DataFrame, summary: pd.DataFrame, library: pd.DataFrame 
     for row in library.itertuples():
         value = per_hour(row.run_id)
         if sizes[row.run_id] == 1 and row.status == "FINISHED" and not math.isnan(value):
-            alone.setdefault((row.experiment_id, _command(row.params, getattr(row, "tags", None))), []).append(value)
+            alone.setdefault((row.experiment_id, _command(row)), []).append(value)
 
     def run_row(row) -> dict:
         mine = per_hour(row.run_id)
-        partners = alone.get((row.experiment_id, _command(row.params, getattr(row, "tags", None))), []) if sizes[row.run_id] > 1 else []
+        partners = alone.get((row.experiment_id, _command(row)), []) if sizes[row.run_id] > 1 else []
         baseline = sum(partners) / len(partners) if partners else math.nan
         steps, energy = stat(row.run_id, "own_steps"), stat(row.run_id, "energy_j")
         return {
@@ -184,7 +191,7 @@ def comparison(runs: pd.DataFrame, summary: pd.DataFrame, library: pd.DataFrame 
             "experiment_id": row.experiment_id,
             "workload": row.workload_label,
             "run": row.run_name,
-            "command": command_text(row.params, getattr(row, "tags", None)),
+            "command": run_command(row),
             "letter": row.letter,
             "status": row.status,
             "together": sizes[row.run_id],

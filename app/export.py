@@ -225,7 +225,7 @@ def restyle(figure: go.Figure, style: ExportStyle, charts: int, title: str | Non
     blocks = legend_blocks(out) if style.legend != "none" else []
     names = [name for _title, block in blocks for name in block]
     keys = [("", [key]) for key in _dash_key(out)] if style.legend != "none" and not style.monochrome else []
-    titled = any(a.yref == "paper" and a.yanchor == "bottom" and a.text for a in out.layout.annotations or ())  # make_subplots' titles
+    titled = bool(_chart_titles(out))
     # t: the first row's chart titles where the figure has them, else the top tick label's upper half and a little air
     margin = {"l": 6 * font_size, "r": 10, "t": (2.4 if titled else 1.2) * font_size, "b": 4.5 * font_size}
     limit_in = style.height or PAGE_LIMITS.get(style.size) or width_in * 9 / 16
@@ -363,12 +363,17 @@ def _column_gaps(out: go.Figure, font: float) -> None:
         centres[(axis["domain"][0] + axis["domain"][1]) / 2] = (low + high) / 2
         out.layout[name].domain = [max(0.0, low), min(1.0, high)]
     lines = 1
-    for annotation in out.layout.annotations or ():  # make_subplots' titles: centred over their chart (xref paper)
-        if annotation.xref == "paper" and annotation.yanchor == "bottom" and annotation.x is not None and annotation.text:
+    for annotation in _chart_titles(out):  # centred over their chart
+        if annotation.x is not None:
             annotation.x = centres[min(centres, key=lambda c, x=annotation.x: abs(c - x))]
             annotation.text = _wrapped(str(annotation.text), size * plot_px, font)
             lines = max(lines, annotation.text.count("<br>") + 1)
     out.layout.margin.t += (lines - 1) * 1.3 * font
+
+
+def _chart_titles(out: go.Figure) -> list:
+    """make_subplots' chart titles: annotations in paper coordinates that stand on their chart's top (yanchor bottom)."""
+    return [a for a in out.layout.annotations or () if a.xref == "paper" and a.yref == "paper" and a.yanchor == "bottom" and a.text]
 
 
 def _slots(count: int, gap: float) -> list[tuple[float, float]]:
@@ -399,8 +404,8 @@ def _row_gaps(out: go.Figure, font: float) -> None:
         low, high = new[round(axis["domain"][1], 6)]
         moves[round(axis["domain"][1], 6)] = high
         out.layout[name].domain = [max(0.0, low), min(1.0, high)]
-    for annotation in out.layout.annotations or ():  # make_subplots' titles sit at their row's top (yref paper, yanchor bottom)
-        if annotation.yref == "paper" and annotation.yanchor == "bottom" and annotation.y is not None:
+    for annotation in _chart_titles(out):  # at their row's top
+        if annotation.y is not None:
             nearest = min(moves, key=lambda top, y=annotation.y: abs(top - y))
             annotation.y = moves[nearest]
 

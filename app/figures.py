@@ -419,9 +419,9 @@ def legend_entries(rendered) -> list[dict]:
 def _name_commands(entries: list[dict], runs: pd.DataFrame) -> None:
     """Each run entry's whole command, for its legend row's hover: MLflow's random run names alone do not say which line
     was which learning rate, and the row has no room to print it (the summary table prints what tells them apart)."""
-    from radt.app.compare import command_text
+    from radt.app.compare import run_command
 
-    whole = {r.run_id: command_text(r.params if isinstance(r.params, dict) else {}, getattr(r, "tags", None)) for r in runs.itertuples()}
+    whole = {r.run_id: run_command(r) for r in runs.itertuples()}
     for entry in entries:
         if whole.get(entry["id"]):
             entry["command"] = whole[entry["id"]]

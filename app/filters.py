@@ -593,14 +593,18 @@ def _loose(key: str) -> str:
 def _key_hint(runs: pd.DataFrame, query: Query) -> str:
     """A param, tag or metric no run here has (batch-size for batch_size, a typo) matches nothing, which looks like no
     run qualifying: say so, with the key meant where one is close, else the params there are."""
-    metric_keys = functools.cache(lambda: list_metric_keys(STATE.engine, list(runs["run_id"])) if STATE.engine is not None else [])
+
+    @functools.cache
+    def keys_of(kind: str) -> list[str]:
+        """The keys the runs hold, read once per kind however many terms name one (metrics: one query)."""
+        if kind == "metric":
+            return list_metric_keys(STATE.engine, list(runs["run_id"])) if STATE.engine is not None else []
+        return sorted({k for values in runs["params" if kind == "param" else "tags"] if isinstance(values, dict) for k in values})
+
     for term in query.terms:
         if term.kind not in ("param", "tag", "metric") or term.op in ("IS NULL", "IS NOT NULL"):
             continue
-        if term.kind == "metric":
-            held = metric_keys()  # one query, however many metric terms
-        else:
-            held = sorted({k for values in runs["params" if term.kind == "param" else "tags"] if isinstance(values, dict) for k in values})
+        held = keys_of(term.kind)
         if term.key in held:
             continue
         by_loose = {_loose(k): k for k in held}

@@ -25,7 +25,7 @@ from radt import catalogue, settings
 from radt.app import deadline, inputs, live
 from radt.app.aggregates import short_commands
 from radt.app.cache import RUNNING_TIMEOUT
-from radt.app.compare import command_text
+from radt.app.compare import run_command
 from radt.app.data import cached
 from radt.app.figures import plain
 from radt.app.palette import SCREEN, dash_of, run_colors, themed
@@ -206,7 +206,7 @@ def _cards(runs: pd.DataFrame, traces: dict[str, list[live.Trace]], window_min: 
         return [html.P(start, className="hint")]
     out = []
     colors = run_colors(runs)
-    whole = {r.run_id: command_text(r.params, getattr(r, "tags", None)) for r in runs.itertuples()}
+    whole = {r.run_id: run_command(r) for r in runs.itertuples()}
     short = short_commands([c for c in whole.values() if c])  # a sweep's cards read "--lr 0.1", "--lr 0.3": which card is which
     commands = {run_id: (short.get(c, c), c) for run_id, c in whole.items()}
     for host, by_host in runs.groupby("host", sort=False):
