@@ -72,7 +72,7 @@ def radt_import(capsys, *args: str) -> tuple[int, str]:
 def test_import_fills_a_plain_mlflow_run_once(served, store_uri, capsys):
     exporter, server, start_ms = served
     client = MlflowClient(tracking_uri=store_uri)
-    run = client.create_run(client.create_experiment("prom"), start_time=start_ms + 1500)  # plain MLflow: no radt tags
+    run = client.create_run(client.create_experiment("prom"), start_time=start_ms + 3 * prom.SCRAPE_MS // 2)  # plain MLflow: no radt tags
     run_id = run.info.run_id
     end_ms = int(time.time() * 1000)
     client.set_terminated(run_id, "FINISHED", end_time=end_ms)
@@ -81,7 +81,7 @@ def test_import_fills_a_plain_mlflow_run_once(served, store_uri, capsys):
 
     code, err = radt_import(capsys, "--prometheus", server.url + "/", "--run", run_id, "--store", store_uri, "--host", HOST, "--gpus", "0")
     assert code == 0, err
-    want = held(server, HOST, 0, start_ms + 1500, end_ms)
+    want = held(server, HOST, 0, start_ms + 3 * prom.SCRAPE_MS // 2, end_ms)
     assert len(want) == 7 and min(len(v) for v in want.values()) >= SCRAPES - 2  # FB_USED has no value in this log
     assert in_run(client, run_id) == want  # GPU 1, node-b's GPU 0 and this host's GPUs: absent
     stamp = min(want["system/gpu_0_sm_active"])

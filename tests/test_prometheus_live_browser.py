@@ -49,7 +49,7 @@ def test_the_live_chart_holds_every_scrape_of_a_prometheus_run(pg_uri, radt_home
     env = radt_env(radt_home, pg_uri)
     until = f'DCGM_FI_PROF_SM_ACTIVE{{Hostname="{HERE}",gpu="0"}}[1h]'
     with (
-        prom.serving(LOG, [Device(HERE, 0, 0)], until, 2, delay_s=0.4) as (_exporter, server),  # a slow exporter: late scrapes
+        prom.serving(LOG, [Device(HERE, 0, 0)], until, 2, delay_s=0.6 * prom.SCRAPE_MS / 1000) as (_exporter, server),  # a slow exporter: late scrapes
         dashboard(pg_uri, env) as base,
         new_page(browser, width=1300, height=900) as page,
     ):

@@ -102,7 +102,7 @@ def test_backfill_equals_what_was_served_for_the_runs_gpus_only(served):
     mine = [(p.timestamp, p.value) for p in points if p.key == "system/gpu_0_power_usage_watts"]
     assert mine == [(t, v) for t, v in held if start_ms <= t <= mine[-1][0]]
     # query_range resamples at its step: every value one that a scrape stored
-    resampled = query_range(server.url, f'DCGM_FI_DEV_POWER_USAGE{{Hostname="{HOST}",gpu="0"}}', start_ms / 1000, time.time(), 1.0)
+    resampled = query_range(server.url, f'DCGM_FI_DEV_POWER_USAGE{{Hostname="{HOST}",gpu="0"}}', start_ms / 1000, time.time(), prom.SCRAPE_MS / 1000)
     assert len(resampled) == 1 and len(resampled[0].samples) >= SCRAPES - 1  # the step grid need not meet the first scrape
     assert {v for _, v in resampled[0].samples} <= {v for _, v in held}
 
@@ -256,7 +256,7 @@ def test_final_backfill_adds_exactly_the_scrapes_a_tick_too_late_missed(served):
 
 
 def test_the_source_asks_prometheus_once_per_scrape_not_once_per_tick(served, monkeypatch):
-    """Ticking far faster than the exporter is scraped (0.05 s against 1 s) costs Prometheus about one query per scrape:
+    """Ticking far faster than the exporter is scraped (0.05 s against 0.5 s) costs Prometheus about one query per scrape:
     the source learns the scrape interval and asks only once a new scrape can be there; it still reads every scrape."""
     import radt.collectors.sources.prometheus as module
 
@@ -274,7 +274,7 @@ def test_the_source_asks_prometheus_once_per_scrape_not_once_per_tick(served, mo
         return len([r for r in got if r.key == key]) >= scrapes
 
     wait_for(lambda: tick(2) and source.scrape_ms, timeout=30, interval=0.05, what="two scrapes: the interval learnt")
-    assert 800 <= source.scrape_ms <= 1200, source.scrape_ms  # Prometheus scrapes every second
+    assert 0.8 * prom.SCRAPE_MS <= source.scrape_ms <= 1.2 * prom.SCRAPE_MS, source.scrape_ms  # Prometheus's interval, learnt
     asked.clear()
     ticks.clear()
     wait_for(lambda: tick(6), timeout=30, interval=0.05, what="4 scrapes more")
@@ -299,7 +299,8 @@ def test_a_run_ending_while_the_exporter_answers_keeps_that_scrape(served):
         what="2 scrapes",
     )
     slow_from = int(time.time() * 1000)
-    exporter.delay_s = 0.8  # the next scrape is stored 0.8 s after Prometheus stamped it (its timeout: the 1 s interval)
+    # the next scrape is stored 0.3 s after Prometheus stamped it (it is dropped past its timeout: the 0.5 s interval)
+    exporter.delay_s = 0.6 * prom.SCRAPE_MS / 1000
     try:
         answered = len(exporter.served)
         wait_for(lambda: len(exporter.served) > answered, timeout=10, interval=0.01, what="a slow scrape begun")

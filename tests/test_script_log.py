@@ -69,7 +69,7 @@ def _stored_steps(uri: str, run_id: str, key: str = "loss") -> list[int]:
 def test_log_metric_keeps_its_pace_while_postgres_hangs_and_ctrl_c_is_prompt(pg_uri, radt_home, tmp_path):
     host, port, database = address(pg_uri)
     proxy = TcpProxy(host, port).start()
-    env = radt_env(radt_home, f"postgresql://postgres@127.0.0.1:{proxy.port}/{database}")
+    env = radt_env(radt_home, f"postgresql://postgres@127.0.0.1:{proxy.port}/{database}", extra={"RADT_STORE_TIMEOUT": "2"})  # a hang seen in 2 s
     _script(tmp_path, PACED, "paced.py")
     radt = LiveRadt(["-e", "paced", "-l", "host", "--interval", "0.2", "--flush-timeout", "3", "paced.py"], env, tmp_path)
     try:

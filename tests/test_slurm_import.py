@@ -196,7 +196,7 @@ def served(cluster):
 
 def test_a_job_gets_the_series_of_its_own_gpus_and_no_other(served, store_uri, capsys):
     _exporter, server = served
-    job = slurmacct.submit("--gres=gpu:2", "-J", "train-series", "--wrap", "sleep 5")
+    job = slurmacct.submit("--gres=gpu:2", "-J", "train-series", "--wrap", "sleep 3")
     slurmacct.accounted(job, ("COMPLETED",))
     fact = acct.sacct([job])[0]
     mine = fact.gpus[slurmacct.host()]
@@ -243,7 +243,7 @@ def test_gpus_the_exporter_labels_with_the_job_are_its_own_where_accounting_has_
     hpc_job label are the job's; their samples from before the label appeared are joined, another job's GPU is not taken."""
     exporter, server = served
     host = slurmacct.host()
-    job = slurmacct.submit("--gres=gpu:2", "-J", "labelled", "--wrap", "sleep 6")
+    job = slurmacct.submit("--gres=gpu:2", "-J", "labelled", "--wrap", "sleep 4")
     mine = acct._indices(slurmacct.running(job))  # the GPUs Slurm gave it
     other = next(g for g in range(4) if g not in mine)
     slurmacct.scontrol("update", f"JobId={job}", "AdminComment=")  # what radt's prolog wrote: gone, as on a cluster without it
@@ -326,7 +326,7 @@ def test_a_job_given_every_gpu_of_its_node_has_them_all_without_any_other_source
 
 
 def test_the_prolog_copies_the_gpu_indices_slurm_gave_the_job(cluster):
-    job = slurmacct.submit("--gres=gpu:1", "--wrap", "sleep 4")
+    job = slurmacct.submit("--gres=gpu:1", "--wrap", "sleep 3")
     detail = slurmacct.running(job)
     slurmacct.accounted(job, ("COMPLETED",))
     fact = acct.sacct([job])[0]
