@@ -146,15 +146,29 @@ def short_commands(commands: list[str]) -> dict[str, str]:
     return out
 
 
+SCRIPT_SUFFIXES = (".py", ".sh")  # a word a launcher runs: its script, where an option's value ("--nproc_per_node 8") is not
+
+
 def _script(words: list[str]) -> tuple[str, list[str]]:
-    """A command's script and its arguments; a launcher's script is the launcher and its first word that is no option."""
+    """A command's script and its arguments. A launcher's script is named with it: the first word after it that is a
+    script or another launcher (whose own script follows), else its first word that is no option ("radt import"); the
+    launcher's options count as arguments ("torchrun train.py" with "--nproc_per_node 8")."""
     if not words:
         return "", []
-    if words[0].rsplit("/", 1)[-1] in LAUNCHERS:
-        for i, word in enumerate(words[1:], start=1):
-            if not word.startswith("-"):
-                return f"{words[0]} {word}", words[i + 1 :]
-    return words[0], words[1:]
+    if not _launcher(words[0]):
+        return words[0], words[1:]
+    rest = words[1:]
+    at = next((i for i, w in enumerate(rest) if _launcher(w) or w.endswith(SCRIPT_SUFFIXES)), None)
+    if at is None:
+        at = next((i for i, w in enumerate(rest) if not w.startswith("-")), None)
+    if at is None:
+        return words[0], rest
+    script, args = _script(rest[at:]) if _launcher(rest[at]) else (rest[at], rest[at + 1 :])
+    return f"{words[0]} {script}", rest[:at] + args
+
+
+def _launcher(word: str) -> bool:
+    return word.rsplit("/", 1)[-1] in LAUNCHERS
 
 
 def _words(command: str) -> list[str]:

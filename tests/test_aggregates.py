@@ -277,9 +277,28 @@ def test_short_command_names_say_what_differs():
     assert mixed == {
         "radt import a.csv b.txt": "radt import",
         "python train.py --lr 0.1": "python train.py",
-        "python -m torch.distributed.run eval.py": "python torch.distributed.run",
+        "python -m torch.distributed.run eval.py": "python eval.py",  # the script it trains, not the module that launched it
         "vit.py --lr 1": "vit.py",
     }, mixed
+    # a launcher's option with a value is not its script: `torchrun --nproc_per_node 8 train.py` was "torchrun 8", and two
+    # such runs on 4 and 8 GPUs "torchrun 4" and "torchrun 8", as if they trained two scripts
+    launched = short_commands(["torchrun --nproc_per_node 4 train.py --lr 0.1", "torchrun --nproc_per_node 8 train.py --lr 0.1", "vit.py"])
+    assert launched == {
+        "torchrun --nproc_per_node 4 train.py --lr 0.1": "torchrun train.py --nproc_per_node 4",
+        "torchrun --nproc_per_node 8 train.py --lr 0.1": "torchrun train.py --nproc_per_node 8",
+        "vit.py": "vit.py",
+    }, launched
+    # launchers in a row name the script after the last: a profiled `python train.py` read "ncu python", and Slurm's
+    # `srun -N 2 python train.py` "srun 2"
+    chained = short_commands(
+        ["ncu python train.py --lr 0.1", "srun -N 2 python train.py --lr 0.1", "python eval.py", "accelerate launch --num_processes 2 ft.py"]
+    )
+    assert chained == {
+        "ncu python train.py --lr 0.1": "ncu python train.py",
+        "srun -N 2 python train.py --lr 0.1": "srun python train.py",
+        "python eval.py": "python eval.py",
+        "accelerate launch --num_processes 2 ft.py": "accelerate ft.py",
+    }, chained
     # compare.command_text puts the profiler first: a run under ncu is its own series, named by it, not a second "train.py"
     profiled = short_commands(["ncu train.py --model resnet50", "train.py --model resnet50", "nsys-raw train.py --model resnet50"])
     assert profiled == {
