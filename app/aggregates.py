@@ -10,6 +10,7 @@ alone never stands beside resnet runs collocated; runs of several experiments ar
 from __future__ import annotations
 
 import math
+import re
 import shlex
 import zlib
 from collections.abc import Mapping
@@ -146,6 +147,7 @@ def short_commands(commands: list[str]) -> dict[str, str]:
     return out
 
 
+PYTHON = re.compile(r"python\d*(\.\d+)?")  # python, python3, python3.10: a launcher
 SCRIPT_SUFFIXES = (".py", ".sh")  # a word a launcher runs: its script, where an option's value ("--nproc_per_node 8") is not
 
 
@@ -164,11 +166,16 @@ def _script(words: list[str]) -> tuple[str, list[str]]:
     if at is None:
         return words[0], rest
     script, args = _script(rest[at:]) if _launcher(rest[at]) else (rest[at], rest[at + 1 :])
-    return f"{words[0]} {script}", rest[:at] + args
+    return f"{_file(words[0])} {script}", rest[:at] + args
+
+
+def _file(word: str) -> str:
+    return word.rsplit("/", 1)[-1]
 
 
 def _launcher(word: str) -> bool:
-    return word.rsplit("/", 1)[-1] in LAUNCHERS
+    """A launcher by its file name, a Python of any version included ("/opt/conda/bin/python3.10")."""
+    return _file(word) in LAUNCHERS or PYTHON.fullmatch(_file(word)) is not None
 
 
 def _words(command: str) -> list[str]:

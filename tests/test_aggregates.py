@@ -299,6 +299,14 @@ def test_short_command_names_say_what_differs():
         "python eval.py": "python eval.py",
         "accelerate launch --num_processes 2 ft.py": "accelerate ft.py",
     }, chained
+    # a launcher by its path or its version is one still, named by its file: "/opt/conda/bin/python3.10 train.py" read
+    # "/opt/conda/bin/python3.10" beside another script, as if the interpreter were what ran
+    versioned = short_commands(["/opt/conda/bin/python3.10 train.py --lr 0.1", "vit.py", "/usr/bin/torchrun --nproc_per_node 2 eval.py"])
+    assert versioned == {
+        "/opt/conda/bin/python3.10 train.py --lr 0.1": "python3.10 train.py",
+        "vit.py": "vit.py",
+        "/usr/bin/torchrun --nproc_per_node 2 eval.py": "torchrun eval.py",
+    }, versioned
     # compare.command_text puts the profiler first: a run under ncu is its own series, named by it, not a second "train.py"
     profiled = short_commands(["ncu train.py --model resnet50", "train.py --model resnet50", "nsys-raw train.py --model resnet50"])
     assert profiled == {
