@@ -260,6 +260,40 @@ def test_runs_of_several_experiments_are_named_and_keep_their_colour(mixed):
     assert {t.legendgrouptitle.text.split("<br>")[0] for t in lines} == {"--model resnet50", "--model bert"}
 
 
+# Launched commands and their short names, a view's worth each.
+LAUNCHED = [
+    # a launcher is not the script: `radt import`'s run and a `python train.py` run were named "radt" and "python"
+    {
+        "radt import a.csv b.txt": "radt import",
+        "python train.py --lr 0.1": "python train.py",
+        "python -m torch.distributed.run eval.py": "python eval.py",  # the script it trains, not the module that launched it
+        "vit.py --lr 1": "vit.py",
+    },
+    # a launcher's option with a value is not its script: `torchrun --nproc_per_node 8 train.py` was "torchrun 8", and two
+    # such runs on 4 and 8 GPUs "torchrun 4" and "torchrun 8", as if they trained two scripts
+    {
+        "torchrun --nproc_per_node 4 train.py --lr 0.1": "torchrun train.py --nproc_per_node 4",
+        "torchrun --nproc_per_node 8 train.py --lr 0.1": "torchrun train.py --nproc_per_node 8",
+        "vit.py": "vit.py",
+    },
+    # launchers in a row name the script after the last: a profiled `python train.py` read "ncu python", and Slurm's
+    # `srun -N 2 python train.py` "srun 2"
+    {
+        "ncu python train.py --lr 0.1": "ncu python train.py",
+        "srun -N 2 python train.py --lr 0.1": "srun python train.py",
+        "python eval.py": "python eval.py",
+        "accelerate launch --num_processes 2 ft.py": "accelerate ft.py",
+    },
+    # a launcher by its path or its version is one still, named by its file: "/opt/conda/bin/python3.10 train.py" read
+    # "/opt/conda/bin/python3.10" beside another script, as if the interpreter were what ran
+    {
+        "/opt/conda/bin/python3.10 train.py --lr 0.1": "python3.10 train.py",
+        "vit.py": "vit.py",
+        "/usr/bin/torchrun --nproc_per_node 2 eval.py": "torchrun eval.py",
+    },
+]
+
+
 def test_short_command_names_say_what_differs():
     assert short_commands(["train.py --model a --lr 0.1", "train.py --model b --lr 0.1"]) == {
         "train.py --model a --lr 0.1": "--model a",
@@ -272,41 +306,8 @@ def test_short_command_names_say_what_differs():
         "train.py --b 2 --a 1": "train.py --b 2 --a 1",
     }
     assert short_commands(["", "x.py"])[""] == "(no command)"
-    # a launcher is not the script: `radt import`'s run and a `python train.py` run were named "radt" and "python"
-    mixed = short_commands(["radt import a.csv b.txt", "python train.py --lr 0.1", "python -m torch.distributed.run eval.py", "vit.py --lr 1"])
-    assert mixed == {
-        "radt import a.csv b.txt": "radt import",
-        "python train.py --lr 0.1": "python train.py",
-        "python -m torch.distributed.run eval.py": "python eval.py",  # the script it trains, not the module that launched it
-        "vit.py --lr 1": "vit.py",
-    }, mixed
-    # a launcher's option with a value is not its script: `torchrun --nproc_per_node 8 train.py` was "torchrun 8", and two
-    # such runs on 4 and 8 GPUs "torchrun 4" and "torchrun 8", as if they trained two scripts
-    launched = short_commands(["torchrun --nproc_per_node 4 train.py --lr 0.1", "torchrun --nproc_per_node 8 train.py --lr 0.1", "vit.py"])
-    assert launched == {
-        "torchrun --nproc_per_node 4 train.py --lr 0.1": "torchrun train.py --nproc_per_node 4",
-        "torchrun --nproc_per_node 8 train.py --lr 0.1": "torchrun train.py --nproc_per_node 8",
-        "vit.py": "vit.py",
-    }, launched
-    # launchers in a row name the script after the last: a profiled `python train.py` read "ncu python", and Slurm's
-    # `srun -N 2 python train.py` "srun 2"
-    chained = short_commands(
-        ["ncu python train.py --lr 0.1", "srun -N 2 python train.py --lr 0.1", "python eval.py", "accelerate launch --num_processes 2 ft.py"]
-    )
-    assert chained == {
-        "ncu python train.py --lr 0.1": "ncu python train.py",
-        "srun -N 2 python train.py --lr 0.1": "srun python train.py",
-        "python eval.py": "python eval.py",
-        "accelerate launch --num_processes 2 ft.py": "accelerate ft.py",
-    }, chained
-    # a launcher by its path or its version is one still, named by its file: "/opt/conda/bin/python3.10 train.py" read
-    # "/opt/conda/bin/python3.10" beside another script, as if the interpreter were what ran
-    versioned = short_commands(["/opt/conda/bin/python3.10 train.py --lr 0.1", "vit.py", "/usr/bin/torchrun --nproc_per_node 2 eval.py"])
-    assert versioned == {
-        "/opt/conda/bin/python3.10 train.py --lr 0.1": "python3.10 train.py",
-        "vit.py": "vit.py",
-        "/usr/bin/torchrun --nproc_per_node 2 eval.py": "torchrun eval.py",
-    }, versioned
+    for names in LAUNCHED:
+        assert short_commands(list(names)) == names, names
     # compare.command_text puts the profiler first: a run under ncu is its own series, named by it, not a second "train.py"
     profiled = short_commands(["ncu train.py --model resnet50", "train.py --model resnet50", "nsys-raw train.py --model resnet50"])
     assert profiled == {
