@@ -125,11 +125,13 @@ def children(found: list[dict]) -> list:
         name = unescape(e["name"])  # the figure's names are escaped for Plotly's pseudo-HTML; here they are text
         devices = e.get("devices") or []
         more = f" · {len(devices)} series" if devices else ""
+        # which series: "6 series" beside a run of 5 GPUs read as six GPUs (the host's series count too)
+        listed = f"{len(devices)} series: {', '.join(d['label'] for d in devices)} ('per GPU' shows a row for each)" if devices else None
         rows.append(
             html.Tr(
                 [
                     html.Td(
-                        [_swatch(e["color"], "solid"), html.Span(name, className="legend-label"), html.Span(more, className="legend-more")],
+                        [_swatch(e["color"], "solid"), html.Span(name, className="legend-label"), html.Span(more, className="legend-more", title=listed)],
                         title=name + (f"\n{e['command']}" if e.get("command") else ""),  # which learning rate a random name ran
                         className="legend-name",
                     )

@@ -43,3 +43,13 @@ def test_a_devices_rows_share_their_runs_columns_and_small_values_keep_their_dig
     rows = _rows(found)
     assert rows[0][3:] == ["0.800", "1.500", "0.012", "0.500", "1.250", "0.000"]
     assert rows[1] == ["0.000", "0.000", "0.000", "–", "–", "–", "0.500", "1.250", "0.000"], "an idle GPU reads 0.000, its missing chart –"
+
+
+def test_a_runs_series_count_names_its_series_on_hover():
+    """'mnist · 6 series' beside a run of 5 GPUs read as six GPUs: the count is of its series, the host's included, and
+    hovering it now names them."""
+    devices = [{"label": label, "dash": "solid", "stats": [{}, {}, {}]} for label in ("host", "GPU 0", "GPU 1", "GPU 0 · MIG 1")]
+    name_cell = legend.children([_entry("mnist", (1, 2, 3), (4, 5, 6), (0.1, 0.2, 0.3), devices)])[0].children[1].children[0].children[0]
+    more = name_cell.children[2]
+    assert more.children == " · 4 series"
+    assert more.title == "4 series: host, GPU 0, GPU 1, GPU 0 · MIG 1 ('per GPU' shows a row for each)"
