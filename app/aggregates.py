@@ -10,7 +10,6 @@ alone never stands beside resnet runs collocated; runs of several experiments ar
 from __future__ import annotations
 
 import math
-import re
 import shlex
 import zlib
 from collections.abc import Mapping
@@ -21,7 +20,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from radt.app.compare import METHODS
+from radt.app.compare import METHODS, PYTHON
 from radt.app.exportoptions import BY, COLLOCATION, KINDS, RATIO, STATS
 from radt.app.figures import plain, wrap_words
 from radt.app.palette import PALETTE, PAPER, colors, dash_of, themed
@@ -106,8 +105,6 @@ def experiment_label(experiment_id: str, experiments: Mapping[str, str] | None) 
 
 
 LAUNCHERS = {
-    "python",
-    "python3",
     "radt",
     "torchrun",
     "accelerate",
@@ -122,7 +119,7 @@ LAUNCHERS = {
     "ncu-raw",
     "nsys",
     "nsys-raw",
-}  # the profilers: compare.command_text names a profiled run's command after its profiler
+}  # and a Python of any version (compare.PYTHON); the profilers: compare.command_text names a profiled run's command after its profiler
 
 
 def short_commands(commands: list[str]) -> dict[str, str]:
@@ -147,7 +144,6 @@ def short_commands(commands: list[str]) -> dict[str, str]:
     return out
 
 
-PYTHON = re.compile(r"python\d*(\.\d+)?")  # python, python3, python3.10: a launcher
 SCRIPT_SUFFIXES = (".py", ".sh")  # a word a launcher runs: its script, where an option's value ("--nproc_per_node 8") is not
 
 
@@ -175,7 +171,8 @@ def _file(word: str) -> str:
 
 def _launcher(word: str) -> bool:
     """A launcher by its file name, a Python of any version included ("/opt/conda/bin/python3.10")."""
-    return _file(word) in LAUNCHERS or PYTHON.fullmatch(_file(word)) is not None
+    name = _file(word)
+    return name in LAUNCHERS or PYTHON.match(name) is not None
 
 
 def _words(command: str) -> list[str]:

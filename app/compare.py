@@ -52,7 +52,7 @@ RUN_COLUMNS = ["kind", "experiment_id", "workload", "run", "command", "letter", 
 GPU_COLUMNS = ("gpus_text", "smact_mean", "smact_p95", "smact_busiest", "smocc_mean", "smocc_p95", "gract_mean", "power_mean_w", "gpus_used", "gpus_watched",
                "gpu_basis")  # fmt: skip
 METHODS = ("alone", "same GPU", "MPS", "MIG")  # how runs shared a GPU, in the order the papers print them
-_PYTHON = re.compile(r"^python[\d.]*$")  # an interpreter in front of the script: not part of what the command is
+PYTHON = re.compile(r"^python[\d.]*$")  # an interpreter (python, python3.10): not part of what a command is; a launcher
 
 
 def _params(row) -> dict:
@@ -84,7 +84,7 @@ def command_text(params: dict | None, tags: dict | None = None) -> str:
             words = shlex.split(str(params["command"]))
         except ValueError:  # an unbalanced quote in a hand-made param: its words as they are
             words = str(params["command"]).split()
-        while words and (_PYTHON.match(words[0].rsplit("/", 1)[-1]) or words[0] in ("-u", "-O", "-B")):
+        while words and (PYTHON.match(words[0].rsplit("/", 1)[-1]) or words[0] in ("-u", "-O", "-B")):
             words.pop(0)
         text = shlex.join(words) if words else str(params["command"])
     else:
