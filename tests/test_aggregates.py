@@ -276,13 +276,14 @@ LAUNCHED = [
         "torchrun --nproc_per_node 8 train.py --lr 0.1": "torchrun train.py --nproc_per_node 8",
         "vit.py": "vit.py",
     },
-    # launchers in a row name the script after the last: a profiled `python train.py` read "ncu python", and Slurm's
-    # `srun -N 2 python train.py` "srun 2"
+    # launchers in a row name the script after the last: `ncu python train.py` read "ncu python" (compare.command_text drops a
+    # leading interpreter only), Slurm's `srun -N 2 python train.py` "srun 2", a profiled `radt import` "nsys radt"
     {
         "ncu python train.py --lr 0.1": "ncu python train.py",
         "srun -N 2 python train.py --lr 0.1": "srun python train.py",
         "python eval.py": "python eval.py",
         "accelerate launch --num_processes 2 ft.py": "accelerate ft.py",
+        "nsys radt import a.csv": "nsys radt import",
     },
     # a launcher by its path or its version is one still, named by its file: "/opt/conda/bin/python3.10 train.py" read
     # "/opt/conda/bin/python3.10" beside another script, as if the interpreter were what ran
