@@ -150,19 +150,27 @@ SCRIPT_SUFFIXES = (".py", ".sh")  # a word a launcher runs: its script, where an
 def _script(words: list[str]) -> tuple[str, list[str]]:
     """A command's script and its arguments. A launcher's script is named with it: the first word after it that is a
     script or another launcher (whose own script follows), else its first word that is no option ("radt import"); the
-    launcher's options count as arguments ("torchrun train.py" with "--nproc_per_node 8")."""
+    launcher's options count as arguments ("torchrun train.py" with "--nproc_per_node 8"). Launchers in a row are
+    followed in one pass: a command is anyone's text, and thousands of them once took a call each."""
     if not words:
         return "", []
     if not _launcher(words[0]):
         return words[0], words[1:]
-    rest = words[1:]
-    at = next((i for i, w in enumerate(rest) if _launcher(w) or w.endswith(SCRIPT_SUFFIXES)), None)
-    if at is None:
-        at = next((i for i, w in enumerate(rest) if not w.startswith("-")), None)
-    if at is None:
-        return words[0], rest
-    script, args = _script(rest[at:]) if _launcher(rest[at]) else (rest[at], rest[at + 1 :])
-    return f"{_file(words[0])} {script}", rest[:at] + args
+    names: list[str] = []
+    args: list[str] = []
+    start = 0  # words[start] is a launcher
+    while True:
+        after = start + 1
+        at = next((i for i in range(after, len(words)) if _launcher(words[i]) or words[i].endswith(SCRIPT_SUFFIXES)), None)
+        if at is None:
+            at = next((i for i in range(after, len(words)) if not words[i].startswith("-")), None)
+        if at is None:  # no script after it: the launcher as written, and what follows it
+            return " ".join([*names, words[start]]), args + words[after:]
+        names.append(_file(words[start]))
+        args += words[after:at]
+        if not _launcher(words[at]):
+            return " ".join([*names, words[at]]), args + words[at + 1 :]
+        start = at
 
 
 def _file(word: str) -> str:

@@ -309,6 +309,11 @@ def test_short_command_names_say_what_differs():
     assert short_commands(["", "x.py"])[""] == "(no command)"
     for names in LAUNCHED:
         assert short_commands(list(names)) == names, names
+    # a command is anyone's text in a shared store: launchers in a row were followed one call deeper each, and 3,000 of
+    # them (a 9,000-character param) raised RecursionError in every page that named the run
+    hostile = "sh " * 3000 + "x.py --lr 1"
+    named = short_commands([hostile, "y.py"])[hostile]
+    assert named == "sh " * 3000 + "x.py", named[-40:]
     # compare.command_text puts the profiler first: a run under ncu is its own series, named by it, not a second "train.py"
     profiled = short_commands(["ncu train.py --model resnet50", "train.py --model resnet50", "nsys-raw train.py --model resnet50"])
     assert profiled == {
