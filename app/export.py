@@ -196,6 +196,18 @@ def _dash_key(out: go.Figure) -> list[str]:
     return labels
 
 
+@dataclasses.dataclass
+class _Legends:
+    """Where restyle put the runs' legend and the devices' key, and the room they took."""
+
+    spot: dict = dataclasses.field(default_factory=dict)  # the runs' legend's layout, before its font
+    font: float = 0.0  # the legends' font size: the figure's, or smaller where a short page needs it
+    reserved: float = 0.0  # px above or below the charts for the runs' legend (top or bottom)
+    key_px: float = 0.0  # px under the charts for the devices' key
+    key_entry: float = 0.0  # px per key entry
+    tall_in: float = 0.0  # inches the figure needs for a legend at the right
+
+
 def restyle(figure: go.Figure, style: ExportStyle, charts: int, title: str | None = None) -> go.Figure:
     """The screen figure as a print figure: WebGL traces as SVG paths, fixed size, fonts, legend in its own margin, monochrome.
 
@@ -208,107 +220,132 @@ def restyle(figure: go.Figure, style: ExportStyle, charts: int, title: str | Non
         raise ExportError(f"size '{style.size}' is not one of {', '.join(SIZES)}")
     if style.legend not in LEGENDS:
         raise ExportError(f"legend '{style.legend}' is not one of {', '.join(LEGENDS)}")
-    out = go.Figure(figure)
-    out.data = ()
-    series: dict[str, int] = {}  # a run (or workload) keeps its dash style and marker in every chart
-    for number, trace in enumerate(figure.data):
-        spec = trace.to_plotly_json()
-        if spec.get("type") == "scattergl":  # WebGL would become a bitmap inside an SVG or PDF
-            spec["type"] = "scatter"
-        out.add_trace(go.Scatter(spec) if spec.get("type") == "scatter" else trace)
-        if style.monochrome:
-            _monochrome(out.data[-1], series.setdefault(trace.legendgroup or str(number), len(series)))
-    _cut_legend(out)
+    out = _print_traces(figure, style.monochrome)
     font_size = style.font_size
     width_in, row_in = SIZES[style.size]
     width_px = width_in * CSS_DPI
     blocks = legend_blocks(out) if style.legend != "none" else []
     names = [name for _title, block in blocks for name in block]
     keys = [("", [key]) for key in _dash_key(out)] if style.legend != "none" and not style.monochrome else []
-    titled = bool(_chart_titles(out))
     # t: the first row's chart titles where the figure has them, else the top tick label's upper half and a little air
-    margin = {"l": 6 * font_size, "r": 10, "t": (2.4 if titled else 1.2) * font_size, "b": 4.5 * font_size}
+    margin = {"l": 6 * font_size, "r": 10, "t": (2.4 if _chart_titles(out) else 1.2) * font_size, "b": 4.5 * font_size}
     limit_in = style.height or PAGE_LIMITS.get(style.size) or width_in * 9 / 16
-    rows_in = (row_in or 0) * charts if row_in else None
-    legend: dict = {}
-    legend_font = font_size
-    key_entry, key_px, reserved, legend_in = 0.0, 0.0, 0.0, 0.0
+    legends = _Legends(font=font_size)
     if names and style.legend in ("top", "bottom"):
-        while True:
-            drawn, entry = legend_size(blocks, width_px - margin["l"] - margin["r"], legend_font)
-            reserved = drawn + LEGEND_PAD_PX
-            key_drawn, key_entry = legend_size(keys, width_px - margin["l"] - margin["r"], legend_font)
-            key_px = key_drawn + LEGEND_PAD_PX + BOTTOM_SLACK_PX if keys else 0
-            needed = (reserved + key_px) / CSS_DPI  # the legends may take half the figure; the charts keep the rest
-            if needed <= limit_in / 2 or legend_font <= LEGEND_FONT_FLOOR:
-                break
-            legend_font = max(LEGEND_FONT_FLOOR, legend_font - 1)
-        if needed > limit_in / 2:
-            raise ExportError(
-                f"the legend of {len(names)} runs does not fit a {limit_in:g} in {style.size} figure; "
-                "use --legend right or none, a larger --size or --height, or fewer runs"
-            )
-        spot = {"orientation": "h", "x": 0, "xanchor": "left", "entrywidth": entry, "entrywidthmode": "pixels", "yref": "container"}
-        if style.legend == "top":
-            margin["t"] += reserved
-            legend = spot | {"y": 1, "yanchor": "top"}
-        else:
-            reserved += BOTTOM_SLACK_PX
-            margin["b"] += reserved
-            legend = spot | {"y": 0, "yanchor": "top"}  # y: set once the height is known (top-anchored: Plotly draws it as reserved)
-        margin["b"] += key_px
-    elif names:  # right: as wide as its longest name, at most 45 % of the figure; a longer name wraps at words
-        margin["r"] = min(width_px * 0.45, max(_line_px(t, font_size) for t in _legend_texts(blocks)) + ITEM_PX + 10)
-        drawn = _wrap_legend(out, margin["r"] - ITEM_PX - 10, font_size)
-        if drawn > (limit_in * CSS_DPI - margin["t"] - margin["b"]):
-            raise ExportError(f"the legend of {len(names)} runs is taller than the {limit_in:g} in figure; use --legend top, or fewer runs")
-        # Plotly draws a right-anchored legend ~8 px past the figure's edge: anchored that much inside it
-        legend = {"orientation": "v", "x": 1 - 12 / width_px, "xanchor": "right", "xref": "container", "y": 1, "yanchor": "top"}
-        legend_in = (margin["t"] + drawn + LEGEND_PAD_PX) / CSS_DPI  # the figure is at least this tall
-        key_drawn, key_entry = legend_size(keys, width_px - margin["l"] - margin["r"], font_size)
-        key_px = key_drawn + LEGEND_PAD_PX + BOTTOM_SLACK_PX if keys else 0
-        margin["b"] += key_px
+        legends = _legend_across(blocks, keys, style, width_px, margin, limit_in)
+    elif names:
+        legends = _legend_right(out, blocks, keys, font_size, width_px, margin, limit_in)
     margin["b"] += _category_ticks(out, width_px - margin["l"] - margin["r"], font_size)
     if style.height:
         height_in = style.height
     elif row_in is None:
-        height_in = max(width_in * 9 / 16, min(limit_in, math.ceil(legend_in * 2) / 2))
+        height_in = max(width_in * 9 / 16, min(limit_in, math.ceil(legends.tall_in * 2) / 2))
     else:
-        wanted = max(rows_in + (margin["t"] + margin["b"]) / CSS_DPI, legend_in)
+        wanted = max(row_in * charts + (margin["t"] + margin["b"]) / CSS_DPI, legends.tall_in)
         height_in = min(limit_in, math.ceil(wanted * 2) / 2)  # whole half inches: whole pixels at any even DPI
     themed(out, PAPER).update_layout(
         width=round(width_px),
         height=round(height_in * CSS_DPI),
         font={"size": font_size, "family": "DejaVu Sans, Arial, sans-serif", "color": "#000000"},
         showlegend=bool(names),
-        legend=legend | {"font": {"size": legend_font}, "bgcolor": "rgba(0,0,0,0)", "tracegroupgap": 0},
+        legend=legends.spot | {"font": {"size": legends.font}, "bgcolor": "rgba(0,0,0,0)", "tracegroupgap": 0},
         margin=margin,
         hovermode=False,
         meta={"title": title} if title else None,
     )
-    height_px = round(height_in * CSS_DPI)
-    below = reserved if style.legend == "bottom" else 0.0  # the runs' legend at the very bottom, the key above it
-    if names and style.legend == "bottom":
-        out.update_layout(legend_y=reserved / height_px)
-    if keys:
+    _pin_legends(out, legends, style.legend == "bottom" and bool(names), bool(keys), round(height_in * CSS_DPI))
+    _column_gaps(out, font_size)
+    _row_gaps(out, font_size)
+    out.update_annotations(font={"size": font_size})  # the charts' titles
+    return out
+
+
+def _print_traces(figure: go.Figure, monochrome: bool) -> go.Figure:
+    """The figure with its WebGL traces as SVG ones (WebGL would become a bitmap inside an SVG or PDF), in monochrome
+    where asked: a run (or workload) keeps its dash style and marker in every chart; its legend cut to one entry a run."""
+    out = go.Figure(figure)
+    out.data = ()
+    series: dict[str, int] = {}
+    for number, trace in enumerate(figure.data):
+        spec = trace.to_plotly_json()
+        if spec.get("type") == "scattergl":
+            spec["type"] = "scatter"
+        out.add_trace(go.Scatter(spec) if spec.get("type") == "scatter" else trace)
+        if monochrome:
+            _monochrome(out.data[-1], series.setdefault(trace.legendgroup or str(number), len(series)))
+    _cut_legend(out)
+    return out
+
+
+def _legend_across(blocks: list, keys: list, style: ExportStyle, width_px: float, margin: dict, limit_in: float) -> _Legends:
+    """The runs' legend in rows above or below the charts (the devices' key under them), its room added to `margin`; the
+    font set smaller down to LEGEND_FONT_FLOOR until both take at most half the page, else ExportError naming the fix."""
+    font = style.font_size
+    plot_px = width_px - margin["l"] - margin["r"]
+    while True:
+        drawn, entry = legend_size(blocks, plot_px, font)
+        reserved = drawn + LEGEND_PAD_PX
+        key_drawn, key_entry = legend_size(keys, plot_px, font)
+        key_px = key_drawn + LEGEND_PAD_PX + BOTTOM_SLACK_PX if keys else 0
+        needed = (reserved + key_px) / CSS_DPI  # the legends may take half the figure; the charts keep the rest
+        if needed <= limit_in / 2 or font <= LEGEND_FONT_FLOOR:
+            break
+        font = max(LEGEND_FONT_FLOOR, font - 1)
+    if needed > limit_in / 2:
+        runs = sum(len(block) for _title, block in blocks)
+        raise ExportError(
+            f"the legend of {runs} runs does not fit a {limit_in:g} in {style.size} figure; "
+            "use --legend right or none, a larger --size or --height, or fewer runs"
+        )
+    spot = {"orientation": "h", "x": 0, "xanchor": "left", "entrywidth": entry, "entrywidthmode": "pixels", "yref": "container"}
+    if style.legend == "top":
+        margin["t"] += reserved
+        spot |= {"y": 1, "yanchor": "top"}
+    else:
+        reserved += BOTTOM_SLACK_PX
+        margin["b"] += reserved
+        spot |= {"y": 0, "yanchor": "top"}  # y: set once the height is known (top-anchored: Plotly draws it as reserved)
+    margin["b"] += key_px
+    return _Legends(spot, font, reserved, key_px, key_entry)
+
+
+def _legend_right(out: go.Figure, blocks: list, keys: list, font: float, width_px: float, margin: dict, limit_in: float) -> _Legends:
+    """The runs' legend at the right, as wide as its longest name and at most 45 % of the figure (a longer name wraps at
+    words), the devices' key under the charts; ExportError where it is taller than the page."""
+    margin["r"] = min(width_px * 0.45, max(_line_px(t, font) for t in _legend_texts(blocks)) + ITEM_PX + 10)
+    drawn = _wrap_legend(out, margin["r"] - ITEM_PX - 10, font)
+    if drawn > (limit_in * CSS_DPI - margin["t"] - margin["b"]):
+        runs = sum(len(block) for _title, block in blocks)
+        raise ExportError(f"the legend of {runs} runs is taller than the {limit_in:g} in figure; use --legend top, or fewer runs")
+    # Plotly draws a right-anchored legend ~8 px past the figure's edge: anchored that much inside it
+    spot = {"orientation": "v", "x": 1 - 12 / width_px, "xanchor": "right", "xref": "container", "y": 1, "yanchor": "top"}
+    key_drawn, key_entry = legend_size(keys, width_px - margin["l"] - margin["r"], font)
+    key_px = key_drawn + LEGEND_PAD_PX + BOTTOM_SLACK_PX if keys else 0
+    margin["b"] += key_px
+    return _Legends(spot, font, 0.0, key_px, key_entry, tall_in=(margin["t"] + drawn + LEGEND_PAD_PX) / CSS_DPI)
+
+
+def _pin_legends(out: go.Figure, legends: _Legends, bottom: bool, keyed: bool, height_px: int) -> None:
+    """Legends anchored from the figure's bottom, placed once its height is known: the runs' at the very bottom, the
+    devices' key (legend2) above it."""
+    if bottom:
+        out.update_layout(legend_y=legends.reserved / height_px)
+    if keyed:
+        below = legends.reserved if bottom else 0.0
         out.update_layout(
             legend2={
                 "orientation": "h",
                 "x": 0,
                 "xanchor": "left",
-                "y": (key_px + below) / height_px,
+                "y": (legends.key_px + below) / height_px,
                 "yanchor": "top",
                 "yref": "container",
-                "font": {"size": legend_font},
+                "font": {"size": legends.font},
                 "bgcolor": "rgba(0,0,0,0)",
-                "entrywidth": key_entry,
+                "entrywidth": legends.key_entry,
                 "entrywidthmode": "pixels",
             }
         )
-    _column_gaps(out, font_size)
-    _row_gaps(out, font_size)
-    out.update_annotations(font={"size": font_size})  # the charts' titles
-    return out
 
 
 def _category_ticks(out: go.Figure, plot_px: float, font: float) -> float:

@@ -521,11 +521,9 @@ class DemoError(UserError, ValueError):
     """A store the demo cannot be written into as it is; the message says what to change."""
 
 
-def write_demo(
-    uri: str, minutes: float = DEFAULT_MINUTES, seed: int = 0, reset: bool = False, report: Callable[[str], None] = print, now_ms: int | None = None
-) -> Summary:
-    summary = Summary()
-    client = connect(uri)
+def _make_room(client, summary: Summary, reset: bool, report: Callable[[str], None]) -> bool:
+    """Whether to write the demo: False where a complete one is there and `reset` is not asked; else the demo
+    experiments there are retired (noted in `summary`). DemoError where an experiment of a demo name is somebody's."""
     found = {spec.name: client.get_experiment_by_name(spec.name) for spec in EXPERIMENTS}
     for name, experiment in found.items():
         if experiment is not None and experiment.tags.get(DEMO_TAG) != "true":
@@ -534,12 +532,33 @@ def write_demo(
     if complete and not reset:
         summary.skipped = True
         report("radt demo: the demo experiments are already in this store; 'radt demo --reset' writes them again")
-        return summary
-    for experiment in found.values():
-        if experiment is not None:
-            summary.retired.append(_retire(client, experiment))
+        return False
+    summary.retired += [_retire(client, experiment) for experiment in found.values() if experiment is not None]
     if summary.retired and not reset:
         report("radt demo: writing the demo again (the one in this store was incomplete or deleted)")
+    return True
+
+
+def _workload_line(experiment: str, workload: WorkloadSpec, runs: list[RunData], points: int) -> str:
+    """What `radt demo` says of a workload it wrote: its runs, collocation, length and points, and which runs failed."""
+    longest = max(run.samples for run in runs) * INTERVAL_S / 60
+    failed = [run.spec.letter for run in runs if run.failed]
+    return (
+        f"radt demo: {experiment} / workload {workload.name}: {len(runs)} run{'s' if len(runs) > 1 else ''} "
+        f"({', '.join(run.spec.letter for run in runs)}; collocation {workload.collocation}), {longest:.0f} min, {points:,} points"
+        + (f"; {', '.join(failed)} FAILED" if failed else "")
+    )
+
+
+def write_demo(
+    uri: str, minutes: float = DEFAULT_MINUTES, seed: int = 0, reset: bool = False, report: Callable[[str], None] = print, now_ms: int | None = None
+) -> Summary:
+    """The demo experiments written into the store at `uri`, their runs ending just before `now_ms`; nothing written
+    where a complete demo is there already and `reset` is not asked (a demo that is not complete is written again)."""
+    summary = Summary()
+    client = connect(uri)
+    if not _make_room(client, summary, reset, report):
+        return summary
 
     # generate first (deterministic), then lay the workloads out back to back, ending before now
     generated = [[generate_workload(seed, exp, wl, minutes) for wl in exp.workloads] for exp in EXPERIMENTS]
@@ -566,13 +585,7 @@ def write_demo(
                 summary.workloads += 1
                 summary.runs += len(runs)
                 summary.points += points
-                longest = max(run.samples for run in runs) * INTERVAL_S / 60
-                failed = [run.spec.letter for run in runs if run.failed]
-                report(
-                    f"radt demo: {spec.name} / workload {workload.name}: {len(runs)} run{'s' if len(runs) > 1 else ''} "
-                    f"({', '.join(run.spec.letter for run in runs)}; collocation {workload.collocation}), {longest:.0f} min, {points:,} points"
-                    + (f"; {', '.join(failed)} FAILED" if failed else "")
-                )
+                report(_workload_line(spec.name, workload, runs, points))
             for future in writes:
                 future.result()  # a failed write ends here, and the experiment stays incomplete
             summary.experiments += 1

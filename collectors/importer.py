@@ -10,6 +10,7 @@ file's modification time. Where two logs give the same series, the one with time
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import re
@@ -17,7 +18,7 @@ import sys
 import time
 from datetime import date, datetime, timedelta
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from radt import settings
 from radt.collectors.command import UsageError, check_name
@@ -47,6 +48,9 @@ from radt.runmodel import (
     node_tag,
 )
 from radt.settings import display_uri, tracking_uri
+
+if TYPE_CHECKING:
+    from radt.cli import OneLineParser
 
 CHUNK = 50_000
 
@@ -369,24 +373,12 @@ def prometheus_main(argv: list[str]) -> int:
 
     Each node of a multi-node run is read for its own host and GPUs into its system/<node>/ keys; a point already in
     the run is not added again, and a gap tag an earlier import left goes once the series are all there."""
-    from radt.cli import OneLineParser
-    from radt.collectors.nodes import node_key, node_scoped
+    from radt.collectors.nodes import node_key
     from radt.collectors.promql import PromError, check_url, host_labels
     from radt.collectors.sources.prometheus import backfill
     from radt.settings import PROMETHEUS_HOST_LABEL
 
-    parser = OneLineParser(parents=[store_parent()], prog="radt import", description="Fill a run with its GPUs' dcgm-exporter series from Prometheus.")
-    parser.add_argument("--prometheus", required=True, help="Prometheus server URL, e.g. http://prometheus:9090")
-    parser.add_argument("--run", required=True, help="the run's id")
-    parser.add_argument("--host", help="the node the run ran on (its exporter's Hostname or hostname), where the run has no radt.host tag")
-    parser.add_argument(
-        "--gpus", help="GPU indices, e.g. 0+1 (1:3 for GPU 1's MIG slice GPU_I_ID 3), where the run has no radt.gpus tag (default: every GPU of the host)"
-    )
-    parser.add_argument(
-        "--host-label",
-        help="the exporter's node label, or several joined with ',' tried in turn (default RADT_PROMETHEUS_HOST_LABEL, else Hostname,hostname; "
-        "instance: the scrape target)",
-    )
+    parser = _prometheus_parser()
     args = parser.parse_args(argv)
     try:
         url = check_url(args.prometheus)
@@ -423,19 +415,9 @@ def prometheus_main(argv: list[str]) -> int:
         points += [p._replace(key=node_key(p.key, part.node)) for p in found] if part.node else found
     have = _existing(client, args.run, {p.key for p in points})
     new = [p for p in points if (p.key, p.timestamp) not in have]
-    store = open_metric_store(uri)
-    for offset in range(0, len(new), CHUNK):
-        store.write(args.run, new[offset : offset + CHUNK])
-    store.close()
-    tags = {PROMETHEUS_TAG: f"{url} {len(points)} points"}
-    for part in parts:
-        if part.node and part.node in gaps:
-            tags |= node_scoped({PROMETHEUS_GAP_TAG: gaps[part.node]}, part.node)
-    if gaps:
-        tags[PROMETHEUS_GAP_TAG] = "; ".join(f"{node}: {gap}" if node else gap for node, gap in gaps.items())
-    set_tags(client, args.run, tags)
-    stale = {PROMETHEUS_GAP_TAG} if not gaps else set()
-    stale |= {node_tag(part.node, PROMETHEUS_GAP_TAG.removeprefix("radt.")) for part in parts if part.node and part.node not in gaps}
+    _write(uri, args.run, new)
+    tags, stale = _gap_tags(parts, gaps)
+    set_tags(client, args.run, {PROMETHEUS_TAG: f"{url} {len(points)} points"} | tags)
     for key in sorted(stale & set(run.data.tags)):  # an earlier import's (or the run's own) gap, now filled
         client.delete_tag(args.run, key)
     keys = len({p.key for p in points})
@@ -451,40 +433,9 @@ def main(argv: list[str]) -> int:
         return slurm_main(argv, fill=prometheus_main)
     if any(a == "--prometheus" or a.startswith("--prometheus=") for a in argv):
         return prometheus_main(argv)
-    from radt.cli import OneLineParser  # mistakes in one line, like the rest of radt
-
-    parser = OneLineParser(
-        parents=[store_parent()],
-        prog="radt import",
-        description="Import raw dcgmi dmon / nvidia-smi CSV / top -b logs as one run. "
-        "Also: radt import --prometheus URL --run RUN_ID (a run's GPU series from Prometheus); "
-        "radt import --slurm JOBID[,...] or --slurm-since 1d (a run per Slurm job, see radt import --slurm 0 --help).",
-    )
-    parser.add_argument("files", nargs="+", type=Path)
-    parser.add_argument("-e", "--experiment", help="experiment name or id (created if new)")
-    parser.add_argument("-n", "--name", help="run name (default: the first file's name)")
-    parser.add_argument(
-        "--interval", type=float, default=settings.INTERVAL.get(), help="seconds between samples for logs without timestamps (default RADT_INTERVAL, 1)"
-    )
-    parser.add_argument("--start", help="ISO time of the first sample for logs without timestamps")
-    parser.add_argument("--gpus", type=int, help="GPUs per sample in an nvidia-smi log without an index column")
-    parser.add_argument("--process", default="python", help="top: the command whose lines are the run's (default python)")
+    parser = _logs_parser()
     args = parser.parse_args(argv)
-    for kind, value, label in (("experiment", args.experiment, "-e"), ("run", args.name, "-n")):
-        try:
-            check_name(kind, value, label)
-        except UsageError as exc:
-            parser.error(str(exc))
-    if not math.isfinite(args.interval):
-        parser.error(f"--interval {args.interval} is not a finite number of seconds; give e.g. --interval 1")
-    if not args.interval > 0:
-        parser.error(f"--interval {args.interval} must be more than 0 seconds")
-    if args.gpus is not None and args.gpus < 1:
-        parser.error(f"--gpus {args.gpus} must be 1 or more: the GPUs of each sample in the nvidia-smi log")
-    try:
-        start = datetime.fromisoformat(args.start).timestamp() if args.start else None
-    except ValueError:
-        parser.error(f"--start '{args.start}' is not an ISO time; give e.g. --start 2023-02-21T15:16:55")
+    start = _checked_start(parser, args)
     notes: list[str] = []
     points, formats = build_points(args.files, args.interval, args.gpus, args.process, start, notes)
     for note in notes:
@@ -510,10 +461,7 @@ def main(argv: list[str]) -> int:
         settings={IMPORTED_TAG: ",".join(f"{name}:{fmt}" for name, fmt in formats.items())},
         start_time=first,
     )
-    store = open_metric_store(uri)
-    for offset in range(0, len(points), CHUNK):
-        store.write(run_id, points[offset : offset + CHUNK])
-    store.close()
+    _write(uri, run_id, points)
     for path in args.files:
         client.log_artifact(run_id, str(path), artifact_path="imported")
     tags = {POINTS_TAG: str(len(points)), ROLE_TAG: RUN_ROLE}
@@ -526,3 +474,88 @@ def main(argv: list[str]) -> int:
     print(f"radt import: run {run_id}: {len(points)} points, {keys} series from {', '.join(f'{n} ({f})' for n, f in formats.items())}", file=sys.stderr)
     print(run_id)
     return 0
+
+
+def _prometheus_parser() -> OneLineParser:
+    """`radt import --prometheus URL --run RUN_ID`'s options."""
+    from radt.cli import OneLineParser
+
+    parser = OneLineParser(parents=[store_parent()], prog="radt import", description="Fill a run with its GPUs' dcgm-exporter series from Prometheus.")
+    parser.add_argument("--prometheus", required=True, help="Prometheus server URL, e.g. http://prometheus:9090")
+    parser.add_argument("--run", required=True, help="the run's id")
+    parser.add_argument("--host", help="the node the run ran on (its exporter's Hostname or hostname), where the run has no radt.host tag")
+    parser.add_argument(
+        "--gpus", help="GPU indices, e.g. 0+1 (1:3 for GPU 1's MIG slice GPU_I_ID 3), where the run has no radt.gpus tag (default: every GPU of the host)"
+    )
+    parser.add_argument(
+        "--host-label",
+        help="the exporter's node label, or several joined with ',' tried in turn (default RADT_PROMETHEUS_HOST_LABEL, else Hostname,hostname; "
+        "instance: the scrape target)",
+    )
+    return parser
+
+
+def _gap_tags(parts: list[Part], gaps: dict[str | None, str]) -> tuple[dict[str, str], set[str]]:
+    """The gap tags of an import from Prometheus (each node's own and the run's, joined) and the gap tags an earlier
+    import left that this one filled (to delete where the run has them)."""
+    from radt.collectors.nodes import node_scoped
+
+    tags: dict[str, str] = {}
+    for part in parts:
+        if part.node and part.node in gaps:
+            tags |= node_scoped({PROMETHEUS_GAP_TAG: gaps[part.node]}, part.node)
+    if gaps:
+        tags[PROMETHEUS_GAP_TAG] = "; ".join(f"{node}: {gap}" if node else gap for node, gap in gaps.items())
+    stale = {PROMETHEUS_GAP_TAG} if not gaps else set()
+    stale |= {node_tag(part.node, PROMETHEUS_GAP_TAG.removeprefix("radt.")) for part in parts if part.node and part.node not in gaps}
+    return tags, stale
+
+
+def _logs_parser() -> OneLineParser:
+    """`radt import FILE...`'s options (mistakes in one line, like the rest of radt)."""
+    from radt.cli import OneLineParser
+
+    parser = OneLineParser(
+        parents=[store_parent()],
+        prog="radt import",
+        description="Import raw dcgmi dmon / nvidia-smi CSV / top -b logs as one run. "
+        "Also: radt import --prometheus URL --run RUN_ID (a run's GPU series from Prometheus); "
+        "radt import --slurm JOBID[,...] or --slurm-since 1d (a run per Slurm job, see radt import --slurm 0 --help).",
+    )
+    parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("-e", "--experiment", help="experiment name or id (created if new)")
+    parser.add_argument("-n", "--name", help="run name (default: the first file's name)")
+    parser.add_argument(
+        "--interval", type=float, default=settings.INTERVAL.get(), help="seconds between samples for logs without timestamps (default RADT_INTERVAL, 1)"
+    )
+    parser.add_argument("--start", help="ISO time of the first sample for logs without timestamps")
+    parser.add_argument("--gpus", type=int, help="GPUs per sample in an nvidia-smi log without an index column")
+    parser.add_argument("--process", default="python", help="top: the command whose lines are the run's (default python)")
+    return parser
+
+
+def _checked_start(parser: OneLineParser, args: argparse.Namespace) -> float | None:
+    """The names, interval and GPU count checked (a mistake ends in one line); the ISO --start as epoch seconds."""
+    for kind, value, label in (("experiment", args.experiment, "-e"), ("run", args.name, "-n")):
+        try:
+            check_name(kind, value, label)
+        except UsageError as exc:
+            parser.error(str(exc))
+    if not math.isfinite(args.interval):
+        parser.error(f"--interval {args.interval} is not a finite number of seconds; give e.g. --interval 1")
+    if not args.interval > 0:
+        parser.error(f"--interval {args.interval} must be more than 0 seconds")
+    if args.gpus is not None and args.gpus < 1:
+        parser.error(f"--gpus {args.gpus} must be 1 or more: the GPUs of each sample in the nvidia-smi log")
+    try:
+        return datetime.fromisoformat(args.start).timestamp() if args.start else None
+    except ValueError:
+        parser.error(f"--start '{args.start}' is not an ISO time; give e.g. --start 2023-02-21T15:16:55")
+
+
+def _write(uri: str, run_id: str, points: list[Point]) -> None:
+    """Points into a run, CHUNK at a time."""
+    store = open_metric_store(uri)
+    for offset in range(0, len(points), CHUNK):
+        store.write(run_id, points[offset : offset + CHUNK])
+    store.close()

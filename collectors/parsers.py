@@ -157,6 +157,28 @@ def parse_nvidia_smi_csv(lines: Iterable[str], gpu_count: int | None = None, lef
     `gpu_count` overrides the guess. `left_out` (if given) receives the line numbers (from 1) of
     lines whose cells are not the header's (a last line cut while written, an error nvidia-smi printed).
     """
+    columns, raw = _smi_cells(lines, left_out)
+    if columns is None:
+        return []
+    ts_col = columns.index("timestamp") if "timestamp" in columns else None
+    timestamps = [_smi_timestamp(r[ts_col]) if ts_col is not None else None for r in raw]
+    ident_col = next((columns.index(c) for c in _IDENTITY_COLUMNS if c in columns), None)
+    if ident_col is not None:
+        gpus, samples = _smi_gpus_by_identity([r[ident_col] for r in raw], numbered=columns[ident_col] == "index")
+    else:
+        if gpu_count is None:
+            gpu_count = _smi_gpu_count(columns, raw, timestamps)
+        gpus = [i % gpu_count for i in range(len(raw))]
+        samples = [i // gpu_count for i in range(len(raw))]
+    return [
+        SmiRow(sample, gpu, ts, {c: _smi_value(v, c) for c, v in zip(columns, r) if c != "timestamp"}, dict(zip(columns, r)))
+        for r, gpu, sample, ts in zip(raw, gpus, samples, timestamps)
+    ]
+
+
+def _smi_cells(lines: Iterable[str], left_out: list[int] | None) -> tuple[list[str] | None, list[list[str]]]:
+    """The header's column names (units stripped) and each data line's cells; a repeated header is skipped, a line of
+    another width is left out (its number added to `left_out`)."""
     header: list[str] | None = None
     raw: list[list[str]] = []
     for number, line in enumerate(lines, 1):
@@ -172,47 +194,41 @@ def parse_nvidia_smi_csv(lines: Iterable[str], gpu_count: int | None = None, lef
             raw.append(cells)
         elif left_out is not None:
             left_out.append(number)
-    if header is None:
-        return []
-    columns = header
-    ts_col = columns.index("timestamp") if "timestamp" in columns else None
-    timestamps = [_smi_timestamp(r[ts_col]) if ts_col is not None else None for r in raw]
+    return header, raw
 
-    ident_col = next((columns.index(c) for c in _IDENTITY_COLUMNS if c in columns), None)
-    gpus: list[int]
-    samples: list[int]
-    if ident_col is not None:
-        order: dict[str, int] = {}
-        gpus, samples, seen, sample = [], [], set(), -1
-        for r in raw:
-            ident = r[ident_col]
-            if ident not in order:
-                order[ident] = int(ident) if columns[ident_col] == "index" and ident.isdigit() else len(order)
-            if ident in seen or sample < 0:
-                sample, seen = sample + 1, set()
-            seen.add(ident)
-            gpus.append(order[ident])
-            samples.append(sample)
-    else:
-        if gpu_count is None and ts_col is not None and all(t is not None for t in timestamps) and raw:
-            # `-l` prints all GPUs within milliseconds, then sleeps: split on the gaps.
-            burst = 1
-            for i in range(1, len(raw)):
-                if timestamps[i] - timestamps[i - 1] > 0.25:
-                    break
-                burst += 1
-            gpu_count = burst
-        if gpu_count is None:
-            stable = [i for i, c in enumerate(columns) if c in _STABLE_COLUMNS]
-            gpu_count = _period([tuple(r[i] for i in stable) for r in raw]) if stable else 1
-        gpus = [i % gpu_count for i in range(len(raw))]
-        samples = [i // gpu_count for i in range(len(raw))]
 
-    rows = []
-    for r, gpu, sample, ts in zip(raw, gpus, samples, timestamps):
-        values = {c: _smi_value(v, c) for c, v in zip(columns, r) if c != "timestamp"}
-        rows.append(SmiRow(sample, gpu, ts, values, dict(zip(columns, r))))
-    return rows
+def _smi_gpus_by_identity(idents: list[str], numbered: bool) -> tuple[list[int], list[int]]:
+    """Each row's GPU and sample number from its identity cell: an `index` is the GPU's number, any other identity is
+    numbered in order of appearance; a sample ends where a GPU comes round again."""
+    order: dict[str, int] = {}
+    gpus: list[int] = []
+    samples: list[int] = []
+    seen: set[str] = set()
+    sample = -1
+    for ident in idents:
+        if ident not in order:
+            order[ident] = int(ident) if numbered and ident.isdigit() else len(order)
+        if ident in seen or sample < 0:
+            sample, seen = sample + 1, set()
+        seen.add(ident)
+        gpus.append(order[ident])
+        samples.append(sample)
+    return gpus, samples
+
+
+def _smi_gpu_count(columns: list[str], raw: list[list[str]], timestamps: list[float | None]) -> int:
+    """The GPU count of a log without an identity column: the first timestamp burst of `-l`, else the period of the
+    stable columns, else 1."""
+    if raw and all(t is not None for t in timestamps):
+        # `-l` prints all GPUs within milliseconds, then sleeps: split on the gaps.
+        burst = 1
+        for earlier, later in zip(timestamps, timestamps[1:]):
+            if later - earlier > 0.25:
+                break
+            burst += 1
+        return burst
+    stable = [i for i, c in enumerate(columns) if c in _STABLE_COLUMNS]
+    return _period([tuple(r[i] for i in stable) for r in raw]) if stable else 1
 
 
 # --------------------------------------------------------------------------- top -b

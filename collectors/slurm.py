@@ -606,17 +606,7 @@ def submit_experiment(opts: ExperimentOptions, slurm_opts: SlurmOptions) -> int:
         report(f"radt: {exc}")
         return 2
     workloads, problems = plan(exp, any_machine(), rerun=opts.rerun)
-    jobs = []
-    for workload in workloads:
-        ids = {exp.get(r.row, JOB_COLUMN) for r in workload.runs}
-        words = {(exp.get(r.row, "Status").split() or [""])[0].upper() for r in workload.runs}
-        job = Job(workload, slug(workload))
-        if len(ids) == 1 and "" not in ids and words <= {"PENDING", "RUNNING"}:
-            job.id, job.state = ids.pop(), "watch"  # submitted by an earlier radt: picked up, not submitted again
-        elif workload.state() == "finished" or (workload.state() == "failed" and not opts.rerun):
-            report(f"radt: workload {workload.label} already {workload.state().upper()}, skipped")
-            continue
-        jobs.append(job)
+    jobs = _jobs(exp, workloads, opts.rerun)
     to_submit = [j.workload for j in jobs if not j.id]
     problems += name_problems(exp, to_submit)
     offer = Offer()
@@ -636,12 +626,7 @@ def submit_experiment(opts: ExperimentOptions, slurm_opts: SlurmOptions) -> int:
     submitter = Submitter(opts, slurm_opts, exp, offer)
     if opts.dry_run:
         print(describe_for_slurm(describe(exp, workloads, opts.rerun), workloads, offer))
-        for job in jobs:
-            if job.id:
-                print(f"\nworkload {job.workload.label}: already Slurm job {job.id}, watched")
-                continue
-            print(f"\nworkload {job.workload.label}: {shlex.join(submitter.sbatch(job))}")
-            print(redacted(submitter.script(job), opts.store), end="")
+        _print_jobs(submitter, jobs, opts.store)
         return 0
     if not os.access(opts.csv, os.W_OK) or not os.access(opts.csv.resolve().parent, os.W_OK):
         report(f"radt: cannot write {opts.csv} (or the {FOLDER}/ folder next to it), where the statuses go; make it writable or copy it to a folder of yours")
@@ -653,6 +638,33 @@ def submit_experiment(opts: ExperimentOptions, slurm_opts: SlurmOptions) -> int:
     from radt.collectors.csvhold import run_holding
 
     return run_holding(opts.csv, exp.known, lambda: submitter.run(jobs))  # its jobs are one radt's to submit and watch
+
+
+def _jobs(exp: ExperimentFile, workloads: list[Workload], rerun: bool) -> list[Job]:
+    """A job for each workload still to run: one an earlier radt submitted (its job id in the CSV, PENDING or RUNNING)
+    is watched, not submitted again; a FINISHED one (or a FAILED one without --rerun) is skipped, in a line."""
+    jobs = []
+    for workload in workloads:
+        ids = {exp.get(r.row, JOB_COLUMN) for r in workload.runs}
+        words = {(exp.get(r.row, "Status").split() or [""])[0].upper() for r in workload.runs}
+        job = Job(workload, slug(workload))
+        if len(ids) == 1 and "" not in ids and words <= {"PENDING", "RUNNING"}:
+            job.id, job.state = ids.pop(), "watch"  # submitted by an earlier radt: picked up, not submitted again
+        elif workload.state() == "finished" or (workload.state() == "failed" and not rerun):
+            report(f"radt: workload {workload.label} already {workload.state().upper()}, skipped")
+            continue
+        jobs.append(job)
+    return jobs
+
+
+def _print_jobs(submitter: Submitter, jobs: list[Job], store: str) -> None:
+    """--dry-run: each job's sbatch command and script (the store's password left out), or the job it watches."""
+    for job in jobs:
+        if job.id:
+            print(f"\nworkload {job.workload.label}: already Slurm job {job.id}, watched")
+            continue
+        print(f"\nworkload {job.workload.label}: {shlex.join(submitter.sbatch(job))}")
+        print(redacted(submitter.script(job), store), end="")
 
 
 def describe_for_slurm(plan_text: str, workloads: list[Workload], offer: Offer) -> str:

@@ -8,6 +8,7 @@ so importing again adds nothing twice and fills what was not yet scraped; an arr
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -17,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from radt.collectors.promql import GpuMemory, PromError, gpu_memory, host_labels, labelled_gpus
 from radt.collectors.slurmacct import SCONTROL, AccountingError, Job, NoAccounting, node_gpus, running_gpus, sacct, scontrol_jobs
@@ -43,6 +44,9 @@ from radt.runmodel import (
     node_tag,
 )
 from radt.settings import PROMETHEUS_HOST_LABEL, PROMETHEUS_URL, tracking_uri
+
+if TYPE_CHECKING:
+    from radt.cli import OneLineParser
 
 _SINCE = re.compile(r"^(\d+)([dhm])$")
 WHOLE_NODE = "whole node"  # radt.slurm.gpus_from of a job that had every GPU of its nodes
@@ -288,40 +292,14 @@ def _gpu_series(client, run_id: str) -> dict[str, list[tuple[int, float]]]:
 
 def main(argv: list[str], fill: Fill) -> int:
     """The command; `fill`: importer.prometheus_main, which reads a run's series from Prometheus."""
-    from radt.cli import OneLineParser
-
-    parser = OneLineParser(
-        parents=[store_parent()], prog="radt import", description="A run for every Slurm job, from Slurm's accounting and the cluster's Prometheus."
-    )
-    which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--slurm", help="job ids, e.g. 1234,1235_3 (an array's task)")
-    which.add_argument("--slurm-since", help="every job started since: a span (1d, 6h, 30m) or a time (2026-11-26T08:00)")
-    parser.add_argument("--user", help="only this user's jobs")
-    parser.add_argument("--partition", help="only this partition's jobs")
-    parser.add_argument("--account", help="only this account's jobs")
-    parser.add_argument("--group-by", choices=("user", "account"), default="user", help="one experiment per user (default) or per account")
-    parser.add_argument(
-        "--prometheus", default=None, help="the cluster's Prometheus URL (default RADT_PROMETHEUS_URL); without one, the runs get the jobs' facts only"
-    )
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     ids = [j.strip() for j in (args.slurm or "").split(",") if j.strip()]
     if args.slurm is not None and (not ids or not all(re.fullmatch(r"\d+(_\d+)?", j) for j in ids)):
         raise AccountingError(f"--slurm '{args.slurm}' is not a list of job ids; give e.g. --slurm 1234,1235_3")
-    since, floor = parse_since(args.slurm_since) if args.slurm_since else (None, None)
-    try:
-        jobs, holder = sacct(ids or None, since, args.user, args.partition, args.account), "Slurm's accounting"
-    except NoAccounting as exc:
-        print(f"radt import: {exc}; importing the jobs slurmctld still holds (running, or ended within its MinJobAge) from scontrol", file=sys.stderr)
-        jobs, holder = scontrol_jobs(ids or None, args.user, args.partition, args.account), "slurmctld"
-        if floor is not None:
-            jobs = [j for j in jobs if j.start_ms is None or j.start_ms >= floor]
-    for missing in [j for j in ids if j not in {job.job_id for job in jobs} and j not in {job.raw_id for job in jobs}]:
-        check = f"sacct -j {missing}" if holder != "slurmctld" else f"scontrol show job {missing}"
-        print(f"radt import: job {missing}: {holder} has no such job; check the id ({check})", file=sys.stderr)
+    jobs = _asked_jobs(args, ids)
     url = args.prometheus if args.prometheus is not None else PROMETHEUS_URL.get()
     uri = tracking_uri(args.store)
-    client = connect(uri)
-    importer = JobImporter(client, uri, args.group_by, url, fill)
+    importer = JobImporter(connect(uri), uri, args.group_by, url, fill)
     made = failed = 0
     for job in jobs:
         if job.unread:
@@ -340,3 +318,40 @@ def main(argv: list[str], fill: Fill) -> int:
     shared = importer.share()
     print(f"radt import: {len(jobs)} jobs, {made} new runs" + (f"; {shared} could share a GPU under MPS" if shared else ""), file=sys.stderr)
     return 1 if failed or (ids and len(jobs) < len(ids)) else 0
+
+
+def _parser() -> OneLineParser:
+    """`radt import --slurm/--slurm-since`'s options."""
+    from radt.cli import OneLineParser
+
+    parser = OneLineParser(
+        parents=[store_parent()], prog="radt import", description="A run for every Slurm job, from Slurm's accounting and the cluster's Prometheus."
+    )
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--slurm", help="job ids, e.g. 1234,1235_3 (an array's task)")
+    which.add_argument("--slurm-since", help="every job started since: a span (1d, 6h, 30m) or a time (2026-11-26T08:00)")
+    parser.add_argument("--user", help="only this user's jobs")
+    parser.add_argument("--partition", help="only this partition's jobs")
+    parser.add_argument("--account", help="only this account's jobs")
+    parser.add_argument("--group-by", choices=("user", "account"), default="user", help="one experiment per user (default) or per account")
+    parser.add_argument(
+        "--prometheus", default=None, help="the cluster's Prometheus URL (default RADT_PROMETHEUS_URL); without one, the runs get the jobs' facts only"
+    )
+    return parser
+
+
+def _asked_jobs(args: argparse.Namespace, ids: list[str]) -> list[Job]:
+    """The jobs asked for, from Slurm's accounting, or from slurmctld where there is none (said in a line); a line for
+    each asked-for id that neither holds."""
+    since, floor = parse_since(args.slurm_since) if args.slurm_since else (None, None)
+    try:
+        jobs, holder = sacct(ids or None, since, args.user, args.partition, args.account), "Slurm's accounting"
+    except NoAccounting as exc:
+        print(f"radt import: {exc}; importing the jobs slurmctld still holds (running, or ended within its MinJobAge) from scontrol", file=sys.stderr)
+        jobs, holder = scontrol_jobs(ids or None, args.user, args.partition, args.account), "slurmctld"
+        if floor is not None:
+            jobs = [j for j in jobs if j.start_ms is None or j.start_ms >= floor]
+    for missing in [j for j in ids if j not in {job.job_id for job in jobs} and j not in {job.raw_id for job in jobs}]:
+        check = f"sacct -j {missing}" if holder != "slurmctld" else f"scontrol show job {missing}"
+        print(f"radt import: job {missing}: {holder} has no such job; check the id ({check})", file=sys.stderr)
+    return jobs
