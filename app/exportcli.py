@@ -56,7 +56,7 @@ def export_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--stat", choices=tuple(STATS), default="smact_mean", help="the per-run statistic of bar/box/cdf figures (default smact_mean)")
     parser.add_argument("--font-size", type=float, default=9.0, help="points (default 9)")
-    parser.add_argument("--mono", action="store_true", help="monochrome: dash styles and markers instead of colours")
+    parser.add_argument("--mono", "--monochrome", action="store_true", help="monochrome (the export panel's word): dash styles and markers instead of colours")
     parser.add_argument("--legend", choices=LEGENDS, default="top")
     parser.add_argument("--dpi", type=int, default=300, help="PNG resolution (default 300)")
     parser.add_argument(

@@ -21,7 +21,7 @@ from mlflow import MlflowClient
 
 from radt import catalogue
 from radt.app.export import ExportStyle, comparison_figure, figure_for, image_bytes, restyle
-from radt.app.exportcli import _open_store
+from radt.app.exportcli import _open_store, export_parser
 from radt.app.exportcli import main as export_main
 from radt.app.views import EXPORT_BUDGET, View, metric_spec, render, save_view
 from tests.support.radtproc import radt_env, run_radt
@@ -123,6 +123,13 @@ def test_png_svg_pdf_of_every_kind_of_run_in_one_figure(store, tmp_path):
     pdf = PdfReader(tmp_path / "fig.pdf")
     assert len(pdf.pages) == 1 and float(pdf.pages[0].mediabox.width) == pytest.approx(7 * 72, abs=1)
     assert "SMACT" in pdf.pages[0].extract_text()
+
+
+def test_the_monochrome_option_takes_the_export_panels_word_too():
+    """The dashboard's export panel says "monochrome"; `radt export --monochrome` answered "unrecognized arguments"."""
+    for word in ("--mono", "--monochrome"):
+        assert export_parser().parse_args([word, "-o", "fig.pdf"]).mono is True
+    assert export_parser().parse_args(["-o", "fig.pdf"]).mono is False
 
 
 def test_export_draws_what_the_dashboard_draws_at_full_resolution_and_in_monochrome(store):
