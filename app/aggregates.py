@@ -37,6 +37,7 @@ ACTIVITY = (  # the activity figure's series: (catalogue name, label, scale to 0
 )
 HEIGHT = 460  # px on the page: a plot area of 300 px or more under the title, beside the legend
 MARGIN = {"l": 72, "r": 24, "t": 72, "b": 64}  # t: the title's own band above the plot (and the panels' titles)
+MAX_SERIES = len(PALETTE)  # series one comparison figure tells apart: a colour each
 LINE, LINES = 30, 3  # a legend entry's characters a line and lines at most; the tooltip has it whole
 NO_COMMAND = "(no command)"  # a run that recorded neither a command nor radT's model (a plain MLflow run)
 POINT_SPREAD = 0.28  # a run's point sits this share of its box's width either side of the centre (by its id: stable)
@@ -132,12 +133,15 @@ def short_commands(commands: list[str]) -> dict[str, str]:
     scripts: dict[str, list[str]] = {}
     for command, (script, _args) in parsed.items():
         scripts.setdefault(script, []).append(command)
+    pairs = {c: _pairs(args) for c, (_script, args) in parsed.items()}
+    shared = {
+        script: set.intersection(*(set(pairs[c]) for c in siblings)) for script, siblings in scripts.items()
+    }  # once a script: a 1,000-run sweep took 2.5 s
     out = {}
-    for command, (script, args) in parsed.items():
-        siblings = scripts[script]
-        shared = set.intersection(*(set(_pairs(parsed[c][1])) for c in siblings)) if len(siblings) > 1 else set()
+    for command, (script, _args) in parsed.items():
+        several = len(scripts[script]) > 1
         kept = [script] if len(scripts) > 1 and script else []
-        kept += [" ".join(p) for p in _pairs(args) if p not in shared] if len(siblings) > 1 else []
+        kept += [" ".join(p) for p in pairs[command] if p not in shared[script]] if several else []
         out[command] = " ".join(kept) if kept else (command or NO_COMMAND)
     if len(set(out.values())) < len(out):  # two that only the order of their arguments tells apart: say them whole
         return {c: c or NO_COMMAND for c in parsed}
@@ -210,6 +214,19 @@ def legend_text(text: str, width: int = LINE, lines: int = LINES) -> str:
     return "<br>".join(plain(r) for r in rows)
 
 
+def _check_series(series: Mapping, by: str) -> None:
+    """FigureError where the runs make more series than PALETTE has colours: a 150-command sweep by collocation drew 150
+    one-pixel bars in repeated colours beside a 2,860 px legend (a series is a command by collocation, else an experiment)."""
+    if len(series) <= MAX_SERIES:
+        return
+    if by == COLLOCATION:
+        raise FigureError(
+            f"these runs have {len(series)} different commands, more series than one figure tells apart ({MAX_SERIES}); "
+            f"compare by workload, or filter the runs to {MAX_SERIES} commands or fewer (e.g. params.lr = '0.1')"
+        )
+    raise FigureError(f"these runs come from {len(series)} experiments, more series than one figure tells apart ({MAX_SERIES}); pick runs of fewer experiments")
+
+
 def groups(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str, str] | None = None) -> list[Group]:
     """The runs' stat (NaN left out) per series and category, in a stable order: series as they first appear, collocation
     methods as the papers list them, workloads by name. By collocation a series is a command (with its experiment when
@@ -222,6 +239,7 @@ def groups(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str, st
     several = runs["experiment_id"].nunique() > 1 and by not in POOLED
     experiment_ids = [""] * len(runs) if by in POOLED else runs["experiment_id"]
     keys = list(zip(experiment_ids, runs["command"] if by == COLLOCATION else [""] * len(runs), strict=True))
+    _check_series(dict.fromkeys(k for k, v in zip(keys, values, strict=True) if v == v), by)
     where = {k: experiment_label(k[0], experiments) if several else "" for k in keys}
     short = short_commands(list(runs["command"])) if by == COLLOCATION else {}
     names = {k: short.get(k[1], "") for k in keys}
@@ -230,10 +248,14 @@ def groups(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str, st
     categories = [str(c) or (NO_GROUP if by in POOLED else "") for c in column.fillna("")]
     order = list(METHODS) if by == COLLOCATION else sorted(set(categories))
     order += [c for c in dict.fromkeys(categories) if c not in order]
+    members: dict[tuple, list[int]] = {}  # (series, category) -> its runs' rows: one pass (a 1,000-command sweep took 1.5 s)
+    for i, (key, category, value) in enumerate(zip(keys, categories, values, strict=True)):
+        if value == value:  # NaN: the run has no such figure
+            members.setdefault((key, category), []).append(i)
     out = []
     for key in dict.fromkeys(keys):
         for category in order:
-            rows = [i for i in runs.index if keys[i] == key and categories[i] == category and values[i] == values[i]]
+            rows = members.get((key, category))
             if rows:
                 out.append(Group(key, names[key], where[key], category, values[rows].to_numpy(dtype=float), tuple(runs["run_id"][rows].astype(str)),
                                  tuple(runs["run"][rows].astype(str)), details[key]))  # fmt: skip

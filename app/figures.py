@@ -632,8 +632,19 @@ def _alpha(color: str, alpha: float) -> str:
     return color
 
 
+MESSAGE_CHARS, MESSAGE_LINES = 80, 6  # a figure's message: ~600 px of 15 px text a line, inside the narrowest chart a page draws
+
+
 def empty_figure(message: str) -> go.Figure:
+    """A figure holding only its message, wrapped at words (a longer word cut) to at most MESSAGE_LINES lines: on one line a
+    170-character FigureError ran past both edges of a 1,064 px figure."""
+    words = [word[i : i + MESSAGE_CHARS] for word in str(message).split() for i in range(0, len(word), MESSAGE_CHARS)]
+    lines = wrap_words(words, lambda line: len(line) <= MESSAGE_CHARS)
+    if len(lines) > MESSAGE_LINES:
+        lines = [*lines[: MESSAGE_LINES - 1], lines[MESSAGE_LINES - 1][: MESSAGE_CHARS - 2] + " …"]
     fig = go.Figure()
-    fig.add_annotation(text=plain(message), showarrow=False, font={"size": 15, "color": "#666"}, xref="paper", yref="paper", x=0.5, y=0.5)
+    fig.add_annotation(
+        text="<br>".join(plain(line) for line in lines), showarrow=False, font={"size": 15, "color": "#666"}, xref="paper", yref="paper", x=0.5, y=0.5
+    )
     themed(fig, SCREEN).update_layout(height=260, xaxis={"visible": False}, yaxis={"visible": False})
     return fig

@@ -16,10 +16,24 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
-from radt.app.aggregates import activity_figure, bar_figure, box_figure, cdf_figure, collocation_figure, groups, legend_text, short_commands
+from radt.app import aggregates
+from radt.app.aggregates import (
+    MAX_SERIES,
+    FigureError,
+    activity_figure,
+    aggregate_figure,
+    bar_figure,
+    box_figure,
+    cdf_figure,
+    collocation_figure,
+    groups,
+    legend_text,
+    short_commands,
+)
 from radt.app.export import ExportError, activity_series, comparison_table
 from radt.app.exportcli import _open_store
 from radt.app.palette import run_colors
@@ -324,6 +338,43 @@ def test_short_command_names_say_what_differs():
     wrapped = legend_text("train_imagenet.py --model resnet50 --batch-size 256 --lr 0.1 --epochs 10 --workers 8 --amp <b>")
     assert wrapped.count("<br>") == 2 and wrapped.endswith(" …") and all(len(line) <= 30 for line in wrapped.split("<br>"))
     assert legend_text("a <b>bold</b> name") == "a &lt;b&gt;bold&lt;/b&gt; name", "a name is text, never Plotly's markup"
+
+
+def _sweep(commands: int, runs_each: int = 2):
+    """A comparison table of a learning-rate sweep: each command run alone and under MPS."""
+    rows = [
+        {"kind": "run", "experiment_id": "1", "command": f"python train.py --model resnet50 --lr {0.001 * (c + 1):.3f}", "run": f"lr{c}{m}{r}",
+         "run_id": f"{c:04d}{m}{r}".ljust(32, "0"), "collocation": method, "workload": f"w{c}", "smact_mean": 0.1 + 0.01 * c, "steps_per_h": 100.0 - 40 * m,
+         "alone_steps_per_h": 100.0, "normalised": 0.6 if m else None}
+        for c in range(commands) for m, method in enumerate(("alone", "MPS")) for r in range(runs_each)
+    ]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("kind", ["bar", "box", "cdf", "collocation"])
+def test_a_sweep_of_more_commands_than_colours_by_collocation_says_what_to_pick(kind):
+    """A 150-command learning-rate sweep by collocation drew 150 one-pixel bars in colours that came round again beside a
+    2,860 px legend (a 4,406 px tall figure at 1440 px). Up to the palette's 20 each command is its own colour; past it
+    the figure says how many commands there are and what to pick instead."""
+    figure = aggregate_figure(kind, _sweep(MAX_SERIES), "smact_mean", "collocation", {}, {})
+    colours = {t.marker.color if t.type == "bar" else t.line.color for t in figure.data if t.showlegend is not False}
+    assert len(colours) == MAX_SERIES or kind == "cdf", (kind, len(colours))  # a CDF's colour is the method, its dash the command
+    with pytest.raises(FigureError, match=f"{MAX_SERIES + 130} different commands.*compare by workload, or filter the runs to {MAX_SERIES} commands"):
+        aggregate_figure(kind, _sweep(MAX_SERIES + 130), "smact_mean", "collocation", {}, {})
+    assert len(groups(_sweep(MAX_SERIES + 130), "smact_mean", "workload")) == MAX_SERIES + 130  # by workload: one series, a bar a workload
+
+
+def test_short_names_of_a_thousand_command_sweep_are_read_once_per_script():
+    """short_commands read every command's options again for each command of its script: 1.3 s for a 1,000-run sweep in
+    every summary table and Live page that named it. Now once (a 1,000-command call counts 1,000 reads, not 1,000,000)."""
+    calls = []
+    real = aggregates._pairs
+    commands = [f"python train.py --lr {i} --bs 64" for i in range(1000)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(aggregates, "_pairs", lambda words: calls.append(1) or real(words))
+        names = short_commands(commands)
+    assert names[commands[7]] == "--lr 7" and len(set(names.values())) == 1000
+    assert len(calls) == 1000, len(calls)
 
 
 def test_activity_view_of_the_recorded_microbenchmark(store_uri, fixtures_dir, monkeypatch, capsys):

@@ -101,6 +101,33 @@ def test_bars_per_workload_and_collocation_are_the_stores(browser, served, fille
         )
 
 
+MESSAGE_JS = """
+() => {
+  const g = document.querySelector('#compare-figure .js-plotly-plot');
+  const note = g && g.querySelector('.annotation');
+  if (!note || !note.textContent.includes('ran together')) { return null; }
+  const box = (e) => { const r = e.getBoundingClientRect(); return {left: r.left, right: r.right, top: r.top, bottom: r.bottom}; };
+  return {figure: box(g), note: box(note), lines: note.querySelectorAll('tspan.line').length};
+}
+"""
+
+
+def test_a_figure_that_cannot_be_drawn_says_why_inside_its_box(browser, served, filled_store):
+    """The BERT runs all ran alone, so the collocation figure cannot be drawn and says why. Its 170 characters stood on
+    one line of the 1,064 px figure at 1440 px: both ends cut, "none of" and "of their command" gone. Now wrapped."""
+    client = MlflowClient(filled_store["uri"])
+    experiment = client.get_experiment_by_name(BERT).experiment_id
+    runs = [r.info.run_id for r in client.search_runs([experiment], filter_string="tags.`radt.role` = 'run'")]
+    with new_page(browser, width=1440, height=900) as page:
+        _open(page, served, experiment, runs)
+        page.locator("#compare-kind label", has_text="collocation").locator("input").check()
+        page.wait_for_function(MESSAGE_JS)
+        drawn = page.evaluate(MESSAGE_JS)
+    figure, note = drawn["figure"], drawn["note"]
+    assert figure["left"] <= note["left"] and note["right"] <= figure["right"], drawn
+    assert figure["top"] <= note["top"] and note["bottom"] <= figure["bottom"] and drawn["lines"] >= 2, drawn
+
+
 def test_the_tables_key_columns_come_first_and_a_row_click_highlights_its_run(browser, served, filled_store):
     experiment, runs = _runs(filled_store["uri"])
     with new_page(browser, width=1440, height=900) as page:
