@@ -23,7 +23,7 @@ from plotly.subplots import make_subplots
 from radt.app.compare import METHODS, PYTHON
 from radt.app.exportoptions import BY, COLLOCATION, KINDS, RATIO, STATS
 from radt.app.figures import plain, wrap_words
-from radt.app.palette import PALETTE, PAPER, colors, dash_of, themed
+from radt.app.palette import PALETTE, PAPER, SERIES_DASHES, colors, dash_of, themed
 from radt.errors import UserError
 
 POOLED = ("partition", "user")  # groupings of a cluster's jobs: one series over every experiment (radt import --slurm makes one per user)
@@ -214,20 +214,23 @@ def legend_text(text: str, width: int = LINE, lines: int = LINES) -> str:
     return "<br>".join(plain(r) for r in rows)
 
 
-def _check_series(series: Mapping, by: str) -> None:
-    """FigureError where the runs make more series than PALETTE has colours: a 150-command sweep by collocation drew 150
-    one-pixel bars in repeated colours beside a 2,860 px legend (a series is a command by collocation, else an experiment)."""
-    if len(series) <= MAX_SERIES:
+def _check_series(series: Mapping, by: str, limit: int) -> None:
+    """FigureError where the runs make more series than `limit` (PALETTE's colours; a CDF's dashes): a 150-command sweep
+    by collocation drew 150 one-pixel bars in repeated colours beside a 2,860 px legend (a series is a command by
+    collocation, else an experiment)."""
+    if len(series) <= limit:
         return
     if by == COLLOCATION:
         raise FigureError(
-            f"these runs have {len(series)} different commands, more series than one figure tells apart ({MAX_SERIES}); "
-            f"compare by workload, or filter the runs to {MAX_SERIES} commands or fewer (e.g. params.lr = '0.1')"
+            f"these runs have {len(series)} different commands, more series than this figure tells apart ({limit}); "
+            f"compare by workload, or filter the runs to {limit} commands or fewer (e.g. params.lr = '0.1')"
         )
-    raise FigureError(f"these runs come from {len(series)} experiments, more series than one figure tells apart ({MAX_SERIES}); pick runs of fewer experiments")
+    raise FigureError(
+        f"these runs come from {len(series)} experiments, more series than this figure tells apart ({limit}); pick runs of {limit} experiments or fewer"
+    )
 
 
-def groups(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str, str] | None = None) -> list[Group]:
+def groups(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str, str] | None = None, limit: int = MAX_SERIES) -> list[Group]:
     """The runs' stat (NaN left out) per series and category, in a stable order: series as they first appear, collocation
     methods as the papers list them, workloads by name. By collocation a series is a command (with its experiment when
     the runs come from several); by workload it is the experiment (one series, unnamed, when there is one)."""
@@ -239,7 +242,7 @@ def groups(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str, st
     several = runs["experiment_id"].nunique() > 1 and by not in POOLED
     experiment_ids = [""] * len(runs) if by in POOLED else runs["experiment_id"]
     keys = list(zip(experiment_ids, runs["command"] if by == COLLOCATION else [""] * len(runs), strict=True))
-    _check_series(dict.fromkeys(k for k, v in zip(keys, values, strict=True) if v == v), by)
+    _check_series(dict.fromkeys(k for k, v in zip(keys, values, strict=True) if v == v), by, limit)
     where = {k: experiment_label(k[0], experiments) if several else "" for k in keys}
     short = short_commands(list(runs["command"])) if by == COLLOCATION else {}
     names = {k: short.get(k[1], "") for k in keys}
@@ -483,11 +486,17 @@ def cdf_points(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def cdf_figure(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str, str] | None = None) -> go.Figure:
     """Per category the empirical CDF of its runs' stat (share of runs at or below a value): a colour per category, a dash
-    per series, the legend's entries under their series' name."""
-    found = groups(table, stat, by, experiments)
+    per series (so at most SERIES_DASHES' six series: a seventh drew as the first), the legend's entries under their series' name."""
+    found = groups(table, stat, by, experiments, limit=len(SERIES_DASHES))
     if not found:
         raise _empty(stat, by)
     categories = _categories(found)
+    if len(categories) > len(PALETTE):  # a category is a colour here: the 21st drew as the first
+        what = {"collocation": "collocation methods"}.get(by, f"{by}s")
+        raise FigureError(
+            f"these runs fall in {len(categories)} {what}, more lines than a CDF tells apart ({len(PALETTE)} colours); "
+            f"use bars or box plots, or pick runs of {len(PALETTE)} {what} or fewer"
+        )
     series = list(_series(found))
     figure = go.Figure()
     for group in found:

@@ -36,7 +36,7 @@ from radt.app.aggregates import (
 )
 from radt.app.export import ExportError, activity_series, comparison_table
 from radt.app.exportcli import _open_store
-from radt.app.palette import run_colors
+from radt.app.palette import SERIES_DASHES, run_colors
 from radt.app.views import View, view_runs
 from radt.collectors.importer import main as import_main
 from radt.collectors.stores import open_metric_store
@@ -354,14 +354,24 @@ def _sweep(commands: int, runs_each: int = 2):
 @pytest.mark.parametrize("kind", ["bar", "box", "cdf", "collocation"])
 def test_a_sweep_of_more_commands_than_colours_by_collocation_says_what_to_pick(kind):
     """A 150-command learning-rate sweep by collocation drew 150 one-pixel bars in colours that came round again beside a
-    2,860 px legend (a 4,406 px tall figure at 1440 px). Up to the palette's 20 each command is its own colour; past it
-    the figure says how many commands there are and what to pick instead."""
-    figure = aggregate_figure(kind, _sweep(MAX_SERIES), "smact_mean", "collocation", {}, {})
-    colours = {t.marker.color if t.type == "bar" else t.line.color for t in figure.data if t.showlegend is not False}
-    assert len(colours) == MAX_SERIES or kind == "cdf", (kind, len(colours))  # a CDF's colour is the method, its dash the command
-    with pytest.raises(FigureError, match=f"{MAX_SERIES + 130} different commands.*compare by workload, or filter the runs to {MAX_SERIES} commands"):
-        aggregate_figure(kind, _sweep(MAX_SERIES + 130), "smact_mean", "collocation", {}, {})
+    2,860 px legend (a 4,406 px tall figure at 1440 px). Up to the palette's 20 each command is its own colour (a CDF's
+    command its own dash: six), its every line apart; past that the figure says how many commands there are and what to
+    pick instead."""
+    most = len(SERIES_DASHES) if kind == "cdf" else MAX_SERIES
+    figure = aggregate_figure(kind, _sweep(most), "smact_mean", "collocation", {}, {})
+    drawn = [t for t in figure.data if t.showlegend is not False]  # a box plot's run points and the second panel's bars repeat a series
+    looks = {(t.marker.color if t.type == "bar" else t.line.color, t.line.dash if t.type == "scatter" else None) for t in drawn}
+    assert len(looks) == len(drawn) >= most, (kind, len(looks), len(drawn))
+    with pytest.raises(FigureError, match=f"{most + 1} different commands.*compare by workload, or filter the runs to {most} commands"):
+        aggregate_figure(kind, _sweep(most + 1), "smact_mean", "collocation", {}, {})
     assert len(groups(_sweep(MAX_SERIES + 130), "smact_mean", "workload")) == MAX_SERIES + 130  # by workload: one series, a bar a workload
+
+
+def test_a_cdf_of_more_workloads_than_colours_says_to_use_bars():
+    """A CDF's workload is its colour: the 21st workload's line looked like the first's."""
+    assert len(cdf_figure(_sweep(MAX_SERIES), "smact_mean", "workload").data) == MAX_SERIES
+    with pytest.raises(FigureError, match=f"{MAX_SERIES + 1} workloads, more lines than a CDF tells apart.*use bars or box plots"):
+        cdf_figure(_sweep(MAX_SERIES + 1), "smact_mean", "workload")
 
 
 def test_short_names_of_a_thousand_command_sweep_are_read_once_per_script():
