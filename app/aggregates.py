@@ -22,7 +22,7 @@ from plotly.subplots import make_subplots
 
 from radt.app.compare import METHODS, PYTHON
 from radt.app.exportoptions import BY, COLLOCATION, KINDS, RATIO, STATS
-from radt.app.figures import plain, wrap_words
+from radt.app.figures import plain, wrap_chars
 from radt.app.palette import PALETTE, PAPER, SERIES_DASHES, colors, dash_of, themed
 from radt.errors import UserError
 
@@ -208,7 +208,7 @@ def _pairs(words: list[str]) -> list[tuple[str, ...]]:
 def legend_text(text: str, width: int = LINE, lines: int = LINES) -> str:
     """A legend entry as Plotly text: escaped, wrapped at words to `width` characters a line (a long command keeps the
     legend narrow instead of squeezing the plot), at most `lines` lines, the rest '…' (the tooltip has it whole)."""
-    rows = wrap_words(str(text).split(), lambda line: len(line) <= width)
+    rows = wrap_chars(str(text), width)
     if len(rows) > lines:
         rows = [*rows[: lines - 1], rows[lines - 1][: width - 2] + " …"]
     return "<br>".join(plain(r) for r in rows)

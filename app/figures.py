@@ -70,6 +70,12 @@ def wrap_words(words: list[str], fits: Callable[[str], bool]) -> list[str]:
     return rows
 
 
+def wrap_chars(text: str, width: int) -> list[str]:
+    """Text in lines of at most `width` characters, wrapped at words, a longer word cut (a path in a command is one word:
+    whole, it ran past the figure's edge)."""
+    return wrap_words([word[i : i + width] for word in text.split() for i in range(0, len(word), width)], lambda line: len(line) <= width)
+
+
 @dataclass
 class Panel:
     """One chart: a catalogue metric and its series per run and device (timestamps ms or steps, values; or an Envelope).
@@ -638,8 +644,7 @@ MESSAGE_CHARS, MESSAGE_LINES = 80, 6  # a figure's message: ~600 px of 15 px tex
 def empty_figure(message: str) -> go.Figure:
     """A figure holding only its message, wrapped at words (a longer word cut) to at most MESSAGE_LINES lines: on one line a
     170-character FigureError ran past both edges of a 1,064 px figure."""
-    words = [word[i : i + MESSAGE_CHARS] for word in str(message).split() for i in range(0, len(word), MESSAGE_CHARS)]
-    lines = wrap_words(words, lambda line: len(line) <= MESSAGE_CHARS)
+    lines = wrap_chars(str(message), MESSAGE_CHARS)
     if len(lines) > MESSAGE_LINES:
         lines = [*lines[: MESSAGE_LINES - 1], lines[MESSAGE_LINES - 1][: MESSAGE_CHARS - 2] + " …"]
     fig = go.Figure()

@@ -338,6 +338,11 @@ def test_short_command_names_say_what_differs():
     wrapped = legend_text("train_imagenet.py --model resnet50 --batch-size 256 --lr 0.1 --epochs 10 --workers 8 --amp <b>")
     assert wrapped.count("<br>") == 2 and wrapped.endswith(" …") and all(len(line) <= 30 for line in wrapped.split("<br>"))
     assert legend_text("a <b>bold</b> name") == "a &lt;b&gt;bold&lt;/b&gt; name", "a name is text, never Plotly's markup"
+    # a path is one word: whole, "tests/fixtures/real-tool-logs/mnist_dcgmi_dmon_18fields.txt" (58 characters) of an
+    # imported run's command reached the comparison figure's right edge at 1440 px, and a longer one ran past it
+    imported = legend_text("radt import /data/cluster/logs/2026-11-28/node07/mnist_dcgmi_dmon_18fields.txt other.csv")
+    assert all(len(line) <= 30 for line in imported.split("<br>")), imported
+    assert imported.startswith("radt import<br>/data/cluster/logs/2026-11-28/"), imported
 
 
 def _sweep(commands: int, runs_each: int = 2):
