@@ -31,6 +31,11 @@ def export_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--metric", action="append", default=[], help="smact, smocc, gract, a catalogue name such as power_usage_watts, or a stored key; repeatable"
     )
+    parser.add_argument(
+        "--filter",
+        help="only the runs this filter keeps, in the dashboard's syntax: words, MLflow's (params.lr = '0.1', metrics.loss < 0.2) "
+        "or radt's summaries (smact.mean > 0.5)",
+    )
     parser.add_argument("--x", choices=("relative", "wall", "step"), help="x axis: time since start (default), wall clock, step")
     parser.add_argument("--grouped", action="store_true", help="one mean line and min-max band per workload")
     parser.add_argument("--gpu", action="append", default=[], help="only this GPU index (repeatable; default every GPU the runs used)")
@@ -178,6 +183,8 @@ def _view(opts: argparse.Namespace):
                 + "; check the names in the dashboard"
             )
         view = View(experiments, list(table["run_id"]))
+    if opts.filter:
+        view.runs = _filtered(view, opts.filter)
     if opts.metric:
         view.metrics = [metric_spec(m) for m in opts.metric]
         _check_metrics(opts.metric, view.metrics, view.runs)
@@ -193,6 +200,22 @@ def _view(opts: argparse.Namespace):
     if opts.gpu_mean:
         view.gpu_mode = "mean"
     return view
+
+
+def _filtered(view, text: str) -> list[str]:
+    """The view's runs that the dashboard's run filter `text` keeps; ExportError where it cannot be read or keeps none."""
+    from radt.app import data
+    from radt.app.exportoptions import ExportError
+    from radt.app.filters import FilterError, apply
+
+    try:
+        kept = set(apply(data.runs(view.experiments), text)["run_id"])
+    except FilterError as exc:
+        raise ExportError(f"--filter: {exc}") from None
+    runs = [r for r in view.runs if r in kept]
+    if not runs:
+        raise ExportError(f"--filter {text[:80]!r} keeps none of the {len(view.runs)} runs; try it in the dashboard's filter box")
+    return runs
 
 
 def _check_metrics(names: list[str], specs: list[str], run_ids: list[str]) -> None:

@@ -125,6 +125,20 @@ def test_png_svg_pdf_of_every_kind_of_run_in_one_figure(store, tmp_path):
     assert "SMACT" in pdf.pages[0].extract_text()
 
 
+def test_export_takes_the_dashboards_run_filter(store, tmp_path, capsys):
+    """A comparison figure of a sweep past 20 commands says to filter the runs (params.lr = '0.1'); `radt export` took no
+    filter ("unrecognized arguments: --filter"). Now it takes the dashboard's syntax, and a bad one is one line."""
+    out = tmp_path / "b.csv"
+    common = ["--experiment", "radt-new", "--metric", "smact", "--store", store.uri, "-o", str(out)]
+    assert export_main([*common, "--filter", "attributes.run_name = 'run B'"]) == 0
+    assert {r["run_id"] for r in csv.DictReader(io.StringIO(out.read_text()))} == {store.runs["B"]}
+    capsys.readouterr()
+    assert export_main([*common, "--filter", "params.batch_size ="]) == 2
+    assert capsys.readouterr().err.startswith("radt export: --filter: ")
+    assert export_main([*common, "--filter", "attributes.run_name = 'run Z'"]) == 2
+    assert "keeps none of the 4 runs; try it in the dashboard's filter box" in capsys.readouterr().err  # A, B, C, D (not the deleted one)
+
+
 def test_the_monochrome_option_takes_the_export_panels_word_too():
     """The dashboard's export panel says "monochrome"; `radt export --monochrome` answered "unrecognized arguments"."""
     for word in ("--mono", "--monochrome"):
