@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import shlex
 import zlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -136,7 +136,7 @@ def short_commands(commands: list[str]) -> dict[str, str]:
     pairs = {c: _pairs(args) for c, (_script, args) in parsed.items()}
     shared = {
         script: set.intersection(*(set(pairs[c]) for c in siblings)) for script, siblings in scripts.items()
-    }  # once a script: a 1,000-run sweep took 2.5 s
+    }  # once a script: a 1,000-command sweep took 1.4 s
     out = {}
     for command, (script, _args) in parsed.items():
         several = len(scripts[script]) > 1
@@ -208,13 +208,10 @@ def _pairs(words: list[str]) -> list[tuple[str, ...]]:
 def legend_text(text: str, width: int = LINE, lines: int = LINES) -> str:
     """A legend entry as Plotly text: escaped, wrapped at words to `width` characters a line (a long command keeps the
     legend narrow instead of squeezing the plot), at most `lines` lines, the rest '…' (the tooltip has it whole)."""
-    rows = wrap_chars(str(text), width)
-    if len(rows) > lines:
-        rows = [*rows[: lines - 1], rows[lines - 1][: width - 2] + " …"]
-    return "<br>".join(plain(r) for r in rows)
+    return "<br>".join(plain(r) for r in wrap_chars(str(text), width, lines))
 
 
-def _check_series(series: Mapping, by: str, limit: int) -> None:
+def _check_series(series: Collection, by: str, limit: int) -> None:
     """FigureError where the runs make more series than `limit` (PALETTE's colours; a CDF's dashes): a 150-command sweep
     by collocation drew 150 one-pixel bars in repeated colours beside a 2,860 px legend (a series is a command by
     collocation, else an experiment)."""
@@ -242,19 +239,19 @@ def groups(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str, st
     several = runs["experiment_id"].nunique() > 1 and by not in POOLED
     experiment_ids = [""] * len(runs) if by in POOLED else runs["experiment_id"]
     keys = list(zip(experiment_ids, runs["command"] if by == COLLOCATION else [""] * len(runs), strict=True))
-    _check_series(dict.fromkeys(k for k, v in zip(keys, values, strict=True) if v == v), by, limit)
+    column = runs[BY[by]] if BY[by] in runs.columns else pd.Series("", index=runs.index)
+    categories = [str(c) or (NO_GROUP if by in POOLED else "") for c in column.fillna("")]
+    members: dict[tuple, list[int]] = {}  # (series, category) -> its runs' rows, in one pass (it scanned every run for each pair)
+    for i, (key, category, value) in enumerate(zip(keys, categories, values, strict=True)):
+        if value == value:  # NaN: the run has no such figure
+            members.setdefault((key, category), []).append(i)
+    _check_series({key for key, _category in members}, by, limit)  # before the names: a sweep past the limit is told at once
     where = {k: experiment_label(k[0], experiments) if several else "" for k in keys}
     short = short_commands(list(runs["command"])) if by == COLLOCATION else {}
     names = {k: short.get(k[1], "") for k in keys}
     details = {k: " · ".join(t for t in ((k[1] or NO_COMMAND) if by == COLLOCATION else "", where[k]) if t) for k in keys}
-    column = runs[BY[by]] if BY[by] in runs.columns else pd.Series("", index=runs.index)
-    categories = [str(c) or (NO_GROUP if by in POOLED else "") for c in column.fillna("")]
     order = list(METHODS) if by == COLLOCATION else sorted(set(categories))
     order += [c for c in dict.fromkeys(categories) if c not in order]
-    members: dict[tuple, list[int]] = {}  # (series, category) -> its runs' rows: one pass (a 1,000-command sweep took 1.5 s)
-    for i, (key, category, value) in enumerate(zip(keys, categories, values, strict=True)):
-        if value == value:  # NaN: the run has no such figure
-            members.setdefault((key, category), []).append(i)
     out = []
     for key in dict.fromkeys(keys):
         for category in order:

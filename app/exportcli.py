@@ -6,10 +6,14 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from radt.options import store_parent
 from radt.rundir import write_whole
 from radt.settings import tracking_uri
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 METRICS_LISTED = 8  # the metrics an unknown --metric's message names; the dashboard's list has them all
 
@@ -165,6 +169,7 @@ def _view(opts: argparse.Namespace):
     from radt.app.exportoptions import ExportError
     from radt.app.views import View, load_view, metric_spec
 
+    table = None  # the experiments' runs, where they were read for the run picks
     if opts.view:
         view = load_view(opts.view)
         for note in view.notes:  # a view file edited by hand: what of it cannot be drawn
@@ -184,7 +189,7 @@ def _view(opts: argparse.Namespace):
             )
         view = View(experiments, list(table["run_id"]))
     if opts.filter:
-        view.runs = _filtered(view, opts.filter)
+        view.runs = _filtered(view, opts.filter, table)
     if opts.metric:
         view.metrics = [metric_spec(m) for m in opts.metric]
         _check_metrics(opts.metric, view.metrics, view.runs)
@@ -202,14 +207,15 @@ def _view(opts: argparse.Namespace):
     return view
 
 
-def _filtered(view, text: str) -> list[str]:
-    """The view's runs that the dashboard's run filter `text` keeps; ExportError where it cannot be read or keeps none."""
+def _filtered(view, text: str, table: pd.DataFrame | None) -> list[str]:
+    """The view's runs that the dashboard's run filter `text` keeps (on `table`, the runs already read, or the view's
+    experiments' runs); ExportError where it cannot be read or keeps none."""
     from radt.app import data
     from radt.app.exportoptions import ExportError
     from radt.app.filters import FilterError, apply
 
     try:
-        kept = set(apply(data.runs(view.experiments), text)["run_id"])
+        kept = set(apply(data.runs(view.experiments) if table is None else table, text)["run_id"])
     except FilterError as exc:
         raise ExportError(f"--filter: {exc}") from None
     runs = [r for r in view.runs if r in kept]

@@ -70,10 +70,11 @@ def wrap_words(words: list[str], fits: Callable[[str], bool]) -> list[str]:
     return rows
 
 
-def wrap_chars(text: str, width: int) -> list[str]:
-    """Text in lines of at most `width` characters, wrapped at words, a longer word cut (a path in a command is one word:
-    whole, it ran past the figure's edge)."""
-    return wrap_words([word[i : i + width] for word in text.split() for i in range(0, len(word), width)], lambda line: len(line) <= width)
+def wrap_chars(text: str, width: int, lines: int) -> list[str]:
+    """Text in at most `lines` lines of at most `width` characters, wrapped at words, a longer word cut (a path in a
+    command is one word: whole, it ran past the figure's edge), the rest '…'."""
+    rows = wrap_words([word[i : i + width] for word in text.split() for i in range(0, len(word), width)], lambda line: len(line) <= width)
+    return [*rows[: lines - 1], rows[lines - 1][: width - 2] + " …"] if len(rows) > lines else rows
 
 
 @dataclass
@@ -644,9 +645,7 @@ MESSAGE_CHARS, MESSAGE_LINES = 80, 6  # a figure's message: ~600 px of 15 px tex
 def empty_figure(message: str) -> go.Figure:
     """A figure holding only its message, wrapped at words (a longer word cut) to at most MESSAGE_LINES lines: on one line a
     170-character FigureError ran past both edges of a 1,064 px figure."""
-    lines = wrap_chars(str(message), MESSAGE_CHARS)
-    if len(lines) > MESSAGE_LINES:
-        lines = [*lines[: MESSAGE_LINES - 1], lines[MESSAGE_LINES - 1][: MESSAGE_CHARS - 2] + " …"]
+    lines = wrap_chars(str(message), MESSAGE_CHARS, MESSAGE_LINES)
     fig = go.Figure()
     fig.add_annotation(
         text="<br>".join(plain(line) for line in lines), showarrow=False, font={"size": 15, "color": "#666"}, xref="paper", yref="paper", x=0.5, y=0.5
