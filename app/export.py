@@ -285,8 +285,7 @@ def _legend_across(blocks: list, keys: list, style: ExportStyle, width_px: float
     while True:
         drawn, entry = legend_size(blocks, plot_px, font)
         reserved = drawn + LEGEND_PAD_PX
-        key_drawn, key_entry = legend_size(keys, plot_px, font)
-        key_px = key_drawn + LEGEND_PAD_PX + BOTTOM_SLACK_PX if keys else 0
+        key_px, key_entry = _key_room(keys, plot_px, font)
         needed = (reserved + key_px) / CSS_DPI  # the legends may take half the figure; the charts keep the rest
         if needed <= limit_in / 2 or font <= LEGEND_FONT_FLOOR:
             break
@@ -319,10 +318,15 @@ def _legend_right(out: go.Figure, blocks: list, keys: list, font: float, width_p
         raise ExportError(f"the legend of {runs} runs is taller than the {limit_in:g} in figure; use --legend top, or fewer runs")
     # Plotly draws a right-anchored legend ~8 px past the figure's edge: anchored that much inside it
     spot = {"orientation": "v", "x": 1 - 12 / width_px, "xanchor": "right", "xref": "container", "y": 1, "yanchor": "top"}
-    key_drawn, key_entry = legend_size(keys, width_px - margin["l"] - margin["r"], font)
-    key_px = key_drawn + LEGEND_PAD_PX + BOTTOM_SLACK_PX if keys else 0
+    key_px, key_entry = _key_room(keys, width_px - margin["l"] - margin["r"], font)
     margin["b"] += key_px
     return _Legends(spot, font, 0.0, key_px, key_entry, tall_in=(margin["t"] + drawn + LEGEND_PAD_PX) / CSS_DPI)
+
+
+def _key_room(keys: list, plot_px: float, font: float) -> tuple[float, float]:
+    """The devices' key under the charts: the px it takes (none without keys) and its entries' width."""
+    drawn, entry = legend_size(keys, plot_px, font)
+    return (drawn + LEGEND_PAD_PX + BOTTOM_SLACK_PX if keys else 0), entry
 
 
 def _pin_legends(out: go.Figure, legends: _Legends, bottom: bool, keyed: bool, height_px: int) -> None:
