@@ -75,6 +75,12 @@ def silent(exc: BaseException) -> bool:
     return SILENT in _text(exc)
 
 
+def slow(exc: BaseException) -> bool:
+    """True for a read stopped at the deadline while it ran (SQLite's progress handler, our own check), not while it
+    waited on another connection's lock (SQLite's busy timeout says "database is locked")."""
+    return isinstance(exc, RequestTimeout) or "interrupted" in _text(exc).lower()
+
+
 def _text(exc: BaseException) -> str:
     """The driver's own words: SQLAlchemy's wrapper names the statement too."""
     return str(getattr(exc, "orig", None) or exc)
@@ -95,10 +101,17 @@ RELOAD = "Reload the page once it answers (radt dashboard's -/ready says when)" 
 
 def store_message(exc: BaseException) -> str:
     """Why a page's own read of the store (its experiments, its runs: no view to narrow yet) ended at the deadline: the
-    store did not answer at all (down, frozen), or another connection held the tables it reads (a migration, a vacuum)."""
+    store did not answer at all (down, frozen), the read itself ran that long (SQLite stopped it running: a first
+    /cluster load after a large import was said to be locked), or another connection held the tables it reads (a
+    migration, a vacuum; PostgreSQL's statement timeout cannot tell these two apart)."""
     seconds, name = settings.REQUEST_TIMEOUT.get(), settings.REQUEST_TIMEOUT.name
     if silent(exc):
         return f"The tracking store did not answer within {seconds:g} s ({name}): it is down, frozen or unreachable"
+    if slow(exc):
+        return (
+            f"This page's read of the tracking store took longer than {seconds:g} s ({name}) and was stopped, with no lock in its "
+            f"way: the store is this large or this machine this busy; raise {name}"
+        )
     return (
         f"The tracking store was busy or locked for {seconds:g} s ({name}): another connection holds the tables this page "
         "reads (a migration, radt retain, a vacuum, a long write)"

@@ -29,10 +29,11 @@ TAG_KEYS = {
 }
 
 
-def _gpus(row: dict) -> int:
+def _gpus(row: dict) -> int | None:
+    """The job's GPUs: those it used, else those it requested; None where the import could not count them."""
     count = gpus_in_tag(row.get("gpus_used") or "")
     requested = row.get("gpus_requested") or ""
-    return count or (int(requested) if requested.isdigit() else 0)
+    return count or (int(requested) if requested.isdigit() else None)
 
 
 def _float(text: str | None) -> float | None:
@@ -70,7 +71,7 @@ def job_rows(engine: sa.Engine, now_ms: int | None = None) -> list[dict]:
         row["hours"] = max(0.0, ((row["end_ms"] or now_ms) - (row["start_ms"] or now_ms)) / 3_600_000)
         row["smact_mean"] = _float(row.get("smact_mean"))
         smact = row["smact_mean"]
-        row["wasted_gpu_hours"] = None if smact is None else row["gpus"] * row["hours"] * (1 - min(1.0, max(0.0, smact)))
+        row["wasted_gpu_hours"] = None if smact is None or row["gpus"] is None else row["gpus"] * row["hours"] * (1 - min(1.0, max(0.0, smact)))
         out.append(row)
     # the most wasted GPU-hours first; jobs without a verdict after them, the newest first (job ids sort as text: 10 < 9)
     out.sort(key=lambda x: (x["wasted_gpu_hours"] is None, -(x["wasted_gpu_hours"] or 0), -(x["start_ms"] or 0), x["job"]))
@@ -88,13 +89,19 @@ def narrow(rows: list[dict], chosen: Mapping[str, str]) -> list[dict]:
 
 def totals(rows: list[dict], by: str) -> list[dict]:
     """Per user / account / partition: jobs, GPU-hours held, wasted GPU-hours and the SMACT mean weighted by GPU-hours,
-    the last two over the jobs that have a verdict (`judged`); the most wasted first."""
+    the last two over the jobs that have a verdict (`judged`); the most wasted first. `gpus_unknown`: the jobs whose GPUs
+    are not known, whose GPU-hours the total lacks."""
     groups: dict[str, dict] = {}
     for row in rows:
         name = row.get(by, "") or ""
-        group = groups.setdefault(name, {"name": name, "jobs": 0, "judged": 0, "gpu_hours": 0.0, "wasted_gpu_hours": 0.0, "_busy": 0.0, "_held": 0.0})
-        held = row["gpus"] * row["hours"]
+        group = groups.setdefault(
+            name, {"name": name, "jobs": 0, "judged": 0, "gpus_unknown": 0, "gpu_hours": 0.0, "wasted_gpu_hours": 0.0, "_busy": 0.0, "_held": 0.0}
+        )
         group["jobs"] += 1
+        if row["gpus"] is None:
+            group["gpus_unknown"] += 1
+            continue
+        held = row["gpus"] * row["hours"]
         group["gpu_hours"] += held
         if row["wasted_gpu_hours"] is not None:
             group["judged"] += 1

@@ -65,7 +65,7 @@ class Job(NamedTuple):
     exit_code: int
     signal: int
     nodes: tuple[str, ...]
-    gpus_requested: int
+    gpus_requested: int | None  # None: not known (Slurm's TRES count no GPU here, and nothing else said how many)
     gpus: dict[str, tuple[int, ...]] | None  # node -> GPU indices; None: not known (no radt-gres in AdminComment)
     gpus_from: str = ""  # where `gpus` came from: ADMIN_COMMENT, SCONTROL, or what radt import --slurm found them by
     unread: str = ""  # why scontrol's record gave no GPUs though it may hold some (its name or comment holds Slurm's field names)
@@ -127,21 +127,45 @@ def gres_indices(comment: str) -> dict[str, tuple[int, ...]] | None:
     return out
 
 
-def _tres_gpus(tres: str) -> int:
-    """The GPUs a TRES list counts (AllocTRES, TRES, CfgTRES: 'cpu=8,gres/gpu=4,node=1' -> 4)."""
+def _tres_gpus(tres: str) -> int | None:
+    """The GPUs a TRES list counts (AllocTRES, TRES, CfgTRES: 'cpu=8,gres/gpu=4,node=1' -> 4); None where it holds no
+    gres/gpu: no GPU where Slurm counts GPUs in TRES (gpus_counted), and nothing said where it does not."""
     for item in tres.split(","):
         name, _, value = item.partition("=")
         if name == "gres/gpu" and value.isdigit():
             return int(value)
-    return 0
+    return None
 
 
-def parse_sacct(text: str, delimiter: str = "|") -> list[Job]:
+def _requested(tres: str, gpus: dict[str, tuple[int, ...]] | None, counted: bool | None) -> int | None:
+    """A job's GPUs from sacct: its AllocTRES' gres/gpu; where they hold none, the GPUs radt's prolog recorded; else 0
+    where Slurm counts GPUs in TRES, and not known (None) where it does not or cannot say (gpus_counted)."""
+    found = _tres_gpus(tres)
+    if found is not None:
+        return found
+    if gpus and any(gpus.values()):
+        return sum(len(indices) for indices in gpus.values())
+    return 0 if counted else None
+
+
+def gpus_counted() -> bool | None:
+    """Whether Slurm counts each job's GPUs in its TRES (gres/gpu in AccountingStorageTRES, which is not Slurm's
+    default): where it does not, a job's TRES without gres/gpu say nothing of its GPUs. None where slurmctld cannot say."""
+    try:
+        done = _run(["scontrol", "show", "config"], 60, "slurmctld (scontrol ping)")
+    except AccountingError:
+        return None
+    found = re.search(r"^AccountingStorageTRES\s*=\s*(\S*)", done.stdout, re.MULTILINE) if done.returncode == 0 else None
+    return None if found is None else "gres/gpu" in found.group(1).split(",")
+
+
+def parse_sacct(text: str, delimiter: str = "|", gpus_counted: bool | None = True) -> list[Job]:
     """Jobs from `sacct --parsable2 --noheader --allocations --delimiter=D -o <FIELDS>` output; AccountingError names a job it cannot read.
 
     A job name is any text its user gave (`sbatch -J`): with sacct's own `|` between fields, `a|alice|bigacct|...` is a
     job of alice's with the GPUs it claims. sacct() therefore asks for a delimiter drawn for each call, which no name
-    submitted earlier can hold; and jobs are read by their fields, not their lines, since a name may hold a line break."""
+    submitted earlier can hold; and jobs are read by their fields, not their lines, since a name may hold a line break.
+    `gpus_counted`: whether a job whose AllocTRES hold no gres/gpu had none (gpus_counted())."""
     jobs = []
     for number, row in enumerate(_records(text, delimiter), 1):
         code, _, sig = row["ExitCode"].partition(":")
@@ -163,7 +187,7 @@ def parse_sacct(text: str, delimiter: str = "|") -> list[Job]:
                 exit_code=int(code or 0),
                 signal=int(sig or 0),
                 nodes=expand_hostlist(row["NodeList"]),
-                gpus_requested=_tres_gpus(row["AllocTRES"]),
+                gpus_requested=_requested(row["AllocTRES"], gpus, gpus_counted),
                 gpus=gpus,
                 gpus_from=ADMIN_COMMENT if gpus else "",
             )
@@ -231,7 +255,7 @@ def sacct(
                 f"Slurm keeps no accounting here ({said}); radt import --slurm needs slurmdbd (AccountingStorageType=accounting_storage/slurmdbd)"
             )
         raise AccountingError(f"sacct failed: {said or 'exit ' + str(done.returncode)}")
-    return parse_sacct(done.stdout, delimiter)
+    return parse_sacct(done.stdout, delimiter, gpus_counted())
 
 
 # --- scontrol: the jobs slurmctld holds, and the GPUs of a running job ---------------------------------------------
@@ -265,11 +289,73 @@ class _Record(NamedTuple):
     forged: str  # why the record cannot be read unambiguously (a name or comment holding Slurm's field names), else ""
 
 
-def _record(text: str) -> _Record:
-    """A job's record cut at its first ' UserId=' and the first ' Command=' after it. Where the name holds ' UserId=',
-    the middle starts inside it and then holds a key twice: `forged` says so, and no GPU is taken from the record."""
+class Held(NamedTuple):
+    """What squeue says of a job slurmctld holds, from fields Slurm writes and the name last (_held): the job's exact name,
+    which cuts its scontrol record where Slurm's fields start, and the GPUs its request asks for (None: not known)."""
+
+    name: str
+    gpus: int | None
+
+
+# squeue's fields for Held: Slurm's own (no spaces, no '|', no line break), then the name, which runs to the output's end
+HELD_FORMAT = "tres-per-job:0|,tres-per-node:0|,tres-per-task:0|,tres-per-socket:0|,numnodes:0|,numtasks:0|,name:0"
+
+
+def _gres_gpus(text: str) -> int | None:
+    """The GPUs a TresPer* request names ('gres:gpu:2', 'gres/gpu:a100:2', 'gres:gpu:1,gres:mps:100' -> 2, 2, 1); None
+    where it names none ('N/A', 'gres:mps:100')."""
+    total = None
+    for item in text.replace("gres/", "gres:").replace("=", ":").split(","):
+        parts = item.split(":")
+        if len(parts) >= 2 and parts[:2] == ["gres", "gpu"]:
+            total = (total or 0) + (int(parts[-1]) if len(parts) > 2 and parts[-1].isdigit() else 1)
+    return total
+
+
+def _asked_gpus(per_job: str, per_node: str, per_task: str, per_socket: str, nodes: str, tasks: str) -> int | None:
+    """The GPUs a job's request gives it at least (--gpus, --gres / --gpus-per-node times its nodes, --gpus-per-task times
+    its tasks): the largest; 0 where it asks for none; None where only a per-socket count says (its sockets unknown)."""
+    counts = [_gres_gpus(per_job)]
+    counts += [_gres_gpus(per_node) * int(nodes)] if _gres_gpus(per_node) is not None and nodes.isdigit() else [None]
+    counts += [_gres_gpus(per_task) * int(tasks)] if _gres_gpus(per_task) is not None and tasks.isdigit() else [None]
+    known = [c for c in counts if c is not None]
+    if known:
+        return max(known)
+    return None if _gres_gpus(per_socket) is not None or any(_gres_gpus(t) is not None for t in (per_node, per_task)) else 0
+
+
+def _held(raw: str) -> Held | None:
+    """squeue's Held for the job whose raw id is `raw`; None where slurmctld no longer holds it or its answer is not one
+    record."""
+    done = _run(["squeue", "-h", "--states=all", "-j", raw, "-O", HELD_FORMAT], 60, "slurmctld (scontrol ping)")
+    if _failed("squeue", done):
+        return None
+    text = done.stdout[:-1] if done.stdout.endswith("\n") else done.stdout
+    parts = text.split("|", 6)
+    if len(parts) != 7 or any("\n" in part for part in parts[:6]):
+        return None
+    return Held(parts[6], _asked_gpus(*parts[:6]))
+
+
+def requested_gpus(job: Job) -> int | None:
+    """The GPUs `job` asked for, where slurmctld still holds it (running, or ended within MinJobAge) under its name; None
+    otherwise."""
+    try:
+        held = _held(job.raw_id)
+    except AccountingError:
+        return None
+    return held.gpus if held is not None and held.name == job.name else None
+
+
+def _record(text: str, held: Held | None = None) -> _Record:
+    """A job's record cut after its name and at the first ' Command=' after it. With the job's exact name from squeue
+    (`held`) the name is cut off whatever it holds; without it, at the first ' UserId=', and where the name holds
+    ' UserId=' the middle starts inside it and then holds a key twice: `forged` says so, and no GPU is taken from it."""
     before, sep, rest = text.partition(" JobName=")
-    name, sep_user, rest = rest.partition(" UserId=") if sep else ("", "", "")
+    if sep and held is not None and rest.startswith(f"{held.name} UserId="):
+        name, sep_user, rest = held.name, " UserId=", rest[len(held.name) + len(" UserId=") :]
+    else:
+        name, sep_user, rest = rest.partition(" UserId=") if sep else ("", "", "")
     middle_text, sep_cmd, tail_text = rest.partition(" Command=")
     head = dict(_pairs(before))
     middle = _pairs("UserId=" + middle_text) if sep_user else []
@@ -286,7 +372,7 @@ def _record(text: str) -> _Record:
 
 def _inconsistent(commented: dict[str, tuple[int, ...]] | None, nodes: tuple[str, ...], gpus: int) -> str:
     """Why an AdminComment's radt-gres, read from scontrol's text, cannot be the job's: a node the job did not run on, or
-    another number of GPUs than Slurm gave it. (On a cluster without radt's prolog there is no real AdminComment, and one
+    another number of GPUs than Slurm gave it (its TRES, else its request). (On a cluster without radt's prolog there is no real AdminComment, and one
     in the job's folder name or comment would be read as if it were.)"""
     if not commented:
         return ""
@@ -295,13 +381,15 @@ def _inconsistent(commented: dict[str, tuple[int, ...]] | None, nodes: tuple[str
     return ""
 
 
-def parse_scontrol(line: str) -> Job:
+def parse_scontrol(line: str, held: Held | None = None) -> Job:
     """A Job from `scontrol -o -d show job`'s record of one job: its GPU indices per node from the GRES of each node's
-    detail (while it runs), else from radt's AdminComment.
+    detail (while it runs), else from radt's AdminComment; how many from its TRES, else those indices, else its request
+    (`held`, squeue's: a Slurm whose TRES count no GPU gave every job 0).
 
     The record is read where the job's owner cannot write (_record): a name or comment holding `Nodes=... GRES=...` once
-    gave the job GPUs it never had. A record that cannot be read unambiguously keeps its facts but no GPUs."""
-    record = _record(line)
+    gave the job GPUs it never had, and a name holding `UserId=` hid the GPU it had. A record that cannot be read
+    unambiguously keeps its facts but no GPU indices."""
+    record = _record(line, held)
     fields = dict(record.middle)
     gpus: dict[str, tuple[int, ...]] = {}
     nodes: tuple[str, ...] = ()
@@ -315,7 +403,8 @@ def parse_scontrol(line: str) -> Job:
     task = record.head.get("ArrayTaskId", "")
     job_id = f"{record.head['ArrayJobId']}_{task}" if record.head.get("ArrayJobId") and task.isdigit() else raw
     code, _, sig = fields.get("ExitCode", "0:0").partition(":")
-    listed, requested = expand_hostlist(fields.get("NodeList", "")), _tres_gpus(fields.get("TRES", ""))
+    listed, tres = expand_hostlist(fields.get("NodeList", "")), _tres_gpus(fields.get("TRES", ""))
+    asked = held.gpus if held is not None else None  # squeue's, where the TRES count no GPU
     comments = [value for key, value in record.tail if key == "AdminComment"]
     commented = gres_indices(comments[0]) if len(comments) == 1 else None
     forged = record.forged
@@ -323,9 +412,11 @@ def parse_scontrol(line: str) -> Job:
         if len(comments) > 1:
             forged = "its script, folder or comment holds an AdminComment="
         else:
-            forged = _inconsistent(commented, listed, requested)
+            forged = _inconsistent(commented, listed, (tres if tres is not None else asked) or 0)
     if forged:
         gpus, commented = {}, None
+    given = gpus if any(gpus.values()) else commented or {}
+    requested = tres if tres is not None else sum(len(found) for found in given.values()) or asked
     try:
         return Job(
             job_id=job_id,
@@ -373,18 +464,19 @@ def _raw_ids(target: str | None, narrowed: list[str]) -> list[str]:
 
 def scontrol_jobs(job_ids: list[str] | None = None, user: str | None = None, partition: str | None = None, account: str | None = None) -> list[Job]:
     """The jobs slurmctld holds (running, or ended within MinJobAge), by id or all of them; an id it does not hold is left out."""
-    records: list[str] = []
+    records: list[tuple[str, Held | None]] = []
     narrowed: list[str] = []
     for flag, value in (("-u", user), ("-p", partition), ("-A", account)):
         narrowed += [flag, value] if value else []
     for target in job_ids or [None]:
         for raw in _raw_ids(target, narrowed):
+            held = _held(raw)  # before scontrol: a job that ends in between still has its name and request
             done = _run(["scontrol", "-o", "-d", "show", "job", raw], 60, "slurmctld (scontrol ping)")
             _failed("scontrol", done)
             text = done.stdout.rstrip("\n")
             if text.startswith(f"JobId={raw} "):
-                records.append(text)  # one job's record, line breaks of its name or comment included
-    jobs = [parse_scontrol(text) for text in records]
+                records.append((text, held))  # one job's record, line breaks of its name or comment included
+    jobs = [parse_scontrol(text, held) for text, held in records]
     wanted = {"user": user, "partition": partition, "account": account}
     return [j for j in jobs if all(not v or getattr(j, k) == v for k, v in wanted.items())]
 

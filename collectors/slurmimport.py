@@ -21,7 +21,17 @@ from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
 
 from radt.collectors.promql import GpuMemory, PromError, gpu_memory, host_labels, labelled_gpus
-from radt.collectors.slurmacct import SCONTROL, AccountingError, Job, NoAccounting, node_gpus, running_gpus, sacct, scontrol_jobs
+from radt.collectors.slurmacct import (
+    SCONTROL,
+    AccountingError,
+    Job,
+    NoAccounting,
+    node_gpus,
+    requested_gpus,
+    running_gpus,
+    sacct,
+    scontrol_jobs,
+)
 from radt.collectors.tracking import connect, find_or_create_workload, find_runs, resolve_experiment, set_tags
 from radt.collectors.verdicts import Judged, Verdict, judge, share_partners
 from radt.options import store_parent
@@ -50,6 +60,12 @@ if TYPE_CHECKING:
 
 _SINCE = re.compile(r"^(\d+)([dhm])$")
 WHOLE_NODE = "whole node"  # radt.slurm.gpus_from of a job that had every GPU of its nodes
+UNKNOWN = "unknown"  # radt.slurm.gpus_requested of a job whose GPUs no source counted
+HELD_S = 600  # how long after its end slurmctld may still hold a job (MinJobAge, 300 s by default) and say what it asked for
+UNCOUNTED = (
+    "Slurm counts no GPU in its jobs' TRES here (AccountingStorageTRES lacks gres/gpu) and neither radt's prolog nor slurmctld "
+    "said which GPUs the job had; add gres/gpu to AccountingStorageTRES or install examples/slurm/radt-gres-prolog.sh as PrologSlurmctld"
+)
 
 
 def parse_since(text: str) -> tuple[str, int]:
@@ -82,7 +98,7 @@ def job_tags(job: Job) -> dict[str, str]:
         f"{SLURM_PREFIX}state": job.state,
         f"{SLURM_PREFIX}exit_code": f"{job.exit_code}:{job.signal}",
         f"{SLURM_PREFIX}nodes": ",".join(job.nodes),
-        f"{SLURM_PREFIX}gpus_requested": str(job.gpus_requested),
+        f"{SLURM_PREFIX}gpus_requested": UNKNOWN if job.gpus_requested is None else str(job.gpus_requested),
         f"{SLURM_PREFIX}gpus_used": gpus_used_tag(job.gpus),
         ROLE_TAG: RUN_ROLE,
         USER_TAG: job.user,
@@ -111,10 +127,27 @@ def _whole_nodes(job: Job) -> dict[str, tuple[int, ...]] | None:
     return {node: tuple(range(count)) for node, count in zip(job.nodes, counts, strict=True)}  # type: ignore[arg-type]
 
 
+def _asked(job: Job) -> Job:
+    """The job with the GPUs it asked for, where its accounting did not count them (a Slurm whose TRES count no GPU) and
+    slurmctld still holds it: running, or ended within HELD_S."""
+    if job.gpus_requested is not None or (job.status != "RUNNING" and _until_ms(job) < (time.time() - HELD_S) * 1000):
+        return job
+    return job._replace(gpus_requested=requested_gpus(job))
+
+
+def _counted(job: Job) -> Job:
+    """The job with as many GPUs requested as it was found to have, where nothing counted them before."""
+    if job.gpus_requested is None and job.gpus and any(job.gpus.values()):
+        return job._replace(gpus_requested=sum(len(found) for found in job.gpus.values()))
+    return job
+
+
 def why_no_series(job: Job) -> str | None:
     """Why the job's GPU series cannot be taken (None: they can): radt takes a job's own GPUs or none."""
     if job.gpus_requested == 0 and not any((job.gpus or {}).values()):
         return "the job had no GPU"
+    if job.gpus_requested is None and not any((job.gpus or {}).values()):
+        return UNCOUNTED
     unknown = [node for node in job.nodes if not (job.gpus or {}).get(node)]
     if unknown:
         where = f" of node {', '.join(unknown)}" if len(job.nodes) > 1 else ""
@@ -162,7 +195,7 @@ class JobImporter:
         client = self.client
         experiment, found = self._find(job)
         before = dict(found.data.tags) if found is not None else {}
-        job = self._gpus_of(job, before)
+        job = _counted(self._gpus_of(_asked(job), before))
         run_id, created = self._put(job, experiment, found)
         if job.status != "RUNNING":  # before the series: the backfill reads the run's own span
             client.set_terminated(run_id, status=job.status, end_time=job.end_ms)
@@ -200,7 +233,7 @@ class JobImporter:
                 return job._replace(gpus={node: found.gpus for node, found in labelled.items()}, gpus_from=f"exporter label {label}")
         if job.gpus is not None and any(job.gpus.values()):
             return job
-        if job.state == "RUNNING" and job.gpus_requested:
+        if job.state == "RUNNING" and job.gpus_requested != 0:
             running = running_gpus(job)
             if running:
                 return job._replace(gpus=running, gpus_from=SCONTROL)

@@ -54,7 +54,7 @@ def _cells(row: dict) -> list:
         html.Td(row.get("account", "")),
         html.Td(row.get("partition", "")),
         html.Td(row.get("state", "")),
-        html.Td(str(row["gpus"]), className="num"),
+        html.Td("unknown" if row["gpus"] is None else str(row["gpus"]), className="num"),
         html.Td(f"{row['hours']:.2f}", className="num"),
         html.Td(_number(row["smact_mean"], 3), className="num"),
         html.Td(_number(row["wasted_gpu_hours"], 2), className="num"),
@@ -74,7 +74,7 @@ def _totals(rows: list[dict], by: str, chosen: dict[str, str]) -> html.Div:
                 [
                     html.Td(label),
                     html.Td(f"{group['jobs']:,}", className="num"),
-                    html.Td(f"{group['gpu_hours']:.2f}", className="num"),
+                    _gpu_hours(group),
                     html.Td(f"{group['wasted_gpu_hours']:.2f}", className="num"),
                     html.Td(_number(group["smact_mean"], 3), className="num"),
                     html.Td(f"{group['jobs'] - group['judged']:,}", className="num"),
@@ -84,6 +84,14 @@ def _totals(rows: list[dict], by: str, chosen: dict[str, str]) -> html.Div:
         )
     head = html.Thead(html.Tr([html.Th(by)] + [html.Th(c) for c in TOTAL_COLUMNS]))
     return html.Div([html.P(switch, className="group-switch"), html.Table([head, html.Tbody(body)], id="cluster-totals", className="jobs")])
+
+
+def _gpu_hours(group: dict) -> html.Td:
+    """A group's GPU-hours, marked as a floor where some of its jobs' GPUs are not known (their hours are not in it)."""
+    unknown = group["gpus_unknown"]
+    if not unknown:
+        return html.Td(f"{group['gpu_hours']:.2f}", className="num")
+    return html.Td(f"≥ {group['gpu_hours']:.2f}", className="num", title=f"without the {unknown:,} job{'s' if unknown != 1 else ''} whose GPUs are not known")
 
 
 def _chosen_line(by: str, chosen: dict[str, str]) -> html.P | None:

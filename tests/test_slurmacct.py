@@ -98,3 +98,40 @@ def test_an_admincomment_in_the_users_comment_is_not_the_jobs():
     ended = re.sub(r"  Nodes=vm CPU_IDs=\S+ Mem=\S+ GRES=\S+", "", FORGED_COMMENT.rstrip("\n")).replace("JobState=RUNNING", "JobState=COMPLETED")
     job = parse_scontrol(ended)
     assert job.gpus is None and "AdminComment" in job.unread, job
+
+
+UNCOUNTED = "".join(  # sacct's lines on a Slurm whose TRES count no GPU (AccountingStorageTRES without gres/gpu)
+    f"{job}|{job}|train|alice|proj|debug|2026-11-20T10:00:00|2026-11-20T10:00:05|2026-11-20T11:00:05|COMPLETED|0:0|vm|billing=1,cpu=1,node=1|{comment}\n"
+    for job, comment in ((71, "radt-gres=vm>gpu:1(IDX:2)"), (72, ""))
+)
+
+
+def test_where_slurms_tres_count_no_gpu_a_job_without_one_has_radts_count_or_none():
+    """TRES without gres/gpu mean no GPU only where Slurm counts GPUs in them; elsewhere radt's prolog says how many the job
+    had (its AdminComment), and without it the number is not known: None, never 0."""
+    from radt.collectors.slurmacct import parse_sacct
+
+    assert [j.gpus_requested for j in parse_sacct(UNCOUNTED, gpus_counted=False)] == [1, None]
+    assert [j.gpus_requested for j in parse_sacct(UNCOUNTED, gpus_counted=None)] == [1, None]
+    assert [j.gpus_requested for j in parse_sacct(UNCOUNTED, gpus_counted=True)] == [1, 0]
+
+
+def test_a_job_whose_gpus_are_not_known_is_not_listed_as_a_job_without_gpu(store_uri):
+    """The Cluster page: a job whose GPUs no source gave is 'unknown' with the reason, and its group's GPU-hours say that
+    some are missing, instead of 0 GPUs and 'the job had no GPU'."""
+    from radt.app.jobs import job_rows, totals
+    from radt.app.store import make_read_engine
+    from radt.collectors import slurmimport
+    from radt.collectors.slurmacct import parse_sacct
+    from radt.collectors.tracking import connect
+
+    client = connect(store_uri)
+    importer = slurmimport.JobImporter(client, store_uri)
+    runs = {job.job_id: importer.job(job).run_id for job in parse_sacct(UNCOUNTED, gpus_counted=False)}
+    tags = client.get_run(runs["72"]).data.tags
+    assert tags["radt.slurm.gpus_requested"] == "unknown" and "AccountingStorageTRES" in tags["radt.slurm.no_gpu_series"], tags
+    assert client.get_run(runs["71"]).data.tags["radt.slurm.gpus_requested"] == "1"
+    rows = {row["job"]: row for row in job_rows(make_read_engine(store_uri))}
+    assert rows["71"]["gpus"] == 1 and rows["72"]["gpus"] is None and rows["72"]["wasted_gpu_hours"] is None, rows
+    (alice,) = totals(list(rows.values()), "user")
+    assert alice["jobs"] == 2 and alice["gpu_hours"] == pytest.approx(1.0) and alice["gpus_unknown"] == 1, alice
