@@ -18,6 +18,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+from radt.collectors.migplacement import DRIVER, Held, MigLayout, model_layout, parse_instances, parse_placements, place, why_not
 from radt.errors import UserError
 
 MIG_PROFILE = re.compile(r"^\d+g\.\d+gb(\+\w+)?$")  # 1g.10gb, 3g.40gb, 1g.10gb+me
@@ -107,6 +108,72 @@ def mig_profiles(gpu: int) -> dict[str, MigProfile]:
     return profiles
 
 
+def mig_layout(gpu: int, offered: dict[str, MigProfile]) -> MigLayout:
+    """GPU `gpu`'s placements (`nvidia-smi mig -lgipp`; radt's table for its model where the GPU does not answer, said in
+    `fallback`) and the GPU instances on it now (`-lgi`), less those a killed radt left (undone before anything starts)."""
+    free = {name: profile.free for name, profile in offered.items()}
+    leftovers = _left_by_dead_radts()
+    held = tuple(h for h in mig_instances(gpu) if (gpu, h.gpu_instance) not in leftovers)
+    try:
+        text = _tool(["nvidia-smi", "mig", "-i", str(gpu), "-lgipp"])
+        placements = parse_placements(text, gpu, {p.profile_id: name for name, p in offered.items()})
+        missing = [name for name in offered if name not in placements]
+        fallback = f"'nvidia-smi mig -i {gpu} -lgipp' listed no placement of {', '.join(missing)}" if missing else ""
+    except CollocationError as exc:
+        placements, fallback = {}, str(exc)
+    if not fallback:
+        return MigLayout(placements, held, free)
+    known = model_layout(offered)
+    if known is None:
+        return MigLayout({}, held, free, basis="no placement table", fallback=fallback)
+    return MigLayout(known[1].placements, held, free, basis=known[1].basis, fallback=fallback)
+
+
+def mig_instances(gpu: int) -> tuple[Held, ...]:
+    """The GPU instances on GPU `gpu` with their placements (`nvidia-smi mig -lgi`); none where it finds none."""
+    try:
+        return parse_instances(_tool(["nvidia-smi", "mig", "-i", str(gpu), "-lgi"]), gpu)
+    except CollocationError as exc:
+        if "No GPU instances found" in str(exc):  # the driver's answer for an empty GPU, with a failing exit code
+            return ()
+        raise
+
+
+def placed_slices(gpu: int, profiles: list[str], report: Callable[[str], None]) -> list[int | None]:
+    """Where each of a workload's MIG slices goes on GPU `gpu` now (the GPU may have changed since the plan); None for
+    each where no placement table is known (the driver places them); CollocationError where they no longer fit."""
+    layout = mig_layout(gpu, mig_profiles(gpu))
+    if layout.fallback:
+        report(f"radt: {placement_note(gpu, layout)}")
+    if not layout.placements:
+        return [None] * len(profiles)
+    starts = place(layout, profiles)
+    if starts is None:
+        raise CollocationError(
+            f"GPU {gpu} cannot hold MIG {' + '.join(profiles)} together now ({why_not(layout, profiles)}); its GPU instances "
+            "changed since the plan: remove the new ones or give the workload another GPU, then run the same command with --rerun"
+        )
+    return list(starts)
+
+
+def placement_note(gpu: int, layout: MigLayout) -> str:
+    """One line saying where GPU `gpu`'s placements came from when not from the driver."""
+    if not layout.placements:
+        return f"MIG placements on GPU {gpu} unknown ({layout.fallback}; radt has no table for its profiles): the driver places the slices itself"
+    return f"MIG placements on GPU {gpu} from {layout.basis} instead of {DRIVER} ({layout.fallback})"
+
+
+def _left_by_dead_radts() -> set[tuple[int, int]]:
+    """(GPU, GPU instance) of the MIG instances the journal holds for radts that are gone: removed before anything starts."""
+    import json
+
+    import psutil
+
+    path = _journal()
+    entries = json.loads(path.read_text()) if path.exists() else []
+    return {(e["gpu"], e["gi"]) for e in entries if e.get("kind") == "mig" and not psutil.pid_exists(e["pid"])}
+
+
 def mig_uuids(gpu: int) -> list[str]:
     """UUIDs of the MIG devices of GPU `gpu`, from `nvidia-smi -L`."""
     uuids: list[str] = []
@@ -122,14 +189,16 @@ def mig_uuids(gpu: int) -> list[str]:
     return uuids
 
 
-def create_mig(gpu: int, profile: str) -> MigInstance:
-    """A GPU instance with its default compute instance; its device UUID is the one `nvidia-smi -L` did not list before."""
+def create_mig(gpu: int, profile: str, start: int | None = None) -> MigInstance:
+    """A GPU instance with its default compute instance, at memory slice `start` where the plan placed it (else where the
+    driver puts it); its device UUID is the one `nvidia-smi -L` did not list before."""
     before = set(mig_uuids(gpu))
-    text = _tool(["nvidia-smi", "mig", "-i", str(gpu), "-cgi", profile, "-C"])
+    tuple_ = profile if start is None else f"{profile}:{start}"  # nvidia-smi's profile tuple: a profile and its placement
+    text = _tool(["nvidia-smi", "mig", "-i", str(gpu), "-cgi", tuple_, "-C"])
     gi = re.search(r"created GPU instance ID\s+(\d+)", text)
     ci = re.search(r"created compute instance ID\s+(\d+)", text)
     if gi is None:
-        raise CollocationError(f"'nvidia-smi mig -i {gpu} -cgi {profile} -C' said nothing about a GPU instance: {text.strip()[:200]}")
+        raise CollocationError(f"'nvidia-smi mig -i {gpu} -cgi {tuple_} -C' said nothing about a GPU instance: {text.strip()[:200]}")
     instance = MigInstance(gpu, profile, int(gi.group(1)), int(ci.group(1)) if ci else None, "")
     new = [u for u in mig_uuids(gpu) if u not in before]
     if len(new) != 1:
@@ -251,8 +320,8 @@ class Setup:
         self._stack.callback(self._undo, "stop the MPS daemon", fix, entry)
         return daemon
 
-    def mig(self, gpu: int, profile: str) -> MigInstance:
-        instance = create_mig(gpu, profile)
+    def mig(self, gpu: int, profile: str, start: int | None = None) -> MigInstance:
+        instance = create_mig(gpu, profile, start)
         entry = self._remember(
             {"kind": "mig", "gpu": gpu, "profile": profile, "gi": instance.gpu_instance, "ci": instance.compute_instance, "uuid": instance.uuid}
         )

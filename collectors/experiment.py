@@ -18,9 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from radt.collectors.collocation import MIG_PROFILE, CollocationError, MigProfile
+from radt.collectors.collocation import MIG_PROFILE, CollocationError, MigProfile, placement_note
 from radt.collectors.command import UsageError, build_command, check_name
 from radt.collectors.listeners import ListenerError, parse_listeners, parse_profiler
+from radt.collectors.migplacement import MigLayout, Slot, fewest_dropped, memory_size, place, smaller_swap, why_not
 from radt.errors import UserError
 from radt.runmodel import run_letter
 
@@ -287,6 +288,7 @@ class PlannedRun:
     listeners: str
     sources: list[str]
     profiler: str | None
+    mig_slot: Slot | None = None  # the memory slices of its MIG slice, as the plan placed it (None: the driver places it)
 
     @property
     def mig(self) -> bool:
@@ -300,6 +302,7 @@ class Workload:
     name: str
     runs: list[PlannedRun]
     statuses: list[str]
+    notes: list[str] = field(default_factory=list)  # what the plan could not check as usual, for --dry-run (MIG placements' source)
 
     @property
     def label(self) -> str:
@@ -328,12 +331,14 @@ class Machine:
     mig_profiles: Callable[[int], dict[str, MigProfile]]
     has: Callable[[str], bool]
     gpu_uuids: Callable[[], list[str] | None] = lambda: None  # GPU UUIDs by NVML index (None: NVML unavailable)
+    # a MIG GPU's placements and instances (None: slices are not created here, e.g. Slurm's, so none are placed)
+    mig_layout: Callable[[int, dict[str, MigProfile]], MigLayout] | None = None
 
 
 def real_machine() -> Machine:
     import shutil
 
-    from radt.collectors.collocation import mig_profiles, smi_gpu_count
+    from radt.collectors.collocation import mig_layout, mig_profiles, smi_gpu_count
 
     def count() -> int | None:
         from radt.collectors.sources.nvml import gpu_count
@@ -349,7 +354,7 @@ def real_machine() -> Machine:
         except NvmlUnavailable:
             return None
 
-    return Machine(count, mig_profiles, lambda exe: shutil.which(exe) is not None, uuids)
+    return Machine(count, mig_profiles, lambda exe: shutil.which(exe) is not None, uuids, mig_layout)
 
 
 def parse_devices_cell(text: str) -> list[int | str] | None:
@@ -405,6 +410,7 @@ def plan(exp: ExperimentFile, machine: Machine, *, rerun: bool = False) -> tuple
         workload = Workload(experiment, name, [], [exp.get(r, "Status") for r in rows])
         will_run = workload.state() == "todo" or (rerun and workload.state() == "failed")
         mig_wanted: dict[tuple[int, str], list[Row]] = {}
+        mig_runs: dict[int, list[PlannedRun]] = {}
         sharing: dict[int, set[str]] = {}
         for number, row in enumerate(rows):
             where = f"{exp.path.name} row {row.line}"
@@ -422,14 +428,21 @@ def plan(exp: ExperimentFile, machine: Machine, *, rerun: bool = False) -> tuple
                 sharing.setdefault(d, set()).add("mig" if planned.mig else planned.collocation)
             if planned.mig and devices:
                 mig_wanted.setdefault((devices[0], planned.collocation), []).append(row)
+                mig_runs.setdefault(devices[0], []).append(planned)
         for gpu, kinds in sharing.items():
             if {"mig", "mps"} <= kinds:
                 rows_text = ", ".join(str(r.line) for r in rows)
                 problems.append(f"{exp.path.name} rows {rows_text}: workload {name} mixes MPS and MIG on GPU {gpu}; give each its own workload or GPU")
+        refused = set()
         for (gpu, profile), wanting in mig_wanted.items():
             found = _mig_problem(facts.mig_profiles(gpu), gpu, profile, len(wanting), name)
             if found:
                 problems.append(f"{exp.path.name} row {wanting[0].line}: {found}")
+                refused.add(gpu)
+        for gpu, runs in mig_runs.items():
+            found = None if gpu in refused else _place_slices(facts, gpu, runs, workload)
+            if found:
+                problems.append(f"{exp.path.name} {_rows_text([r.row for r in runs])}: {found}")
         workloads.append(workload)
     return workloads, problems
 
@@ -442,6 +455,7 @@ class _MachineFacts:
         self._gpus: int | None | str = "unknown"
         self._uuids: list[str] | None | str = "unknown"
         self._profiles: dict[int, dict[str, MigProfile] | str] = {}
+        self._layouts: dict[int, MigLayout | str] = {}
 
     def gpu_count(self) -> int | None:
         if self._gpus == "unknown":
@@ -461,6 +475,18 @@ class _MachineFacts:
             except CollocationError as exc:
                 self._profiles[gpu] = str(exc)
         return self._profiles[gpu]
+
+    def mig_layout(self, gpu: int) -> MigLayout | str | None:
+        """The GPU's MIG placements and instances, the one line saying why they cannot be read, or None: none are placed here."""
+        offered = self.mig_profiles(gpu)
+        if self.machine.mig_layout is None or isinstance(offered, str):
+            return None
+        if gpu not in self._layouts:
+            try:
+                self._layouts[gpu] = self.machine.mig_layout(gpu, offered)
+            except CollocationError as exc:
+                self._layouts[gpu] = str(exc)
+        return self._layouts[gpu]
 
 
 def _planned_run(exp: ExperimentFile, row: Row, number: int, experiment: str, name: str, problem: Callable[[str], None]) -> PlannedRun:
@@ -561,6 +587,50 @@ def _mig_problem(offered: dict[str, MigProfile] | str, gpu: int, profile: str, w
     if wanted > offered[profile].free:
         return f"workload {workload} wants {wanted} × {profile} on GPU {gpu}, which has {offered[profile].free} free; use fewer runs or a smaller profile"
     return None
+
+
+def _place_slices(facts: _MachineFacts, gpu: int, runs: list[PlannedRun], workload: Workload) -> str | None:
+    """Place a workload's MIG slices on GPU `gpu` together (each run's mig_slot), or say why they cannot be, with a fix."""
+    layout = facts.mig_layout(gpu)
+    if isinstance(layout, str):
+        return f"{layout}; radt reads GPU {gpu}'s MIG instances to place the workload's slices (creating them needs the same rights)"
+    if layout is None:
+        return None
+    if layout.fallback:
+        workload.notes.append(placement_note(gpu, layout))
+    if not layout.placements:
+        return None
+    profiles = [r.collocation for r in runs]
+    starts = place(layout, profiles)
+    if starts is not None:
+        for run, start in zip(runs, starts, strict=True):
+            run.mig_slot = Slot(start, memory_size(layout, run.collocation))
+        return None
+    return (
+        f"workload {workload.name}'s MIG slices {' + '.join(profiles)} cannot be placed together on GPU {gpu} "
+        f"({why_not(layout, profiles)}); {_placement_fix(layout, gpu, runs)}"
+    )
+
+
+def _placement_fix(layout: MigLayout, gpu: int, runs: list[PlannedRun]) -> str:
+    """What makes the set fit: one row's smaller profile, or the fewest rows moved elsewhere (or the GPU freed)."""
+    profiles = [r.collocation for r in runs]
+    fixes = []
+    swap = smaller_swap(layout, profiles)
+    if swap:
+        fixes.append(f"make row {runs[swap[0]].row.line} {swap[1]}")
+    dropped = fewest_dropped(layout, profiles)
+    if len(dropped) < len(runs):
+        fixes.append(f"move {_rows_text([runs[i].row for i in dropped])} to another workload or GPU")
+    elif layout.held:
+        fixes.append(f"remove the GPU instances there ('sudo nvidia-smi mig -i {gpu} -gi ID -dci', then '-dgi') or use another GPU")
+    else:
+        fixes.append("use another GPU")
+    return ", or ".join(fixes)
+
+
+def _rows_text(rows: list[Row]) -> str:
+    return f"row {rows[0].line}" if len(rows) == 1 else f"rows {', '.join(str(r.line) for r in rows)}"
 
 
 def _resolve_file(file: str, base: Path) -> str:

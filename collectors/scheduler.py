@@ -56,7 +56,7 @@ def describe(exp: ExperimentFile, workloads: list[Workload], rerun: bool) -> str
             lines.append(f"workload {workload.label}: {state.upper()}, skipped" + (" (--rerun runs it again)" if state == "failed" else ""))
             continue
         lines.append(f"workload {workload.label}: {len(workload.runs)} run(s) starting together")
-        for step in setup_steps(workload):
+        for step in [*workload.notes, *setup_steps(workload)]:  # a note qualifies the steps after it (where placements came from)
             lines.append(f"  set-up: {step}")
         for run in workload.runs:
             gpus = "GPU " + "+".join(map(str, run.devices)) if run.devices else "no GPU"
@@ -74,9 +74,10 @@ def setup_steps(workload: Workload) -> list[str]:
         steps.append(f"start an MPS control daemon for GPU {'+'.join(map(str, workload.mps_devices))}, quit it after")
     for run in workload.runs:
         if run.mig:
-            steps.append(
-                f"create MIG {run.collocation} on GPU {run.devices[0]} for run {run.letter} (nvidia-smi mig -cgi {run.collocation} -C), destroy it after"
-            )
+            gpu, slot = run.devices[0], run.mig_slot
+            where = f" at memory slice{'s' if slot.size > 1 else ''} {slot.text()}" if slot else ""
+            profile = f"{run.collocation}:{slot.start}" if slot else run.collocation
+            steps.append(f"create MIG {run.collocation} on GPU {gpu} for run {run.letter}{where} (nvidia-smi mig -i {gpu} -cgi {profile} -C), destroy it after")
     return steps
 
 
@@ -182,6 +183,7 @@ class WorkloadRunner:
     def set_up(self, setup: Setup) -> dict[str, tuple[str | None, dict[str, str]]]:
         """Per letter: the CUDA_VISIBLE_DEVICES override and extra environment the collocation needs."""
         per_run: dict[str, tuple[str | None, dict[str, str]]] = {r.letter: (None, {}) for r in self.workload.runs}
+        starts = self.mig_starts()  # before anything is set up: a set that no longer fits sets up nothing
         daemon: MpsDaemon | None = setup.mps(self.workload.mps_devices) if self.workload.mps_devices else None
         for run in self.workload.runs:
             if self.interrupted:
@@ -190,9 +192,23 @@ class WorkloadRunner:
                 env = daemon.client_env(run.devices)
                 per_run[run.letter] = (env.pop("CUDA_VISIBLE_DEVICES"), env)
             elif run.mig:
-                instance = setup.mig(run.devices[0], run.collocation)
+                instance = setup.mig(run.devices[0], run.collocation, starts.get(run.letter))
                 per_run[run.letter] = (instance.uuid, {})
         return per_run
+
+    def mig_starts(self) -> dict[str, int | None]:
+        """Per MIG run's letter, the memory slice its slice starts at: the workload's slices placed together on their GPU as
+        it is now (the plan's placement, unless the GPU changed since); CollocationError where they no longer fit."""
+        from radt.collectors.collocation import placed_slices
+
+        by_gpu: dict[int, list[PlannedRun]] = {}
+        for run in self.workload.runs:
+            if run.mig:
+                by_gpu.setdefault(run.devices[0], []).append(run)
+        starts: dict[str, int | None] = {}
+        for gpu, runs in by_gpu.items():
+            starts.update(zip([r.letter for r in runs], placed_slices(gpu, [r.collocation for r in runs], report), strict=True))
+        return starts
 
     def spawn(self, per_run: dict[str, tuple[str | None, dict[str, str]]]) -> None:
         for number, run in enumerate(self.workload.runs):

@@ -884,7 +884,7 @@ class AssignedSlices:
         report(f"radt: MPS on GPU {'+'.join(map(str, devices))} from Slurm's mps GRES (the site's daemon, {pipe}; thread share {share}); radt starts none")
         return MpsDaemon(tuple(sorted(devices)), Path(pipe), Path(log))
 
-    def mig(self, gpu: int, profile: str) -> MigInstance:
+    def mig(self, gpu: int, profile: str, start: int | None = None) -> MigInstance:
         instance = next(i for i in self.free if i.gpu == gpu and i.profile == profile)  # place_rows set the row's Devices to its GPU
         self.free.remove(instance)
         report(f"radt: MIG {profile} slice {instance.uuid} (GPU {gpu}, GPU instance {instance.gpu_instance}) assigned by Slurm; nothing is created")
@@ -901,3 +901,7 @@ class SlurmWorkloadRunner(WorkloadRunner):
 
     def set_up(self, setup: Setup) -> dict[str, tuple[str | None, dict[str, str]]]:
         return super().set_up(AssignedSlices(setup, self.slices, self.site_mps))
+
+    def mig_starts(self) -> dict[str, int | None]:
+        """None: the slices Slurm assigned exist already, where the site made them; none is placed or created."""
+        return {}

@@ -83,7 +83,8 @@ def test_the_big_experiment_dry_run_plans_every_row_and_asks_the_driver_once_per
     assert sum("  set-up: start an MPS control daemon" in line for line in out) == sum(w.mode == "mps" for w in workloads)
     calls = _events(folder, "nvidia-smi")
     assert not any("-cgi" in c["args"] for c in calls) and not _events(folder, "nvidia-cuda-mps-control"), "a dry run sets nothing up"
-    assert len(calls) <= 1 + len(big_experiment.MIG_GPUS), f"the driver is asked once per GPU, not once per row: {[c['args'] for c in calls]}"
+    # -L, then per MIG GPU its profiles (-lgip), placements (-lgipp) and instances (-lgi), once each
+    assert len(calls) <= 1 + 3 * len(big_experiment.MIG_GPUS), f"the driver is asked once per GPU, not once per row: {[c['args'] for c in calls]}"
     # radt's own planning time per row and at 10x the rows: bench/big_experiment.py (a wall-clock bound here only flaked under load)
 
 
@@ -110,7 +111,9 @@ def test_a_slice_of_every_mode_runs_on_the_fake_driver_and_every_row_gets_its_st
         elif collocation != "-":
             assert seen["CUDA_VISIBLE_DEVICES"].startswith("MIG-"), f"run {run_id} sees its {collocation} slice: {seen}"
     created = [c["args"] for c in _events(folder, "nvidia-smi") if "-cgi" in c["args"]]
-    assert sorted(a[a.index("-cgi") + 1] for a in created) == sorted(c[3] for c in cells if c[3] not in ("-", "MPS"))
+    tuples = [a[a.index("-cgi") + 1].partition(":") for a in created]  # 3g.20gb:4: each slice created where the plan placed it
+    assert all(start.isdigit() for _profile, _colon, start in tuples), tuples
+    assert sorted(profile for profile, _colon, _start in tuples) == sorted(c[3] for c in cells if c[3] not in ("-", "MPS"))
     assert json.loads((folder / "tools-state.json").read_text()) == {"mig": [], "mps": []}, "every slice and daemon undone"
 
 

@@ -298,7 +298,7 @@ def test_dry_run_prints_the_plan_and_touches_nothing(fake_tools):
     out = result.stdout
     assert "experiment.csv: 4 workloads, 5 runs" in out
     assert "  set-up: start an MPS control daemon for GPU 0, quit it after" in out
-    assert "  set-up: create MIG 1g.5gb on GPU 2 for run A (nvidia-smi mig -cgi 1g.5gb -C), destroy it after" in out
+    assert "  set-up: create MIG 1g.5gb on GPU 2 for run A at memory slice 0 (nvidia-smi mig -i 2 -cgi 1g.5gb:0 -C), destroy it after" in out
     assert f"  A: GPU 2, collocation 1g.5gb, listeners nvml, wrapped by ncu: {fake_tools / 'train.py'}" in out
     assert "workload exp/9: FINISHED, skipped" in out
     assert out.index("workload exp/1") < out.index("workload exp/2") < out.index("workload exp/3")

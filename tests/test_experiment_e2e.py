@@ -133,7 +133,7 @@ def test_mps_mig_and_profilers_are_set_up_and_torn_down_around_the_runs(experime
     order = _timeline(events)
     w1, w2, w3 = order[: order.index("mps quit") + 1], order[order.index("mps quit") + 1 : -2], order[-2:]
     assert w1[0] == "mps start" and w1[-1] == "mps quit" and sorted(w1[1:-1]) == ["end 1A", "end 1B", "start 1A", "start 1B"]
-    assert w2[:2] == ["mig -cgi 3g.20gb", "mig -cgi 3g.20gb"] and sorted(w2[2:6]) == ["end 2A", "end 2B", "start 2A", "start 2B"]
+    assert w2[:2] == ["mig -cgi 3g.20gb:0", "mig -cgi 3g.20gb:4"] and sorted(w2[2:6]) == ["end 2A", "end 2B", "start 2A", "start 2B"]
     assert w2[6:] == ["mig -dci gi2", "mig -dgi gi2", "mig -dci gi1", "mig -dgi gi1"], "removed in reverse order, also after a crash"
     assert w3 == ["start 3A", "end 3A"]
     assert json.loads((folder / "tools-state.json").read_text()) == {"mig": [], "mps": []}, "nothing left behind"

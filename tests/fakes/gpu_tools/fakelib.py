@@ -5,6 +5,7 @@ RADT_FAKE_TOOLS_STATE=FILE   the MIG instances and MPS daemons the fakes hold (J
 RADT_FAKE_SMI_GPUS=N         GPUs that nvidia-smi lists (default 4, A100-SXM4-40GB)
 RADT_FAKE_MIG_GPUS=2,3       GPUs in MIG mode (default 2)
 RADT_FAKE_MIG_FAIL=PROFILE   creating this profile fails as on a GPU with no room left
+RADT_FAKE_MIG_NO_PLACEMENTS=1  `mig -lgipp` is refused (a driver that will not list placements)
 """
 
 from __future__ import annotations
