@@ -20,8 +20,11 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+import sqlalchemy as sa
+
 from radt import __version__, settings
 from radt.artifacts import experiment_location
+from radt.collectors import storelock
 from radt.collectors.command import first_line
 from radt.collectors.nodes import Membership, slurm_tags
 from radt.collectors.sqltracking import KeyValue, SchemaMismatch, SqlTracking, TrackingError, make_engine, open_sql_tracking, path_not_unique
@@ -88,7 +91,19 @@ def _limit_http_retries() -> None:
 def _unreachable(uri: str, exc: Exception) -> StoreError:
     if "file is not a database" in str(exc):  # SQLite on a file of something else (a typo in --store)
         return StoreError(f"the tracking store {redact(uri)} is not a SQLite database; give a new file name or the store's own file")
+    missing = re.search(r'database "([^"]+)" does not exist', str(exc))
+    if missing and uri.startswith(("postgresql", "postgres:")):  # radt makes a new database's tables, never the database (a typo would get one)
+        return StoreError(
+            f"the PostgreSQL server of {redact(uri)} has no database '{missing.group(1)}'; create it ({_createdb(uri)}) or fix its name in the URI"
+        )
     return StoreError(f"cannot reach the tracking store {redact(uri)} ({first_line(exc, 300)}); start it or point MLFLOW_TRACKING_URI at a running one")
+
+
+def _createdb(uri: str) -> str:
+    """The `createdb` command that makes the URI's database on its server, as its user."""
+    url = sa.make_url("postgresql" + uri[uri.index(":") :])
+    options = [f"-h {url.host}" if url.host else "", f"-p {url.port}" if url.port else "", f"-U {url.username}" if url.username else ""]
+    return " ".join(["createdb", *filter(None, options), shlex.quote(url.database or "")])
 
 
 def connect(uri: str):
@@ -114,12 +129,11 @@ def _sql_client(uri: str) -> SqlTracking | None:
             return open_sql_tracking(uri, engine)
         except SchemaMismatch as exc:
             mismatch = exc
-        if mismatch.revision is None:  # no MLflow tables yet: MLflow creates them, once per store
-            _init_store(uri)
-            try:
-                return open_sql_tracking(uri, engine)
-            except SchemaMismatch as exc:
-                mismatch = exc
+        timeout = settings.STORE_CREATE_TIMEOUT.get()
+        with storelock.creating(engine, timeout) as held:  # radts started together on a new store: one creates it, the others wait
+            client, mismatch = _open_or_create(uri, engine, held, timeout)
+        if client is not None:
+            return client
         _refuse(uri, mismatch)
     except StoreError:
         engine.dispose()
@@ -138,6 +152,34 @@ def _sql_client(uri: str) -> SqlTracking | None:
 
 
 _SAID: set[str] = set()  # stores whose difference this process has said
+
+
+def _open_or_create(uri: str, engine, held: bool, timeout: float) -> tuple[SqlTracking | None, SchemaMismatch | None]:
+    """The store looked at again under the creation lock (another radt may have made or migrated it meanwhile), and
+    MLflow's schema made where there is none. `held`: whether the lock was had within `timeout` seconds."""
+    try:
+        return open_sql_tracking(uri, engine), None
+    except SchemaMismatch as exc:
+        mismatch = exc
+    if not held and _unfinished(mismatch):
+        where = f" (it holds {storelock.lock_path(engine)})" if engine.dialect.name == "sqlite" else ""
+        raise StoreError(
+            f"the tracking store {redact(uri)} is still being created by another process after {timeout:g} s{where}; "
+            "let it finish, or raise RADT_STORE_CREATE_TIMEOUT"
+        )
+    if mismatch.revision is None:  # no MLflow tables yet: MLflow creates them, once per store
+        _init_store(uri)
+        try:
+            return open_sql_tracking(uri, engine), None
+        except SchemaMismatch as exc:
+            mismatch = exc
+    return None, mismatch
+
+
+def _unfinished(mismatch: SchemaMismatch) -> bool:
+    """A schema that may be one another process is creating or migrating right now: none yet, or an older MLflow revision."""
+    head, known = schema_revisions()
+    return mismatch.revision is None or (mismatch.revision in known and mismatch.revision != head)
 
 
 def _refuse(uri: str, mismatch: SchemaMismatch) -> None:
@@ -520,6 +562,21 @@ def join_run(client, run_id: str, node: str, environ: Mapping[str, str] | None =
     set_tags(client, run_id, tags)
     run_again(client, run)
     return run.info.experiment_id, run.data.tags.get(PARENT_TAG)
+
+
+def check_parent(client, parent_id: str, experiment: str | None) -> None:
+    """--parent-run (the CSV scheduler's workload run) names a live run of the run's experiment (-e, a name or id;
+    MLflow's Default without it): StoreError before anything is made, never a run pointing at a parent the store lacks."""
+    scheduler_only = "--parent-run is the CSV scheduler's own option: run the workload from its CSV (radt experiment.csv)"
+    try:
+        parent = client.get_run(parent_id)
+    except _lookup_errors(client):
+        raise StoreError(f"--parent-run {parent_id} names no run in this store; {scheduler_only}") from None
+    if parent.info.lifecycle_stage != "active":
+        raise StoreError(f"--parent-run {parent_id} names a deleted run; {scheduler_only}")
+    home = client.get_experiment(parent.info.experiment_id)
+    if (experiment or "0") not in (home.experiment_id, home.name):
+        raise StoreError(f"--parent-run {parent_id} is a run of experiment '{home.name}', not of -e {experiment or '0'}; {scheduler_only}")
 
 
 def claim_letter(client, experiment_id: str, parent_id: str, run_id: str) -> str:

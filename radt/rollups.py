@@ -95,14 +95,26 @@ _NO_READING = dict.fromkeys(("min", "max", "sum", "min_ms", "max_ms", "last_valu
 
 
 def ensure_table(engine: sa.Engine) -> None:
-    """Create radt's rollup tables where they are missing; nothing else in the store is created or changed.
-    Writers of several nodes may race to create them: the loser finds them made."""
+    """Create radt's rollup tables where they are missing; nothing else in the store is created or changed."""
+    create_missing(engine, (rollups, series_state))
+
+
+def create_missing(bind: sa.Engine | sa.Connection, tables: Sequence[sa.Table]) -> None:
+    """Create radt's `tables` where they are missing. Processes may race to create them (radts started together, writers
+    of several nodes, two dashboards): a loser's CREATE fails (PostgreSQL: its catalog's unique key; SQLite: "already
+    exists", once the winner committed) and it finds them made; any other failure is raised."""
     try:
-        metadata.create_all(engine, tables=[rollups, series_state], checkfirst=True)
-    except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
-        with engine.connect() as conn:
-            if not all(sa.inspect(conn).has_table(t.name) for t in (rollups, series_state)):
-                raise
+        tables[0].metadata.create_all(bind, tables=list(tables), checkfirst=True)
+    except sa.exc.DBAPIError:
+        if not _all_exist(bind, tables):
+            raise
+
+
+def _all_exist(bind: sa.Engine | sa.Connection, tables: Sequence[sa.Table]) -> bool:
+    if isinstance(bind, sa.Engine):
+        with bind.connect() as conn:
+            return _all_exist(conn, tables)
+    return all(sa.inspect(bind).has_table(t.name) for t in tables)
 
 
 # --- computing -----------------------------------------------------------------------------------
@@ -474,6 +486,12 @@ def lock_run(conn: sa.Connection, run_id: str) -> None:
     (every caller writes before it reads)."""
     if conn.dialect.name == "postgresql":
         conn.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtextextended(sa.literal("radt_rollups:") + run_id, 0))))
+
+
+def lock_runs(conn: sa.Connection, run_ids: Sequence[str]) -> None:
+    """lock_run of several runs, always in the runs' sorted order: two callers never wait for each other in a circle."""
+    for run_id in sorted(set(run_ids)):
+        lock_run(conn, run_id)
 
 
 def latest_rows(conn: sa.Connection, run_ids: Sequence[str], keys: Sequence[str] | None = None) -> dict[tuple[str, str], Latest]:

@@ -65,8 +65,9 @@ def store_uri(text: str, source: str = "--store") -> str:
     """The one reading of a user's store, for every radt command and the dashboard: the URI MLflow, the writer and the reader get.
 
     `postgres://` (as SQLAlchemy users write it) becomes `postgresql://`; a plain path is a SQLite
-    file (`sqlite:///<absolute path>`), whose folder must exist. MLflow's file store (`file:`, a
-    folder such as ./mlruns) and unknown schemes are refused: StoreUriError names the fix.
+    file (`sqlite:///<absolute path>`), whose folder must exist, and a new one's name ends in .db/.sqlite/.sqlite3.
+    MLflow's file store (`file:`, a folder or a new path such as ./mlruns) and unknown schemes are refused:
+    StoreUriError names the fix.
     """
     value = text.strip()
     shown = f"{source} {display_uri(value)}"
@@ -81,6 +82,8 @@ def store_uri(text: str, source: str = "--store") -> str:
             if path.is_dir():
                 raise StoreUriError(f"{shown} is a folder (MLflow's file store?); radt needs a database: give a SQLite file such as {path / 'mlflow.db'}")
             _check_sqlite_file(path, shown)
+            if not path.exists():
+                _check_new_sqlite_name(value, path, shown)
             return f"sqlite:///{path}"
     base = scheme.lower().split("+", 1)[0]
     if base != "file" and not separator:
@@ -152,6 +155,27 @@ def _check_driver(value: str, scheme: str, shown: str) -> None:
             f"{shown} needs the Python driver '{module}', which {why}; `{sys.executable} -m pip install {package}`, "
             f"or name an installed driver ({base}+<driver>://)"
         ) from None
+
+
+SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")  # the names a plain path may create a new SQLite store under
+FILE_STORE_NAME = "mlruns"  # the folder of MLflow's file store (its default tracking URI)
+
+
+def _check_new_sqlite_name(typed: str, path: Path, shown: str) -> None:
+    """A plain path that does not exist creates a SQLite store only under a database's name: `./mlruns` (what an MLflow
+    user types for its file store) or a typo made a SQLite file of that name and recorded there without a word."""
+    if path.suffix.lower() in SQLITE_SUFFIXES:
+        return
+    if path.name.lower() == FILE_STORE_NAME:
+        raise StoreUriError(
+            f"{shown}: no such file, and {path.name} is the folder of MLflow's file store, which radt does not use; "
+            f"give a SQLite file such as {typed.rstrip('/')}.db (radt creates it) or a database URI (postgresql://user@host/db)"
+        )
+    names = ", ".join(SQLITE_SUFFIXES[:-1]) + f" or {SQLITE_SUFFIXES[-1]}"
+    raise StoreUriError(
+        f"{shown}: no such file; radt creates a new SQLite store only under a name ending in {names} (a typo is not taken for one): "
+        f"give {typed.rstrip('/')}.db, or sqlite:///{path} for that very name"
+    )
 
 
 def _check_sqlite_file(path: Path, shown: str) -> None:
@@ -382,6 +406,16 @@ STORE_TIMEOUT = Setting(
     "seconds a store call (a batch of points, a tag, the final status) may take before it counts as an outage: "
     "the batch goes to the spool and the writer carries on; also PostgreSQL's statement_timeout and connect_timeout, "
     "SQLite's busy timeout and the MLflow client's HTTP timeout in radt's own process",
+    low=0.1,
+    high=DAY,
+    unit="seconds",
+)
+STORE_CREATE_TIMEOUT = Setting(
+    "RADT_STORE_CREATE_TIMEOUT",
+    float,
+    300.0,
+    "seconds a radt waits while another process creates or migrates a new store's schema (radts started together on a new "
+    "SQLite file or PostgreSQL database: one creates it, the others wait, then record); past it, one line and exit 2",
     low=0.1,
     high=DAY,
     unit="seconds",

@@ -57,12 +57,7 @@ def ensure_table(engine: sa.Engine) -> None:
     """Create radt_summaries where it is missing; two dashboards may race to create it: the loser finds it made."""
     if engine in _MADE:
         return
-    try:
-        metadata.create_all(engine, tables=[summaries], checkfirst=True)
-    except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
-        with engine.connect() as conn:
-            if not sa.inspect(conn).has_table(summaries.name):
-                raise
+    rollups.create_missing(engine, (summaries,))
     _MADE.add(engine)
 
 
@@ -85,8 +80,8 @@ def invalidate(conn: sa.Connection, run_id: str) -> None:
         try:
             with conn.begin_nested():
                 metadata.create_all(conn, tables=[summaries], checkfirst=True)
-        except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
-            pass  # another writer made it meanwhile (or this user may not create tables): the savepoint is undone
+        except sa.exc.DBAPIError:
+            pass  # another writer made it meanwhile (SQLite: "already exists"), or this user may not create tables: the savepoint is undone
         if not has_table(conn):
             return  # no table: no summary stored to drop
     conn.execute(sa.delete(summaries).where(summaries.c.run_uuid == run_id))

@@ -241,3 +241,105 @@ def test_the_summary_stored_before_the_cut_is_what_the_dashboard_reads_after(sto
     assert raw_points(store_uri, run_id) == []
     pd.testing.assert_frame_equal(store_summaries(reader, [run_id]), whole)
     reader.dispose()
+
+
+class Crash(Exception):
+    """radt retain dying at a statement (the process killed, the connection cut): nothing after it runs."""
+
+
+@pytest.mark.parametrize(
+    "statement, nth",
+    [
+        ("DELETE FROM metrics", 3),  # inside the second batch's cut, before its first run's points went
+        ("UPDATE radt_rollup_series", 2),  # the second batch's points deleted, their cut not yet recorded
+        ("UPDATE radt_summaries", 2),  # the second batch's summaries claimed, not yet filled
+    ],
+    ids=["delete", "mark-cut", "summary"],
+)
+def test_an_interrupted_retain_leaves_every_run_whole_or_cut_and_a_second_retain_finishes(store_uri, monkeypatch, statement, nth):
+    """Killed mid-way, at the lowest boundary (a statement of the store's driver): each run is either untouched (its raw
+    points all there, its rollups those of its points, no cut recorded) or cut (raw points from the cutoff only, the cut
+    recorded, its rollups those before): never points gone with the cut unrecorded, which a rebuild would lose. A second
+    retain cuts the rest; the rollups are those before the first."""
+    rng = random.Random(10)
+    client = MlflowClient(store_uri)
+    experiment = client.create_experiment("interrupted")
+    writer = SqlMetricStore(store_uri)
+    points: dict[str, list[Point]] = {}
+    for i in range(6):
+        run_id = client.create_run(experiment).info.run_id
+        points[run_id] = series(rng, "system/gpu_0_sm_active", CUTOFF - (90 + i) * 60_000, 3600) + series(rng, "loss", CUTOFF - 80 * 60_000, 900)
+        writer.write(run_id, points[run_id])
+        client.set_terminated(run_id)
+    writer.close()
+    before = stored(store_uri)
+    monkeypatch.setattr(retain, "PROGRESS_EVERY", 2)  # three batches of two runs
+
+    seen = [0]
+
+    def crash(_conn, _cursor, sql, *_args):
+        if sql.lstrip().startswith(statement):
+            seen[0] += 1
+            if seen[0] == nth:
+                raise Crash(sql[:40])
+
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", crash)
+    try:
+        with pytest.raises(Crash):
+            retain.retain(store_uri, 30 * DAY_MS, now_ms=NOW)
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", crash)
+
+    cut = whole = 0
+    for run_id, mine in points.items():
+        left, state = raw_points(store_uri, run_id), raw_from(store_uri, run_id)
+        if set(state.values()) == {None}:
+            whole += 1
+            assert len(left) == len(mine), "an uncut run keeps every raw point"
+            assert_same(stored(store_uri, run_id), direct(run_id, left))
+        else:
+            cut += 1
+            assert state == dict.fromkeys({p.key for p in mine}, CUTOFF)
+            assert sorted((p.key, p.timestamp) for p in left) == sorted((p.key, p.timestamp) for p in mine if p.timestamp >= CUTOFF)
+            assert_same(stored(store_uri, run_id), {pk: row for pk, row in before.items() if pk[0] == run_id})
+    assert (cut, whole) == (2, 4), "the first batch was cut, the second and third were not"
+
+    totals = retain.retain(store_uri, 30 * DAY_MS, now_ms=NOW)
+
+    assert (totals.runs, totals.points) == (4, sum(1 for run_id in list(points)[2:] for p in points[run_id] if p.timestamp < CUTOFF))
+    for run_id, mine in points.items():
+        assert raw_from(store_uri, run_id) == dict.fromkeys({p.key for p in mine}, CUTOFF)
+        assert len(raw_points(store_uri, run_id)) == sum(1 for p in mine if p.timestamp >= CUTOFF)
+    assert_same(stored(store_uri), before)
+    reader = make_read_engine(store_uri)
+    assert store_summaries(reader, list(points))["smact_mean"].notna().all(), "every run's whole summary was stored before its cut"
+    reader.dispose()
+
+
+def test_retain_over_many_small_runs_commits_per_batch_not_per_run(store_uri):
+    """5,548 small runs took over 300 s (~290 points/s): each run was two transactions and a summary computed and
+    stored on its own, four commits a run. A batch of runs shares its transactions now (bench/retain_many.py)."""
+    rng = random.Random(11)
+    client = MlflowClient(store_uri)
+    experiment = client.create_experiment("many small")
+    writer = SqlMetricStore(store_uri)
+    runs = []
+    for i in range(120):
+        run_id = client.create_run(experiment, start_time=NOW - 40 * DAY_MS + i * 1000).info.run_id
+        writer.write(run_id, series(rng, "system/gpu_0_sm_active", NOW - 40 * DAY_MS + i * 1000, 30))
+        client.set_terminated(run_id)
+        runs.append(run_id)
+    writer.close()
+    commits = [0]
+
+    def count(_conn):
+        commits[0] += 1
+
+    sa.event.listen(sa.engine.Engine, "commit", count)
+    try:
+        totals = retain.retain(store_uri, 30 * DAY_MS, now_ms=NOW)
+    finally:
+        sa.event.remove(sa.engine.Engine, "commit", count)
+
+    assert (totals.runs, totals.points) == (120, 120 * 30)
+    assert commits[0] <= 12, f"{commits[0]} commits for 120 runs"
