@@ -7,7 +7,6 @@ and its logs stay in the run's folder, where `radt sync` finds them (pending.jso
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from radt.collectors.command import first_line
@@ -15,23 +14,17 @@ from radt.rundir import LOGS_DIR
 from radt.settings import display_uri
 
 
-def attach_logs(client, run_dir: Path, run_id: str, node: str | None = None) -> bool:
-    """The run folder's logs/ under the run's radt/ artifacts (radt/<node> for a node's part); True when attached or empty.
+def attach_logs(client, run_dir: Path, run_id: str, node: str | None = None) -> str | None:
+    """The run folder's logs/ under the run's radt/ artifacts (radt/<node> for a node's part); None when attached or empty.
 
-    False after a failed upload, said in one line: the caller keeps the run's last writes for `radt sync`.
-    The store's own failure (reading the run) is raised: the caller keeps the whole run for `radt sync`."""
+    After a failed upload, what failed, for the caller's one line (it keeps the run's last writes for `radt sync`
+    where its disk lets it). The store's own failure (reading the run) is raised: the caller keeps the whole run for `radt sync`."""
     logs = run_dir / LOGS_DIR
     if not logs.is_dir() or not any(logs.iterdir()):
-        return True
+        return None
     location = client.get_run(run_id).info.artifact_uri
     try:
         client.log_artifacts(run_id, str(logs), artifact_path=f"radt/{node}" if node else "radt")
     except Exception as exc:  # the artifact store refused or is away: any error of any of MLflow's repositories
-        where = display_uri(location or "")
-        print(
-            f"radt: could not upload the logs of run {run_id} to {where} ({first_line(exc, 200)}); they stay in {logs}, 'radt sync' uploads them",
-            file=sys.stderr,
-            flush=True,
-        )
-        return False
-    return True
+        return f"could not upload the logs of run {run_id} to {display_uri(location or '')} ({first_line(exc, 200)})"
+    return None

@@ -101,6 +101,40 @@ def freeze_cache() -> Path:
     return folder / f"pip-freeze-{hashlib.sha1('|'.join(stamp).encode()).hexdigest()[:16]}.txt"
 
 
+class Unwritten:
+    """What of a run's folder its disk refused (a full disk): bytes of the script's output per log, and radt's own files.
+
+    The run goes on without them; `line()` says it all once at the end, so a full disk is one line, not one per file."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.output: dict[str, int] = {}  # log name -> bytes of the script's output not in it (each tee adds to its own)
+        self.files: list[str] = []  # radt's own files not written, relative to the run folder
+        self.reason: str | None = None  # the first refusal's, as the OS says it
+
+    def lost_output(self, log: Path, count: int, exc: OSError | None = None) -> None:
+        self.output[log.name] = self.output.get(log.name, 0) + count
+        self._refused(exc)
+
+    def file(self, path: Path, exc: OSError) -> None:
+        self.files.append(str(path.relative_to(self.run_dir)) if path.is_relative_to(self.run_dir) else str(path))
+        self._refused(exc)
+
+    def _refused(self, exc: OSError | None) -> None:
+        if exc is not None and self.reason is None:
+            self.reason = exc.strerror or str(exc)
+
+    def line(self) -> str | None:
+        """The one line at the run's end, or None when the disk took everything."""
+        lost = sum(self.output.values())
+        if not lost and not self.files:
+            return None
+        parts = [f"{lost:,} bytes of the script's output are not in its logs (the terminal got them)"] if lost else []
+        if self.files:
+            parts.append(f"not written {'either' if lost else 'there'}: {', '.join(self.files)}")
+        return f"radt: {self.run_dir} could not be written ({self.reason or 'no reason given'}): {'; '.join(parts)}"
+
+
 class RunPart(NamedTuple):
     """Which run radt ends (a node's part of it, `node`), its local folder, and the workload parent it ends too (-w)."""
 
@@ -141,9 +175,12 @@ def finish_run(
     if part.node:
         pending["node"] = part.node
     if not all_written:
-        save_pending(run_dir, pending)
-        report(f"radt: store still unreachable; samples and the final status wait in {run_dir}. Run 'radt sync' when it is back.")
-        return
+        unsaved = write_pending(run_dir, pending)
+        if unsaved is None:
+            report(f"radt: samples and the final status of run {run_id} wait in {run_dir}; run 'radt sync' once the store answers")
+            return
+        # a final status with nowhere to wait (a full disk) is written now, where the store answers: the rest waits for sync
+        report(f"radt: cannot save the final status in {run_dir} ({unsaved}); ending run {run_id} now, what it has not sent stays there for 'radt sync'")
     timeout = max(1.0, deadline - time.monotonic()) if deadline is not None else FINISH_TIMEOUT.get()
     try:
         call_with_deadline(lambda: complete_run(client, run_dir, run_id, pending), timeout, cancel.is_set if cancel else lambda: False)
@@ -175,13 +212,20 @@ def ended(end: RunEnd) -> str:
     return f"FAILED (the script exited with status {end.returncode})"
 
 
-def save_pending(run_dir: Path, pending: dict) -> None:
-    """The final status that waits for `radt sync` (written whole or not at all)."""
-    path = run_dir / PENDING_FILE
+def write_pending(run_dir: Path, pending: dict) -> str | None:
+    """The final status that waits for `radt sync` (written whole or not at all); None, or why the disk refused it."""
     try:
-        write_whole(path, json.dumps(pending))
+        write_whole(run_dir / PENDING_FILE, json.dumps(pending))
     except OSError as exc:
-        report(f"radt: cannot save the final status in {run_dir} ({exc.strerror or exc}); 'radt sync' will end the run KILLED")
+        return exc.strerror or str(exc)
+    return None
+
+
+def save_pending(run_dir: Path, pending: dict) -> None:
+    """write_pending, said in one line where the disk refuses it: the run is then left for `radt sync` to end KILLED."""
+    unsaved = write_pending(run_dir, pending)
+    if unsaved is not None:
+        report(f"radt: cannot save the final status in {run_dir} ({unsaved}); 'radt sync' will end the run KILLED")
 
 
 def complete_run(client, run_dir: Path, run_id: str, pending: dict) -> None:
@@ -190,9 +234,12 @@ def complete_run(client, run_dir: Path, run_id: str, pending: dict) -> None:
     A node's part writes its logs under radt/<node> and its tags as radt.node.<node>/...; the run itself
     ends only when no node's part runs, with the worst status of its parts and tags summed over them."""
     node = pending.get("node")
-    attached = attach_logs(client, run_dir, run_id, node)
-    if not attached:  # the logs wait in run_dir, and this part's last writes in pending.json, for `radt sync` to repeat
-        save_pending(run_dir, pending)
+    failed = attach_logs(client, run_dir, run_id, node)
+    attached = failed is None
+    if failed:  # the logs wait in run_dir, and this part's last writes in pending.json, for `radt sync` to repeat
+        unsaved = write_pending(run_dir, pending)
+        then = "'radt sync' uploads them" if unsaved is None else f"'radt sync' cannot upload them ({PENDING_FILE} cannot be written: {unsaved})"
+        report(f"radt: {failed}; they stay in {run_dir / LOGS_DIR}, {then}")
     if node:
         set_tags(client, run_id, {**node_scoped(pending["tags"], node), node_tag(node): pending["status"]})
         tags = client.get_run(run_id).data.tags  # read after this node's own write: of two nodes ending at once, one sees both

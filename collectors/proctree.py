@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 
 from radt.collectors.watchdog import cgroup_members, children, proc_stat, start_ticks
-from radt.rundir import TREE_FILE
+from radt.rundir import TREE_FILE, write_whole
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -148,12 +148,10 @@ class ProcessTree:
         record = {"radt": [os.getpid(), start_ticks(os.getpid())], "session": os.getsid(0), "root": self.root_pid, "cgroup": self.cgroup}
         record["processes"] = sorted(ids)
         try:
-            tmp = self._record.with_suffix(".tmp")
-            tmp.write_text(json.dumps(record))
-            tmp.replace(self._record)
+            write_whole(self._record, json.dumps(record))  # a full disk leaves the last record whole, and no temporary file
             self._written = ids
         except OSError:
-            pass  # the run folder is gone: the watchdog falls back on the cgroup and the sessions
+            pass  # the run folder is gone or full: the watchdog falls back on the cgroup and the sessions
 
 
 def _running(proc: psutil.Process) -> bool:

@@ -23,9 +23,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
+from pathlib import Path
 
-from radt.collectors.finish import RunEnd, RunPart, finish_run, freeze
+from radt.collectors.finish import RunEnd, RunPart, Unwritten, finish_run, freeze
 from radt.collectors.listeners import make_source
 from radt.collectors.proctree import catch_stops
 from radt.collectors.sampler import Sampler, open_sources
@@ -35,7 +36,7 @@ from radt.collectors.stores import open_metric_store
 from radt.collectors.writer import MetricWriter
 from radt.errors import report
 from radt.points import Point
-from radt.rundir import DONE_FILE, LOGS_DIR, SPOOL_FILE
+from radt.rundir import DONE_FILE, LOGS_DIR, SPOOL_FILE, write_whole
 
 INTERRUPTED = RunEnd("KILLED", -signal.SIGINT, "interrupted")  # Ctrl-C outside radt's own handlers
 RADT_ERROR = RunEnd("FAILED", 1, "radt_error")  # a bug or an unexpected error in radt itself; the traceback follows
@@ -60,6 +61,7 @@ class Recording:
         self.sources: list = []
         self.sampler: Sampler | None = None
         self.script_log: ScriptLog | None = None
+        self.unwritten: Unwritten | None = None  # what the run folder's disk refused, said in one line at the end
         self._late: Callable[[Sampler], dict[str, str]] | None = None
         self._sampling_on_stack = False
         self._sampling_closed = False
@@ -121,6 +123,7 @@ class Recording:
     def write(self, client, part: RunPart, store: str) -> MetricWriter:
         """Start the run's writer; from here the recording ends with one bounded flush and finish_run."""
         self.client, self.part = client, part
+        self.unwritten = Unwritten(part.run_dir)
         self.writer = MetricWriter(open_metric_store(store), part.run_id, part.run_dir / SPOOL_FILE, report=self.report).start()
         self._stack.callback(self._finish)
         return self.writer
@@ -181,18 +184,30 @@ class Recording:
             if self.script_log is not None:
                 written = self.script_log.settle(kept=not self.writer.lost) and written
                 points = max(0, points - self.script_log.points)  # radt.points: the system points, as `radt sync` counts them
+                if self.script_log.unsaved:
+                    self.unwritten.file(self.script_log.unsaved[0], self.script_log.unsaved[1])
+            said = self.unwritten.line()
+            if said:
+                self.report(said)
             end = end._replace(tags={**self.tags, **(end.tags or {})})
             finish_run(self.client, self.part, end, written, points, deadline=self.deadline, cancel=cancel)
 
     def _write_logs(self) -> None:
+        """pip freeze and radt-sources.json into logs/; a file its disk refuses is left out (none cut short), counted in `unwritten`."""
         logs = self.part.run_dir / LOGS_DIR
+        if self.freeze:
+            self._log_file(logs / "pip-freeze.txt", lambda: freeze(logs))  # the writer keeps sending meanwhile
+        if self.sampler is not None:
+            sources = json.dumps(self.sampler.describe(), indent=2)
+            self._log_file(logs / "radt-sources.json", lambda: write_whole(logs / "radt-sources.json", sources))
+
+    def _log_file(self, path: Path, write: Callable[[], None]) -> None:
         try:
-            if self.freeze:
-                freeze(logs)  # the writer keeps sending meanwhile
-            if self.sampler is not None:
-                (logs / "radt-sources.json").write_text(json.dumps(self.sampler.describe(), indent=2))
+            write()
         except OSError as exc:  # a full disk must not cost the run its status
-            self.report(f"radt: cannot write the run's logs in {logs} ({exc.strerror or exc})")
+            self.unwritten.file(path, exc)
+            with suppress(OSError):
+                path.unlink(missing_ok=True)
 
 
 @contextmanager

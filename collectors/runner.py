@@ -24,7 +24,7 @@ import radt
 from radt import settings
 from radt.collectors import gpus
 from radt.collectors.command import UsageError, build_command, exec_failure
-from radt.collectors.finish import RunEnd, RunPart, describe_environment, local_run_dir
+from radt.collectors.finish import RunEnd, RunPart, Unwritten, describe_environment, local_run_dir
 from radt.collectors.nodes import membership, node_scoped, on_node
 from radt.collectors.proctree import ProcessTree, become_subreaper, check_cgroup, child_setup, make_cgroup, restore_interrupts
 from radt.collectors.profilers import wrap
@@ -32,7 +32,7 @@ from radt.collectors.recording import Recording
 from radt.collectors.sampler import Sampler
 from radt.collectors.scriptlog import ScriptLog
 from radt.collectors.sources.base import SamplingContext
-from radt.collectors.tracking import ADDED_ENV, connect, create_run, join_run, resolve_experiment, set_tags
+from radt.collectors.tracking import ADDED_ENV, check_parent, connect, create_run, join_run, resolve_experiment, set_tags
 from radt.collectors.watchdog import Guard, kill_recorded, read_record, remove_cgroup
 from radt.errors import report
 from radt.rundir import CONTEXT_FILE, LOGS_DIR, STARTED_FILE, STOP_REASON_FILE
@@ -149,47 +149,70 @@ def radt_import_path() -> Path:
     return folder
 
 
-def _tee(source, sink, log_path: Path) -> threading.Thread:
+def _tee(source, sink, log: ScriptOutputLog) -> threading.Thread:
     """Copy a child stream to the terminal and a log file as bytes arrive (progress bars included).
 
-    A log that cannot be written (a full disk) is said once and given up: the stream is still read to its
+    A log that cannot be written (a full disk) is given up (ScriptOutputLog): the stream is still read to its
     end, so the script never blocks on a full pipe, and the terminal still gets every byte."""
 
     def pump() -> None:
         fd = source.fileno()
-        log = _log_step(log_path, None, b"")
+        log.open()
         while True:
             chunk = os.read(fd, 65536)
             if not chunk:
                 break
-            if log is not None:
-                log = _log_step(log_path, log, chunk)
+            log.write(chunk)
             try:
                 sink.write(chunk)
                 sink.flush()
             except (OSError, ValueError):
                 pass  # terminal gone: keep the log
-        if log is not None:
-            log.close()
+        log.close()
 
     thread = threading.Thread(target=pump, name="radt-tee", daemon=True)
     thread.start()
     return thread
 
 
-def _log_step(log_path: Path, log, chunk: bytes):
-    """The script's log (opened when `log` is None) after `chunk` is written to it; None, said once, where it cannot be written."""
-    try:
-        log = log if log is not None else open(log_path, "ab", buffering=0)  # noqa: SIM115 - the tee closes it at the stream's end
+class ScriptOutputLog:
+    """One of the script's logs (stdout.log, stderr.log): the first write its disk refuses is said once, and from there
+    on every byte not written is counted in `unwritten` (the run's end says the total)."""
+
+    def __init__(self, path: Path, unwritten: Unwritten) -> None:
+        self.path, self.unwritten = path, unwritten
+        self._file = None
+        self._broken = False
+
+    def open(self) -> None:
+        self._step(b"")
+
+    def write(self, chunk: bytes) -> None:
+        if self._broken:
+            self.unwritten.lost_output(self.path, len(chunk))
+        else:
+            self._step(chunk)
+
+    def _step(self, chunk: bytes) -> None:
         view = memoryview(chunk)
-        while view:
-            view = view[log.write(view) :]
-        return log
-    except OSError as exc:
-        report(f"radt: cannot write the script's output to {log_path} ({exc.strerror or exc}); from here on it goes to the terminal only")
-        if log is not None:
-            log.close()
-        return None
+        try:
+            if self._file is None:
+                self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 - closed at the stream's end
+            while view:
+                view = view[self._file.write(view) :]
+        except OSError as exc:
+            self._broken = True
+            report(f"radt: cannot write the script's output to {self.path} ({exc.strerror or exc}); from here on it goes to the terminal only")
+            self.unwritten.lost_output(self.path, len(view), exc)
+            self.close()
+
+    def close(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:
+                pass
+            self._file = None
 
 
 def _kill_tree(pid: int, leftovers: list[psutil.Process]) -> None:
@@ -374,6 +397,8 @@ def _open_run(opts: RunOptions, client, command: list[str], member) -> tuple[Run
         run_id = member.run_id
         experiment_id, parent_id = join_run(client, run_id, member.node)
     else:
+        if opts.parent_run:
+            check_parent(client, opts.parent_run, opts.experiment)
         experiment_id = resolve_experiment(client, opts.store, opts.experiment)
         run_id, parent_id = create_run(
             client,
@@ -505,7 +530,10 @@ def _follow(rec: Recording, opts: RunOptions, run: Prepared, child: subprocess.P
     rec.callback(script.stop)  # before the sampler stops: the tree killed, the watchdog released, the output read
     rec.freeze = True
     run.tree.attach(child.pid, check_cgroup(run.cgroup, child.pid), helpers={guard.proc.pid} if guard.proc else None)
-    script.tees = [_tee(child.stdout, sys.stdout.buffer, logs / "stdout.log"), _tee(child.stderr, sys.stderr.buffer, logs / "stderr.log")]
+    script.tees = [
+        _tee(child.stdout, sys.stdout.buffer, ScriptOutputLog(logs / "stdout.log", rec.unwritten)),
+        _tee(child.stderr, sys.stderr.buffer, ScriptOutputLog(logs / "stderr.log", rec.unwritten)),
+    ]
     put = on_node(rec.writer.put, part.node)
     started_flag = part.run_dir / STARTED_FILE
     rec.sample(

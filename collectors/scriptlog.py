@@ -76,6 +76,7 @@ class ScriptLog:
         self._next_try = 0.0
         self.failure: Exception | None = None  # the last store error that left calls waiting
         self._busy: threading.Event | None = None  # set when the last call that overran its deadline has ended
+        self.unsaved: tuple[Path, OSError] | None = None  # script.offset and why its disk refused it, while it does
         self._said: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="radt-script-log", daemon=True)
@@ -237,11 +238,12 @@ class ScriptLog:
             self._saved_at = now
 
     def _save(self, offset: int) -> None:
+        path = self.run_dir / SCRIPT_OFFSET_FILE
         try:
-            write_whole(self.run_dir / SCRIPT_OFFSET_FILE, str(offset))
-            self.saved = offset
-        except OSError:
-            pass  # `radt sync` sends more again: the stores take a point twice as once
+            write_whole(path, str(offset))
+            self.saved, self.unsaved = offset, None
+        except OSError as exc:
+            self.unsaved = (path, exc)  # `radt sync` sends more again: the stores take a point twice as once
 
     # -- while the script runs
 
@@ -274,10 +276,34 @@ class ScriptLog:
             cancel.wait(min(max(0.1, self._next_try - time.monotonic()), max(0.0, deadline - time.monotonic())))
 
     def settle(self, kept: bool) -> bool:
-        """At the run's end, after the writer closed (`kept`: it lost nothing): the final checkpoint; True if nothing waits for `radt sync`."""
-        if kept and not self._thread.is_alive():
+        """At the run's end, after the writer closed (`kept`: it lost nothing): the final checkpoint; True if nothing waits for `radt sync`.
+
+        A script.offset its disk refuses (a full disk) is no reason to wait: every line is in the store or the spool, so
+        script.jsonl goes instead (freeing room), and `radt sync` does not take the file for one a killed radt left."""
+        if self._thread.is_alive():
+            return False
+        if kept:
             self.checkpoint(True, final=True)
-        return not self.calls and self.saved >= self.offset and not self._thread.is_alive()
+        if self.calls:
+            return False
+        if self.saved >= self.offset:
+            return True
+        return kept and self._all_read() and self._drop()
+
+    def _all_read(self) -> bool:
+        try:
+            return self.path.stat().st_size <= self.offset
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+
+    def _drop(self) -> bool:
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError:
+            return False
+        return True
 
     def say(self, what: str, message: str) -> None:
         if what not in self._said:
