@@ -13,10 +13,11 @@ import sys
 from pathlib import Path
 
 from radt.artifacts import configure as configure_artifacts
-from radt.cli import OneLineParser
+from radt.cli import OneLineParser, commands_text
 from radt.collectors.command import UsageError, build_command, check_name, check_numbers, check_script
 from radt.collectors.listeners import DEFAULT, ListenerError, parse_listeners, parse_profiler
 from radt.collectors.profilers import check_profiler
+from radt.errors import report
 from radt.options import recording_parent, store_parent
 from radt.settings import check_radt_home, tracking_uri
 
@@ -44,15 +45,34 @@ def check_host(text: str, option: str = "--host") -> str:
     return text.strip()
 
 
-def run_parser() -> argparse.ArgumentParser:
+SCHEDULER_ONLY = "is the scheduler's own option: run the workload from its CSV (radt experiment.csv)"
+
+
+def check_gate(text: str) -> Path:
+    """--start-gate, the CSV scheduler's: a radt-gate-* folder of this user's that it made for one workload. Any other
+    path (`/etc`) was waited at for ever, its run RUNNING, with files written into it."""
+    from radt.collectors.reaper import GATE_PREFIX
+
+    path = Path(text)
+    try:
+        usable = path.name.startswith(GATE_PREFIX) and path.is_dir() and path.stat().st_uid == os.getuid() and os.access(path, os.W_OK | os.X_OK)
+    except OSError:
+        usable = False
+    if not usable:
+        raise UsageError(
+            f"--start-gate {text} is not a start-gate folder of radt's CSV scheduler ({GATE_PREFIX}*, made for one workload); --start-gate {SCHEDULER_ONLY}"
+        )
+    return path
+
+
+def run_parser(script: bool = True) -> argparse.ArgumentParser:
+    """radt's own options and, with `script`, the script (or experiment CSV) and the script's arguments after it."""
     parser = OneLineParser(
         parents=[store_parent(), recording_parent("at exit")],
         prog="radt",
         description="Track a training script's hardware metrics in MLflow: radt [options] train.py [script args]. "
-        "Run a whole experiment of collocated workloads: radt [--dry-run] [--rerun] experiment.csv. "
-        "Also: 'radt import FILE...' (dcgmi/nvidia-smi/top logs), 'radt sync' (send samples kept while the store was away), "
-        "'radt demo' (a demo experiment set to explore), 'radt monitor' (record this machine's GPUs and host without a training run), "
-        "'radt export' (comparison figures and data for papers).",
+        "Run a whole experiment of collocated workloads: radt [--dry-run] [--rerun] experiment.csv (radt's options may follow the CSV). "
+        f"Also: {commands_text()}; each has its own --help.",
     )
     parser.add_argument("-e", "--experiment", help="MLflow experiment name or id (created if new)")
     parser.add_argument("-n", "--name", help="run name")
@@ -104,15 +124,25 @@ def run_parser() -> argparse.ArgumentParser:
     parser.add_argument("--parent-run", help=argparse.SUPPRESS)  # the CSV scheduler's workload run
     parser.add_argument("--cuda-visible", help=argparse.SUPPRESS)  # a MIG UUID or an MPS daemon's numbering
     parser.add_argument("--start-gate", help=argparse.SUPPRESS)  # the CSV scheduler's synchronised start
-    parser.add_argument("script", help="training script (.py), command, or experiment CSV (.csv)")
-    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    if script:
+        parser.add_argument("script", help="training script (.py), command, or experiment CSV (.csv)")
+        parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script; after an experiment CSV, radt's own options")
     return parser
+
+
+def parse_options(argv: list[str]) -> argparse.Namespace:
+    """The command line: radt's options before the script, and after an experiment CSV too (radT's order,
+    `radt experiment.csv --dry-run`), since a CSV takes no script arguments; after a script every word is the script's.
+    What is left after a CSV stays in `args`, for _experiment to refuse with the fix."""
+    opts = run_parser().parse_args(argv)
+    if opts.script.lower().endswith(".csv") and opts.args:
+        opts, opts.args = run_parser(script=False).parse_known_args(opts.args, namespace=opts)
+    return opts
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = run_parser()
-    opts = parser.parse_args(argv)
+    opts = parse_options(argv)
     try:  # the user's mistakes first, before MLflow is even imported (two seconds): one line, exit 2
         check_numbers(opts.interval, opts.max_time, opts.max_epoch, opts.flush_timeout)
         if not opts.dry_run:  # before the reaper, the store and the run: a full or read-only RADT_HOME leaves nothing behind
@@ -127,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
             if opts.slurm:
                 raise UsageError("--host names this node; a --slurm job runs on the node Slurm picks, under that node's name: drop --host")
             os.environ["RADT_HOST"] = check_host(opts.host)
+        if opts.start_gate is not None:
+            check_gate(opts.start_gate)
         if opts.script.lower().endswith(".csv"):
             return _experiment(opts, store)
         if opts.dry_run or opts.rerun or opts.slurm:
@@ -147,9 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     except (ListenerError, UsageError, ValueError) as exc:
         print(f"radt: {exc}", file=sys.stderr)
         return 2
+    from radt.collectors.nodes import ignored_run_id
     from radt.collectors.reaper import reap
     from radt.collectors.runner import RunOptions, run_script
     from radt.collectors.tracking import StoreError
+
+    note = ignored_run_id(os.environ)  # MLFLOW_RUN_ID that names no run to join: said, not ignored without a word
+    if note:
+        report(note)
 
     try:
         run = RunOptions(

@@ -46,6 +46,7 @@ from __future__ import annotations
 import getpass
 import math
 import os
+import sys
 import time
 import uuid
 import zlib
@@ -55,9 +56,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
+import sqlalchemy as sa
 
+from radt import settings
 from radt.catalogue import MIB, key
-from radt.collectors.stores import open_metric_store
+from radt.collectors.stores import StoreUnavailable, open_metric_store
 from radt.collectors.tracking import connect, create_run, redact, resolve_experiment, set_tags
 from radt.errors import UserError
 from radt.options import store_parent
@@ -674,7 +677,7 @@ def main(argv: list[str]) -> int:
     uri = tracking_uri(args.store)
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # no "View run" line per run (servers)
     began = time.monotonic()
-    summary = write_demo(uri, args.minutes, args.seed, args.reset)
+    summary = _write_trying_again(uri, args)
     if not summary.skipped:
         print(
             f"radt demo: {summary.experiments} experiments, {summary.workloads} workloads, {summary.runs} runs, {summary.points:,} points "
@@ -683,6 +686,36 @@ def main(argv: list[str]) -> int:
         )
     print(_open_hint(uri, args.store))
     return 0
+
+
+ATTEMPTS = 3  # tries of a store too busy to answer in time (a loaded machine): each writes the incomplete demo anew
+
+
+def _write_trying_again(uri: str, args) -> Summary:
+    """write_demo, tried again where the store did not answer in time (each try replaces the incomplete demo the last left);
+    past ATTEMPTS, DemoError in one line saying how to try again: a statement timeout ended the demo in a 65-line traceback."""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            return write_demo(uri, args.minutes, args.seed, args.reset)
+        except (sa.exc.OperationalError, StoreUnavailable) as exc:
+            problem = _store_problem(exc)
+            if attempt == ATTEMPTS:
+                raise DemoError(
+                    f"{problem} {ATTEMPTS} times; the demo is incomplete: run 'radt demo' again when the store is less busy "
+                    f"(it writes an incomplete demo anew), or give each store call more time: RADT_STORE_TIMEOUT=30 radt demo"
+                ) from None
+            print(f"radt demo: {problem}; trying again ({attempt + 1} of {ATTEMPTS})", file=sys.stderr, flush=True)
+            time.sleep(settings.RETRY_INTERVAL.get())
+    raise AssertionError("ATTEMPTS is at least 1")
+
+
+def _store_problem(exc: Exception) -> str:
+    """What went wrong with the store, in words: a call past RADT_STORE_TIMEOUT (PostgreSQL's statement timeout, SQLite's
+    busy timeout) or the database's own first line."""
+    reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if "timeout" in reason.lower() or "locked" in reason.lower():
+        return f"the store did not answer within RADT_STORE_TIMEOUT={settings.STORE_TIMEOUT.get():g} s ({reason})"
+    return f"the store failed ({reason})"
 
 
 def _open_hint(uri: str, explicit: str | None) -> str:

@@ -426,13 +426,23 @@ def unmapped(devices: list[int | str] | None, visible: str | None) -> tuple[str,
     return tuple(t for t in given if t.upper().startswith(("GPU-", "MIG-")))
 
 
+def unchecked_note(devices: list[int | str], visible: str | None, reason: str) -> str:
+    """What radt could not check of -d without NVML, and what the script gets: the one GPU truth radt has is NVML's, so
+    `-d 99` is refused wherever NVML answers, and said plainly here where it does not."""
+    why = f"NVML cannot be loaded here ({reason})" if reason else "NVML cannot be loaded here"
+    return (
+        f"radt: -d {'+'.join(map(str, devices))} is not checked: {why}, so radt cannot tell which GPUs this machine has; "
+        f"the script gets CUDA_VISIBLE_DEVICES={visible} as given (no GPU, where that GPU does not exist)"
+    )
+
+
 def plan_without_nvml(devices: list[int | str] | None, cuda_visible: str | None, environ: Mapping[str, str], reason: str = "") -> Plan:
     """radt's behaviour where the mapping cannot be known: -d as given, CUDA numbering GPUs by PCI bus id; UUIDs never widen to every GPU."""
     visible = ",".join(map(str, devices)) if devices is not None else None
     order = PCI_BUS_ID if devices is not None else None
-    notes = ["radt: cannot check -d here (NVML unavailable); CUDA_VISIBLE_DEVICES is set as given"] if devices else []
     if cuda_visible is not None:
         visible = cuda_visible
+    notes = [unchecked_note(devices, visible, reason)] if devices else []
     seen = environ.get("CUDA_VISIBLE_DEVICES")
     fallback, note = fallback_indices(devices, seen, environ)
     return Plan(None, None, visible, order, notes + ([note] if note else []), fallback, reason, unmapped(devices, seen))

@@ -3,9 +3,10 @@
 
 The format is detected from the content. Logs with their own timestamps (nvidia-smi's
 `timestamp` column, top's clock) keep them; top's clock goes on the date of --start, else of the
-first nvidia-smi timestamp, else of the file's modification time. The others are laid out at
---interval from --start, else from the first nvidia-smi timestamp, else so that they end at the
-file's modification time. Where two logs give the same series, the one with timestamps is kept.
+first nvidia-smi timestamp, else on the days that end it by the file's modification time. The others are
+laid out at --interval from --start, else from the first nvidia-smi timestamp, else so that they end at
+the file's modification time. A log dated by its modification time is said in one line naming --start.
+Where two logs give the same series, the one with timestamps is kept.
 """
 
 from __future__ import annotations
@@ -158,6 +159,37 @@ def _place_clock(samples, day: date):
     return placed
 
 
+def _shown(moment: float) -> str:
+    return datetime.fromtimestamp(moment).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _clock_by_mtime(path: Path, samples, notes: list[str] | None):
+    """top's clock with no --start and no timestamped log beside it: the days that end the log by the file's modification
+    time (a log is written before it is last modified), and the line that says so and names --start."""
+    mtime = path.stat().st_mtime
+    day = datetime.fromtimestamp(mtime).date()
+    placed = _place_clock(samples, day)
+    if placed and placed[-1][1] > mtime + 1:  # past midnight into the next day: the log began the day before (or earlier)
+        placed = _place_clock(samples, day - timedelta(days=math.ceil((placed[-1][1] - mtime - 1) / 86_400)))
+    if placed and notes is not None:
+        first = datetime.fromtimestamp(placed[0][1]).strftime("%Y-%m-%dT%H:%M:%S")
+        notes.append(
+            f"{path.name}: top's clock has no date; dated {_shown(placed[0][1])} to {_shown(placed[-1][1])}, to end by the file's modification "
+            f"time {_shown(mtime)}; if it was recorded on another day, give --start with that day, e.g. --start {first}"
+        )
+    return placed
+
+
+def _untimed_by_mtime_note(path: Path, samples: int, interval: float) -> str:
+    """The line for a log without timestamps laid out to end at its file's modification time."""
+    mtime = path.stat().st_mtime
+    first = datetime.fromtimestamp(mtime - interval * max(0, samples - 1)).strftime("%Y-%m-%dT%H:%M:%S")
+    return (
+        f"{path.name} has no timestamps; its {samples} samples, {interval:g} s apart, were placed to end at the file's modification time "
+        f"{_shown(mtime)}; if it was recorded at another time, give --start with its first sample's date and time, e.g. --start {first}"
+    )
+
+
 def _owners(logs) -> tuple[dict[str, int], list[str]]:
     """Which log writes each key, so a run holds one series per key.
 
@@ -222,8 +254,9 @@ def build_points(
     points: list[Point] = []
     for index, (path, fmt, samples) in enumerate(logs):
         if fmt == "top":
-            day = datetime.fromtimestamp(anchor).date() if anchor else datetime.fromtimestamp(path.stat().st_mtime).date()
-            samples = _place_clock(samples, day)
+            samples = _place_clock(samples, datetime.fromtimestamp(anchor).date()) if anchor else _clock_by_mtime(path, samples, notes)
+        elif anchor is None and notes is not None and samples and samples[0][1] is None:
+            notes.append(_untimed_by_mtime_note(path, len(samples), interval))
         base = anchor if anchor is not None else path.stat().st_mtime - interval * max(0, len(samples) - 1)
         for n, ts, values in samples:
             moment = ts if ts is not None else base + n * interval

@@ -52,6 +52,18 @@ def membership(environ: Mapping[str, str]) -> Membership:
     return Membership()
 
 
+def ignored_run_id(environ: Mapping[str, str]) -> str | None:
+    """The line radt says where MLFLOW_RUN_ID is set but names no run to join: without MLFLOW_SYSTEM_METRICS_NODE_ID radt
+    records a run of its own (it joins a run only as one of its nodes), and a user who named a run must hear it."""
+    run_id = environ.get(RUN_ENV, "").strip()
+    if not run_id or environ.get(NODE_ENV, "").strip():
+        return None
+    return (
+        f"radt: {RUN_ENV}={run_id} is set without {NODE_ENV}, so radt records a run of its own; "
+        f"to record into {run_id} as one node of it, set {NODE_ENV} too (e.g. $(hostname -s)), or unset {RUN_ENV}"
+    )
+
+
 def slurm_tags(environ: Mapping[str, str]) -> dict[str, str]:
     """The Slurm job, node and partition of a radt started inside any Slurm job (sbatch, srun, salloc)."""
     if not environ.get("SLURM_JOB_ID"):

@@ -28,6 +28,22 @@ COMMANDS = {
     "dashboard": "radt.app.main",
 }
 RUN_COMMAND = "radt.collectors.cli"  # `radt [options] train.py` and `radt experiment.csv`
+# what each subcommand does, for `radt --help` and `radt` alone (one entry per COMMANDS name)
+COMMAND_HELP = {
+    "dashboard": "the web dashboard of a store",
+    "demo": "a demo experiment set to explore",
+    "monitor": "record this machine's GPUs and host without a training run",
+    "sync": "send samples kept while the store was away",
+    "import": "dcgmi/nvidia-smi/top logs, or a Slurm cluster's jobs",
+    "export": "comparison figures and data for papers",
+    "rollup": "build a store's rollups ahead of time",
+    "retain": "drop raw points of ended runs older than a cutoff, keeping their rollups and summaries",
+}
+
+
+def commands_text() -> str:
+    """Every subcommand and what it does, as `radt --help` lists them."""
+    return ", ".join(f"'radt {name}' ({what})" for name, what in COMMAND_HELP.items())
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -39,7 +55,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 NOTHING_TO_DO = (
     "give a training script or an experiment CSV: radt train.py --batch-size 256, radt experiment.csv; "
-    "or a command: radt dashboard, radt demo, radt monitor, radt sync, radt import, radt export (see 'radt --help')"
+    f"or a command: {', '.join(f'radt {name}' for name in COMMAND_HELP)} (see 'radt --help')"
 )
 
 

@@ -30,6 +30,7 @@ PORT_FIX = "is not a TCP port; give one from 1 to 65535 (default 8050)"
 POINTS_FIX = "give a number of points from 0 to 1000000000 (default 1000000), or unset it"
 FRAME_FIX = "'none', or 'self' and http(s) origins separated by spaces, e.g. 'self' https://portal.example.org; give one, or unset it for 'self'"
 STORE_FIX = "give seconds from 0.1 to 86400 (default 5), or unset it"
+PARENT_FIX = "--parent-run is the CSV scheduler's own option: run the workload from its CSV (radt experiment.csv)"
 # (id, radt's arguments, the experiment CSV's bytes (or a broken log's name) or None, the exact line on stderr, exit status);
 # {tmp} is the test's folder, {fixtures} the real tool logs
 CASES = [
@@ -89,6 +90,22 @@ CASES = [
         ["--store", "{tmp}/adir", "ok.py"],
         None,
         "radt: --store {tmp}/adir is a folder (MLflow's file store?); radt needs a database: give a SQLite file such as {tmp}/adir/mlflow.db",
+        2,
+    ),
+    (  # what an MLflow user types: radt made a SQLite file named `mlruns` and recorded there, exit 0
+        "store-mlruns",
+        ["--store", "./mlruns", "ok.py"],
+        None,
+        "radt: --store ./mlruns: no such file, and mlruns is the folder of MLflow's file store, which radt does not use; "
+        "give a SQLite file such as ./mlruns.db (radt creates it) or a database URI (postgresql://user@host/db)",
+        2,
+    ),
+    (
+        "store-new-file-without-db-suffix",
+        ["--store", "{tmp}/runs", "ok.py"],
+        None,
+        "radt: --store {tmp}/runs: no such file; radt creates a new SQLite store only under a name ending in .db, .sqlite or .sqlite3 "
+        "(a typo is not taken for one): give {tmp}/runs.db, or sqlite:///{tmp}/runs for that very name",
         2,
     ),
     (
@@ -151,6 +168,22 @@ CASES = [
         ["import", "-e", "", "{fixtures}/mnist_dcgmi_dmon_18fields.txt"],
         None,
         "radt import: -e is empty; give an experiment name or id, or leave -e out for MLflow's Default experiment (see 'radt import --help')",
+        2,
+    ),
+    (  # the CSV scheduler's own option, typed by hand: the run waited for ever at /etc, RUNNING, with files written there
+        "start-gate-not-a-gate",
+        ["--start-gate", "/etc", "ok.py"],
+        None,
+        "radt: --start-gate /etc is not a start-gate folder of radt's CSV scheduler (radt-gate-*, made for one workload); "
+        "--start-gate is the scheduler's own option: run the workload from its CSV (radt experiment.csv)",
+        2,
+    ),
+    (
+        "start-gate-missing",
+        ["--start-gate", "{tmp}/radt-gate-gone", "ok.py"],
+        None,
+        "radt: --start-gate {tmp}/radt-gate-gone is not a start-gate folder of radt's CSV scheduler (radt-gate-*, made for one workload); "
+        "--start-gate is the scheduler's own option: run the workload from its CSV (radt experiment.csv)",
         2,
     ),
     ("script-is-a-folder", ["adir"], None, "radt: script 'adir' is a folder; give the training script in it, e.g. adir/train.py", 2),
@@ -473,6 +506,50 @@ def _refused(args, csv_text, line, status, extra: dict[str, str], tmp_path: Path
     assert (_count(store, "runs"), _count(store, "experiments")) == (runs, experiments), "nothing is written to the store"
     assert _files(tmp_path, radt_home) == before, "no file is created or changed (the CSV keeps its bytes)"
     assert not list(radt_home.glob("runs/*")), "no run folder: nothing waits for `radt sync`"
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["--parent-run", "0" * 32], f"radt: --parent-run {'0' * 32} names no run in this store; {PARENT_FIX}"),
+        (["-e", "elsewhere", "--parent-run", "{parent}"], f"radt: --parent-run {{parent}} is a run of experiment 'home', not of -e elsewhere; {PARENT_FIX}"),
+    ],
+    ids=["not-in-store", "other-experiment"],
+)
+def test_a_parent_run_the_store_lacks_is_refused_before_the_run_is_made(args, line, tmp_path, radt_home, empty_sqlite):
+    """`--parent-run 000...0` made a run whose parent does not exist. Whether a run is there only the store can say, so the
+    store is opened (SQLite's journal mode may change): no run, no experiment, no run folder."""
+    from mlflow import MlflowClient
+
+    (tmp_path / "ok.py").write_text("print('ok')\n")
+    store = empty_sqlite(tmp_path / "store.db")
+    client = MlflowClient(store)
+    parent = client.create_run(client.create_experiment("home")).info.run_id
+    runs, experiments = _count(tmp_path / "store.db", "runs"), _count(tmp_path / "store.db", "experiments")
+    args = [a.replace("{parent}", parent) for a in args]
+
+    result = run_radt([*args, "ok.py"], env=radt_env(radt_home, store), cwd=tmp_path, timeout=120)
+
+    assert [x for x in result.stderr.splitlines() if x.strip()] == [line.replace("{parent}", parent)], result.stderr
+    assert result.returncode == 2
+    assert (_count(tmp_path / "store.db", "runs"), _count(tmp_path / "store.db", "experiments")) == (runs, experiments)
+    assert not list(radt_home.glob("runs/*")), "no run folder"
+
+
+def test_a_gpu_index_is_refused_where_nvml_answers_and_said_unchecked_where_it_cannot(tmp_path, radt_home, sqlite_template):
+    """`-d 99`: refused before anything starts where NVML lists the GPUs (the fake driver, one H100); without NVML radt
+    cannot know the GPUs (a node whose exporter radt reads through Prometheus has none it can see), so it says what it did not check."""
+    one_gpu = {"RADT_FAKE_NVML": '[{"name": "NVIDIA H100 80GB HBM3"}]'}
+    _refused(
+        ["-d", "99", "ok.py"], None, "radt: GPU 99 does not exist on this machine (GPUs: 0 to 0); fix -d", 2, one_gpu, tmp_path, radt_home, sqlite_template
+    )
+    store = tmp_path / "store.db"
+    done = run_radt(["-d", "99", "-l", "host", "ok.py"], env=radt_env(radt_home, f"sqlite:///{store}"), cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (
+        "radt: -d 99 is not checked: NVML cannot be loaded here (NVML Shared Library Not Found), so radt cannot tell which GPUs "
+        "this machine has; the script gets CUDA_VISIBLE_DEVICES=99 as given (no GPU, where that GPU does not exist)"
+    ) in done.stderr.splitlines()
 
 
 def test_mlflow_tracking_uri_is_checked_like_store(tmp_path, radt_home):

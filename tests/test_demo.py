@@ -312,3 +312,44 @@ def test_runs_sharing_a_gpu_record_its_totals_and_each_trains_slower():
         assert run.series[key("sm_active", 0, mig=run.spec.mig)].max() <= 3 / 7 + 1e-9, "a 3g.40gb slice: 3/7 of the SMs at most"
         assert key("power_usage_watts", 0) in run.series and set(run.series) == set(demo.hardware_keys(run.spec))
     assert {run.spec.mig for run in made["4 MIG 3g.40gb"]} == {1, 2}, "two slices, two GPU instances"
+
+
+def _hold_metrics(pg_uri: str):
+    """Another connection holding MLflow's metrics table (a long transaction, a migration): every bulk write waits on it."""
+    import psycopg2
+
+    blocker = psycopg2.connect(pg_uri)
+    blocker.cursor().execute("LOCK TABLE metrics IN ACCESS EXCLUSIVE MODE")  # held until rollback
+    return blocker
+
+
+def test_a_store_too_busy_to_answer_in_time_is_one_line_and_the_demo_tries_again(pg_uri, radt_home, tmp_path):
+    """On a loaded machine `radt demo --store postgresql://...` ended in a 65-line traceback (a statement timeout); the
+    second try worked. The demo says it in one line and tries again itself; the store answering again, it completes."""
+    from tests.support.radtproc import LiveRadt
+
+    blocker = _hold_metrics(pg_uri)
+    try:
+        demo_run = LiveRadt(["demo", "--minutes", "1"], env=radt_env(radt_home, pg_uri, extra={"RADT_STORE_TIMEOUT": "1"}), cwd=tmp_path)
+        said = demo_run.line("trying again", timeout=120)
+    finally:
+        blocker.rollback()
+        blocker.close()
+    assert demo_run.wait(180) == 0, demo_run.stderr
+    assert "Traceback" not in demo_run.stderr and said.startswith("radt demo: the store did not answer within RADT_STORE_TIMEOUT=1 s"), demo_run.stderr
+    client = mlflow.MlflowClient(pg_uri)
+    active = {name: e for name, e in _experiments(client).items() if e.lifecycle_stage == "active"}
+    assert set(active) == {RESNET, BERT} and all(e.tags.get("radt.demo.complete") == "true" for e in active.values())
+
+
+def test_a_store_that_never_answers_in_time_ends_the_demo_in_one_line_saying_how_to_retry(pg_uri, radt_home, tmp_path):
+    blocker = _hold_metrics(pg_uri)
+    try:
+        done = run_radt(["demo", "--minutes", "1"], env=radt_env(radt_home, pg_uri, extra={"RADT_STORE_TIMEOUT": "1"}), cwd=tmp_path, timeout=300)
+    finally:
+        blocker.rollback()
+        blocker.close()
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert lines[-1].startswith("radt demo: the store did not answer within RADT_STORE_TIMEOUT=1 s") and "radt demo" in lines[-1][20:], lines
+    assert "RADT_STORE_TIMEOUT=30" in lines[-1], "how to give a loaded store more time"

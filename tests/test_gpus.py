@@ -174,7 +174,10 @@ def test_plan_for_mig_slices_and_the_csv_schedulers_override(machine):
 def test_without_nvml_d_is_kept_as_given():
     plan = gpus.plan_without_nvml([1, 3], None, {"CUDA_VISIBLE_DEVICES": "7"}, "NVML Shared Library Not Found")
     assert (plan.visible, plan.order, plan.indices, plan.watched) == ("1,3", "PCI_BUS_ID", [1, 3], None)
-    assert plan.notes == ["radt: cannot check -d here (NVML unavailable); CUDA_VISIBLE_DEVICES is set as given"]
+    assert plan.notes == [  # was "cannot check -d here (NVML unavailable)": which -d, why, and what the script gets
+        "radt: -d 1+3 is not checked: NVML cannot be loaded here (NVML Shared Library Not Found), so radt cannot tell which GPUs "
+        "this machine has; the script gets CUDA_VISIBLE_DEVICES=1,3 as given (no GPU, where that GPU does not exist)"
+    ]
     assert gpus.plan_without_nvml(None, None, {"CUDA_VISIBLE_DEVICES": "0,2"}).indices == [0, 2]
 
 

@@ -289,7 +289,9 @@ def test_more_user_errors_through_the_cli_entry_point(args, message, tmp_path, r
 # --------------------------------------------------------------------------- layout rules, in process
 
 
-def test_top_alone_goes_on_its_files_date_and_rolls_over_midnight(tmp_path):
+def test_top_alone_ends_by_its_files_modification_time_and_rolls_over_midnight(tmp_path):
+    """top prints the time of day only. Its samples were put on the modification time's date: a log written from 23:59:58
+    to 00:00:04 and last modified at 00:00:05 went a day after the file was written, not before it."""
     log = tmp_path / "top.txt"
     log.write_text(
         "top - 23:59:58 up 1 day\n%Cpu(s):  5.0 us,  0.0 sy,  0.0 ni, 95.0 id\n"
@@ -298,15 +300,42 @@ def test_top_alone_goes_on_its_files_date_and_rolls_over_midnight(tmp_path):
     )
     mtime = datetime(2024, 3, 1, 0, 0, 5).timestamp()
     os.utime(log, (mtime, mtime))
-    points, formats = build_points([log], 1.0, None, "python", None)
+    notes: list[str] = []
+    points, formats = build_points([log], 1.0, None, "python", None, notes)
     assert formats == {"top.txt": "top"}
     cpu = [p for p in points if p.key == "system/cpu_utilization_percentage"]
     assert [(p.step, p.value) for p in cpu] == [(0, 5.0), (1, 10.0), (2, 20.0)]
     assert [p.timestamp for p in cpu] == [
-        _ms(datetime(2024, 3, 1, 23, 59, 58)),
-        _ms(datetime(2024, 3, 2, 0, 0, 1)),
-        _ms(datetime(2024, 3, 2, 0, 0, 4)),
+        _ms(datetime(2024, 2, 29, 23, 59, 58)),
+        _ms(datetime(2024, 3, 1, 0, 0, 1)),
+        _ms(datetime(2024, 3, 1, 0, 0, 4)),
     ]
+    assert notes == [
+        "top.txt: top's clock has no date; dated 2024-02-29 23:59:58 to 2024-03-01 00:00:04, to end by the file's modification "
+        "time 2024-03-01 00:00:05; if it was recorded on another day, give --start with that day, e.g. --start 2024-02-29T23:59:58"
+    ]
+    given: list[str] = []
+    build_points([log], 1.0, None, "python", datetime(2023, 2, 21).timestamp(), given)
+    assert given == [], "with --start nothing is guessed"
+
+
+def test_logs_dated_by_their_modification_time_say_so_in_one_line_naming_start(tmp_path, radt_home, fixtures_dir, empty_sqlite):
+    """`radt import top.txt` put the samples on the file's date without a word (15 h off in the check)."""
+    top, dmon = tmp_path / "top.txt", tmp_path / "dmon.txt"
+    top.write_bytes((fixtures_dir / "mnist_top_batch.txt").read_bytes())  # a copy, as users move logs: its date is today's
+    dmon.write_text("#Entity SMACT\nGPU 0 0.1\nGPU 0 0.3\nGPU 0 0.5\n")
+    mtime = datetime(2026, 11, 28, 6, 0, 0).timestamp()
+    for path in (top, dmon):
+        os.utime(path, (mtime, mtime))
+    done = run_radt(["import", str(top), str(dmon)], radt_env(radt_home, empty_sqlite(tmp_path / "s.db")), tmp_path)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if "--start" in line]
+    assert said == [
+        "radt import: top.txt: top's clock has no date; dated 2026-11-27 15:16:05 to 2026-11-27 15:16:53, to end by the file's "
+        "modification time 2026-11-28 06:00:00; if it was recorded on another day, give --start with that day, e.g. --start 2026-11-27T15:16:05",
+        "radt import: dmon.txt has no timestamps; its 3 samples, 1 s apart, were placed to end at the file's modification time "
+        "2026-11-28 06:00:00; if it was recorded at another time, give --start with its first sample's date and time, e.g. --start 2026-11-28T05:59:58",
+    ], done.stderr
 
 
 def test_a_timestamped_log_keeps_shared_series_whatever_the_order(tmp_path):
@@ -374,6 +403,7 @@ def test_a_log_cut_while_written_says_which_line_it_left_out(name, tmp_path, fix
 
     notes: list[str] = []
     points, _ = build_points([cut], 1.0, None, None, None, notes)
+    notes = [note for note in notes if "--start" not in note]  # the dmon log is also said to be dated by its modification time
     assert notes == [f"{name}: line {number} left out: not as many cells as the log's header names (a line cut while written, or a message between samples)"]
     expected, _ = build_points([whole], 1.0, None, None, None)
     assert [(p.key, p.step, p.value) for p in points] == [(p.key, p.step, p.value) for p in expected] and points

@@ -108,6 +108,25 @@ def test_a_run_id_of_no_run_is_refused_in_one_line(store_uri, radt_home, tmp_pat
     assert "Traceback" not in done.stderr
 
 
+def test_a_run_id_without_a_node_id_is_said_in_one_line_and_the_run_is_radts_own(store_uri, radt_home, tmp_path):
+    """MLFLOW_RUN_ID alone (left over in a shell, or set by `mlflow run`) was ignored without a word: radt made a run of its
+    own and the user looked for the series in the run they had named. radt joins a run only as one of its nodes."""
+    client = MlflowClient(store_uri)
+    named = client.create_run(client.create_experiment("mine")).info.run_id
+    (tmp_path / "node.py").write_text("import os\nprint(os.environ['MLFLOW_RUN_ID'])\n")
+    env = {**radt_env(radt_home, store_uri), "MLFLOW_RUN_ID": named}
+    done = subprocess.run(radt_command("-l", "host", "node.py"), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if "MLFLOW_RUN_ID" in line]
+    assert said == [
+        f"radt: MLFLOW_RUN_ID={named} is set without MLFLOW_SYSTEM_METRICS_NODE_ID, so radt records a run of its own; "
+        f"to record into {named} as one node of it, set MLFLOW_SYSTEM_METRICS_NODE_ID too (e.g. $(hostname -s)), or unset MLFLOW_RUN_ID"
+    ], done.stderr
+    own = done.stdout.strip()
+    assert own != named and client.get_run(own).info.status == "FINISHED", "the script sees the run radt records"
+    assert client.get_run(named).info.status == "RUNNING" and not client.get_run(named).data.metrics, "the named run is left as it was"
+
+
 def test_the_radts_of_one_multi_node_slurm_step_share_one_run(store_uri, radt_home, tmp_path):
     """What srun gives each task of `srun -N2 radt train.py`: the same job and step, its own node name."""
     client = MlflowClient(store_uri)

@@ -122,3 +122,40 @@ def test_profilers_are_listeners_too():
     assert "/logs/ncu_1_2_A" in command and env == {"RADT_NVTX_RANGE": "profile"}
     raw, raw_env = wrap("nsys-raw", ["train"], Path("/logs"), "x")
     assert "--capture-range=nvtx" not in raw and raw_env == {}
+
+
+def test_radt_options_after_an_experiment_csv_are_radts_own():
+    """radT's users write `radt experiment.csv --dry-run`: radt refused it, with a hint to put --dry-run in the Params column."""
+    from radt.collectors.cli import parse_options
+
+    opts = parse_options(["--rerun", "experiment.csv", "--dry-run", "--interval", "0.5", "--max-epoch", "3"])
+    assert (opts.script, opts.args) == ("experiment.csv", [])
+    assert (opts.dry_run, opts.rerun, opts.interval, opts.max_epoch) == (True, True, 0.5, 3)
+    # what is no option of radt's is still a script argument the CSV does not take (refused by the caller, with the fix)
+    assert parse_options(["experiment.csv", "--dry-run", "--epochs", "3"]).args == ["--epochs", "3"]
+    # after a script, every word is the script's
+    script = parse_options(["train.py", "--dry-run", "--interval", "9"])
+    assert (script.args, script.dry_run, script.interval) == (["--dry-run", "--interval", "9"], False, 1.0)
+
+
+def test_experiment_csv_then_dry_run_prints_the_plan(tmp_path, radt_home):
+    from tests.support.radtproc import radt_env, run_radt
+
+    (tmp_path / "ok.py").write_text("print('ok')\n")
+    (tmp_path / "experiment.csv").write_text("Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\nexp,1,,,-,-,ok.py,top,\n")
+    before = (tmp_path / "experiment.csv").read_bytes()
+    result = run_radt(["experiment.csv", "--dry-run"], env=radt_env(radt_home, f"sqlite:///{tmp_path / 'u.db'}"), cwd=tmp_path, timeout=60)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert "ok.py" in result.stdout, result.stdout
+    assert (tmp_path / "experiment.csv").read_bytes() == before and not (tmp_path / "u.db").exists(), "a dry run writes nothing"
+
+
+def test_radt_help_and_the_bare_command_name_every_subcommand():
+    """`radt --help` listed neither dashboard, rollup nor retain."""
+    from radt.cli import COMMANDS, NOTHING_TO_DO
+    from radt.collectors.cli import run_parser
+
+    text = " ".join(run_parser().format_help().split())  # argparse wraps the description at any space
+    missing = [name for name in COMMANDS if f"'radt {name}" not in text]
+    assert not missing, f"radt --help does not name {missing}"
+    assert not [name for name in COMMANDS if f"radt {name}" not in NOTHING_TO_DO]

@@ -1,8 +1,13 @@
-"""Host metrics through psutil: system CPU and memory, disk and network rates, the run's process tree."""
+"""Host metrics through psutil: system CPU and memory, disk and network rates, the run's process tree.
+
+CPU shares are measured between this source's own readings of the cumulative CPU times, never with
+psutil's cpu_percent(None): that keeps its last reading per thread and per Process object, so the sampler's
+first tick (its thread's first call, a process's first look) read 0.0 that nobody measured."""
 
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import psutil
 
@@ -10,6 +15,29 @@ from radt.catalogue import key
 from radt.collectors.sources.base import MetricSource, SamplingContext
 
 MB = 1e6
+MIN_SPAN = 0.05  # seconds: CPU times move in clock ticks (10 ms), so a share over a shorter span is noise, not a measurement
+
+
+class CpuClock(NamedTuple):
+    """Cumulative CPU time read at a moment (time.monotonic): the host's psutil.cpu_times(), or a process's seconds."""
+
+    at: float
+    times: tuple | float
+
+
+def busy_percent(before: tuple, after: tuple) -> float:
+    """The share of all cores busy between two psutil.cpu_times() readings, as psutil.cpu_percent computes it
+    (guest time is already in user and nice on Linux; idle and iowait are not busy)."""
+    deltas = {name: max(0.0, b - a) for name, a, b in zip(after._fields, before, after)}
+    total = sum(deltas.values()) - deltas.get("guest", 0.0) - deltas.get("guest_nice", 0.0)
+    idle = deltas.get("idle", 0.0) + deltas.get("iowait", 0.0)
+    return round(100.0 * (total - idle) / total, 1) if total > 0 else 0.0
+
+
+def process_seconds(proc: psutil.Process) -> float:
+    """CPU seconds the process has used itself (user + system; its children count as processes of their own)."""
+    times = proc.cpu_times()
+    return times.user + times.system
 
 
 class HostSource(MetricSource):
@@ -20,18 +48,22 @@ class HostSource(MetricSource):
         self._pids = lambda: []
         self._last: tuple[float, object, object] | None = None
         self._net_base = None
+        self._cpu: CpuClock | None = None  # the host's CPU times at the start of the interval being measured
+        self._proc_cpu: dict[tuple[int, float], CpuClock] = {}  # (pid, create time) -> its CPU seconds at its interval's start
 
     def open(self, ctx: SamplingContext) -> None:
         self._pids = ctx.pids
-        psutil.cpu_percent(None)  # primes the interval counter
+        self._cpu = CpuClock(time.monotonic(), psutil.cpu_times())
         self._net_base = psutil.net_io_counters()
         self._last = (time.monotonic(), psutil.disk_io_counters(), self._net_base)
+        self._process_cpu(self._pids())  # the tree's processes already there are measured from now
 
     def sample(self) -> dict[str, float]:
         out: dict[str, float] = {}
-        cpu = psutil.cpu_percent(None)
-        if time.monotonic() - self._last[0] >= 0.05:  # right after priming the figure is noise
-            out[key("cpu_utilization_percentage")] = cpu
+        now, times = time.monotonic(), psutil.cpu_times()
+        if now - self._cpu.at >= MIN_SPAN:  # else the interval goes on to the next tick: no value rather than noise
+            out[key("cpu_utilization_percentage")] = busy_percent(self._cpu.times, times)
+            self._cpu = CpuClock(now, times)
         memory = psutil.virtual_memory()
         out[key("system_memory_usage_megabytes")] = memory.used / MB
         out[key("system_memory_usage_percentage")] = memory.percent
@@ -54,14 +86,33 @@ class HostSource(MetricSource):
 
         procs = self._pids()
         if procs:
-            cpu = rss = 0.0
-            for proc in procs:
-                try:
-                    with proc.oneshot():
-                        cpu += proc.cpu_percent(None)
-                        rss += proc.memory_info().rss
-                except psutil.Error:
-                    continue
-            out[key("process_cpu_utilization_percentage")] = cpu
+            cpu, rss = self._process_cpu(procs)
+            if cpu is not None:
+                out[key("process_cpu_utilization_percentage")] = cpu
             out[key("process_memory_rss_megabytes")] = rss / MB
         return out
+
+    def _process_cpu(self, procs: list[psutil.Process]) -> tuple[float | None, float]:
+        """The tree's CPU in % of one core since each process's last reading, and its RSS in bytes.
+
+        A process first seen now is measured from now on (its share of this interval is not known); None where
+        no process of the tree had been measured over MIN_SPAN or more, so a run's first tick stores no 0.0."""
+        now, total, measured, rss = time.monotonic(), 0.0, False, 0.0
+        seen: dict[tuple[int, float], CpuClock] = {}
+        for proc in procs:
+            try:
+                with proc.oneshot():
+                    ident, used = (proc.pid, proc.create_time()), process_seconds(proc)
+                    rss += proc.memory_info().rss
+            except psutil.Error:
+                continue
+            before = self._proc_cpu.get(ident)
+            if before is not None and now - before.at < MIN_SPAN:
+                seen[ident] = before  # too short to say: measured over a longer span next tick
+            elif before is not None:
+                total, measured = total + 100.0 * max(0.0, used - before.times) / (now - before.at), True
+                seen[ident] = CpuClock(now, used)
+            else:
+                seen[ident] = CpuClock(now, used)
+        self._proc_cpu = seen
+        return (round(total, 1) if measured else None), rss
