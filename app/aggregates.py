@@ -24,6 +24,7 @@ from radt.app.compare import METHODS, PYTHON
 from radt.app.exportoptions import BY, COLLOCATION, KINDS, RATIO, STATS
 from radt.app.figures import plain, wrap_chars
 from radt.app.palette import PALETTE, PAPER, SERIES_DASHES, colors, dash_of, themed
+from radt.app.words import counted
 from radt.errors import UserError
 
 POOLED = ("partition", "user")  # groupings of a cluster's jobs: one series over every experiment (radt import --slurm makes one per user)
@@ -41,6 +42,7 @@ MAX_SERIES = len(PALETTE)  # series one comparison figure tells apart: a colour 
 LINE, LINES = 30, 3  # a legend entry's characters a line and lines at most; the tooltip has it whole
 NO_COMMAND = "(no command)"  # a run that recorded neither a command nor radT's model (a plain MLflow run)
 POINT_SPREAD = 0.28  # a run's point sits this share of its box's width either side of the centre (by its id: stable)
+UNNAMED_BOX = "#57606a"  # the box of a figure with no legend (one series): no run's colour, its points are the runs' own
 
 
 class FigureError(UserError, ValueError):
@@ -86,17 +88,16 @@ def _number(runs: pd.DataFrame, column: str) -> pd.Series:
 
 
 def normalised(table: pd.DataFrame) -> pd.Series:
-    """Per run row: steps/h ÷ the same command alone; for a run alone too where runs of its command that ran together are
-    shown (the comparison table leaves it empty, a baseline not being compared with itself): its steps/h over the same
-    baseline theirs are set against. The alone bar beside a command's collocated ones is then 1, its runs' spread around it."""
+    """Per run row: steps/h ÷ the same command alone; for a run alone only where runs of its command that ran together are
+    shown: its steps/h over the same baseline theirs are set against (the comparison table's figure for it). The alone bar
+    beside a command's collocated ones is then 1, its runs' spread around it; a command that never shared a GPU is left out."""
     runs = _runs(table)
     out, rate, base = _number(runs, "normalised"), _number(runs, "steps_per_h"), _number(runs, "alone_steps_per_h")
     alone = runs["collocation"].eq("alone") if "collocation" in runs.columns else pd.Series(False, index=runs.index)
     for _key, members in runs.groupby(["experiment_id", "command"], sort=False):
-        known = base[members.index].dropna()
-        if len(known) and float(known.iloc[0]) > 0:
-            lone = members.index[alone[members.index]]
-            out[lone] = rate[lone] / float(known.iloc[0])
+        lone = members.index[alone[members.index]]
+        known = base[members.index.difference(lone)].dropna()  # the baseline the collocated runs are set against
+        out[lone] = rate[lone] / float(known.iloc[0]) if len(known) and float(known.iloc[0]) > 0 else math.nan
     return out
 
 
@@ -390,7 +391,8 @@ def _bars(found: list[Group], colour: str, name: str, lanes: dict, **extra) -> g
                  "arrayminus": [m - float(np.min(g.values)) for g, m in zip(found, means, strict=True)], "thickness": 1, "width": 4},
         customdata=[len(g.values) for g in found],
         hovertext=[_runs_text(g) for g in found],
-        hovertemplate=("%{x}" + (f" · {detail}" if detail else "") + "<br>mean %{y:.4g} (min–max of %{customdata} runs)<br>%{hovertext}<extra></extra>"),
+        hovertemplate=[f"%{{x}}{f' · {detail}' if detail else ''}<br>mean %{{y:.4g}} (min–max of {counted(len(g.values), 'run')})<br>%{{hovertext}}<extra></extra>"
+                       for g in found],  # a bar's own: "1 run" (it said "1 runs")
         **extra,
     )  # fmt: skip
 
@@ -425,17 +427,20 @@ def _jitter(run_id: str) -> float:
 
 def box_figure(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str, str] | None = None,
                colours: Mapping[str, str] | None = None) -> go.Figure:  # fmt: skip
-    """Per series a box per category over its runs' stat, every run a point on it in the run's own colour (`colours`:
-    run_id -> colour as palette.run_colors gives it for the view, so a run looks the same on Explore)."""
+    """Per series a box per category over its runs' stat, every run a point on it. With a legend (series named: commands,
+    experiments) a point is its box's colour, the legend's (run colours inside a command's box read as other commands,
+    issue 52); without one, the box is grey and a point the run's own colour (`colours`: run_id -> colour as
+    palette.run_colors gives it for the view, so a run looks as on Explore, whose legend it then follows)."""
     found = groups(table, stat, by, experiments)
     if not found:
         raise _empty(stat, by)
+    named = any(entry(g) for g in found)
     categories = _categories(found)
     series = _series(found)
     lanes = _lanes(found)  # boxes of several series at one category stand side by side, together centred on its tick
     width = 0.8 / max(n for _k, n in lanes.values())
     colours = dict(colours or {})
-    colours |= colors((r, None) for g in found for r in g.run_ids if r not in colours)
+    colours |= colors((r for g in found for r in g.run_ids if r not in colours), kept=colours)  # runs beyond the view: the colours after its own
     figure = go.Figure()
     points: dict[str, list] = {"x": [], "y": [], "color": [], "customdata": [], "text": []}
     for j, members in enumerate(series.values()):
@@ -446,7 +451,7 @@ def box_figure(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str
             name=entry(members[0]) or STATS[stat][0],
             boxpoints=False,
             width=width * 0.7,
-            line={"color": PALETTE[j % len(PALETTE)], "width": 1.5},
+            line={"color": PALETTE[j % len(PALETTE)] if named else UNNAMED_BOX, "width": 1.5},
             fillcolor="rgba(0,0,0,0)",
             hoverinfo="y",
             showlegend=bool(entry(members[0])),
@@ -455,7 +460,7 @@ def box_figure(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str
             for run_id, run, value in zip(g.run_ids, g.runs, g.values, strict=True):
                 points["x"].append(centre[g.category] + _jitter(run_id) * width * POINT_SPREAD)
                 points["y"].append(float(value))
-                points["color"].append(colours[run_id])
+                points["color"].append(PALETTE[j % len(PALETTE)] if named else colours[run_id])
                 points["customdata"].append([run_id, g.category])
                 points["text"].append(plain(f"{run} · {g.detail}" if g.detail else run))
     figure.add_scatter(
@@ -467,11 +472,10 @@ def box_figure(table: pd.DataFrame, stat: str, by: str, experiments: Mapping[str
         text=points["text"],
         hovertemplate="%{text}<br>%{customdata[1]}: %{y:.4g}<extra></extra>",
         showlegend=False,
-        meta={"points": "runs"},  # one point per run, customdata[0] its run id: its colour is its colour on every page
+        meta={"points": "runs", "colour": "series" if named else "run"},  # one point per run, customdata[0] its run id; "run": its colour on every page
     )
     figure.update_xaxes(tickvals=list(range(len(categories))), ticktext=[plain(cut_label(c)) for c in categories], range=[-0.5, len(categories) - 0.5],
                         showgrid=False, zeroline=False)  # fmt: skip
-    named = any(entry(g) for g in found)
     return _layout(figure, _title(f"{STATS[stat][0]} by {by} (runs)", by, named), by, _axis_title(stat), STATS[stat][1] == RATIO, named)
 
 

@@ -20,6 +20,7 @@ import shutil
 import stat
 import tempfile
 import urllib.parse
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -29,6 +30,7 @@ import sqlalchemy as sa
 from markupsafe import escape
 
 from radt import artifacts
+from radt.app import deadline
 from radt.app.state import STATE
 from radt.app.store import RUNS
 from radt.settings import ARTIFACT_ROOTS, ARTIFACT_URI, dashboard_path, display_uri, radt_home
@@ -61,6 +63,20 @@ class Entry:
     size: int | None
 
 
+@dataclass(frozen=True)
+class Listing:
+    """The files a listing found (sorted), and whether that is all of them: a listing stops at LISTED_FILES files, at
+    READ_ENTRIES entries read, or at the request's deadline, so no run's folder holds a worker (100,000 files: 14.5 s)."""
+
+    entries: list[Entry]
+    complete: bool
+
+
+LISTED_FILES = 1000  # files one listing shows; a run with more is said to have more
+READ_ENTRIES = 10_000  # directory entries (files, folders, links) one listing reads at most
+LISTED_FOLDERS = 100  # folders of a remote location one listing asks for (one request each)
+
+
 def artifact_uri(run_id: str) -> str:
     """The run's artifact URI, as its store has it."""
     if STATE.engine is None or not _RUN_ID.match(run_id or ""):
@@ -73,43 +89,77 @@ def artifact_uri(run_id: str) -> str:
 
 
 def list_files(run_id: str, path: str = "") -> list[Entry]:
-    """Every file of the run's artifacts under `path`, sorted; empty when there are none (yet)."""
+    """The files of the run's artifacts under `path`, sorted (at most LISTED_FILES: `listing_of` says whether all)."""
+    return listing_of(run_id, path).entries
+
+
+def listing_of(run_id: str, path: str = "") -> Listing:
+    """The run's artifact files under `path`, bounded (Listing); empty when there are none (yet)."""
     uri = artifact_uri(run_id)
     path = _relative(path)
     root = artifacts.local_dir(uri)
     if root is not None:
         return _local_files(_local_root(run_id, root), path)
-    repo = _repository(run_id, uri)
+    return _remote_files(_repository(run_id, uri), path)
+
+
+def _remote_files(repo, path: str) -> Listing:
+    """A remote location's files, folder by folder (a request each), breadth first, within the listing's bounds."""
     found: list[Entry] = []
-    pending = [path or None]
+    pending, asked = deque([path or None]), 0
     while pending:
-        for info in repo.list_artifacts(pending.pop()):
+        if asked >= LISTED_FOLDERS or len(found) >= LISTED_FILES or _past_deadline():
+            return Listing(sorted(found, key=lambda entry: entry.path)[:LISTED_FILES], False)
+        asked += 1
+        for info in repo.list_artifacts(pending.popleft()):
             if info.is_dir:
                 pending.append(info.path)
             else:
                 found.append(Entry(info.path, info.file_size))
-    return sorted(found, key=lambda entry: entry.path)
+    return Listing(sorted(found, key=lambda entry: entry.path)[:LISTED_FILES], len(found) <= LISTED_FILES)
 
 
-def _local_files(root: Path, path: str) -> list[Entry]:
-    """The regular files under root/path whose real path stays inside root (a symlink out of it is not listed)."""
+def _local_files(root: Path, path: str) -> Listing:
+    """The regular files under root/path whose real path stays inside root (a symlink out of it is not listed), breadth
+    first (radt's own logs, radt/, before other folders) until LISTED_FILES files, READ_ENTRIES entries or the deadline."""
     base = _inside(root, root / path)
     if base is None:
-        return []
-    found = []
-    for dirpath, _dirs, names in os.walk(base):  # symlinked folders are not walked into
-        for name in names:
-            full = Path(dirpath) / name
-            real = _inside(root, full)
-            if real is None or name.startswith(".artifact.uploading."):  # outside, or a copy under way (collectors/sqltracking.py)
-                continue
-            try:
-                info = real.stat()
-            except OSError:  # gone meanwhile
-                continue
-            if stat.S_ISREG(info.st_mode):
-                found.append(Entry(full.relative_to(root).as_posix(), info.st_size))
-    return sorted(found, key=lambda entry: entry.path)
+        return Listing([], True)
+    found: list[Entry] = []
+    pending, read = deque([base]), 0
+    while pending:
+        folder, folders = pending.popleft(), []
+        try:
+            with os.scandir(folder) as entries:
+                for item in entries:
+                    read += 1
+                    if read > READ_ENTRIES or len(found) >= LISTED_FILES or (read % 256 == 0 and _past_deadline()):
+                        return Listing(sorted(found, key=lambda entry: entry.path), False)
+                    if item.is_dir(follow_symlinks=False):  # symlinked folders are not walked into
+                        folders.append(Path(item.path))
+                    elif (entry := _local_entry(root, Path(item.path))) is not None:
+                        found.append(entry)
+        except OSError:  # gone meanwhile, or unreadable
+            continue
+        pending.extend(sorted(folders, key=lambda f: (f.name != "radt", f.name)))
+    return Listing(sorted(found, key=lambda entry: entry.path), True)
+
+
+def _local_entry(root: Path, full: Path) -> Entry | None:
+    """A regular file's entry, when its real path stays inside root and it is no copy under way (collectors/sqltracking.py)."""
+    real = _inside(root, full)
+    if real is None or full.name.startswith(".artifact.uploading."):
+        return None
+    try:
+        info = real.stat()
+    except OSError:  # gone meanwhile
+        return None
+    return Entry(full.relative_to(root).as_posix(), info.st_size) if stat.S_ISREG(info.st_mode) else None
+
+
+def _past_deadline() -> bool:
+    left = deadline.remaining()
+    return left is not None and left <= 0
 
 
 def open_artifact(run_id: str, path: str) -> BinaryIO:
@@ -154,12 +204,24 @@ def _local_root(run_id: str, folder: str) -> Path:
     for anchor in anchors:
         if lexical.is_relative_to(anchor) and _inside(Path(os.path.realpath(anchor)), real) is None:
             raise ArtifactMissing(f"the artifact folder of run {run_id} leaves {anchor}")
-    if not any(_inside(Path(os.path.realpath(anchor)), real) for anchor in anchors):
+    served = [Path(os.path.realpath(anchor)) for anchor in anchors if _inside(Path(os.path.realpath(anchor)), real)]
+    if not served:
         raise ArtifactMissing(
             f"run {run_id} keeps its artifacts in {lexical}, outside the folders this dashboard serves "
             f"({', '.join(str(a) for a in anchors)}); to serve them, add that folder to {ARTIFACT_ROOTS.name} where the dashboard runs"
         )
+    if not any(run_id in real.relative_to(anchor).parts for anchor in served):
+        raise _not_its_own(run_id, str(lexical))
     return real
+
+
+def _not_its_own(run_id: str, where: str) -> ArtifactMissing:
+    """A location without the run's id in its path (a served root, an experiment's folder): it holds other runs' folders,
+    and any store writer can give a run such a location; MLflow and radt give each run <location>/<run id>/artifacts."""
+    return ArtifactMissing(
+        f"run {run_id} names {display_uri(where)} as its artifact location, a folder that is not its own (a run's is "
+        f".../{run_id}/artifacts) and may hold other runs' artifacts: it is not listed or served"
+    )
 
 
 def _configured_folders() -> list[Path]:
@@ -207,7 +269,12 @@ def _repository(run_id: str, uri: str):
     mlflow-artifacts: location resolves against the tracking server, else RADT_ARTIFACT_URI's server."""
     if not _own_location(uri):
         raise ArtifactElsewhere(run_id, uri)
-    return artifacts.repository(uri, STATE.store_uri, artifacts.server_of(ARTIFACT_URI.get()))
+    if run_id not in urllib.parse.urlparse(uri).path.split("/"):
+        raise _not_its_own(run_id, uri)
+    try:
+        return artifacts.repository(uri, STATE.store_uri, artifacts.server_of(ARTIFACT_URI.get()))
+    except artifacts.ArtifactUriError as exc:  # a host-less mlflow-artifacts: location, and no server to read it from
+        raise ArtifactMissing(f"cannot read the artifacts of run {run_id}: {exc}") from exc
 
 
 def _own_location(uri: str) -> bool:
@@ -261,18 +328,21 @@ def _first_line(exc: Exception) -> str:
 def listing(run_id: str):
     """The run's artifact files as links, with its stdout and stderr (their last 64 kB) shown."""
     try:
-        files = list_files(run_id)
+        listed = listing_of(run_id)
     except ArtifactElsewhere as exc:
         return _page(f"artifacts of run {run_id}", _elsewhere(exc))
     except ArtifactMissing as exc:
         return _page("artifacts", f"<p class='error'>{escape(str(exc))}</p>"), 404
     except Exception as exc:  # the artifact store is away
         return _page("artifacts", f"<p class='error'>cannot list the artifacts of run {escape(run_id)}: {escape(_first_line(exc))}</p>"), 502
+    files = listed.entries
     rows = "".join(
         f"<li><a href='{escape(flask.url_for('radt_artifact', run_id=run_id, path=entry.path))}'>{escape(entry.path)}</a> {_size(entry.size)}</li>"
         for entry in files
     )
     body = f"<ul>{rows}</ul>" if rows else "<p>no artifacts yet: radt attaches the logs when the run ends</p>"
+    if not listed.complete:
+        body = f"<p class='note'>{len(files):,} files shown: the run holds more than a listing reads (at most {LISTED_FILES:,} files, {READ_ENTRIES:,} entries); open its folder for the rest</p>{body}"
     for entry in files:
         if posixpath.basename(entry.path) in SHOWN_LOGS:
             try:
@@ -289,6 +359,8 @@ def artifact(run_id: str, path: str):
         handle = open_artifact(run_id, path)
     except ArtifactMissing as exc:
         return flask.Response(str(exc), status=404, mimetype="text/plain")
+    except Exception as exc:  # the artifact store is away, or MLflow cannot read the location: one line, never a traceback
+        return flask.Response(f"cannot read {path} of run {run_id}: {_first_line(exc)}", status=502, mimetype="text/plain")
     if path.endswith(TEXT_SUFFIXES):
         return flask.send_file(handle, mimetype="text/plain", max_age=0)
     return flask.send_file(handle, as_attachment=True, download_name=posixpath.basename(path), max_age=0)

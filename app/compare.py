@@ -14,9 +14,9 @@ Every figure can be recomputed from the columns shown:
   run of the experiment (the `library`), never from which runs are ticked;
 - alone_steps_per_h: the mean steps_per_h of the alone_runs FINISHED runs of the same command (script and
   arguments; radT's model and params) in the same experiment that ran by themselves, wherever they sit
-  (ungrouped, a workload of their own, a ``-w`` workload whose runs did not overlap); shown for runs that
-  ran together (a run alone is a baseline, not compared with itself);
-- normalised = steps_per_h / alone_steps_per_h;
+  (ungrouped, a workload of their own, a ``-w`` workload whose runs did not overlap); for a run alone too (the collocation
+  figure draws it against the same baseline: the table left it blank while the figure drew it at 1, issue 52);
+- normalised = steps_per_h / alone_steps_per_h (1 for the only alone run of its command);
 - energy_per_step_j = energy / steps (joules per step of the run's own progress);
 - collocation: how the run shared its GPU (``collocation_method``): alone, same GPU, MPS or MIG.
 - command: what the run trained, as a reader names it (``command_text``): the script and its arguments, or radT's
@@ -183,7 +183,7 @@ def comparison(runs: pd.DataFrame, summary: pd.DataFrame, library: pd.DataFrame 
 
     def run_row(row) -> dict:
         mine = per_hour(row.run_id)
-        partners = alone.get((row.experiment_id, _command(row)), []) if sizes[row.run_id] > 1 else []
+        partners = alone.get((row.experiment_id, _command(row)), [])  # a run alone is set against them too: 1 where it is the only one
         baseline = sum(partners) / len(partners) if partners else math.nan
         steps, energy = stat(row.run_id, "own_steps"), stat(row.run_id, "energy_j")
         return {
@@ -198,7 +198,7 @@ def comparison(runs: pd.DataFrame, summary: pd.DataFrame, library: pd.DataFrame 
             "steps": stat(row.run_id, "own_steps"),
             "duration_min": stat(row.run_id, "duration_s") / 60,
             "steps_per_h": mine,
-            "alone_runs": len(partners) if sizes[row.run_id] > 1 else math.nan,
+            "alone_runs": len(partners),
             "alone_steps_per_h": baseline,
             "normalised": mine / baseline if baseline == baseline and baseline else math.nan,
             **{c: stat(row.run_id, c) for c in GPU_COLUMNS + ("cpu_mean",)},

@@ -76,8 +76,8 @@ def _per_run(runs: pd.DataFrame, parts, load, longest=lambda _run_id: FINISHED_T
     (a run without a value is cached as absent)."""
     out: dict = {}
     missing: list[str] = []
-    for run_id in runs["run_id"]:
-        hit = CACHE.get(_key(STATE.store_uri, *parts(run_id)))
+    keys = {run_id: _key(STATE.store_uri, *parts(run_id)) for run_id in runs["run_id"]}
+    for (run_id, _), hit in zip(keys.items(), CACHE.get_many(*keys.values()), strict=True):  # one round trip to Redis, not one a run
         if hit is None:
             missing.append(run_id)
         elif not isinstance(hit, str):
@@ -85,12 +85,15 @@ def _per_run(runs: pd.DataFrame, parts, load, longest=lambda _run_id: FINISHED_T
     if missing:
         status = dict(zip(runs["run_id"], runs["status"], strict=False))
         loaded = load(missing)
+        by_timeout: dict[int, dict] = {}
         for run_id in missing:
             value = loaded.get(run_id)
             timeout = min(_timeout(status.get(run_id, "")), longest(run_id))
-            CACHE.set(_key(STATE.store_uri, *parts(run_id)), ABSENT if value is None else value, timeout=timeout)
+            by_timeout.setdefault(timeout, {})[keys[run_id]] = ABSENT if value is None else value
             if value is not None:
                 out[run_id] = value
+        for timeout, entries in by_timeout.items():
+            CACHE.set_many(entries, timeout=timeout)
     return {r: out[r] for r in runs["run_id"] if r in out}
 
 

@@ -117,10 +117,7 @@ def envelope(x: np.ndarray, y: np.ndarray, budget: int = DEFAULT_BUDGET) -> Enve
         return Envelope(empty, empty, empty, empty)
     buckets = budget // ENVELOPE_POINTS
     origin = xf[0]
-    span = xf[-1] - origin
-    edges = origin + span * np.arange(1, buckets) / buckets
-    starts = np.unique(np.concatenate(([0], np.searchsorted(xf, edges, side="left"))))
-    starts = starts[starts < len(y)]
+    starts = _bucket_starts(xf, buckets)
     nan = np.isnan(y)
     count = np.add.reduceat((~nan).astype(np.float64), starts)
     total = np.add.reduceat(np.where(nan, 0.0, y), starts)
@@ -133,3 +130,40 @@ def envelope(x: np.ndarray, y: np.ndarray, budget: int = DEFAULT_BUDGET) -> Enve
     low = np.where(count > 0, low, np.nan)
     high = np.where(count > 0, high, np.nan)
     return Envelope(centre, mean, low, high)
+
+
+def _bucket_starts(xf: np.ndarray, buckets: int) -> np.ndarray:
+    """The first index of each of ``buckets`` equal-width x buckets over sorted ``xf`` that holds a point."""
+    origin, span = xf[0], xf[-1] - xf[0]
+    edges = origin + span * np.arange(1, buckets) / buckets
+    starts = np.unique(np.concatenate(([0], np.searchsorted(xf, edges, side="left"))))
+    return starts[starts < len(xf)]
+
+
+def coarser(values: tuple[np.ndarray, np.ndarray] | Envelope, buckets: int) -> Envelope:
+    """A series (points or an Envelope) as an Envelope of at most ``buckets`` equal-width buckets: every minimum and maximum
+    kept, each mean the mean of the finer buckets' (equal widths: a time-weighted mean). An Envelope no finer is returned as is."""
+    if not isinstance(values, Envelope):
+        return envelope(values[0], values[1], max(buckets, 2) * ENVELOPE_POINTS)
+    if len(values.x) <= buckets:
+        return values
+    xf = np.asarray(values.x, dtype=np.float64)
+    starts = _bucket_starts(xf, buckets)
+    size = np.diff(np.append(starts, len(xf))).astype(np.float64)
+    known = np.isfinite(values.mean)
+    count = np.add.reduceat(known.astype(np.float64), starts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(count > 0, np.add.reduceat(np.where(known, values.mean, 0.0), starts) / np.maximum(count, 1), np.nan)
+    low = np.minimum.reduceat(np.where(np.isfinite(values.low), values.low, np.inf), starts)
+    high = np.maximum.reduceat(np.where(np.isfinite(values.high), values.high, -np.inf), starts)
+    centre = np.add.reduceat(xf, starts) / size
+    return Envelope(centre, mean, np.where(count > 0, low, np.nan), np.where(count > 0, high, np.nan))
+
+
+def swings(y: np.ndarray, step: float) -> int:
+    """How many times a line goes up or down by more than ``step`` from one sample to the next (a climb over several is one
+    swing; smaller moves, a series' noise, and a move across a gap are none): what, when there are more than its chart has
+    room for, fills the chart with one run's colour."""
+    moves = np.diff(np.asarray(y, dtype=np.float64))
+    signs = np.sign(moves[np.abs(moves) > step])  # NaN compares False: no move across a gap
+    return int(len(signs) and 1 + np.count_nonzero(signs[1:] != signs[:-1]))

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from radt.app.caveats import profiled_by, series_caveats
-from radt.app.downsample import Envelope
+from radt.app.downsample import Envelope, coarser, swings
 from radt.app.palette import SCREEN, colors, dash_of, run_colors, themed
 from radt.catalogue import Device, Metric, unit_text
 from radt.runmodel import gpu_entries
@@ -34,6 +34,9 @@ LINE_WIDTH = 1.5
 ENVELOPE_ALPHA = 0.18  # a downsampled run's min-max envelope: light, so many runs stay apart
 GROUP_BAND_ALPHA = 0.3  # a workload's band across its runs: the point of grouped mode, clearly visible
 BAND_BORDER_WIDTH = 1
+SWING_SHARE = 0.1  # a swing moves a line by more than this share of its chart's value span (less is noise, drawn as it is)
+CHART_SWINGS = 250  # swings a chart one column wide shows apart (one every 4 px of 1,000 px); a series with more is drawn as its envelope
+DENSE_BUCKETS = 100  # that envelope's buckets across a chart one column wide: several swings each, so its mean line holds still
 MIN_SPAN = 1e-9  # no axis narrower than this (a constant series)
 MIN_SPAN_SHARE = 0.05  # nor narrower than 5 % of its values' size on either side
 GPU_MODES = ("each", "mean")  # every GPU its own trace, or per run the mean across its GPUs with a min-max band
@@ -190,7 +193,8 @@ def overlay_figure(
 
     One trace per run and device, or with ``gpu_mode="mean"`` per run the mean across its GPUs with a min-max band;
     ``grouped``: per workload, the mean of all its runs' series with a min-max band. A series downsampled to an
-    Envelope is its mean line inside a light min-max envelope. A run is one colour (app/palette.py, from the run) and
+    Envelope, or one swinging faster than its chart can show (_legible), is its mean line inside a light min-max envelope.
+    A run is one colour (app/palette.py: its place in `runs`, the view's order) and
     one legend group in every chart, its GPU and host series alike; which GPU, node or slice a line is, is its dash
     style (the same in every chart) and its tooltip. `x_range` zooms the shared x axis (minutes on "relative").
     Every trace's meta names its run (or workload) and device; tooltips are drawn by assets/charts.js from it.
@@ -209,14 +213,13 @@ def overlay_figure(
     )
     runs = runs.set_index("run_id", drop=False) if "run_id" in runs else runs
     run_colour = run_colors(runs)
-    workloads = _workload_starts(runs)
-    wl_colors = colors(workloads.items())
+    wl_colors = colors(dict.fromkeys(str(w) for w in runs["workload_id"])) if len(runs) and "workload_id" in runs else {}  # in the view's order, as runs
     dashes = device_dashes(panels)
     per_minute = 60.0 if x_mode == "relative" and not grouped and _short(panels, runs) else 1.0
     line_trace = line_trace_class(panels)
     step_placed = x_mode == "step" and any(p.placed for p in panels)
     labels = _workload_labels(runs, experiments or {}) if grouped else {}
-    drawing = _Drawing(fig, runs, x_mode, smoothing, gpu_mode, per_minute, line_trace, run_colour, wl_colors, dashes, set(), labels)
+    drawing = _Drawing(fig, runs, x_mode, smoothing, gpu_mode, per_minute, line_trace, run_colour, wl_colors, dashes, set(), labels, cols)
     for index, panel in enumerate(panels):
         cell = {"row": index // cols + 1, "col": index % cols + 1}
         if grouped:
@@ -260,6 +263,7 @@ class _Drawing(NamedTuple):
     dashes: dict
     in_legend: set[str]  # a run (or workload) is in the legend once, from the first chart it appears in
     labels: dict[str, str]  # workload id -> its name in a grouped view (_workload_labels)
+    columns: int  # charts side by side: each one that much narrower
 
 
 def _workload_labels(runs: pd.DataFrame, experiments: Mapping[str, str]) -> dict[str, str]:
@@ -294,6 +298,7 @@ def _draw_workloads(d: _Drawing, panel: Panel, cell: dict) -> None:
 def _draw_runs(d: _Drawing, panel: Panel, cell: dict) -> None:
     """One chart of a run view: a line per run and device (a run's colour, a device's dash), or per run the mean of its GPUs."""
     look = _value_look(panel.metric)
+    room = _room(d, panel)
     for run_id, devices in panel.series.items():
         if run_id not in d.runs.index:
             continue
@@ -309,7 +314,49 @@ def _draw_runs(d: _Drawing, panel: Panel, cell: dict) -> None:
             continue
         for device, values in devices.items():
             if len(values[0]):
-                _draw_line(d, run_id, meta, device, values, look, cell)
+                _draw_line(d, run_id, meta, device, _legible(values, room, d.smoothing), look, cell)
+
+
+class _Room(NamedTuple):
+    """What one chart has room to show: the span of its y axis, the x extent of its series (stored units), its columns."""
+
+    span: float
+    width: float
+    columns: int
+
+
+def _room(d: _Drawing, panel: Panel) -> _Room:
+    """The chart's value span as its axis draws it (a ratio's 0-1, 0 to the highest value or the metric's ceiling) and the
+    extent of its runs' series on the chart's x (each run from its own start on "since start")."""
+    lows, highs, firsts, lasts = [0.0], [panel.metric.high or 0.0, 1.0 if panel.metric.unit == "ratio" else 0.0], [], []
+    starts = dict(zip(d.runs["run_id"], d.runs["start_time"].astype(float), strict=True)) if "start_time" in d.runs else {}
+    for run_id, devices in panel.series.items():
+        if run_id not in d.runs.index:
+            continue  # not drawn (_draw_runs)
+        offset = starts.get(run_id, 0.0) if d.x_mode == "relative" else 0.0
+        for values in devices.values():
+            low, high = (values.low, values.high) if isinstance(values, Envelope) else (values[1], values[1])
+            finite_low, finite_high = low[np.isfinite(low)], high[np.isfinite(high)]
+            lows += [float(finite_low.min())] if len(finite_low) else []
+            highs += [float(finite_high.max())] if len(finite_high) else []
+            if len(values[0]):
+                firsts.append(float(values[0][0]) - offset)
+                lasts.append(float(values[0][-1]) - offset)
+    width = max(lasts) - min(firsts) if firsts else 0.0
+    return _Room(max(max(highs) - min(lows), MIN_SPAN), width, d.columns)
+
+
+def _legible(values: Series | Envelope, room: _Room, smoothing: float) -> Series | Envelope:
+    """A series as its chart can show it: as it is or, where its line swings up and down more often than the chart has room
+    for (a run starved by its data loader: SMACT 0 <-> 0.7 every few seconds), its mean over a light min-max envelope of
+    coarser buckets, as a long run is drawn: its solid block of colour hid every run under it. The legend's numbers are
+    the series' own, whichever way it is drawn."""
+    xs = values[0]
+    share = min(1.0, float(xs[-1] - xs[0]) / room.width) if room.width > 0 and len(xs) > 1 else 1.0
+    line = values.mean if isinstance(values, Envelope) else values[1]
+    if swings(ema(line, smoothing), SWING_SHARE * room.span) <= CHART_SWINGS * share / room.columns:
+        return values
+    return coarser(values, max(2, math.ceil(DENSE_BUCKETS * share / room.columns)))
 
 
 def legend_name(meta: pd.Series) -> str:
@@ -349,14 +396,6 @@ def _draw_line(d: _Drawing, run_id: str, meta: pd.Series, device, values, look: 
         **cell,
     )
     d.in_legend.add(run_id)
-
-
-def _workload_starts(runs: pd.DataFrame) -> dict[str, float | None]:
-    """workload id -> its first run's start (ms): what a workload's colour is chosen from, like a run's."""
-    if not len(runs) or "workload_id" not in runs:
-        return {}
-    starts = runs.groupby("workload_id", sort=False)["start_time"].min() if "start_time" in runs else None
-    return {str(w): (None if starts is None else starts.get(w)) for w in dict.fromkeys(runs["workload_id"])}
 
 
 def _short(panels: list[Panel], runs: pd.DataFrame) -> bool:

@@ -1,73 +1,53 @@
-"""The one palette of the dashboard and its exports: a run's colour comes from the run, never from its place in a selection.
+"""The one palette of the dashboard and its exports: a run's colour is its place in the view.
 
-A run's id picks its slot among PALETTE's first ten colours (a stable hash, the same in every process); two runs of one view
-that land on the same slot are told apart by probing on to the next free one, in the order of the runs' own start times
-(then ids; the last ten colours once the first ten are taken), so
-the same runs get the same colours on Explore, Live, Comparison and in every export, whichever order they were ticked in.
+A view keeps its runs in the order they were added (the link keeps that order) and gives the first PALETTE[0], the second
+PALETTE[1], and so on: adding runs never changes the colour of a run already shown, and the same view is coloured the same
+on Explore, in its legend, the comparison figures and every export. PALETTE's twenty colours are pairwise apart (CIEDE2000
+at least 16, Tableau 10's own closest pair); past twenty runs the colours repeat in the same order. A page that shows runs
+coming and going (Live) keeps the colours it gave (`colors(..., kept=...)`), a new run taking the first free one.
 """
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import plotly.graph_objects as go
 import plotly.io as pio
 
-# 20 colours that stay apart on white and in print (Tableau 10 and its darker companions; no pale tints, no two greys)
+# 20 colours that stay apart on white and in print: Tableau 10, then ten picked greedily for the largest CIEDE2000 distance
+# to every colour before them (lightness 30-70, chroma at least 30: a 1.5 px line on white, no grey); no pair closer than 16
 PALETTE = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f",
-    "#393b79", "#ad494a", "#637939", "#8c6d31", "#7b4173", "#3182bd", "#e6550d", "#31a354", "#756bb1", "#843c39",
+    "#005533", "#665500", "#880066", "#0011ff", "#88aaff", "#aa8844", "#444477", "#ee8888", "#228877", "#dd1177",
 )  # fmt: skip
-PRIMARY = 10  # the first ten are used first: a view of up to ten runs gets ten well-separated colours
+PRIMARY = 10  # Tableau 10: the colourway of a figure's traces that carry no colour of their own (comparison categories)
 SCREEN = "radt"  # the theme of every chart drawn on a page (Explore, Live): plotly_white's grid, radt's colours
 PAPER = "radt_paper"  # the same theme for figures made to be printed (comparison, export): simple_white's axes, no grid
 SERIES_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")  # a run's GPUs, nodes and slices: one colour, a dash each
 
 
-def slot(key: str) -> int:
-    """The palette slot a run (or workload) id asks for: crc32, so every process and every page agrees."""
-    return zlib.crc32(str(key).encode("utf-8")) % len(PALETTE)
-
-
-def color_of(key: str) -> str:
-    """The colour an id has when nothing else in the view asks for its slot (as colors() gives a view of one)."""
-    return PALETTE[slot(key) % PRIMARY]
-
-
-def colors(keys: Iterable[tuple[str, float | None]]) -> dict[str, str]:
-    """id -> colour for the ids of one view, given as (id, start time ms or None): distinct while there are no more ids than
-    colours. Each id asks for its slot among the first ten (the most distinct) and, when that is taken, the next free one
-    (earliest start first); the other ten are used once the first ten are; beyond twenty, ids share on their own slot."""
-
-    def order(item: tuple[str, float | None]) -> tuple:
-        start = item[1]
-        unknown = start is None or start != start  # None or NaN: after every run with a start
-        return (unknown, 0.0 if unknown else start, item[0])
-
-    taken: set[int] = set()
+def colors(keys: Iterable[str], kept: Mapping[str, str] | None = None) -> dict[str, str]:
+    """id -> colour for the ids of one view, in their order: each the first colour of PALETTE that no id before it (nor any
+    in `kept`, the colours a page already shows) has; an id in `kept` keeps its own. Without `kept`: PALETTE in order."""
+    kept = dict(kept or {})
     out: dict[str, str] = {}
-    for key, _start in sorted(dict(keys).items(), key=order):
-        want = slot(key) % PRIMARY
-        if len(taken) >= len(PALETTE):
-            out[key] = PALETTE[slot(key)]
+    used = set(kept.values())
+    for key in dict.fromkeys(str(k) for k in keys):
+        if key in kept:
+            out[key] = kept[key]
             continue
-        for step in range(len(PALETTE)):
-            candidate = (want + step) % PRIMARY if step < PRIMARY else PRIMARY + (want + step) % (len(PALETTE) - PRIMARY)
-            if candidate not in taken:
-                break
-        taken.add(candidate)
-        out[key] = PALETTE[candidate]
+        free = next((c for c in PALETTE if c not in used), None)
+        out[key] = free if free is not None else PALETTE[len(out) % len(PALETTE)]  # past twenty: the palette again, in order
+        used.add(out[key])
     return out
 
 
-def run_colors(runs) -> dict[str, str]:
-    """run_id -> colour for a runs frame (run_id, start_time), as every page and export colours them."""
+def run_colors(runs, kept: Mapping[str, str] | None = None) -> dict[str, str]:
+    """run_id -> colour for a runs frame in the view's order (views.view_runs keeps it), as every page and export colours them."""
     if runs is None or len(runs) == 0:
         return {}
     ids = runs["run_id"] if "run_id" in runs else runs.index.to_series()
-    starts = runs["start_time"] if "start_time" in runs else [None] * len(runs)
-    return colors((str(r), None if s is None else float(s)) for r, s in zip(ids, starts, strict=False))
+    return colors((str(r) for r in ids), kept)
 
 
 def dash_of(position: int) -> str:

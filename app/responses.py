@@ -103,7 +103,8 @@ def store_fingerprint(experiment_ids: list[str]) -> str:
     return "|".join(str(v) for v in row)
 
 
-RESPONSE_FORMAT = 2  # the draw response's shape (2: #23's table legend and trace meta); a shared Redis never serves an older one
+# the draw response's shape (2: #23's table legend and trace meta; 3: #52's colours by the view's order); a shared Redis never serves an older one
+RESPONSE_FORMAT = 3
 
 
 def _key() -> str:

@@ -106,12 +106,21 @@
     return el;
   }
 
-  function place(el, x, y) {
+  // `floor`: the highest the box may start (the hovered plot's top edge: above it lies the chart's title), unless the box
+  // would then run past the window's bottom
+  function place(el, x, y, floor) {
     const pad = 14, w = el.offsetWidth, h = el.offsetHeight;
     const left = x + pad + w > window.innerWidth ? Math.max(4, x - pad - w) : x + pad;
-    const top = Math.min(Math.max(4, y - h / 2), Math.max(4, window.innerHeight - h - 4));
+    const lowest = Math.max(4, window.innerHeight - h - 4);
+    const top = Math.min(Math.max(4, floor || 0, y - h / 2), lowest);
     el.style.left = left + "px";
     el.style.top = top + "px";
+  }
+
+  // The top of the hovered point's plot area in the window (its y axis's offset in the figure).
+  function plotTop(gd, point) {
+    const axis = point && point.yaxis;
+    return axis && typeof axis._offset === "number" ? gd.getBoundingClientRect().top + axis._offset : 0;
   }
 
   // The one box of the hovered chart: a line per series at the cursor, highest value first, at most TIP_ROWS.
@@ -149,7 +158,7 @@
     tip.appendChild(hint);
     tip.style.display = "block";
     const mouse = event.event || {};
-    place(tip, mouse.clientX || 0, mouse.clientY || 0);
+    place(tip, mouse.clientX || 0, mouse.clientY || 0, plotTop(gd, points[0])); // never over the chart's title (issue 52)
   }
 
   function hideTip() {
@@ -233,7 +242,24 @@
       b.setAttribute("aria-pressed", String(statShown(b.dataset.stat)));
     });
     spanNames(heads);
+    markBelow();
   }
+  // The bar that stays over the charts is a fifth of the window at most (page.css): where the legend's rows need more it
+  // scrolls, and the runs below its fold are counted under it (an overlay scrollbar shows no sign of them).
+  function markBelow() {
+    const box = document.querySelector(".chart-legend"), note = document.querySelector(".legend-below");
+    if (!box || !note) { return; }
+    for (let pass = 0; pass < 2; pass++) { // the note takes a line of the bar: counted again with it shown
+      const bottom = box.getBoundingClientRect().bottom;
+      const below = Array.from(box.querySelectorAll("tr.legend-entry:not(.legend-device)"))
+        .filter(function (row) { return row.getBoundingClientRect().bottom > bottom + 0.5; }).length;
+      const text = below ? "\u2193 " + below + (below === 1 ? " more run" : " more runs") + " below: scroll the legend" : "";
+      if (note.textContent !== text) { note.textContent = text; }
+    }
+  }
+  document.addEventListener("scroll", function (event) {
+    if (event.target instanceof Element && event.target.classList.contains("chart-legend")) { markBelow(); }
+  }, true);
   // A chart's name wrapped inside its mean column (4 lines for "CPU (% of all cores)") while its max column stood empty
   // beside it: each column's width is kept as laid out, then each name is widened over its chart's shown columns.
   function spanNames(heads) {

@@ -1,6 +1,6 @@
-// The explore page's shell in the browser: the view in the URL (with history), the sticky HTML legend,
-// the Live tab's "explore →" links (they add the run to the last explore view), and the Live cards of one
-// workload on one time range.
+// The explore page's shell in the browser: the view in the URL (with history), the sticky HTML legend (its hover, and
+// its leaving past the charts), the Live tab's "explore →" links (they add the run to the last explore view), and the
+// Live cards of one workload on one time range.
 (function () {
   const SAVED = "radt.explore.view"; // the query string of the last explore view, in this tab and across tabs
   const state = { acted: 0, synced: 0, pinned: null };
@@ -17,14 +17,33 @@
 
   function isExplore(path) { return path === "/" || path.endsWith("/"); }
 
+  // --- a long view goes in the URL's fragment: a view of 1,000 runs is 33k+ characters, and a request line over 4,094
+  // (gunicorn's default; nginx's 8k buffers) is refused with HTTP 400. The browser never sends the fragment: a view of up to
+  // IN_PATH characters is written ?view, a longer one #view; on load #view is moved into ?view for Dash to read (no request
+  // is made), and the first sync writes it back as #view. app/views.py bounds what the page reads from it.
+  const IN_PATH = 2000; // characters of a view kept in the URL's query string
+  const VIEW_HASH = /^#[^#]*=/; // a fragment that holds a view (key=value...), not an anchor
+
+  function viewHref(path, query) { return path + (query.length > IN_PATH ? "#" : "?") + query; }
+
+  function viewOf(target) { // a URL's view: its query string, and the fragment's keys over it
+    const params = new URLSearchParams(target.search);
+    if (VIEW_HASH.test(target.hash)) { new URLSearchParams(target.hash.slice(1)).forEach(function (v, k) { params.set(k, v); }); }
+    return params;
+  }
+
   function withColumns(url) {
     if (url === undefined || url === null) { return url; }
     const target = new URL(String(url), window.location.href);
-    if (!isExplore(target.pathname) || target.searchParams.has("cols") || window.innerWidth < WIDE_SCREEN) { return url; }
-    target.searchParams.set("cols", String(WIDE_COLUMNS));
-    return target.pathname + target.search + target.hash;
+    const params = viewOf(target);
+    if (!isExplore(target.pathname) || params.has("cols") || window.innerWidth < WIDE_SCREEN) { return url; }
+    params.set("cols", String(WIDE_COLUMNS));
+    return VIEW_HASH.test(target.hash) ? viewHref(target.pathname, params.toString()) : target.pathname + "?" + params.toString() + target.hash;
   }
 
+  if (isExplore(window.location.pathname) && VIEW_HASH.test(window.location.hash)) { // #view: for Dash to read, before it starts
+    window.history.replaceState(window.history.state, "", window.location.pathname + "?" + viewOf(window.location).toString());
+  }
   const loaded = withColumns(window.location.href);
   if (loaded !== window.location.href) { window.history.replaceState(window.history.state, "", loaded); }
   const pushState = window.history.pushState.bind(window.history);
@@ -43,8 +62,8 @@
     if (!view) { return window.dash_clientside.no_update; }
     const query = new URLSearchParams(view).toString();
     if (window.location.pathname === "/" || window.location.pathname.endsWith("/")) { save(query); }
-    if (window.location.search !== "?" + query) {
-      const url = window.location.pathname + "?" + query;
+    const url = viewHref(window.location.pathname, query);
+    if (window.location.pathname + window.location.search + window.location.hash !== url) {
       if (state.acted > state.synced) { window.history.pushState({ radtView: query }, "", url); }
       else { window.history.replaceState({ radtView: query }, "", url); }
     }
@@ -88,6 +107,20 @@
     highlight(state.pinned === null ? entry.dataset.id : state.pinned);
   });
 
+  // --- the sticky legend (page.css) leaves once the charts' end scrolls under it: stuck over their last row it hid it for good,
+  // the bar moving up with the end of its section
+  let legendFrame = 0;
+  function legendPast() {
+    legendFrame = 0;
+    const bar = document.querySelector(".page-bar"), section = document.querySelector(".chart-section");
+    if (!bar || !section) { return; }
+    const past = section.getBoundingClientRect().bottom < bar.offsetHeight + 8; // its margin below it, in the section
+    if (bar.classList.contains("past-charts") !== past) { bar.classList.toggle("past-charts", past); }
+  }
+  function legendSoon() { if (!legendFrame) { legendFrame = window.requestAnimationFrame(legendPast); } }
+  window.addEventListener("scroll", legendSoon, { passive: true });
+  window.addEventListener("resize", legendSoon);
+
   // --- Live → explore: the run joins the last explore view (its experiment ticked, its zoom dropped to show the run whole)
   function exploreHref(link) {
     const params = new URLSearchParams(saved() || "");
@@ -101,7 +134,7 @@
     add("runs", link.dataset.run);
     params.delete("xr");
     // the explore page's path is the link's own (the dashboard's, under a reverse proxy's RADT_URL_PREFIX: /radt/)
-    return new URL(link.getAttribute("href") || "", window.location.href).pathname + "?" + params.toString();
+    return viewHref(new URL(link.getAttribute("href") || "", window.location.href).pathname, params.toString());
   }
 
   function freshLink(event) {

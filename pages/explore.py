@@ -2,8 +2,9 @@
 
 The whole view (experiments, runs, metrics, axis, grouping, smoothing, log scale, chart columns) lives in
 the URL's query string, so a reload or a shared link shows the same charts; each change is a history entry
-(back and forward step through views, assets/page.js). The sidebar, the controls and the HTML legend stay in
-view while the charts scroll, and a view with a running run is drawn again every few seconds.
+(back and forward step through views, assets/page.js). The sidebar and the HTML legend stay in view while the charts
+scroll (the legend over the charts only, in a fifth of the window at most: assets/page.css), and a view with a running
+run is drawn again every few seconds.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from radt.app.figures import GRAPH_CONFIG, empty_figure, legend_entries
 from radt.app.runs import list_experiments, list_metric_keys, present_metrics
 from radt.app.state import STATE, store_error
 from radt.app.store import LIVE_STATUSES
-from radt.app.views import View
+from radt.app.views import View, in_added_order
 from radt.catalogue import METRICS, Metric, display_name, resolve, unit_text
 from radt.pages import comparison, export_panel, ids, legend, run_picker, summary_table
 from radt.pages.unreadable import reads_store
@@ -99,66 +100,56 @@ def layout(
                 [
                     html.Div(
                         [
-                            html.Div(
-                                [
-                                    dcc.Dropdown(
-                                        id=ids.METRICS,
-                                        options=metric_options(list(selected)),
-                                        value=view.metrics,
-                                        multi=True,
-                                        placeholder="metrics (type to find any key)",
-                                        className="metric-picker",
-                                    ),
-                                    dcc.RadioItems(
-                                        id=ids.X_MODE,
-                                        options=[
-                                            {"label": "since start", "value": "relative"},
-                                            {"label": "wall clock", "value": "wall"},
-                                            {"label": "step", "value": "step"},
-                                        ],
-                                        value=view.x,
-                                        inline=True,
-                                    ),
-                                    dcc.RadioItems(
-                                        id=ids.GROUP_MODE,
-                                        options=[{"label": "runs", "value": "runs"}, {"label": "grouped per workload", "value": "grouped"}],
-                                        value=view.mode,
-                                        inline=True,
-                                    ),
-                                    html.Label(
-                                        [
-                                            "smoothing",
-                                            dcc.Slider(
-                                                id=ids.SMOOTHING,
-                                                min=0,
-                                                max=0.99,
-                                                step=0.01,
-                                                value=view.smoothing,
-                                                marks={0: "0", 0.9: "0.9"},
-                                                tooltip={"placement": "bottom"},
-                                            ),
-                                        ],
-                                        className="smoothing",
-                                    ),
-                                    dcc.Checklist(
-                                        id=ids.LOG_Y, options=[{"label": "log scale", "value": "log"}], value=["log"] if view.log_y else [], inline=True
-                                    ),
-                                    html.Span(
-                                        [
-                                            html.Span("charts per row", className="label"),
-                                            dcc.RadioItems(
-                                                id=ids.COLUMNS, options=[{"label": str(n), "value": n} for n in (1, 2, 3)], value=view.columns, inline=True
-                                            ),
-                                        ],
-                                        className="columns-choice",
-                                    ),
-                                    html.Span(id=ids.LIVE_BADGE, className="live-badge"),
-                                ],
-                                className="controls",
+                            dcc.Dropdown(
+                                id=ids.METRICS,
+                                options=metric_options(list(selected)),
+                                value=view.metrics,
+                                multi=True,
+                                placeholder="metrics (type to find any key)",
+                                className="metric-picker",
                             ),
-                            html.Div(id=ids.LEGEND, className="chart-legend", title="hover: highlight a run; click: keep it highlighted"),
+                            dcc.RadioItems(
+                                id=ids.X_MODE,
+                                options=[
+                                    {"label": "since start", "value": "relative"},
+                                    {"label": "wall clock", "value": "wall"},
+                                    {"label": "step", "value": "step"},
+                                ],
+                                value=view.x,
+                                inline=True,
+                            ),
+                            dcc.RadioItems(
+                                id=ids.GROUP_MODE,
+                                options=[{"label": "runs", "value": "runs"}, {"label": "grouped per workload", "value": "grouped"}],
+                                value=view.mode,
+                                inline=True,
+                            ),
+                            html.Label(
+                                [
+                                    "smoothing",
+                                    dcc.Slider(
+                                        id=ids.SMOOTHING,
+                                        min=0,
+                                        max=0.99,
+                                        step=0.01,
+                                        value=view.smoothing,
+                                        marks={0: "0", 0.9: "0.9"},
+                                        tooltip={"placement": "bottom"},
+                                    ),
+                                ],
+                                className="smoothing",
+                            ),
+                            dcc.Checklist(id=ids.LOG_Y, options=[{"label": "log scale", "value": "log"}], value=["log"] if view.log_y else [], inline=True),
+                            html.Span(
+                                [
+                                    html.Span("charts per row", className="label"),
+                                    dcc.RadioItems(id=ids.COLUMNS, options=[{"label": str(n), "value": n} for n in (1, 2, 3)], value=view.columns, inline=True),
+                                ],
+                                className="columns-choice",
+                            ),
+                            html.Span(id=ids.LIVE_BADGE, className="live-badge"),
                         ],
-                        className="page-bar",
+                        className="controls",
                     ),
                     html.Div(
                         [
@@ -182,14 +173,26 @@ def layout(
                         className="controls gpu-controls",
                     ),
                     html.P(_notes(view.notes), id=ids.VIEW_NOTE, className="hint view-note"),
-                    dcc.Loading(
-                        dcc.Graph(
-                            id=ids.CHARTS,
-                            figure=empty_figure("Pick runs on the left."),
-                            config=GRAPH_CONFIG,
-                        ),
-                        delay_show=300,
-                        overlay_style={"visibility": "visible", "opacity": 0.6},  # the charts stay in view while drawn again
+                    html.Div(  # the legend stays in view over the charts only: past them it leaves with them (issue 52)
+                        [
+                            html.Div(
+                                [
+                                    html.Div(id=ids.LEGEND, className="chart-legend", title="hover: highlight a run; click: keep it highlighted"),
+                                    html.Div(className="legend-below"),  # assets/charts.js: how many runs' rows lie below the legend's fold
+                                ],
+                                className="page-bar",
+                            ),
+                            dcc.Loading(
+                                dcc.Graph(
+                                    id=ids.CHARTS,
+                                    figure=empty_figure("Pick runs on the left."),
+                                    config=GRAPH_CONFIG,
+                                ),
+                                delay_show=300,
+                                overlay_style={"visibility": "visible", "opacity": 0.6},  # the charts stay in view while drawn again
+                            ),
+                        ],
+                        className="chart-section",
                     ),
                     *export_panel.layout(),
                     *summary_table.layout(),
@@ -235,14 +238,18 @@ def _notes(notes: list[str]) -> str:
     Input(ids.EXPLORE_TICK, "n_intervals"),
     State(ids.EXPERIMENTS, "value"),
     State(ids.RUN_FILTER, "value"),
+    State(ids.VIEW, "data"),
 )
-def draw(run_groups, metric_specs, x_mode, group_mode, smoothing, log_y, zoom_state, gpu_filter, gpu_mode, columns, _tick, experiment_ids, query):
+def draw(run_groups, metric_specs, x_mode, group_mode, smoothing, log_y, zoom_state, gpu_filter, gpu_mode, columns, _tick, experiment_ids, query, shown):
     """The charts, the view for the URL and its notes, and the sticky legend (a tick: a running run grew).
 
     The summary table follows from the view in a callback of its own (pages/summary_table.py): its figures
     need the runs' alone and together partners, which can be hundreds; the charts do not wait for them."""
     # the controls' values arrive as the browser sent them: View.from_dict reads them like a link
-    run_ids = [run_id for group in (run_groups if isinstance(run_groups, list) else []) if isinstance(group, list) for run_id in group]
+    groups = [group for group in (run_groups if isinstance(run_groups, list) else []) if isinstance(group, list)]
+    run_ids = [run_id for group in groups for run_id in group if isinstance(run_id, str)]
+    before = View.from_dict({"runs": shown.get("runs")}).runs if isinstance(shown, dict) else []
+    run_ids = in_added_order(before, run_ids)  # a run's place in the view is its colour: a newly ticked run comes last
     zoom_state = zoom_state if isinstance(zoom_state, dict) else {}
     # a range in minutes means nothing on a wall-clock or step axis: the zoom belongs to its axis
     zoom = zoom_state.get("range") if zoom_state.get("axis") == f"{x_mode}-{group_mode}" else None

@@ -28,7 +28,7 @@ from radt.app.cache import RUNNING_TIMEOUT
 from radt.app.compare import run_command
 from radt.app.data import cached
 from radt.app.figures import plain
-from radt.app.palette import SCREEN, dash_of, run_colors, themed
+from radt.app.palette import PALETTE, SCREEN, dash_of, run_colors, themed
 from radt.app.series import load_series
 from radt.app.state import STATE, store_error
 from radt.app.store import LIVE_STATUSES
@@ -37,6 +37,7 @@ from radt.pages import ids, unreadable
 dash.register_page(__name__, path="/live", name="Live", title="radt · live", order=1)
 
 WINDOWS = {1: "1 min", 5: "5 min", 15: "15 min", 60: "60 min"}
+CHART_PX = 230  # a card's chart, drawn or waiting for its first point
 POLL_MS = round(settings.LIVE_POLL.get() * 1000)  # RADT_LIVE_POLL: the page's look at the store for running runs
 STATUS_CLASS = {"RUNNING": "st-running", "SCHEDULED": "st-running", "FINISHED": "st-finished", "FAILED": "st-failed", "KILLED": "st-killed"}
 # A card is one run (its colour, app/palette.py, on the card's edge); its lines are metrics, one colour each (the activity
@@ -102,7 +103,10 @@ def _idle(running: dict[str, list[str]], now_ms: int) -> dict[str, list[int]]:
 # --- cards ------------------------------------------------------------------------------------------
 
 
-def _figure(traces: list[live.Trace], series: dict) -> go.Figure:
+def _figure(traces: list[live.Trace], series: dict, waiting: str) -> go.Figure:
+    """The card's chart; with no point in its window yet, `waiting` in its place (an empty date axis read "Jan 2000 … Nov 2000")."""
+    if not any(len(series.get(t.key, ([], []))[0]) for t in traces):
+        return _waiting_figure(waiting)
     fig = go.Figure()
     devices = list(dict.fromkeys(t.device for t in traces if t.device))
     shown: set[str] = set()
@@ -128,12 +132,13 @@ def _figure(traces: list[live.Trace], series: dict) -> go.Figure:
             )
         )
         shown.add(trace.metric or trace.name)
+    axes = _axis_titles(traces, series)
     themed(fig, SCREEN).update_layout(
-        height=230,
+        height=CHART_PX,
         margin={"l": 8, "r": 8, "t": 8, "b": 8},  # every label makes its own room (automargin): the date line, both axis titles
         showlegend=True,
         legend={"orientation": "h", "y": -0.22, "yanchor": "top", "font": {"size": 10}},
-        yaxis={"range": [0, 1.02], "title": {"text": "GPU activity", "font": {"size": 10}}, "fixedrange": True, "automargin": True},
+        yaxis={"range": [0, 1.02], "title": {"text": "GPU activity", "font": {"size": 10}}, "fixedrange": True, "automargin": True, "visible": "y" in axes},
         # percent of different wholes: GPU util, the host's CPU (% of all cores), the run's CPU (% of one core: a process tree on
         # 4 cores reads 400 %, so the axis grows past 100 and never below 0-100); each line's name says which
         yaxis2={
@@ -142,9 +147,9 @@ def _figure(traces: list[live.Trace], series: dict) -> go.Figure:
             "rangemode": "tozero",
             "overlaying": "y",
             "side": "right",
-            "showgrid": False,
+            "showgrid": "y" not in axes,  # the left axis's grid, or its own where nothing lies on the left
             "ticksuffix": "%",
-            "title": {"text": "GPU util · CPU (%)", "font": {"size": 10}},  # what lies on it: "%" alone repeated its ticks
+            "title": {"text": axes.get("y2", ""), "font": {"size": 10}},  # what lies on it ("GPU util · CPU (%)"): "%" alone repeated its ticks
             "fixedrange": True,
             "automargin": True,
         },
@@ -152,6 +157,32 @@ def _figure(traces: list[live.Trace], series: dict) -> go.Figure:
         uirevision="live",
     )
     return fig
+
+
+def _axis_titles(traces: list[live.Trace], series: dict) -> dict[str, str]:
+    """Each y axis that holds a drawn line, titled by what lies on it: a CPU-only run's right axis is "CPU · Run CPU (%)", no GPU."""
+    drawn = [t for t in traces if len(series.get(t.key, ([], []))[0])]
+    out = {"y": "GPU activity"} if any(t.axis == "y" for t in drawn) else {}
+    right = list(dict.fromkeys(catalogue.METRICS[t.metric].label for t in drawn if t.axis == "y2" and t.metric in catalogue.METRICS))
+    return out | ({"y2": " · ".join(right) + " (%)"} if right else {})
+
+
+def _waiting_figure(text: str) -> go.Figure:
+    """A card's chart before its first point: the message alone, no axis (Plotly's empty date axis spans the year 2000)."""
+    fig = themed(go.Figure(), SCREEN)
+    fig.update_layout(
+        height=CHART_PX,
+        margin={"l": 8, "r": 8, "t": 8, "b": 8},
+        xaxis={"visible": False},
+        yaxis={"visible": False},
+        annotations=[{"text": text, "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5, "font": {"size": 12, "color": "#57606a"}}],
+    )
+    return fig
+
+
+def _waiting_text(traces: list[live.Trace], window_min: int) -> str:
+    """What a card's empty chart says: no series yet, or none with a point in the window."""
+    return "waiting for the first sample" if not traces else f"no sample in the last {WINDOWS.get(window_min, f'{window_min} min')}"
 
 
 def _card(run: pd.Series, traces: list[live.Trace], window_min: int, now_ms: int, color: str, command: tuple[str, str]) -> html.Section:
@@ -179,7 +210,7 @@ def _card(run: pd.Series, traces: list[live.Trace], window_min: int, now_ms: int
             html.Div(id=ids.card(ids.LIVE_FLAGS, run.run_id), className="flags"),
             dcc.Graph(
                 id=ids.card(ids.LIVE_CHART, run.run_id),
-                figure=_figure(traces, series),
+                figure=_figure(traces, series, _waiting_text(traces, window_min)),
                 config={"displayModeBar": False, "showSendToCloud": False},
                 className="live-chart",
             ),
@@ -194,7 +225,7 @@ def _card(run: pd.Series, traces: list[live.Trace], window_min: int, now_ms: int
     )
 
 
-def _cards(runs: pd.DataFrame, traces: dict[str, list[live.Trace]], window_min: int, now_ms: int) -> list:
+def _cards(runs: pd.DataFrame, traces: dict[str, list[live.Trace]], window_min: int, now_ms: int, colors: dict[str, str]) -> list:
     if runs.empty:
         start = [
             "No run is training now. Start one with ",
@@ -205,7 +236,6 @@ def _cards(runs: pd.DataFrame, traces: dict[str, list[live.Trace]], window_min: 
         ]
         return [html.P(start, className="hint")]
     out = []
-    colors = run_colors(runs)
     whole = {r.run_id: run_command(r) for r in runs.itertuples()}
     short = short_commands([c for c in whole.values() if c])  # a sweep's cards read "--lr 0.1", "--lr 0.3": which card is which
     commands = {run_id: (short.get(c, c), c) for run_id, c in whole.items()}
@@ -269,10 +299,28 @@ def render(_go, window_min, previous):
         # no signature: the cards come back by themselves once the store answers
         return unreadable.page(deadline.store_message(exc), "The cards come back by themselves once it answers."), None, done
     traces = {r: live.chart_traces(sorted(latest.get(r, {}))) for r in runs["run_id"]}
+    colors = _colors(runs, previous)
     signature = {"runs": [[r, s, [t.key for t in traces[r]]] for r, s in zip(runs["run_id"], runs["status"], strict=False)], "window": window_min}
+    signature["colors"] = colors
+    signature["drawn"] = _drawn(traces, latest, now_ms - window_min * 60_000)  # a card's first point: its chart drawn anew
     if signature == previous:
         return no_update, no_update, done
-    return _cards(runs, traces, window_min, now_ms), signature, done
+    return _cards(runs, traces, window_min, now_ms, colors), signature, done
+
+
+def _colors(runs: pd.DataFrame, previous: object) -> dict[str, str]:
+    """Each card's colour: the one the page gave it while the card stays, a new run the first free one (earliest start first)."""
+    kept = previous.get("colors") if isinstance(previous, dict) else None
+    kept = {str(r): c for r, c in kept.items() if isinstance(c, str) and c in PALETTE} if isinstance(kept, dict) else {}
+    shown = set(runs["run_id"])
+    started = runs.sort_values(["start_time", "run_id"], kind="stable") if "start_time" in runs else runs
+    return run_colors(started, {r: c for r, c in kept.items() if r in shown})
+
+
+def _drawn(traces: dict[str, list[live.Trace]], latest: dict, start_ms: int) -> list[str]:
+    """The runs whose chart has a point in the window: a card waiting for its first point is built again once it has one
+    (extendData grows a chart's lines, never the message in place of them)."""
+    return sorted(r for r, found in traces.items() if any(latest.get(r, {}).get(t.key, (0, -1))[1] >= start_ms for t in found))
 
 
 # --- every tick: new points, current values, flags ---------------------------------------------------

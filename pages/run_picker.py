@@ -17,6 +17,7 @@ from radt.app import data, inputs
 from radt.app.caveats import run_caveats
 from radt.app.filters import FIELDS, LIKE_PATTERN_LIMIT, Narrowed, narrow
 from radt.app.views import View, experiment_names
+from radt.app.words import counted
 from radt.pages import ids
 from radt.pages.summary_table import duration_text  # the table and the tree write a duration the same way
 
@@ -84,6 +85,13 @@ def _blocks(runs: pd.DataFrame, matched: pd.DataFrame, selected: set[str], filte
     return blocks
 
 
+def count_line(matching: int, total: int, filtered: bool) -> str:
+    """The sidebar's count: "10 runs", "1 run", "12 of 500 runs match" (it said "1 runs")."""
+    if not filtered:
+        return counted(total, "run")
+    return f"{matching} of {counted(total, 'run')} " + ("matches" if total == 1 else "match")
+
+
 def picker(runs: pd.DataFrame, selected: set[str], query: str = "", names: dict[str, str] | None = None) -> tuple[list, str, str]:
     """The tree of the runs the filter leaves, under their experiments' names (``names``: experiment id -> name), the count
     line ("12 of 500 runs match") and the filter's error line ('' when it reads)."""
@@ -92,7 +100,7 @@ def picker(runs: pd.DataFrame, selected: set[str], query: str = "", names: dict[
     narrowed: Narrowed = narrow(runs, query)
     filtered = bool((query or "").strip()) and not narrowed.error
     blocks = _blocks(runs, narrowed.runs, selected, filtered, names or {})
-    count = f"{len(narrowed.runs)} of {len(runs)} runs match" if filtered else f"{len(runs)} runs"
+    count = count_line(len(narrowed.runs), len(runs), filtered)
     if not blocks:
         blocks = [html.P(narrowed.hint or "No run matches the filter.", className="hint")]
     return blocks, count, narrowed.error

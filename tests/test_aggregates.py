@@ -232,6 +232,37 @@ def test_a_category_held_by_one_series_centres_its_bar_and_box_on_its_tick(mixed
     assert sorted({round(x, 6) for x in boxes["--model bert"].x}) == [0.2, 1.2], "beside resnet's at alone and same GPU"
 
 
+def _nearest_box(boxes: list, x: float):
+    """The box trace whose box stands nearest a point's x (a run's point lies within its own box's width)."""
+    return min(boxes, key=lambda b: min(abs(x - c) for c in b.x))
+
+
+def test_a_box_plots_points_take_the_colour_its_legend_gives_them(mixed):
+    """Box plots coloured each run's point by the run and each box by its command, against their own legend: by
+    collocation a bert run's point was resnet's orange inside bert's blue box (issue 52). With a legend (commands,
+    experiments) a point takes its box's colour; without one (one experiment by workload) the box is grey and each point
+    keeps its run's colour, the one Explore's legend gives it."""
+    table, names, runs, view = mixed
+    colours = run_colors(view_runs(view))
+    for by in ("collocation", "workload"):
+        figure = box_figure(table, "smact_mean", by, names, colours)
+        boxes = [t for t in figure.data if t.type == "box"]
+        (points,) = [t for t in figure.data if t.type == "scatter"]
+        assert len(boxes) == 2 and all(b.showlegend is not False for b in boxes), (by, [b.name for b in boxes])
+        assert len({b.line.color for b in boxes}) == 2, (by, "a colour per legend entry")
+        drawn = [(run_id, x, colour) for (run_id, _category), x, colour in zip(points.customdata, points.x, points.marker.color, strict=True)]
+        assert sorted(r for r, _x, _c in drawn) == sorted(runs.values()), "every run once"
+        wrong = [(r, c, _nearest_box(boxes, x).line.color) for r, x, c in drawn if c != _nearest_box(boxes, x).line.color]
+        assert not wrong, (by, "a point in another colour than its box's legend entry", wrong)
+    one = table[table["experiment_id"] == view.experiments[0]]
+    figure = box_figure(one, "smact_mean", "workload", names, colours)
+    (box,) = [t for t in figure.data if t.type == "box"]
+    (points,) = [t for t in figure.data if t.type == "scatter"]
+    assert box.showlegend is False and box.line.color not in colours.values(), ("one series, no legend: a grey box, no run's colour", box.line.color)
+    drawn = {run_id: colour for (run_id, _category), colour in zip(points.customdata, points.marker.color, strict=True)}
+    assert drawn and drawn == {r: colours[r] for r in drawn}, "without a legend of its own, each point in its run's colour (Explore's)"
+
+
 def test_the_collocation_figure_sets_each_command_against_itself_alone(mixed):
     table, names, _runs, _view = mixed
     figure = collocation_figure(table, names)
@@ -255,8 +286,7 @@ def test_the_collocation_figure_sets_each_command_against_itself_alone(mixed):
 
 
 def test_runs_of_several_experiments_are_named_and_keep_their_colour(mixed):
-    """By workload, "1 alone" of vision and "1 alone" of language are two bars, each named by its experiment; a box's
-    points are its runs, each in the colour the run has on every page."""
+    """By workload, "1 alone" of vision and "1 alone" of language are two bars, each named by its experiment."""
     table, names, runs, view = mixed
     bars = {trace.name: trace for trace in bar_figure(table, "steps_per_h", "workload", names).data}
     assert set(bars) == {"<i>vision</i>", "<i>language</i>"}
@@ -265,11 +295,6 @@ def test_runs_of_several_experiments_are_named_and_keep_their_colour(mixed):
     unnamed = bar_figure(table, "steps_per_h", "workload")
     assert {t.name for t in unnamed.data} == {f"<i>experiment {i}</i>" for i in names}, "an experiment known only by its id"
 
-    colours = run_colors(view_runs(view))
-    figure = box_figure(table, "smact_mean", "collocation", names, colours)
-    (points,) = [t for t in figure.data if t.type == "scatter"]
-    drawn = {run_id: colour for (run_id, _method), colour in zip(points.customdata, points.marker.color, strict=True)}
-    assert drawn == {run_id: colours[run_id] for run_id in runs.values()}, "every run once, in its own colour"
     lines = cdf_figure(table, "smact_mean", "collocation", names).data
     assert {t.legendgrouptitle.text.split("<br>")[0] for t in lines} == {"--model resnet50", "--model bert"}
 

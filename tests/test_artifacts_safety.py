@@ -218,3 +218,73 @@ def test_a_bucket_location_is_read_only_below_radt_artifact_uris_folder(store, m
     page = _get(_dashboard(store), f"/runs/{run_id}/artifacts")
     assert page.status_code == 200 and "does not fetch" in page.text, page.text
     assert reader._own_location("s3://team-bucket/radt/7/abc/artifacts") and reader._own_location("s3://team-bucket/radt")
+
+
+def _planted_runs(store: str, shared: Path, count: int) -> list[str]:
+    """`count` runs of one experiment in the served folder `shared`, each with its own log; their ids."""
+    client = tracking.connect(store)
+    experiment = client.create_experiment(f"team-{os.urandom(4).hex()}", artifact_location=str(shared / "team"))
+    ids = []
+    for k in range(count):
+        run_id = client.create_run(experiment).info.run_id
+        (shared / "team" / run_id / "artifacts" / "radt").mkdir(parents=True)
+        (shared / "team" / run_id / "artifacts" / "radt" / "stdout.log").write_text(f"secret of run {k}\n")
+        ids.append(run_id)
+    return ids
+
+
+@pytest.mark.parametrize("where", ["root", "experiment"])
+def test_a_run_whose_location_holds_other_runs_folders_is_not_listed_as_its_own(store, tmp_path, monkeypatch, where):
+    """Issue #52 item 14: a store writer gives a run the served artifact root itself (or an experiment's folder) as its
+    location. Old dashboard: that run's listing was every run's files (100,000 files: 14.5 s, 11.7 MB) and each of them
+    was served as "its" artifact. Now a location without the run's own id in its path is refused, in one line."""
+    shared = tmp_path / "shared"
+    monkeypatch.setenv("RADT_ARTIFACT_ROOTS", str(shared))
+    others = _planted_runs(store, shared, 3)
+    hostile = _run_in(store, "/tmp/ordinary")
+    location = shared if where == "root" else shared / "team"
+    engine = sa.create_engine(store)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE runs SET artifact_uri = :uri WHERE run_uuid = :run"), {"uri": str(location), "run": hostile})
+    engine.dispose()
+    dashboard = _dashboard(store)
+
+    listing = _get(dashboard, f"/runs/{hostile}/artifacts")
+    assert listing.status_code == 404, listing.text[:300]
+    assert "secret of run" not in listing.text and not any(other in listing.text for other in others)
+    assert "not its own" in listing.text and f"{hostile}/artifacts" in listing.text
+    inside = "" if where == "experiment" else "team/"
+    one = _get(dashboard, f"/runs/{hostile}/artifacts/{inside}{others[0]}/artifacts/radt/stdout.log")
+    assert one.status_code == 404 and b"secret of run" not in one.data
+    own = _get(dashboard, f"/runs/{others[0]}/artifacts")
+    assert own.status_code == 200 and "secret of run 0" in own.text and "secret of run 1" not in own.text
+
+
+def test_a_listing_of_many_files_is_bounded_and_says_so(store, tmp_path, monkeypatch):
+    """A run's own folder with 3,000 files (and its log in radt/): the listing shows 1,000 of them, its stdout, and says
+    the run holds more; old: every file, a page that grows without end (100,000 files: 11.7 MB)."""
+    shared = tmp_path / "shared"
+    monkeypatch.setenv("RADT_ARTIFACT_ROOTS", str(shared))
+    (run_id,) = _planted_runs(store, shared, 1)
+    checkpoints = shared / "team" / run_id / "artifacts" / "checkpoints"
+    checkpoints.mkdir()
+    for k in range(3000):
+        (checkpoints / f"step-{k:05d}.pt").touch()
+    listing = _get(_dashboard(store), f"/runs/{run_id}/artifacts")
+    assert listing.status_code == 200
+    assert listing.text.count("<li>") == 1000, listing.text.count("<li>")
+    assert "radt/stdout.log" in listing.text and "secret of run 0" in listing.text, "radt's own folder is read first"
+    assert "1,000 files shown: the run holds more" in listing.text
+
+
+def test_a_hostless_mlflow_artifacts_location_without_a_server_is_a_message_not_a_500(store, monkeypatch):
+    """Issue #52 item 18: `mlflow-artifacts:/x` with a database store and no RADT_ARTIFACT_URI naming the server. Old: the
+    file answered HTTP 500 with a traceback, the listing 502. Now both say in one line what to set."""
+    run_id = _run_in(store, "mlflow-artifacts:/x")
+    dashboard = _dashboard(store)
+    page = _get(dashboard, f"/runs/{run_id}/artifacts")
+    one = _get(dashboard, f"/runs/{run_id}/artifacts/radt/stdout.log")
+    for answer in (page, one):
+        assert answer.status_code == 404, (answer.status_code, answer.text[:500])
+        assert "RADT_ARTIFACT_URI=mlflow-artifacts://HOST:5000" in answer.text and "Traceback" not in answer.text
+    assert one.text.count("\n") == 0, "one line"

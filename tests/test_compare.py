@@ -19,9 +19,11 @@ import math
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
+from radt.app.aggregates import normalised
 from radt.app.export import comparison_table
 from radt.app.exportcli import _open_store
 from radt.app.store import make_read_engine
@@ -116,8 +118,21 @@ def test_runs_are_together_only_where_their_times_overlap(built):
     assert together == {"solo1": 1, "solo2": 1, "crashed": 1, "seqA": 1, "seqB": 1, "pairA": 2, "pairB": 2, "splitA": 2, "splitB": 2, "duo": 1, "profiled": 1}
     assert set(workloads) == {"workload pair", "workload split"}, "a workload row only for runs that ran together"
     assert workloads["workload pair"]["run"] == "workload pair: A+B together", "the row names its workload"
-    for name in ("solo1", "seqA", "seqB", "duo", "profiled"):
-        assert math.isnan(runs[name]["normalised"]) and math.isnan(runs[name]["alone_steps_per_h"]), f"{name} ran alone: a baseline, not compared"
+
+
+def test_a_run_alone_is_normalised_against_the_alone_runs_of_its_command(built):
+    """The table left "normalised" blank for a run that ran alone while the collocation figure drew it at its steps/h over
+    the same baseline, 1 for the only alone run of its command (issue 52). Now the table says what the figure draws."""
+    exp, r = built
+    runs, _ = _table(exp, r.values())
+    for name, per_hour in (("solo1", 10.0), ("solo2", 20.0), ("seqA", 10.0), ("seqB", 30.0), ("crashed", 100.0)):  # X alone: ALONE_X
+        assert runs[name]["normalised"] == pytest.approx(per_hour / ALONE_X), (name, runs[name]["normalised"])
+        assert runs[name]["alone_steps_per_h"] == pytest.approx(ALONE_X) and runs[name]["alone_runs"] == 4, name
+    for name in ("duo", "profiled"):  # the only alone run of its command (vit; ncu's): its own baseline
+        assert runs[name]["normalised"] == pytest.approx(1.0) and runs[name]["alone_runs"] == 1, (name, runs[name]["normalised"])
+    # the figure draws the same number for an alone run beside its command's collocated runs, and leaves out a command that never shared a GPU
+    drawn = normalised(pd.DataFrame([runs[name] for name in ("solo1", "pairA", "duo")]))
+    assert drawn[0] == pytest.approx(10.0 / ALONE_X) and drawn[1] == pytest.approx(12.0 / ALONE_X) and math.isnan(drawn[2]), list(drawn)
 
 
 def test_alone_baseline_is_every_finished_run_of_the_command_that_ran_by_itself(built):

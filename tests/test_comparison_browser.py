@@ -33,7 +33,8 @@ LAYOUT_JS = """
   };
 }
 """
-# a run's colour: its points on the box plot, its lines on the explore charts (by the run id in each trace's meta)
+# a run's colour: its points on the box plot (its own, or its box's where the figure has a legend), its lines on the
+# explore charts (by the run id in each trace's meta), the box plot's legend
 COLOURS_JS = """
 () => {
   const box = document.querySelector('#compare-figure .js-plotly-plot');
@@ -42,7 +43,8 @@ COLOURS_JS = """
   if (!points || !charts || !charts._fullData) { return null; }
   const lines = {};
   charts._fullData.filter(t => t.meta && t.meta.run_id && t.line).forEach(t => { (lines[t.meta.run_id] = lines[t.meta.run_id] || []).push(t.line.color); });
-  return {points: points.customdata.map((c, i) => [c[0], points.marker.color[i]]), lines};
+  const legend = box._fullData.filter(t => t.type === 'box' && t.showlegend !== false).map(t => t.line.color);
+  return {points: points.customdata.map((c, i) => [c[0], points.marker.color[i]]), lines, by: points.meta.colour, legend};
 }
 """
 
@@ -206,8 +208,11 @@ def test_comparison_figures_lay_out_apart_and_keep_each_runs_colour(browser, ser
                     page.wait_for_function("(n) => { const c = (" + COLOURS_JS + ")(); return c && c.points.length === n"
                                            " && c.points.every(([r, _c]) => c.lines[r]); }", arg=len(runs))  # fmt: skip
                     colours = page.evaluate(COLOURS_JS)
-                    for run_id, colour in colours["points"]:
-                        assert set(colours["lines"][run_id]) == {colour}, f"{run_id}: its point {colour}, its lines {colours['lines'][run_id]}"
+                    for run_id, colour in colours["points"]:  # by collocation the figure's legend names the commands (issue 52)
+                        if colours["by"] == "run":
+                            assert set(colours["lines"][run_id]) == {colour}, f"{run_id}: its point {colour}, its lines {colours['lines'][run_id]}"
+                        else:
+                            assert colour in colours["legend"], f"{run_id}: its point {colour}, the legend's colours {colours['legend']}"
             screenshot(page, f"comparison-collocation-{width}-{filled_store['kind']}")
 
 

@@ -113,8 +113,9 @@ def _page(base: str, search: str) -> tuple[int, str]:
 
 
 def _draw(
-    base: str, runs, metrics, x="relative", mode="runs", smooth=0, log=(), zoom=None, gpus=(), gpu_mode="each", experiments=("1",), cols=1, tick=0, query=None
-):
+    base: str, runs, metrics, x="relative", mode="runs", smooth=0, log=(), zoom=None, gpus=(), gpu_mode="each", experiments=("1",), cols=1, tick=0, query=None,
+    shown=None,
+):  # fmt: skip
     """The draw callback with these control values (anything a request can carry)."""
     controls = [("metrics", "value", metrics), ("x-mode", "value", x), ("group-mode", "value", mode), ("smoothing", "value", smooth)]
     controls += [("log-y", "value", list(log) if isinstance(log, tuple) else log), ("zoom", "data", zoom)]
@@ -123,7 +124,7 @@ def _draw(
     inputs = [[{"id": {"type": "wl-runs", "wl": "w"}, "property": "value", "value": runs}]]
     inputs += [{"id": i, "property": p, "value": v} for i, p, v in controls]
     state = [{"id": "experiments", "property": "value", "value": list(experiments) if isinstance(experiments, tuple) else experiments}]
-    state += [{"id": "run-filter", "property": "value", "value": query}]
+    state += [{"id": "run-filter", "property": "value", "value": query}, {"id": "view", "property": "data", "value": shown}]
     return _post(base, DRAW_OUTPUTS, inputs, state, "metrics.value")
 
 
@@ -168,6 +169,8 @@ def test_the_draw_callback_answers_junk_inputs(junk):
         dict(runs=evil, metrics="cat:sm_active", experiments=None),
         dict(runs=[evil], metrics=["cat:sm_active"], cols="9", tick={"a": 1}, query="params.x = 'unterminated"),
         dict(runs=[evil], metrics=["cat:sm_active"], cols=None, tick=None, query={"a": ["\x00"]}),
+        dict(runs=[evil, other], metrics=["cat:sm_active"], shown={"runs": [{"a": 1}, None, "\x00"]}),  # the view drawn before: its runs' order
+        dict(runs=[evil, other], metrics=["cat:sm_active"], shown=["junk"]),
     ]
     for case in cases:
         status, answer = _draw(base, experiments=experiment, **case) if "experiments" not in case else _draw(base, **case)

@@ -58,15 +58,16 @@ def test_each_gpu_of_each_run_is_a_line_in_its_runs_colour_and_legend_entry():
     assert [float(np.mean(t.y)) for t in lines[:3]] == pytest.approx([0.1, 0.2, 0.3], rel=1e-6)
 
 
-def test_a_runs_colour_comes_from_the_run_not_its_place_in_the_selection():
+def test_a_runs_colour_is_its_place_in_the_view_so_adding_runs_keeps_the_colours_shown():
+    from radt.app.palette import PALETTE
+
     panel = lambda ids: Panel(METRICS["sm_active"], {r: {Device(None, 0): _series(0.5)} for r in ids})  # noqa: E731
     forward = _runs("A", "B", "C")
     backward = forward.iloc[::-1].reset_index(drop=True)
     colour = lambda fig: {t.meta["run_id"]: t.line.color for t in _lines(fig)}  # noqa: E731
-    assert colour(overlay_figure([panel(["r0", "r1", "r2"])], forward)) == colour(overlay_figure([panel(["r2", "r1", "r0"])], backward))
-    alone = colour(overlay_figure([panel(["r1"])], forward.iloc[[1]]))
-    assert len(set(colour(overlay_figure([panel(["r0", "r1", "r2"])], forward)).values())) == 3, "three runs, three colours"
-    assert alone["r1"] == __import__("radt.app.palette", fromlist=["color_of"]).color_of("r1")
+    assert colour(overlay_figure([panel(["r0", "r1", "r2"])], forward)) == {"r0": PALETTE[0], "r1": PALETTE[1], "r2": PALETTE[2]}
+    assert colour(overlay_figure([panel(["r2", "r1", "r0"])], backward)) == {"r2": PALETTE[0], "r1": PALETTE[1], "r0": PALETTE[2]}
+    assert colour(overlay_figure([panel(["r0", "r1"])], forward.iloc[:2])) == {"r0": PALETTE[0], "r1": PALETTE[1]}
 
 
 def test_one_run_gets_a_dash_per_gpu_and_its_gpus_mean_with_a_band():

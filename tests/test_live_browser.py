@@ -25,6 +25,7 @@ from tests.support.radtproc import DEFAULT_PERIODS, radt_command, radt_env
 from tests.support.runs import radt_run
 
 GPUS = json.dumps([{**H100, "load": 0.7}, {**A100, "load": 0.0}])  # one busy GPU, one idle
+CPU_KEY, RUN_CPU_KEY = "system/cpu_utilization_percentage", "system/process_cpu_utilization_percentage"
 
 TRAIN = textwrap.dedent(
     """
@@ -195,7 +196,7 @@ def test_a_card_shows_the_runs_own_metrics_cpu_above_100_and_collocated_runs_sha
             page.wait_for_function(f"() => ({CARD_JS})('{name}')")
             shown = page.evaluate(CARD_JS, name)
             assert shown["inside"] and shown["clear"] and shown["titles"] == 2, (name, shown)
-            assert shown["right"] == "GPU util · CPU (%)", ("the right axis says what is on it, not its ticks' '%' again", shown["right"])
+            assert shown["right"] == "Run CPU (%)", ("the right axis says what is on it (no GPU util here), not its ticks' '%' again", shown["right"])
         cards = page.evaluate(
             """() => Array.from(document.querySelectorAll('.live-run')).map(c => { const b = c.getBoundingClientRect();
                  const h = c.querySelector('header').getBoundingClientRect(), g = c.querySelector('.js-plotly-plot').getBoundingClientRect();
@@ -240,3 +241,39 @@ def test_a_dashboard_slower_than_its_poll_still_shows_the_run_and_its_new_points
         page.evaluate("() => { window.radtLive.since = Date.now(); }")  # the poll that was out when the page left: never answered
         page.click("nav a.nav-link:text-is('Live')")
         _card(page, "busy trainer").locator(".status", has_text="RUNNING").wait_for(timeout=10_000)
+
+
+# a card's chart as drawn: its message, its x tick labels and its axes' titles
+DRAWN_JS = """(name) => {
+  const card = Array.from(document.querySelectorAll('.live-run')).find(c => c.querySelector('header strong')?.textContent === name);
+  const g = card && card.querySelector('.live-chart .js-plotly-plot');
+  if (!g || !g._fullLayout) { return null; }
+  const texts = s => Array.from(g.querySelectorAll(s)).map(e => e.textContent);
+  return {message: texts('.annotation-text').join(' '), xticks: texts('.xtick text'), left: texts('.g-ytitle text'), right: texts('.g-y2title text'),
+          points: g._fullData.reduce((n, t) => n + (t.x ? t.x.length : 0), 0)};
+}"""
+
+
+def test_a_new_runs_card_waits_for_its_first_sample_and_a_cpu_only_chart_names_only_cpu(store_uri, radt_home, browser):
+    """A new run's card first showed an empty chart over "Jan 2000 … Nov 2000" (Plotly's default date range), and a
+    CPU-only run's axes read "GPU activity" and "GPU util · CPU (%)" with no GPU line on the chart (issue 52)."""
+    client = MlflowClient(store_uri)
+    experiment = tracking.resolve_experiment(client, store_uri, "first sample")
+    now = int(time.time() * 1000)
+    run_id = radt_run(client, experiment, "cold start", start_time=now)
+    writer = SqlMetricStore(store_uri)
+    with dashboard(store_uri, radt_env(radt_home, store_uri)) as base, new_page(browser, width=1440, height=900) as page:
+        page.goto(base + "live")
+        page.wait_for_function(f"() => ({DRAWN_JS})('cold start') !== null")
+        before = page.evaluate(DRAWN_JS, "cold start")
+        screenshot(page, "live-before-first-sample")
+        first = int(time.time() * 1000)
+        points = [Point(key, value, first + s * 1000, s) for s in range(5) for key, value in ((CPU_KEY, 40.0), (RUN_CPU_KEY, 180.0))]
+        writer.write(run_id, points)
+        page.wait_for_function(f"() => {{ const d = ({DRAWN_JS})('cold start'); return d && d.points >= 10; }}", timeout=20_000)
+        after = page.evaluate(DRAWN_JS, "cold start")
+        screenshot(page, "live-after-first-sample")
+    assert before["points"] == 0 and "waiting for the first sample" in before["message"], before
+    assert not any("2000" in t for t in before["xticks"]) and before["left"] == before["right"] == [], ("no axis over no data", before)
+    assert "waiting" not in after["message"] and after["xticks"] and not any("2000" in t for t in after["xticks"]), after
+    assert after["left"] == [] and after["right"] == ["CPU · Run CPU (%)"], ("a CPU-only chart names what it draws, no GPU", after)

@@ -38,7 +38,12 @@ def expected(predicate) -> int:
 
 def fill_500(uri: str) -> str:
     """An experiment of 50 radt workloads of 10 runs each: parents, tags, params, 30 SMACT points and a loss per run, in a few bulk inserts."""
-    experiment = MlflowClient(uri).create_experiment("500 runs")
+    return fill_runs(uri, WORKLOADS)
+
+
+def fill_runs(uri: str, workloads: int) -> str:
+    """An experiment of `workloads` radt workloads of 10 runs each, as fill_500's (bench/filter_picker.py --runs 5000)."""
+    experiment = MlflowClient(uri).create_experiment(f"{workloads * PER_WORKLOAD} runs")
     runs, tags, params, points, latest = [], [], [], [], []
 
     def run_row(run_id: str, name: str, status: str, start: int, end: int) -> dict:
@@ -58,7 +63,7 @@ def fill_500(uri: str) -> str:
             "experiment_id": int(experiment),
         }
 
-    for w in range(WORKLOADS):
+    for w in range(workloads):
         parent = uuid.uuid4().hex
         first = run_fields(w, 0)
         runs.append(run_row(parent, f"workload w{w:02d}", "FINISHED", first["start"], first["start"] + 50 * 60_000))
@@ -91,6 +96,7 @@ def fill_500(uri: str) -> str:
             (mlflowdb.metrics, points),
             (mlflowdb.latest_metrics, latest),
         ):
-            conn.execute(table.insert(), rows)
+            for start in range(0, len(rows), 20_000):  # bounded statements (5,000 runs: 150,000 points)
+                conn.execute(table.insert(), rows[start : start + 20_000])
     engine.dispose()
     return str(experiment)

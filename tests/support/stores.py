@@ -195,3 +195,11 @@ def fill_browser_store(uri: str) -> dict[str, str]:
 
     demo.write_demo(uri, minutes=4, report=lambda _line: None)
     return {"long_run": write_long_run(uri), "five_gpus": import_five_gpus(uri)}
+
+
+def write_default_demo(uri: str) -> None:
+    """`radt demo` at its default length, the store a newcomer opens first: bert-base 1A starved by its data loader
+    for 30 minutes (SMACT 0 <-> 0.7 every few seconds) beside nine runs of 8 to 30 minutes."""
+    from radt.collectors import demo
+
+    demo.write_demo(uri, minutes=demo.DEFAULT_MINUTES, report=lambda _line: None)
