@@ -43,15 +43,16 @@ class ViewError(UserError, ValueError):
     """A view that cannot be drawn; the message says what to change."""
 
 
-def _split(value, depth: int = 2) -> list[str]:
-    """A URL value (or a repeated one, a list; the run tree's lists of lists) as its comma-separated parts; other JSON types give nothing."""
+def _split(value, depth: int = 2, limit: int | None = None) -> list[str]:
+    """A URL value (or a repeated one, a list; the run tree's lists of lists) as its comma-separated parts; other JSON types
+    give nothing. With `limit`, a text is split at its first `limit` commas only (a link of megabytes is not split whole)."""
     if isinstance(value, list | tuple):
-        return [part for v in value for part in _split(v, depth - 1)] if depth > 0 else []
+        return [part for v in value for part in _split(v, depth - 1, limit)] if depth > 0 else []
     if isinstance(value, bool):
         return []
     if isinstance(value, int):
         value = str(value)
-    return [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else []
+    return [v.strip() for v in value.split(",", -1 if limit is None else limit) if v.strip()] if isinstance(value, str) else []
 
 
 def _one(value) -> str | None:
@@ -66,14 +67,14 @@ def _printable(text: str) -> bool:
 
 
 def _ids(value, pattern: re.Pattern, what: str, notes: list[str]) -> list[str]:
-    parts = _split(value)
+    parts = _split(value, limit=ID_PARTS_READ)  # a link of megabytes of ids (its fragment reaches the server in the page's request)
     listed = len(parts)
-    parts = parts[:ID_PARTS_READ]  # a link of megabytes of ids (its fragment reaches the server in the page's request)
+    parts = parts[:ID_PARTS_READ]
     kept = list(dict.fromkeys(p for p in parts if pattern.match(p)))
     if len(kept) < len(set(parts)):
         notes.append(f"ignored {len(set(parts)) - len(kept)} {what} id(s) that are not ids")
     if listed > ID_PARTS_READ:
-        notes.append(f"kept {min(len(kept), MAX_IDS)} of the {listed:,} {what} ids the link lists (it is read up to the {ID_PARTS_READ:,}th)")
+        notes.append(f"kept {min(len(kept), MAX_IDS)} {what} ids: the link lists more than {ID_PARTS_READ:,}, and is read up to the {ID_PARTS_READ:,}th")
     elif len(kept) > MAX_IDS:
         notes.append(f"kept the first {MAX_IDS} of {len(kept)} {what}s")
     return kept[:MAX_IDS]

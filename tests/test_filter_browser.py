@@ -13,7 +13,7 @@ import urllib.parse
 import pytest
 
 from tests.support import state
-from tests.support.browser import dashboard, screenshot
+from tests.support.browser import URL_VIEW_JS, dashboard, screenshot
 from tests.support.many_runs import EXAMPLE, WORKLOADS, expected, fill_500
 from tests.support.radtproc import radt_env
 
@@ -58,7 +58,7 @@ def test_the_issues_filter_narrows_500_runs_and_stays_in_the_url(page, many):
     assert len(shown) == matching and all(label.startswith("✓") for label in shown), shown[:5]
     assert page.locator("#run-tree details:not([open])").count() == 0, "what the filter leaves is unfolded"
     assert page.locator("#run-filter-error").inner_text() == ""
-    page.wait_for_function("(q) => new URLSearchParams(location.search).get('q') === q", arg=EXAMPLE)
+    page.wait_for_function(f"(q) => {URL_VIEW_JS}.get('q') === q", arg=EXAMPLE)
 
     # tick all matching: every run the filter left, and nothing else
     page.locator("#run-tick-matching").click()
@@ -67,7 +67,7 @@ def test_the_issues_filter_narrows_500_runs_and_stays_in_the_url(page, many):
         "() => { const boxes = document.querySelectorAll('.wl-all input'); return boxes.length > 0 && [...boxes].every(b => b.checked); }"
     )
     page.wait_for_function(
-        "([q, n]) => { const s = new URLSearchParams(location.search); return s.get('q') === q && (s.get('runs') || '').split(',').filter(Boolean).length === n; }",
+        "([q, n]) => { const s = " + URL_VIEW_JS + "; return s.get('q') === q && (s.get('runs') || '').split(',').filter(Boolean).length === n; }",
         arg=[EXAMPLE, matching],
     )
     screenshot(page, f"filter-500-{many['kind']}")

@@ -197,6 +197,11 @@ def _forget(ctx, origins: set[str]) -> None:
 # --- the explore page ------------------------------------------------------------------------------
 
 
+# the page's view as assets/page.js keeps it: the query string, and a long view's keys after '#' over it
+URL_VIEW_JS = (
+    "(() => { const p = new URLSearchParams(location.search); if (/^#[^#]*=/.test(location.hash)) "
+    "{ new URLSearchParams(location.hash.slice(1)).forEach((v, k) => p.set(k, v)); } return p; })()"
+)
 CHARTS_DRAWN_JS = "() => { const g = document.querySelector('#charts .js-plotly-plot'); return g && g._fullData && g._fullData.length > 2; }"
 
 
