@@ -330,7 +330,7 @@ def check_settings() -> None:
 
 
 def reference() -> str:
-    """Every setting as the README's table (name, default, what it does): tests/test_settings_reference.py keeps the README equal to it."""
+    """Every setting as docs/reference.md's table (name, default, what it does): tests/test_settings_reference.py keeps the page equal to it."""
     rows = ["| variable | default | what it sets |", "| --- | --- | --- |"]
     for setting in SETTINGS:
         default = _plain(setting.default) if isinstance(setting.default, (int, float)) else (setting.default or "(empty)")
