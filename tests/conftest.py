@@ -39,7 +39,7 @@ os.environ["RADT_PARENT_SETTLE"] = "0.01"
 
 # The test process's own garbage collector: a pytest worker holds MLflow, Dash, Plotly, pandas and Playwright, and at
 # CPython's default (a collection every 700 allocations, a full one every 7,000) it spent 15 % of the in-process tests'
-# CPU walking those objects again and again (the inner loop 69.5 -> 58.9 s of CPU, docs/PERFORMANCE.md). Garbage with
+# CPU walking those objects again and again (the inner loop 69.5 -> 58.9 s of CPU, docs/development.md). Garbage with
 # cycles is still collected, only less often. radt's own processes keep their settings (the recorder freezes its heap).
 gc.set_threshold(100_000, 50, 100)
 
