@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import csv
 import dataclasses
+import inspect
 import io
 import logging
 import math
@@ -23,6 +24,7 @@ import threading
 import warnings
 import zlib
 from html import unescape
+from typing import NamedTuple
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -30,10 +32,11 @@ import plotly.graph_objects as go
 from radt.app import data
 from radt.app.aggregates import cut_label
 from radt.app.caveats import profiled_by
-from radt.app.exportoptions import LEGENDS, SIZES, ExportError, ExportStyle
+from radt.app.exportoptions import HEIGHT_RANGE, LEGENDS, SIZES, ExportError, ExportStyle
 from radt.app.figures import plain, wrap_words
 from radt.app.palette import PAPER, themed
 from radt.app.views import EXPORT_BUDGET, View, experiment_names, render, view_runs, x_range
+from radt.app.words import counted
 
 CSS_DPI = 96  # Plotly's pixel is a CSS pixel: 96 per inch
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
@@ -64,8 +67,10 @@ def chromium() -> str:
 
 
 def page_grid(charts: int, style: ExportStyle) -> int:
-    """How many columns `charts` charts take at the style's width so that they fit its height (MIN_ROW tall rows or more)."""
-    limit = style.height or PAGE_HEIGHT
+    """How many columns `charts` charts take at the style's width so that they fit its height (MIN_ROW tall rows or more):
+    a slide's is its 16:9 page (9 in had put 8 charts in 4 rows of a 5.6 in slide, each too short for its tick labels)."""
+    width_in, row_in = SIZES.get(style.size, SIZES["double-column"])
+    limit = style.height or (width_in * 9 / 16 if row_in is None else PAGE_HEIGHT)
     overhead = 1.0 + (0.4 if style.legend in ("top", "bottom") else 0.0)  # titles, axes and a legend of about two lines, in inches
     widest = MAX_COLUMNS.get(style.size, 1)
     for columns in range(1, widest + 1):
@@ -129,19 +134,26 @@ def _text_px(text: str, font: float) -> float:
 
 
 ITEM_PX = 46  # what Plotly adds to a legend entry's text width: the 40 px symbol and the gap to the next column
-LEGEND_PAD_PX = 12  # a legend's own padding above and below its rows
-BOTTOM_SLACK_PX = 10  # Plotly draws a legend placed in the bottom margin ~8 px lower than its y says: room kept under it
+SYMBOL_PX, ITEM_GAP_PX = 40, 5  # Plotly's legend symbol with the gaps around it (itemwidth 30, itemGap 5 each side); its itemGap
+AUTOMARGIN_PX = 16  # of the plot's width, what Plotly's automargin may take before it lays out a legend's columns
+LEGEND_BOX_PX = 10  # Plotly's padding of a legend's rows, 5 px above and 5 below (its itemGap): the box it draws
+LEGEND_PAD_PX = LEGEND_BOX_PX + 2  # a legend above the charts: its box and a little air before the first chart's title
+TICK_GAP_FONTS = 2.5  # font sizes between a y axis's neighbouring tick labels, at least: closer, "40k" stands on "30k"
+TICK_STEPS = (1, 2, 2.5, 5)  # a y axis's tick step is one of these times a power of ten
+PLOTLY_TICK_PX = 40  # Plotly's own least spacing of y tick labels: kept where a chart is tall enough
 
 
 def legend_size(blocks: list[tuple[str, list[str]]], width_px: float, font: float) -> tuple[float, float]:
     """(height, text width) in px of a horizontal legend of `blocks` (legend_blocks) in `width_px`, entries of equal
-    width: Plotly lays out `entrywidth` columns exactly (each entrywidth + ITEM_PX wide), a group's title and entries
+    width: Plotly lays out `entrywidth` columns exactly (each entrywidth + SYMBOL_PX + ITEM_GAP_PX wide), a group's title and entries
     stacked in its column, an entry as tall as its lines, so the room reserved is the room drawn. A wrapped command is
-    as wide as its widest line (counted as one line, six commands took one column, a third of the figure)."""
+    as wide as its widest line (counted as one line, six commands took one column, a third of the figure). The columns
+    fit `width_px` less AUTOMARGIN_PX: the last x tick label and a y title at 6 pt push the plot narrower than its
+    margins say, and Plotly wrapped the devices' key into a row more than was reserved, under the figure's edge."""
     if not blocks:
         return 0.0, 0.0
     text = max(_line_px(t, font) for t in _legend_texts(blocks)) + 4
-    columns = max(1, int(width_px // (text + ITEM_PX)))
+    columns = max(1, int((width_px - AUTOMARGIN_PX + ITEM_GAP_PX) // (text + SYMBOL_PX + ITEM_GAP_PX)))  # Plotly's wrap
 
     def height(block: tuple[str, list[str]]) -> float:
         return sum(_entry_px(t, font) for t in _legend_texts([block]))
@@ -215,7 +227,16 @@ def restyle(figure: go.Figure, style: ExportStyle, charts: int, title: str | Non
     as tall as its rows (the size's row height, at least MIN_ROW) and its legend need, within the size's page
     (PAGE_LIMITS), or exactly the style's height when it has one; a legend never overlaps a chart and is never cut:
     one entry per run in equal-width columns whose rows are reserved exactly, set smaller (to LEGEND_FONT_FLOOR) when
-    the page is short, else ExportError naming the fix. `title` becomes the PDF's title (kept in layout.meta)."""
+    the page is short, else ExportError naming the fix. Each chart's y tick labels stand TICK_GAP_FONTS apart, two at
+    least, else ExportError naming the height that holds them. `title` becomes the PDF's title (kept in layout.meta)."""
+    out, short = _print_figure(figure, style, charts, title)
+    if short:
+        raise ExportError(_short_rows(out, style, short, _fitting_height(figure, style, charts, short.height_in)))
+    return out
+
+
+def _print_figure(figure: go.Figure, style: ExportStyle, charts: int, title: str | None = None) -> tuple[go.Figure, _Short | None]:
+    """restyle's figure, and where its rows are too short for two y tick labels, by how much."""
     if style.size not in SIZES:
         raise ExportError(f"size '{style.size}' is not one of {', '.join(SIZES)}")
     if style.legend not in LEGENDS:
@@ -256,8 +277,20 @@ def restyle(figure: go.Figure, style: ExportStyle, charts: int, title: str | Non
     _pin_legends(out, legends, style.legend == "bottom" and bool(names), bool(keys), round(height_in * CSS_DPI))
     _column_gaps(out, font_size)
     _row_gaps(out, font_size)
+    short = _y_ticks(out, font_size)
     out.update_annotations(font={"size": font_size})  # the charts' titles
-    return out
+    return out, short
+
+
+def _fitting_height(figure: go.Figure, style: ExportStyle, charts: int, height_in: float) -> float | None:
+    """The least height from `height_in` up, in tenths of an inch, whose charts hold two y tick labels each (a taller page
+    sets a shrunk legend at full size again, so the first estimate may fall short); None beyond HEIGHT_RANGE."""
+    while height_in <= HEIGHT_RANGE[1]:
+        _out, short = _print_figure(figure, dataclasses.replace(style, height=height_in), charts)
+        if short is None:
+            return height_in
+        height_in = max(round(height_in + 0.1, 1), short.height_in)
+    return None
 
 
 def _print_traces(figure: go.Figure, monochrome: bool) -> go.Figure:
@@ -293,15 +326,15 @@ def _legend_across(blocks: list, keys: list, style: ExportStyle, width_px: float
     if needed > limit_in / 2:
         runs = sum(len(block) for _title, block in blocks)
         raise ExportError(
-            f"the legend of {runs} runs does not fit a {limit_in:g} in {style.size} figure; "
+            f"the legend of {counted(runs, 'run')} does not fit a {limit_in:g} in {style.size} figure; "
             "use --legend right or none, a larger --size or --height, or fewer runs"
         )
     spot = {"orientation": "h", "x": 0, "xanchor": "left", "entrywidth": entry, "entrywidthmode": "pixels", "yref": "container"}
     if style.legend == "top":
         margin["t"] += reserved
         spot |= {"y": 1, "yanchor": "top"}
-    else:
-        reserved += BOTTOM_SLACK_PX
+    else:  # the figure's last line: its box reserved, nothing under it (0.15 in more had been left blank)
+        reserved = drawn + LEGEND_BOX_PX
         margin["b"] += reserved
         spot |= {"y": 0, "yanchor": "top"}  # y: set once the height is known (top-anchored: Plotly draws it as reserved)
     margin["b"] += key_px
@@ -315,7 +348,7 @@ def _legend_right(out: go.Figure, blocks: list, keys: list, font: float, width_p
     drawn = _wrap_legend(out, margin["r"] - ITEM_PX - 10, font)
     if drawn > (limit_in * CSS_DPI - margin["t"] - margin["b"]):
         runs = sum(len(block) for _title, block in blocks)
-        raise ExportError(f"the legend of {runs} runs is taller than the {limit_in:g} in figure; use --legend top, or fewer runs")
+        raise ExportError(f"the legend of {counted(runs, 'run')} is taller than the {limit_in:g} in figure; use --legend top, or fewer runs")
     # Plotly draws a right-anchored legend ~8 px past the figure's edge: anchored that much inside it
     spot = {"orientation": "v", "x": 1 - 12 / width_px, "xanchor": "right", "xref": "container", "y": 1, "yanchor": "top"}
     key_px, key_entry = _key_room(keys, width_px - margin["l"] - margin["r"], font)
@@ -324,9 +357,9 @@ def _legend_right(out: go.Figure, blocks: list, keys: list, font: float, width_p
 
 
 def _key_room(keys: list, plot_px: float, font: float) -> tuple[float, float]:
-    """The devices' key under the charts: the px it takes (none without keys) and its entries' width."""
+    """The devices' key under the charts: the px its box takes (none without keys) and its entries' width."""
     drawn, entry = legend_size(keys, plot_px, font)
-    return (drawn + LEGEND_PAD_PX + BOTTOM_SLACK_PX if keys else 0), entry
+    return (drawn + LEGEND_BOX_PX if keys else 0), entry
 
 
 def _pin_legends(out: go.Figure, legends: _Legends, bottom: bool, keyed: bool, height_px: int) -> None:
@@ -436,7 +469,7 @@ def _row_gaps(out: go.Figure, font: float) -> None:
     if len(tops) < 2:
         return
     plot_px = out.layout.height - out.layout.margin.t - out.layout.margin.b
-    spans = _slots(len(tops), min(0.35, (4.2 * font + 6) / max(plot_px, 1)))
+    spans = _slots(len(tops), min(0.35, _row_gap_px(font) / max(plot_px, 1)))
     if spans[0][1] <= spans[0][0]:
         return
     new = {top: (1 - high, 1 - low) for top, (low, high) in zip(tops, spans, strict=True)}  # the top row first
@@ -449,6 +482,88 @@ def _row_gaps(out: go.Figure, font: float) -> None:
         if annotation.y is not None:
             nearest = min(moves, key=lambda top, y=annotation.y: abs(top - y))
             annotation.y = moves[nearest]
+
+
+def _row_gap_px(font: float) -> float:
+    """The room between stacked charts: the upper one's x tick labels and the lower one's title."""
+    return 4.2 * font + 6
+
+
+class _Short(NamedTuple):
+    """Charts too short for two y tick labels: how many charts in how many rows, and the height in inches they need."""
+
+    charts: int
+    rows: int
+    height_in: float
+
+
+def _y_ticks(out: go.Figure, font: float) -> _Short | None:
+    """Each chart's y tick labels at least TICK_GAP_FONTS font sizes apart, however short its row (Plotly's own choice
+    drew GPU memory's 5 labels 9 px apart in each 43 px chart of 8 at a single column): a round step chosen from the
+    chart's height in px, two labels at least; where a row is too short for two, what the figure would need."""
+    plot_px = out.layout.height - out.layout.margin.t - out.layout.margin.b
+    gap = TICK_GAP_FONTS * font
+    charts, tops, wanted = 0, set(), 0.0  # wanted: the px a chart needs for two labels, where one lacks them
+    for name, axis in out.layout.to_plotly_json().items():
+        if not name.startswith("yaxis") or axis.get("type") not in (None, "-", "linear") or axis.get("tickmode") == "array":
+            continue
+        low, high = (axis.get("domain") or [0, 1])[:2]
+        chart_px = (high - low) * plot_px
+        charts, tops = charts + 1, tops | {round(high, 6)}
+        limits = _numeric_range(axis.get("range"))
+        if limits is None:  # Plotly's autorange: at most as many ticks as keep their labels apart
+            plotly_ticks = int(min(max(chart_px / PLOTLY_TICK_PX, 4), 9)) + 1
+            if chart_px // gap < plotly_ticks:
+                out.layout[name].nticks = max(2, int(chart_px // gap))
+            continue
+        step = _tick_step(*limits, chart_px, gap)
+        if step is None:
+            widest = max(_round_steps(*limits, (limits[1] - limits[0]) / 100), default=limits[1] - limits[0])  # two labels, as far apart as they go
+            wanted = max(wanted, gap * (limits[1] - limits[0]) / widest)
+        else:
+            out.layout[name].update(tickmode="linear", tick0=0, dtick=step)
+    if not wanted:
+        return None
+    margin = out.layout.margin
+    rows = len(tops)
+    needed = (margin.t + margin.b + rows * wanted + (rows - 1) * _row_gap_px(font)) / CSS_DPI
+    return _Short(charts, rows, math.ceil(needed * 10) / 10)
+
+
+def _numeric_range(limits) -> tuple[float, float] | None:
+    """An axis's range as (low, high) where it is two finite, distinct numbers, else None."""
+    try:
+        low, high = sorted(float(v) for v in limits)
+    except (TypeError, ValueError):
+        return None
+    return (low, high) if math.isfinite(low) and math.isfinite(high) and high > low else None
+
+
+def _round_steps(low: float, high: float, least: float) -> list[float]:
+    """The round tick steps (TICK_STEPS times a power of ten) from `least` up, ascending, that put two ticks or more in [low, high]."""
+    steps = [m * 10.0**k for k in range(math.floor(math.log10(least)), math.ceil(math.log10(high - low)) + 1) for m in TICK_STEPS]
+    return [s for s in steps if s >= least * (1 - 1e-9) and math.floor(high / s + 1e-9) - math.ceil(low / s - 1e-9) >= 1]
+
+
+def _tick_step(low: float, high: float, chart_px: float, gap: float) -> float | None:
+    """The y tick step of a chart `chart_px` tall: Plotly's own spacing where that leaves three labels or more, else
+    the smallest round step with labels `gap` px apart; None where no round step puts two labels that far apart."""
+    if chart_px <= 0:
+        return None
+    span = high - low
+    fitting = _round_steps(low, high, span * gap / chart_px)
+    roomy = [s for s in fitting if s * chart_px / span >= PLOTLY_TICK_PX and math.floor(high / s + 1e-9) - math.ceil(low / s - 1e-9) >= 2]
+    return (roomy or fitting or [None])[0]
+
+
+def _short_rows(out: go.Figure, style: ExportStyle, short: _Short, fits_in: float | None) -> str:
+    """What to do about charts too short for two y tick labels, in one line."""
+    taller = f"give --height {fits_in:g} or more, " if fits_in else ""
+    wider = ", or --size double-column (two charts a row)" if style.size == "single-column" else ""
+    return (
+        f"{counted(short.charts, 'chart')} in {counted(short.rows, 'row')} of a {out.layout.height / CSS_DPI:.4g} in {style.size} figure are too "
+        f"short for two y-axis labels at {style.font_size:g} pt; {taller}a smaller --font-size, fewer charts{wider}"
+    )
 
 
 def _monochrome(trace, number: int) -> None:
@@ -470,7 +585,7 @@ def chosen_runs(view: View) -> pd.DataFrame:
         raise ExportError("no runs selected; pick runs in the dashboard and save the view, or give --experiment (and --workload/--run)")
     runs = view_runs(view)
     if runs.empty:
-        raise ExportError(f"none of the view's {len(view.runs)} runs is in this store; check --store, or save the view again")
+        raise ExportError(f"none of the view's {counted(len(view.runs), 'run')} is in this store; check --store, or save the view again")
     return runs
 
 
@@ -493,7 +608,7 @@ def view_title(what: list[str], runs: pd.DataFrame) -> str:
     """A figure's title for its PDF metadata: what it shows and of which runs ("SMACT, SMOCC · 4 runs: resnet50 2A, ...")."""
     names = [str(n) for n in runs["run_name"]] if "run_name" in runs.columns else []
     shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-    return f"{', '.join(dict.fromkeys(what))} · {len(names)} run{'s' if len(names) != 1 else ''}: {shown}"[:300]
+    return f"{', '.join(dict.fromkeys(what))} · {counted(len(names), 'run')}: {shown}"[:300]
 
 
 def comparison_figure(view: View, style: ExportStyle, kind: str, stat: str = "smact_mean", by: str = "workload", run_id: str | None = None) -> go.Figure:
@@ -572,9 +687,36 @@ def _kaleido_server() -> None:
             import kaleido
 
             _quiet_browser_logs()
+            _pdf_without_margins()
             kaleido.start_sync_server(silence_warnings=True)
             atexit.register(kaleido.stop_sync_server, silence_warnings=True)
             _kaleido_running = True
+
+
+PDF_PRINT = {"printBackground": True, "preferCSSPageSize": True, "pageRanges": "1"} | dict.fromkeys(
+    ("marginTop", "marginBottom", "marginLeft", "marginRight"), 0
+)
+
+
+def _pdf_without_margins() -> None:
+    """kaleido prints a PDF on a page of the figure's size with Chromium's 0.1 in margins (its one Page.printToPDF call),
+    so Chromium shrank the figure 5 % to fit (9 pt text as 8.5 pt) into the page's top left: a 3.5 × 9 in figure ended in
+    0.4 in of blank. Printed without margins, the page is the figure at its size. Left as it is where kaleido changed."""
+    try:
+        from kaleido._kaleido_tab import _devtools_utils as devtools
+
+        raise_error = devtools._raise_error
+        if list(inspect.signature(devtools.print_pdf).parameters) != ["tab"]:  # another kaleido's call: not ours to replace
+            return
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return
+
+    async def print_pdf(tab) -> str:
+        response = await tab.send_command("Page.printToPDF", params=PDF_PRINT)
+        raise_error(response)
+        return response.get("result", {}).get("data")
+
+    devtools.print_pdf = print_pdf
 
 
 def _kaleido_restart() -> None:

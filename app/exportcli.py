@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from radt.app.words import counted
 from radt.options import store_parent
 from radt.rundir import write_whole
 from radt.settings import tracking_uri
@@ -130,7 +131,7 @@ def main(argv: list[str]) -> int:
     except OSError as exc:  # the disk filled, the folder went away while the figure was drawn
         print(f"radt export: cannot write {opts.output} ({exc.strerror or exc}); give another --output", file=sys.stderr)
         return 1
-    print(f"radt export: wrote {opts.output} ({fmt.upper()}, {len(view.runs)} runs)", file=sys.stderr)
+    print(f"radt export: wrote {opts.output} ({fmt.upper()}, {counted(len(view.runs), 'run')})", file=sys.stderr)
     return 0
 
 
@@ -220,7 +221,7 @@ def _filtered(view, text: str, table: pd.DataFrame | None) -> list[str]:
         raise ExportError(f"--filter: {exc}") from None
     runs = [r for r in view.runs if r in kept]
     if not runs:
-        raise ExportError(f"--filter {text[:80]!r} keeps none of the {len(view.runs)} runs; try it in the dashboard's filter box")
+        raise ExportError(f"--filter {text[:80]!r} keeps none of the {counted(len(view.runs), 'run')}; try it in the dashboard's filter box")
     return runs
 
 

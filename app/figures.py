@@ -19,6 +19,7 @@ from plotly.subplots import make_subplots
 from radt.app.caveats import profiled_by, series_caveats
 from radt.app.downsample import Envelope, coarser, swings
 from radt.app.palette import SCREEN, colors, dash_of, run_colors, themed
+from radt.app.words import counted
 from radt.catalogue import Device, Metric, unit_text
 from radt.runmodel import gpu_entries
 
@@ -295,6 +296,13 @@ def _draw_workloads(d: _Drawing, panel: Panel, cell: dict) -> None:
         _add_band(d.fig, runs, found, d.x_mode, d.smoothing, cell, d.in_legend, band)
 
 
+def _devices_counted(devices: Mapping) -> str:
+    """What a run's GPU mean is over, in words: "2 GPUs", "1 GPU", "2 MIG slices" (slices of one GPU are not GPUs)."""
+    if all(device.mig is not None for device in devices):
+        return counted(len(devices), "MIG slice")
+    return counted(len({(device.node, device.gpu) for device in devices if device.gpu is not None}), "GPU")
+
+
 def _draw_runs(d: _Drawing, panel: Panel, cell: dict) -> None:
     """One chart of a run view: a line per run and device (a run's colour, a device's dash), or per run the mean of its GPUs."""
     look = _value_look(panel.metric)
@@ -305,7 +313,7 @@ def _draw_runs(d: _Drawing, panel: Panel, cell: dict) -> None:
         meta = d.runs.loc[run_id]
         if d.gpu_mode == "mean" and sum(1 for device in devices if device.gpu is not None) > 1:
             found = [(run_id, *_points(values)) for values in devices.values()]
-            series_meta = {"run_id": run_id, "name": str(meta["run_name"]), "device": f"mean of {len(found)} GPUs", "dash": "solid"} | look
+            series_meta = {"run_id": run_id, "name": str(meta["run_name"]), "device": f"mean of {_devices_counted(devices)}", "dash": "solid"} | look
             caveats = series_caveats(meta.get("tags"), Device())
             if caveats:
                 series_meta["where"] = " · ".join(caveats)

@@ -28,6 +28,7 @@ import sqlalchemy as sa
 
 from radt import mlflowdb, rollups, summarytable
 from radt.app.summarystore import readable, store_summaries
+from radt.app.words import counted
 from radt.errors import UserError
 from radt.options import store_parent
 from radt.settings import STORE_TIMEOUT, display_uri, tracking_uri
@@ -329,7 +330,8 @@ def retain(uri: str, keep_ms: int, *, dry_run: bool = False, now_ms: int | None 
             rows += sum(c.kept for c in cuts)
             if len(part) == PROGRESS_EVERY:
                 print(
-                    f"radt retain: {(done - 1) * PROGRESS_EVERY + len(part)}/{len(ids)} runs, {points} points {'to drop' if dry_run else 'dropped'}", file=out
+                    f"radt retain: {(done - 1) * PROGRESS_EVERY + len(part)}/{counted(len(ids), 'run')}, {counted(points, 'point')} {'to drop' if dry_run else 'dropped'}",
+                    file=out,
                 )
         return Totals(runs, points, rows, time.perf_counter() - started)
     finally:
@@ -352,7 +354,8 @@ def main(argv: list[str]) -> int:
     totals = retain(tracking_uri(args.store), keep_ms, dry_run=args.dry_run)
     verb = "would drop" if args.dry_run else "dropped"
     print(
-        f"radt retain: {totals.runs} runs, {totals.points} raw points {verb}, {totals.rollup_rows} rollup rows kept, in {totals.seconds:.1f} s",
+        f"radt retain: {counted(totals.runs, 'run')}, {counted(totals.points, 'raw point')} {verb}, {counted(totals.rollup_rows, 'rollup row')} kept, "
+        f"in {totals.seconds:.1f} s",
         file=sys.stderr,
     )
     return 0

@@ -246,7 +246,7 @@ def test_eight_metrics_fit_a_page_titled_by_the_view_with_nothing_else_on_the_te
     args = ["export", "--experiment", "radt-new", "--run", store.runs["A"], *[a for m in EIGHT for a in ("--metric", m)], "-o", str(tmp_path / "eight.pdf")]
     done = run_radt(args, radt_env(radt_home, store.uri), tmp_path)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "" and done.stderr.splitlines() == [f"radt export: wrote {tmp_path / 'eight.pdf'} (PDF, 1 runs)"], "no browser JSON or traceback"
+    assert done.stdout == "" and done.stderr.splitlines() == [f"radt export: wrote {tmp_path / 'eight.pdf'} (PDF, 1 run)"], "no browser JSON or traceback"
     title, width, height = _pdf(tmp_path / "eight.pdf")
     assert title.startswith("SMACT, SMACT (GPU 0), SMACT (GPU 1), GPU memory") and title.endswith("1 run: run A"), title
     assert "Kaleido" not in title

@@ -53,6 +53,12 @@ SVG_GEOMETRY = """() => {
 }"""
 
 
+def _svg_page(svg: str) -> str:
+    """An exported SVG alone on a page, at its origin: the body's 8 px margin put every box measured on the page 8 px
+    right of and below the figure's own coordinates (where its plots, width and height are measured)."""
+    return f'<body style="margin:0">{svg}</body>'
+
+
 def _overlap(a: dict, b: dict) -> bool:
     return a["l"] < b["r"] and b["l"] < a["r"] and a["t"] < b["b"] and b["t"] < a["b"]
 
@@ -65,7 +71,7 @@ def test_the_exported_legend_names_each_run_once_and_touches_no_chart(filled_sto
     figure, _missing = figure_for(view, ExportStyle(size=size, legend="top"))
     svg = image_bytes(figure, "svg", 96).decode()
     with new_page(browser, width=1200, height=1200) as page:
-        page.set_content(svg)
+        page.set_content(_svg_page(svg))
         shown = page.evaluate(SVG_GEOMETRY)
     names = sorted(view_runs(view)["run_name"].astype(str))
     runs_legend = next(lg for lg in shown["legends"] if lg["cls"] == "legend")
@@ -183,7 +189,7 @@ def test_the_exported_collocation_panels_keep_their_labels_apart(filled_store, b
     view = _all_runs(filled_store["uri"], (DEMO[0],), ["cat:sm_active"])
     figure = comparison_figure(view, ExportStyle(size=size), "collocation")
     with new_page(browser, width=1400, height=1000) as page:
-        page.set_content(image_bytes(figure, "svg", 96).decode())
+        page.set_content(_svg_page(image_bytes(figure, "svg", 96).decode()))
         shown = page.evaluate(SVG_TEXTS)
     left, right = sorted(shown["plots"], key=lambda p: p["l"])
     assert shown["y2title"] and shown["y2ticks"] and len(shown["panels"]) >= 2, shown
@@ -214,7 +220,7 @@ def test_an_exported_cdf_of_four_experiments_shows_each_entry_whole_and_keeps_it
     view = _all_runs(filled_store["uri"], (*DEMO, "long runs", "imported 5 GPUs"), ["cat:sm_active"])
     figure = comparison_figure(view, ExportStyle(size="single-column", legend=legend), "cdf")
     with new_page(browser, width=1400, height=1400) as page:
-        page.set_content(image_bytes(figure, "svg", 96).decode())
+        page.set_content(_svg_page(image_bytes(figure, "svg", 96).decode()))
         shown = page.evaluate(SVG_GEOMETRY)
         texts = page.evaluate(LEGEND_TEXTS)
     (runs_legend,) = [lg for lg in shown["legends"] if lg["cls"] == "legend"]
@@ -242,7 +248,7 @@ def test_an_exported_figure_by_workload_keeps_its_category_labels_apart(filled_s
     view = _all_runs(filled_store["uri"], (*DEMO, "long runs", "imported 5 GPUs"), ["cat:sm_active"])
     figure = comparison_figure(view, ExportStyle(size="single-column"), kind)
     with new_page(browser, width=1400, height=1400) as page:
-        page.set_content(image_bytes(figure, "svg", 96).decode())
+        page.set_content(_svg_page(image_bytes(figure, "svg", 96).decode()))
         shown = page.evaluate(SVG_GEOMETRY)
         ticks = page.evaluate(TICKS)
     assert len(ticks) == 8, ticks
@@ -268,7 +274,7 @@ def test_an_exported_legend_of_wrapped_commands_lays_them_side_by_side(filled_st
     view = _all_runs(filled_store["uri"], (*DEMO, "long runs", "imported 5 GPUs"), ["cat:sm_active"])
     figure = comparison_figure(view, ExportStyle(size="double-column", legend="top"), "collocation")
     with new_page(browser, width=1400, height=1400) as page:
-        page.set_content(image_bytes(figure, "svg", 96).decode())
+        page.set_content(_svg_page(image_bytes(figure, "svg", 96).decode()))
         shown = page.evaluate(SVG_GEOMETRY)
         items = page.evaluate(LEGEND_ITEMS)
         texts = page.evaluate(LEGEND_TEXTS)
@@ -297,7 +303,7 @@ def test_an_exported_figure_keeps_a_band_for_chart_titles_only_where_it_has_them
     style = ExportStyle(size="double-column", legend=legend)
     figure = figure_for(view, style)[0] if kind == "timeseries" else comparison_figure(view, style, kind)
     with new_page(browser, width=1400, height=1400) as page:
-        page.set_content(image_bytes(figure, "svg", 96).decode())
+        page.set_content(_svg_page(image_bytes(figure, "svg", 96).decode()))
         shown = page.evaluate(SVG_GEOMETRY)
         titles = page.evaluate(TITLES)
     above = max([lg["box"]["b"] for lg in shown["legends"] if lg["cls"] == "legend"] or [0.0])  # the legend's foot, or the page's top

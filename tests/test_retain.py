@@ -93,7 +93,7 @@ def test_radt_rollup_after_retain_and_retain_twice_change_nothing(store_uri, cap
     before = stored(store_uri)
 
     assert radt_main(["retain", "--raw", "30d", "--store", store_uri]) == 0
-    assert capsys.readouterr().err.strip().startswith(f"radt retain: 1 runs, {len(old)} raw points dropped, ")
+    assert capsys.readouterr().err.strip().startswith(f"radt retain: 1 run, {len(old)} raw points dropped, ")
     assert sorted(p.timestamp for p in raw_points(store_uri, run_id)) == [p.timestamp for p in recent]
     assert_same(stored(store_uri), before)
 
@@ -205,7 +205,7 @@ def test_dry_run_counts_what_would_go_and_changes_nothing(store_uri, capsys):
     before = stored(store_uri, run_id)
 
     assert radt_main(["retain", "--raw", "30d", "--store", store_uri, "--dry-run"]) == 0
-    assert capsys.readouterr().err.startswith(f"radt retain: 1 runs, {len(old)} raw points would drop")
+    assert capsys.readouterr().err.startswith(f"radt retain: 1 run, {len(old)} raw points would drop")
     assert len(raw_points(store_uri, run_id)) == len(old) + 60
     assert_same(stored(store_uri, run_id), before)
     assert raw_from(store_uri, run_id) == {"system/gpu_0_sm_active": None}

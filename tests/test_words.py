@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from radt.app.aggregates import bar_figure
 from radt.app.words import counted
+from radt.catalogue import METRICS, Device
 
 
 def test_a_count_is_written_in_the_number_of_its_noun():
@@ -35,3 +37,25 @@ def test_a_bar_of_one_run_says_one_run_in_its_tooltip():
     assert "min–max of 1 run)" in templates["workload 1 alone"] and "1 runs" not in templates["workload 1 alone"], templates
     assert "min–max of 2 runs)" in templates["workload 2 pair"], templates
     assert list(bars.customdata) == [1, 2], "the runs a bar holds, as a number"
+
+
+def test_a_runs_gpu_mean_says_what_it_is_over_in_words():
+    """'mean of 2 GPUs' was the count of series: two MIG slices of one GPU, or a GPU and a slice of it, were "2 GPUs"."""
+    from radt.app.figures import Panel, overlay_figure
+
+    start = 1_760_000_000_000
+    runs = pd.DataFrame(
+        [
+            {"run_id": r, "run_name": r, "start_time": start, "workload_id": "w", "workload_label": "workload 1", "letter": "A", "params": {}, "tags": {}}
+            for r in ("slices", "whole", "pair")
+        ]
+    )
+    series = (start + np.arange(30) * 1000, np.full(30, 0.5))
+    devices = {
+        "slices": {Device(None, 0, 1): series, Device(None, 0, 2): series},
+        "whole": {Device(None, 0): series, Device(None, 0, 3): series},
+        "pair": {Device(None, 0): series, Device(None, 1): series},
+    }
+    figure = overlay_figure([Panel(METRICS["sm_active"], devices)], runs, gpu_mode="mean")
+    said = {t.meta["run_id"]: t.meta["device"] for t in figure.data if isinstance(t.meta, dict) and not t.meta.get("band")}
+    assert said == {"slices": "mean of 2 MIG slices", "whole": "mean of 1 GPU", "pair": "mean of 2 GPUs"}, said
