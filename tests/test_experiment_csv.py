@@ -12,13 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pynvml
 import pytest
 
 from radt.collectors.experiment import ExperimentFile, plan, real_machine
-from tests.fakes.fake_nvml import install_fake
 from tests.support.paths import FAKE_NVML_DIR, FAKE_TOOLS, REPO
-from tests.support.radtproc import run_radt
+from tests.support.radtproc import fake_gpu_node, run_radt
 
 HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
 
@@ -28,13 +26,7 @@ def fake_tools(tmp_path, monkeypatch) -> Path:
     """Fake nvidia-smi (4 A100s, GPU 2 in MIG mode), nvidia-cuda-mps-control, nsys and ncu on PATH; the real ones hidden.
 
     NVML is the fake without a library, whatever this machine has, so the GPUs are nvidia-smi's."""
-    install_fake(pynvml, None, monkeypatch.setattr)
-    monkeypatch.setenv("PATH", f"{FAKE_TOOLS}:/usr/bin:/bin")
-    monkeypatch.setenv("RADT_FAKE_TOOLS_STATE", str(tmp_path / "tools-state.json"))
-    monkeypatch.setenv("RADT_FAKE_TOOLS_LOG", str(tmp_path / "tools.log"))
-    (tmp_path / "train.py").write_text("print('training')\n")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+    return fake_gpu_node(tmp_path, monkeypatch)
 
 
 def _plan(folder: Path, body: str, header: str = HEADER, rerun: bool = False):

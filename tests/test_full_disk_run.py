@@ -24,6 +24,7 @@ from mlflow import MlflowClient
 from tests.support.disks import fill, tmpfs
 from tests.support.polling import wait_for
 from tests.support.radtproc import radt_command, radt_env, run_radt
+from tests.support.stored import per_key_and_step
 
 pytestmark = pytest.mark.dialects
 
@@ -54,19 +55,11 @@ SCRIPT = f"""
 
 
 def _per_key_and_step(uri: str, run_id: str) -> dict[str, dict[int, int]]:
-    """{key: {step: rows}} of the run's metrics, read straight from the store's database."""
-    engine = sa.create_engine(uri)
+    """Every key's rows per step; nothing yet while SQLite is busy with the writer."""
     try:
-        with engine.connect() as conn:
-            rows = conn.execute(sa.text("select key, step, count(*) from metrics where run_uuid = :r group by key, step"), {"r": run_id}).all()
-    except sa.exc.OperationalError:  # SQLite busy with a writer
+        return per_key_and_step(uri, run_id)
+    except sa.exc.OperationalError:
         return {}
-    finally:
-        engine.dispose()
-    counts: dict[str, dict[int, int]] = {}
-    for key, step, n in rows:
-        counts.setdefault(key, {})[step] = n
-    return counts
 
 
 def _last_tick(uri: str, run_id: str) -> int:

@@ -15,14 +15,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pynvml
 import pytest
 
 from radt.collectors.experiment import ExperimentFile, plan, real_machine
 from radt.collectors.migplacement import Slot
-from tests.fakes.fake_nvml import install_fake
-from tests.support.paths import FAKE_TOOLS
-from tests.support.radtproc import fake_tools_env, radt_env, run_radt
+from tests.support.radtproc import fake_gpu_node, fake_tools_env, radt_env, run_radt
 
 HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
 TOO_MUCH = (
@@ -35,13 +32,7 @@ TOO_MUCH = (
 @pytest.fixture
 def machine(tmp_path, monkeypatch, radt_home) -> Path:
     """A 4-GPU A100 40GB node whose GPU 2 is in MIG mode: the fake nvidia-smi on PATH, NVML without a driver."""
-    install_fake(pynvml, None, monkeypatch.setattr)
-    monkeypatch.setenv("PATH", f"{FAKE_TOOLS}:/usr/bin:/bin")
-    monkeypatch.setenv("RADT_FAKE_TOOLS_STATE", str(tmp_path / "tools-state.json"))
-    monkeypatch.setenv("RADT_FAKE_TOOLS_LOG", str(tmp_path / "tools.log"))
-    (tmp_path / "train.py").write_text("print('training')\n")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+    return fake_gpu_node(tmp_path, monkeypatch)
 
 
 def _plan(folder: Path, profiles: list[str], gpu: int = 2):

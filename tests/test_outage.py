@@ -31,6 +31,7 @@ from tests.support.polling import wait_for
 from tests.support.postgres import address
 from tests.support.proxy import TcpProxy
 from tests.support.radtproc import LiveRadt, radt_env, run_radt
+from tests.support.stored import per_key_and_step
 
 STEADY = """
     import os, time
@@ -74,25 +75,9 @@ def _script(folder: Path, body: str = STEADY, name: str = "steady.py") -> Path:
     return path
 
 
-def _per_key_and_step(uri: str, run_id: str) -> dict[str, dict[int, int]]:
-    """{key: {step: rows}} of the run's system metrics, read straight from the store's database."""
-    engine = sa.create_engine(uri)
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(
-                sa.text("select key, step, count(*) from metrics where run_uuid = :r and key like 'system/%' group by key, step"), {"r": run_id}
-            ).all()
-    finally:
-        engine.dispose()
-    counts: dict[str, dict[int, int]] = {}
-    for key, step, n in rows:
-        counts.setdefault(key, {})[step] = n
-    return counts
-
-
 def _rows(uri: str, run_id: str) -> int:
     try:
-        return sum(sum(steps.values()) for steps in _per_key_and_step(uri, run_id).values())
+        return sum(sum(steps.values()) for steps in per_key_and_step(uri, run_id, "system/").values())
     except sa.exc.OperationalError:  # SQLite busy with a writer
         return 0
 
@@ -100,7 +85,7 @@ def _rows(uri: str, run_id: str) -> int:
 def _last_step(uri: str, run_id: str) -> int:
     """The run's last tick in the store (of MEMORY, sampled on every tick), -1 before the first."""
     try:
-        return max(_per_key_and_step(uri, run_id).get(MEMORY, {-1: 0}))
+        return max(per_key_and_step(uri, run_id, "system/").get(MEMORY, {-1: 0}))
     except sa.exc.OperationalError:
         return -1
 
@@ -132,7 +117,7 @@ def _gaps(counts: dict[str, dict[int, int]]) -> dict[str, list[int]]:
 
 def assert_every_point_once(uri: str, run_id: str, at_least: int) -> int:
     """Each step of each system key in the store once, none missing in between; returns the number of points."""
-    counts = _per_key_and_step(uri, run_id)
+    counts = per_key_and_step(uri, run_id, "system/")
     assert MEMORY in counts, f"no {MEMORY} in the store: {sorted(counts)}"
     twice = {(key, step): n for key, steps in counts.items() for step, n in steps.items() if n != 1}
     assert not twice, f"points stored more than once: {list(twice.items())[:10]}"
@@ -323,7 +308,7 @@ def test_a_full_disk_under_the_spool_is_loud_and_radt_says_what_was_lost(pg_uri,
     assert f"the spool {spool} could not be written (No space left on device)" in lost_line
     assert code == POINTS_LOST_EXIT, radt.stderr
     assert f"radt: exit status {POINTS_LOST_EXIT}: the script succeeded, but {lost:,} points of its run were lost" in radt.stderr
-    counts = _per_key_and_step(pg_uri, run_id)
+    counts = per_key_and_step(pg_uri, run_id, "system/")
     gaps = _gaps(counts)
     missing = sum(len(steps) for key, steps in gaps.items() if key not in WITNESS)
     # a CPU figure missing from a tick whose rest was dropped may never have been sampled (see WITNESS): those are the only slack

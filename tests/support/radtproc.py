@@ -64,6 +64,22 @@ def fake_tools_env(folder: Path) -> dict[str, str]:
     }
 
 
+def fake_gpu_node(folder: Path, monkeypatch) -> Path:
+    """This process on a node of 4 A100s (GPU 2 in MIG mode) as the fake nvidia-smi has it: its tools on PATH with their
+    state and log in FOLDER, NVML the fake without a library (whatever this machine has), a train.py there as the cwd."""
+    import pynvml
+
+    from tests.fakes.fake_nvml import install_fake
+
+    install_fake(pynvml, None, monkeypatch.setattr)
+    monkeypatch.setenv("PATH", f"{FAKE_TOOLS}:/usr/bin:/bin")
+    monkeypatch.setenv("RADT_FAKE_TOOLS_STATE", str(folder / "tools-state.json"))
+    monkeypatch.setenv("RADT_FAKE_TOOLS_LOG", str(folder / "tools.log"))
+    (folder / "train.py").write_text("print('training')\n")
+    monkeypatch.chdir(folder)
+    return folder
+
+
 def radt_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "radt", *args]
 

@@ -30,3 +30,19 @@ def points(run_id: str, key: str, uri: str | None = None) -> int:
     query = sa.select(sa.func.count()).select_from(table).where(table.c.run_uuid == run_id, table.c.key == key)
     with _engine(uri).connect() as conn:
         return conn.execute(query).scalar_one()
+
+
+def per_key_and_step(uri: str, run_id: str, prefix: str = "") -> dict[str, dict[int, int]]:
+    """{key: {step: rows}} of the run's metrics whose key starts with PREFIX, read straight from the store's database (a
+    point stored twice shows as 2). SQLite busy with a writer raises sqlalchemy's OperationalError."""
+    engine = sa.create_engine(uri)
+    try:
+        with engine.connect() as conn:
+            query = "select key, step, count(*) from metrics where run_uuid = :r and key like :p group by key, step"
+            rows = conn.execute(sa.text(query), {"r": run_id, "p": prefix + "%"}).all()
+    finally:
+        engine.dispose()
+    counts: dict[str, dict[int, int]] = {}
+    for key, step, n in rows:
+        counts.setdefault(key, {})[step] = n
+    return counts
