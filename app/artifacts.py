@@ -146,7 +146,7 @@ def _local_files(root: Path, path: str) -> Listing:
 
 
 def _local_entry(root: Path, full: Path) -> Entry | None:
-    """A regular file's entry, when its real path stays inside root and it is no copy under way (collectors/sqltracking.py)."""
+    """A regular file's entry, when its real path stays inside root and it is no copy under way (collectors/store/sqltracking.py)."""
     real = _inside(root, full)
     if real is None or full.name.startswith(".artifact.uploading."):
         return None

@@ -203,8 +203,8 @@ def many_runs_store(uri: str, count: int, minutes: int) -> tuple[str, list[str]]
 
     from radt.app.data import DEFAULT_METRICS
     from radt.catalogue import METRICS, key
-    from radt.collectors import tracking
-    from radt.collectors.stores import SqlMetricStore
+    from radt.collectors.store import tracking
+    from radt.collectors.store.stores import SqlMetricStore
     from radt.points import Point
     from tests.support.runs import radt_run
 

@@ -21,8 +21,8 @@ import plotly.graph_objects as go
 import sqlalchemy as sa
 from mlflow import MlflowClient
 
-from radt.collectors import tracking
-from radt.collectors.stores import SqlMetricStore
+from radt.collectors.store import tracking
+from radt.collectors.store.stores import SqlMetricStore
 from radt.points import Point
 from tests.support.runs import radt_run
 

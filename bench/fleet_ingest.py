@@ -7,7 +7,7 @@ dropped here) with MLflow's schema from radt's `tracking.connect`, and the same 
 `tracking.create_run`:
 
   radt      one `MetricWriter(open_metric_store(uri), run_id, spool)` per run, fed one sample a
-            second, exactly as collectors/runner.py wires it (its own engine per run), closed with
+            second, exactly as collectors/run/runner.py wires it (its own engine per run), closed with
             the runner's default 60 s flush timeout
   log_batch `MlflowClient(uri).log_batch(run_id, 96 metrics, synchronous=True)` once per writer per
             second from the writer's own thread (MLflow's SqlAlchemyStore, one engine per process, its
@@ -126,8 +126,8 @@ def sample(keys: list[str], t: float, step: int, rnd: random.Random) -> list[Poi
 
 def radt_side(uri: str, runs, keys, interval: float, spool_dir: Path, stats: dict):
     """One MetricWriter per run on its own store, as runner.py wires them; returns the load loop."""
-    from radt.collectors.stores import open_metric_store
-    from radt.collectors.writer import MetricWriter
+    from radt.collectors.store.stores import open_metric_store
+    from radt.collectors.store.writer import MetricWriter
 
     writers = [
         MetricWriter(TimedStore(open_metric_store(uri), stats), run_id, spool_dir / run_id / "spool.jsonl", report=stats["reports"].append).start()
@@ -374,7 +374,7 @@ class PrivatePostgres:
 
 def create_runs(uri: str, writers: int, interval: float, side: str) -> list[tuple[str, float]]:
     """MLflow's schema via radt's connect, then `writers` runs via radt's create_run; (run id, sampling phase) each."""
-    from radt.collectors.tracking import connect, create_run, resolve_experiment
+    from radt.collectors.store.tracking import connect, create_run, resolve_experiment
     from radt.runmodel import INTERVAL_TAG
 
     client = connect(uri)
@@ -404,8 +404,8 @@ def create_runs(uri: str, writers: int, interval: float, side: str) -> list[tupl
 
 def replay_spools(uri: str, spool_dir: Path) -> int:
     """What the writers left in their spools, sent the way `radt sync` does; returns points sent (duplicates included)."""
-    from radt.collectors.stores import open_metric_store
-    from radt.collectors.writer import Spool
+    from radt.collectors.store.stores import open_metric_store
+    from radt.collectors.store.writer import Spool
 
     sent = 0
     store = open_metric_store(uri)

@@ -57,7 +57,7 @@ import sqlalchemy as sa  # noqa: E402
 from mlflow.entities import Metric  # noqa: E402
 
 from radt import rollups  # noqa: E402
-from radt.collectors.stores import SqlMetricStore  # noqa: E402
+from radt.collectors.store.stores import SqlMetricStore  # noqa: E402
 from radt.points import Point  # noqa: E402
 
 KEYS = [f"system/bench_metric_{i:02d}" for i in range(20)]

@@ -33,8 +33,8 @@ from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # noqa: E402
 
 from radt.app import live  # noqa: E402
 from radt.app.store import make_read_engine  # noqa: E402
-from radt.collectors import tracking  # noqa: E402
-from radt.collectors.stores import SqlMetricStore  # noqa: E402
+from radt.collectors.store import tracking  # noqa: E402
+from radt.collectors.store.stores import SqlMetricStore  # noqa: E402
 from radt.points import Point  # noqa: E402
 from tests.support.browser import chromium, dashboard  # noqa: E402
 from tests.support.runs import radt_run  # noqa: E402

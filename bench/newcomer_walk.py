@@ -53,8 +53,10 @@ def build_store(uri: str) -> None:
     """The demo, the microbench imports and ten long runs, written through radt's own paths."""
     from mlflow import MlflowClient
 
-    from radt.collectors import demo, importer, tracking
-    from radt.collectors.stores import SqlMetricStore
+    from radt.collectors import demo
+    from radt.collectors.imports import importer
+    from radt.collectors.store import tracking
+    from radt.collectors.store.stores import SqlMetricStore
     from radt.points import Point
 
     demo.write_demo(uri, minutes=6, report=lambda _line: None)

@@ -52,7 +52,7 @@ from radt.app.cache import CACHE, cache_config  # noqa: E402
 from radt.app.downsample import ENVELOPE_POINTS, Envelope  # noqa: E402
 from radt.app.state import STATE, connect_store  # noqa: E402
 from radt.app.views import SCREEN_BUDGET, series_budget  # noqa: E402
-from radt.collectors import tracking  # noqa: E402
+from radt.collectors.store import tracking  # noqa: E402
 from tests.support.runs import radt_run  # noqa: E402
 
 METRICS = {"sm_active": 0.45, "sm_occupancy": 0.2, "gr_engine_active": 0.55, "dram_active": 0.25}

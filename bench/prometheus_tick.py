@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from radt.collectors import promql  # noqa: E402
+from radt.collectors.sources import promql  # noqa: E402
 from radt.collectors.sources.base import SamplingContext  # noqa: E402
 from radt.collectors.sources.prometheus import PrometheusSource  # noqa: E402
 from tests.support import prometheus as prom  # noqa: E402

@@ -33,7 +33,7 @@ from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # noqa: E402
 
 from radt import mlflowdb  # noqa: E402
 from radt.app import retain  # noqa: E402
-from radt.collectors.stores import SqlMetricStore  # noqa: E402
+from radt.collectors.store.stores import SqlMetricStore  # noqa: E402
 from radt.points import Point  # noqa: E402
 
 DAY_MS = 86_400_000

@@ -6,7 +6,7 @@ Fills a fresh SQLite store (and a fresh PostgreSQL database) with RUNS runs x 4 
 1 Hz through radt's writer (SqlMetricStore.write), then times, side by side in this one process:
 - raw scan (the baseline): every run's non-NaN points read from MLflow's `metrics` into Python, chunk by
   chunk as the rollup reads them: what any reader of the raw points pays once;
-- radt rollup: collectors.rollup.build(), what `radt rollup --store URI` runs (read, bucket at 10 s /
+- radt rollup: collectors.store.rollup.build(), what `radt rollup --store URI` runs (read, bucket at 10 s /
   1 min / 10 min, delete and upsert every run's rows).
 Prints the medians, the ratio and the rows written. Figures go to docs/PERFORMANCE.md.
 """
@@ -30,9 +30,9 @@ from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # noqa: E402
 from overlay_query import timed  # noqa: E402  (bench/ is on sys.path: this file runs as a script)
 
 from radt import mlflowdb, rollups  # noqa: E402
-from radt.collectors.rollup import build  # noqa: E402
-from radt.collectors.sqltracking import make_engine  # noqa: E402
-from radt.collectors.stores import SqlMetricStore  # noqa: E402
+from radt.collectors.store.rollup import build  # noqa: E402
+from radt.collectors.store.sqltracking import make_engine  # noqa: E402
+from radt.collectors.store.stores import SqlMetricStore  # noqa: E402
 from radt.points import Point  # noqa: E402
 
 METRICS = {"sm_active": 0.45, "sm_occupancy": 0.2, "gr_engine_active": 0.55, "dram_active": 0.25}

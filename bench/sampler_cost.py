@@ -95,18 +95,18 @@ def _scratch_sqlite(tmp: Path):
 
 
 def worker_radt(args, with_writer: bool) -> dict:
-    from radt.collectors.listeners import make_source
-    from radt.collectors.proctree import ProcessTree
-    from radt.collectors.sampler import Sampler, open_sources
+    from radt.collectors.process.proctree import ProcessTree
+    from radt.collectors.run.sampler import Sampler, open_sources
     from radt.collectors.sources.base import SamplingContext
+    from radt.collectors.sources.listeners import make_source
 
     notes: list[str] = []
     tmp = Path(tempfile.mkdtemp(prefix="radt-bench-"))
     writer = None
     counted = [0]
     if with_writer:
-        from radt.collectors.stores import SqlMetricStore
-        from radt.collectors.writer import MetricWriter
+        from radt.collectors.store.stores import SqlMetricStore
+        from radt.collectors.store.writer import MetricWriter
 
         uri, run_id = _scratch_sqlite(tmp)
         writer = MetricWriter(SqlMetricStore(uri), run_id, tmp / "spool.jsonl", report=notes.append).start()
@@ -283,7 +283,7 @@ def run_worker(args) -> dict:
 
 def breakdown(pid: int, rounds: int) -> list[tuple[str, float]]:
     """CPU ms per call of each piece of radt's tick, in a tight loop (the tree refreshed every call)."""
-    from radt.collectors.proctree import ProcessTree
+    from radt.collectors.process.proctree import ProcessTree
     from radt.collectors.sources.base import SamplingContext
     from radt.collectors.sources.host import HostSource
 

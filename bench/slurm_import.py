@@ -36,8 +36,9 @@ if str(REPO) not in sys.path:
 import sqlalchemy as sa  # noqa: E402
 from mlflow import MlflowClient  # noqa: E402
 
-from radt.collectors import slurmacct, slurmimport  # noqa: E402
-from radt.collectors.tracking import connect  # noqa: E402
+from radt.collectors.cluster import slurmimport  # noqa: E402
+from radt.collectors.slurm import slurmacct  # noqa: E402
+from radt.collectors.store.tracking import connect  # noqa: E402
 
 T0 = 1_795_700_000
 
@@ -88,7 +89,8 @@ def mlflow_floor(uri: str, text: str) -> float:
 
 def prometheus_part(uri: str, jobs: int, history_s: int) -> None:
     """`jobs` jobs of 20 s on 16 nodes inside what a real Prometheus scraped, imported with their series; time, queries, CPU."""
-    from radt.collectors import importer, promql
+    from radt.collectors.imports import importer
+    from radt.collectors.sources import promql
     from tests.support import prometheus as prom
     from tests.support.dcgm_exporter import Device
 

@@ -29,7 +29,7 @@ from mlflow import MlflowClient  # noqa: E402
 
 from radt import catalogue  # noqa: E402
 from radt.app import retain  # noqa: E402
-from radt.collectors.stores import SqlMetricStore  # noqa: E402
+from radt.collectors.store.stores import SqlMetricStore  # noqa: E402
 from radt.points import Point  # noqa: E402
 
 DAY_MS = 86_400_000

@@ -14,9 +14,10 @@ from pathlib import Path
 
 from radt.artifacts import configure as configure_artifacts
 from radt.cli import OneLineParser, commands_text
-from radt.collectors.command import UsageError, build_command, check_name, check_numbers, check_script
-from radt.collectors.listeners import DEFAULT, ListenerError, parse_listeners, parse_profiler
-from radt.collectors.profilers import check_profiler
+from radt.collectors._common import UsageError, check_host, check_name, check_numbers
+from radt.collectors.run.command import build_command, check_script
+from radt.collectors.run.profilers import check_profiler
+from radt.collectors.sources.listeners import DEFAULT, ListenerError, parse_listeners, parse_profiler
 from radt.errors import report
 from radt.options import recording_parent, store_parent
 from radt.settings import check_radt_home, tracking_uri
@@ -24,7 +25,7 @@ from radt.settings import check_radt_home, tracking_uri
 
 def parse_devices(spec: str | None) -> list[int | str] | None:
     """'0+1' or '0,1' -> [0, 1] (nvidia-smi's indices); GPU-/MIG- UUIDs kept as text; '-' or empty -> None (no GPU pinning)."""
-    from radt.collectors.gpus import device_tokens
+    from radt.collectors.sources.gpus import device_tokens
 
     return device_tokens(spec)
 
@@ -36,22 +37,13 @@ def process_ends(code: int) -> int:
     return code
 
 
-def check_host(text: str, option: str = "--host") -> str:
-    """A node's name for --host; UsageError in one line naming the fix."""
-    from radt.settings import is_host_name
-
-    if not is_host_name(text.strip()):
-        raise UsageError(f"{option} {text!r} is not a host name; give the node's name as its exporter labels it, e.g. {option} gpu-node-7")
-    return text.strip()
-
-
 SCHEDULER_ONLY = "is the scheduler's own option: run the workload from its CSV (radt experiment.csv)"
 
 
 def check_gate(text: str) -> Path:
     """--start-gate, the CSV scheduler's: a radt-gate-* folder of this user's that it made for one workload. Any other
     path (`/etc`) was waited at for ever, its run RUNNING, with files written into it."""
-    from radt.collectors.reaper import GATE_PREFIX
+    from radt.collectors.experiment.workloads import GATE_PREFIX
 
     path = Path(text)
     try:
@@ -150,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         store = tracking_uri(opts.store)
         configure_artifacts(opts.artifacts, store)  # RADT_ARTIFACT_URI, which the runs it starts inherit
         if opts.prometheus is not None:
-            from radt.collectors.promql import check_url
+            from radt.collectors.sources.promql import check_url
 
             os.environ["RADT_PROMETHEUS_URL"] = check_url(opts.prometheus)  # as the runs of a CSV experiment read it
         if opts.host is not None:
@@ -179,10 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ListenerError, UsageError, ValueError) as exc:
         print(f"radt: {exc}", file=sys.stderr)
         return 2
-    from radt.collectors.nodes import ignored_run_id
-    from radt.collectors.reaper import reap
-    from radt.collectors.runner import RunOptions, run_script
-    from radt.collectors.tracking import StoreError
+    from radt.collectors.recovery.reaper import reap
+    from radt.collectors.run.runner import RunOptions, run_script
+    from radt.collectors.store.nodes import ignored_run_id
+    from radt.collectors.store.tracking import StoreError
 
     note = ignored_run_id(os.environ)  # MLFLOW_RUN_ID that names no run to join: said, not ignored without a word
     if note:
@@ -211,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             start_gate=Path(opts.start_gate) if opts.start_gate else None,
         )
         if run.start_gate is None:  # a CSV run's scheduler has done it
-            reap(store=run.store, wait=False)  # trees and runs that killed radt processes left (collectors/reaper.py)
+            reap(store=run.store, wait=False)  # trees and runs that killed radt processes left (collectors/recovery/reaper.py)
         return process_ends(run_script(run))
     except (UsageError, ListenerError, StoreError, ValueError) as exc:
         print(f"radt: {exc}", file=sys.stderr)
@@ -239,8 +231,8 @@ def _experiment(opts: argparse.Namespace, store: str) -> int:
         sbatch = shlex.split(opts.sbatch)
     except ValueError as exc:
         raise UsageError(f"--sbatch '{opts.sbatch}' cannot be split into options ({exc}); close the quote") from exc
-    from radt.collectors.scheduler import ExperimentOptions, run_experiment
-    from radt.collectors.tracking import StoreError
+    from radt.collectors.experiment.scheduler import ExperimentOptions, run_experiment
+    from radt.collectors.store.tracking import StoreError
 
     experiment = ExperimentOptions(
         csv=Path(opts.script),
@@ -254,16 +246,19 @@ def _experiment(opts: argparse.Namespace, store: str) -> int:
     )
     try:
         if opts.slurm_rows:  # inside a job that `radt experiment.csv --slurm` submitted
-            from radt.collectors.slurm import run_job
+            from radt.collectors.slurm.job import run_job
 
             experiment.csv = experiment.csv.resolve()
             return process_ends(run_job(experiment, [int(line) for line in opts.slurm_rows.split(",")]))
         if opts.slurm:
-            from radt.collectors.slurm import SlurmOptions, submit_experiment
+            from radt.collectors.slurm.jobscript import SlurmOptions
+            from radt.collectors.slurm.submitter import submit_experiment
 
             slurm = SlurmOptions(opts.slurm_partition, opts.slurm_account, opts.slurm_time, sbatch)
             return process_ends(submit_experiment(experiment, slurm))
-        return process_ends(run_experiment(experiment))
+        from radt.collectors.recovery.reaper import reap
+
+        return process_ends(run_experiment(experiment, lambda: reap(report, store=store, wait=False)))
     except StoreError as exc:
         print(f"radt: {exc}", file=sys.stderr)
         return 2

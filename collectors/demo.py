@@ -60,8 +60,8 @@ import sqlalchemy as sa
 
 from radt import settings
 from radt.catalogue import MIB, key
-from radt.collectors.stores import StoreUnavailable, open_metric_store
-from radt.collectors.tracking import connect, create_run, redact, resolve_experiment, set_tags
+from radt.collectors.store.stores import StoreUnavailable, open_metric_store
+from radt.collectors.store.tracking import connect, create_run, redact, resolve_experiment, set_tags
 from radt.errors import UserError
 from radt.options import store_parent
 from radt.points import Point

@@ -9,7 +9,7 @@ works both ways.
 
 No call waits for the store and none imports MLflow: each appends one JSON line to the run folder's
 script.jsonl (RADT_RUN_DIR), and radt's own process sends them on through its writer (queue, spool,
-deadlines; collectors/scriptlog.py). A disk that refuses the line is said once on stderr and never
+deadlines; collectors/run/scriptlog.py). A disk that refuses the line is said once on stderr and never
 raised into the training loop; what radt rejects (an invalid key) is said on radt's stderr.
 """
 
@@ -160,7 +160,7 @@ class RadtRun:
 class ScriptLog:
     """The script's side of script.jsonl: one O_APPEND write per call, no fsync, no store, no MLflow.
 
-    radt's process reads the file as it grows (collectors/scriptlog.py). A failing disk costs the calls
+    radt's process reads the file as it grows (collectors/run/scriptlog.py). A failing disk costs the calls
     it refuses, said once on stderr; it never raises into the training loop."""
 
     def __init__(self, path: Path) -> None:

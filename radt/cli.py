@@ -18,12 +18,12 @@ from radt.settings import check_settings
 
 # subcommand -> the module whose main(argv) runs it; anything else is a script or an experiment CSV
 COMMANDS = {
-    "import": "radt.collectors.importer",
-    "sync": "radt.collectors.sync",
-    "rollup": "radt.collectors.rollup",
+    "import": "radt.collectors.imports.importer",
+    "sync": "radt.collectors.recovery.sync",
+    "rollup": "radt.collectors.store.rollup",
     "retain": "radt.app.retain",
     "demo": "radt.collectors.demo",
-    "monitor": "radt.collectors.monitor",
+    "monitor": "radt.collectors.monitor.monitor",
     "export": "radt.app.exportcli",
     "dashboard": "radt.app.main",
 }

@@ -4,7 +4,7 @@ SQLAlchemy Core copies of the tables of `mlflow/store/tracking/dbmodels/models.p
 schema revision SCHEMA_REVISION), with MLflow's column types, keys and constraint names, and what the
 installed MLflow defines that a write must match (its schema revisions, its random run names), read
 from its files. A store is written through these tables at a revision in KNOWN_GOOD, or at any other whose
-tables `schema_difference()` finds as radt writes them (collectors/sqltracking.py).
+tables `schema_difference()` finds as radt writes them (collectors/store/sqltracking.py).
 """
 
 from __future__ import annotations

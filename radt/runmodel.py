@@ -1,7 +1,7 @@
 """The run model both sides share: the tags radt writes on MLflow runs and reads back, the roles a
 run plays, a workload's run letters, how a run's workload is named, and what "ran together" means.
 
-The writer (collectors/tracking.py), the scheduler and the read side (app/runs.py, app/compare.py)
+The writer (collectors/store/tracking.py), the scheduler and the read side (app/runs.py, app/compare.py)
 spell every one of these here, so a tag renamed is renamed for both.
 """
 
@@ -61,12 +61,12 @@ SLURM_JOB_TAG = "radt.slurm.job_id"
 SLURM_STEP_TAG = "radt.slurm.step"  # <job id>.<step id>: the radts of one multi-node step share one run
 SLURM_NODE_TAG = "radt.slurm.node"
 SLURM_PARTITION_TAG = "radt.slurm.partition"
-# `radt import --slurm` (collectors/slurmimport.py) writes these; the Cluster page (app/jobs.py) reads them
+# `radt import --slurm` (collectors/cluster/slurmimport.py) writes these; the Cluster page (app/jobs.py) reads them
 SLURM_PREFIX = "radt.slurm."  # radt.slurm.<fact>: user, account, state, exit_code, nodes, gpus_requested, gpus_used ...
 SLURM_EXPERIMENT_PREFIX = "slurm-"  # its experiments: slurm-<user> or slurm-<account>
 GPUS_FROM_TAG = "radt.slurm.gpus_from"  # where a job's GPU indices came from: "exporter label hpc_job" (or jobid), "AdminComment"
 NO_SERIES_TAG = "radt.slurm.no_gpu_series"  # why a job's run has no GPU series: never another job's GPU instead
-VERDICT_PREFIX = "radt.verdict."  # radt.verdict.<number> and radt.verdict.flags (collectors/verdicts.py)
+VERDICT_PREFIX = "radt.verdict."  # radt.verdict.<number> and radt.verdict.flags (collectors/cluster/verdicts.py)
 
 
 def gpus_used_tag(gpus: Mapping[str, Sequence[int]] | None) -> str:

@@ -38,9 +38,9 @@ from radt.app.export import ExportError, activity_series, comparison_table
 from radt.app.exportcli import _open_store
 from radt.app.palette import SERIES_DASHES, run_colors
 from radt.app.views import View, view_runs
-from radt.collectors.importer import main as import_main
-from radt.collectors.stores import open_metric_store
-from radt.collectors.tracking import PROCESS_ONLY_ENV
+from radt.collectors.imports.importer import main as import_main
+from radt.collectors.store.stores import open_metric_store
+from radt.collectors.store.tracking import PROCESS_ONLY_ENV
 from radt.points import Point
 from radt.runmodel import COLLOCATION_TAG
 from tests.support.runs import radt_run
@@ -444,8 +444,9 @@ def test_activity_view_of_the_recorded_microbenchmark(store_uri, fixtures_dir, m
 
 def test_a_clusters_jobs_compare_by_partition_and_user_across_the_users_experiments(store_uri):
     """radt import --slurm makes an experiment per user; "SMACT CDF per partition" is one line per partition over all of them."""
-    from radt.collectors import slurmacct, slurmimport
-    from radt.collectors.tracking import connect
+    from radt.collectors.cluster import slurmimport
+    from radt.collectors.slurm import slurmacct
+    from radt.collectors.store.tracking import connect
 
     jobs = {  # job -> (user, partition, SMACT)
         "201": ("alice", "a100", 0.10),

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 
 from radt.app import artifacts as reader
 from radt.app.state import connect_store
-from radt.collectors import tracking
+from radt.collectors.store import tracking
 
 LOG = b"epoch 1 loss 0.5\n\xff not utf-8, served as it is\n"
 PASSWD = Path("/etc/passwd").read_bytes().splitlines()[0]  # root:x:0:0:...

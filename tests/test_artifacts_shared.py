@@ -19,7 +19,7 @@ from mlflow import MlflowClient
 from radt import artifacts as uris
 from radt.app import artifacts as reader
 from radt.app.state import connect_store
-from radt.collectors import tracking
+from radt.collectors.store import tracking
 from tests.support.mlflowserver import MlflowServer
 from tests.support.radtproc import radt_env, run_radt
 from tests.test_run_e2e import TRAIN, _only_run, _steps

@@ -635,7 +635,7 @@ def test_name_limits_are_mlflows_own():
     from mlflow.store.tracking.dbmodels.models import SqlExperiment, SqlRun
     from mlflow.utils.validation import MAX_EXPERIMENT_NAME_LENGTH
 
-    from radt.collectors.command import EXPERIMENT_NAME_LIMIT, RUN_NAME_LIMIT
+    from radt.collectors._common import EXPERIMENT_NAME_LIMIT, RUN_NAME_LIMIT
 
     assert min(MAX_EXPERIMENT_NAME_LENGTH, SqlExperiment.__table__.c.name.type.length) == EXPERIMENT_NAME_LIMIT
     assert SqlRun.__table__.c.name.type.length == RUN_NAME_LIMIT

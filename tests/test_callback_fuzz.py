@@ -23,8 +23,8 @@ import pytest
 import requests
 from mlflow import MlflowClient
 
-from radt.collectors import tracking
-from radt.collectors.stores import SqlMetricStore
+from radt.collectors.store import tracking
+from radt.collectors.store.stores import SqlMetricStore
 from radt.points import Point
 from tests.support.browser import dashboard
 from tests.support.radtproc import radt_env

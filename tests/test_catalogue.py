@@ -17,8 +17,8 @@ from radt.app.runs import present_metrics
 from radt.app.series import load_devices
 from radt.app.store import make_read_engine
 from radt.catalogue import Device
-from radt.collectors import tracking
-from radt.collectors.stores import open_metric_store
+from radt.collectors.store import tracking
+from radt.collectors.store.stores import open_metric_store
 from radt.points import Point
 
 pytestmark = pytest.mark.dialects  # the SQL radt issues differs per dialect: SQLite and the real PostgreSQL

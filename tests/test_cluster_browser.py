@@ -9,9 +9,10 @@ from urllib.parse import urlencode
 
 import pytest
 
-from radt.collectors import slurmacct, slurmimport
-from radt.collectors.tracking import connect, set_tags
-from radt.collectors.verdicts import judge
+from radt.collectors.cluster import slurmimport
+from radt.collectors.cluster.verdicts import judge
+from radt.collectors.slurm import slurmacct
+from radt.collectors.store.tracking import connect, set_tags
 from tests.support import state
 from tests.support.browser import dashboard, screenshot
 from tests.support.radtproc import radt_env

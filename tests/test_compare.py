@@ -29,7 +29,7 @@ from radt.app.exportcli import _open_store
 from radt.app.store import make_read_engine
 from radt.app.summaries import run_summary
 from radt.app.views import View
-from radt.collectors.stores import open_metric_store
+from radt.collectors.store.stores import open_metric_store
 from radt.points import Point
 from radt.runmodel import SCRIPT_END_TAG, SCRIPT_START_TAG
 from tests.support.radtproc import radt_env, run_radt

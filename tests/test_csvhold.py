@@ -1,4 +1,4 @@
-"""One radt per experiment CSV (collectors/csvhold.py): the lock a killed radt left does not block the next one, a held
+"""One radt per experiment CSV (collectors/experiment/csvhold.py): the lock a killed radt left does not block the next one, a held
 CSV names its holder, and a CSV written between its plan and the lock is refused."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from radt.collectors.csvhold import CsvBusy, holding, lock_path
+from radt.collectors.experiment.csvhold import CsvBusy, holding, lock_path
 
 CSV = "Experiment,Workload,File\nx,1,train.py\n"
 

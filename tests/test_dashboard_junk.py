@@ -20,8 +20,8 @@ import urllib.request
 import pytest
 from mlflow import MlflowClient
 
-from radt.collectors import tracking
-from radt.collectors.stores import SqlMetricStore
+from radt.collectors.store import tracking
+from radt.collectors.store.stores import SqlMetricStore
 from radt.points import Point
 from tests.support.browser import TRACES_JS, dashboard, new_page, screenshot
 from tests.support.paths import REDIS

@@ -14,10 +14,10 @@ import psutil
 import pytest
 
 from radt.catalogue import DCGM_BASIC_FIELDS
-from radt.collectors.parsers import parse_dcgmi_dmon, parse_mig_hierarchy
 from radt.collectors.sources.base import SamplingContext, SourceUnavailable
 from radt.collectors.sources.dcgm import DcgmSource
-from radt.collectors.toolmetrics import EnergyBaseline, dmon_metrics
+from radt.collectors.sources.parsers import parse_dcgmi_dmon, parse_mig_hierarchy
+from radt.collectors.sources.toolmetrics import EnergyBaseline, dmon_metrics
 from tests.support.paths import FAKE_BIN
 from tests.support.polling import wait_for
 

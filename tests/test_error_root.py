@@ -23,17 +23,17 @@ USER_FACING = [
     ("radt.settings", "SettingError"),
     ("radt.settings", "RadtHomeError"),
     ("radt.artifacts", "ArtifactUriError"),
-    ("radt.collectors.experiment", "CsvError"),
-    ("radt.collectors.nodes", "NodeError"),
-    ("radt.collectors.gpus", "DeviceError"),
-    ("radt.collectors.listeners", "ListenerError"),
-    ("radt.collectors.collocation", "CollocationError"),
-    ("radt.collectors.importer", "BadImport"),
-    ("radt.collectors.importer", "MissingLog"),
+    ("radt.collectors.experiment.experiment", "CsvError"),
+    ("radt.collectors.store.nodes", "NodeError"),
+    ("radt.collectors.sources.gpus", "DeviceError"),
+    ("radt.collectors.sources.listeners", "ListenerError"),
+    ("radt.collectors.experiment.collocation", "CollocationError"),
+    ("radt.collectors.imports.importer", "BadImport"),
+    ("radt.collectors.imports.importer", "MissingLog"),
     ("radt.collectors.demo", "DemoError"),
-    ("radt.collectors.command", "UsageError"),
-    ("radt.collectors.tracking", "StoreError"),
-    ("radt.collectors.rollup", "RollupError"),
+    ("radt.collectors._common", "UsageError"),
+    ("radt.collectors.store.tracking", "StoreError"),
+    ("radt.collectors.store.rollup", "RollupError"),
     ("radt.app.export", "ExportError"),
     ("radt.app.views", "ViewError"),
     ("radt.app.filters", "FilterError"),
@@ -51,7 +51,7 @@ def _modules() -> list:
         for info in pkgutil.walk_packages(root.__path__, f"{package}."):
             if not info.name.startswith(("radt.assets", "radt.pages")):  # Dash pages register themselves with an app on import
                 found[info.name] = importlib.import_module(info.name)
-    assert {"radt.collectors.finish", "radt.collectors.sources.base", "radt.app.store"} <= set(found)
+    assert {"radt.collectors.run.finish", "radt.collectors.sources.base", "radt.app.store"} <= set(found)
     return list(found.values())
 
 

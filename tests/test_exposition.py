@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from radt.collectors.exposition import Exposition, Training, bind
+from radt.collectors.monitor.exposition import Exposition, Training, bind
 from radt.points import Point
 from tests.support.ports import free_port
 
@@ -71,7 +71,7 @@ def test_no_reading_yet_is_an_empty_page_and_other_paths_are_404(exposition):
 
 
 def test_the_port_in_use_is_one_usage_error(exposition):
-    from radt.collectors.command import UsageError
+    from radt.collectors._common import UsageError
 
     port = exposition.server.server_address[1]
     with pytest.raises(UsageError, match=f"^port {port} is in use; choose another --prometheus-port$"):

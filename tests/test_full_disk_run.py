@@ -154,8 +154,8 @@ def test_a_disk_the_script_fills_mid_run_costs_the_logs_never_the_run(code, stor
 def test_a_final_status_with_nowhere_to_wait_is_written_now_where_the_store_answers(store_uri, radt_home, monkeypatch, capfd):
     """Something of the run is not in the store (the writer lost points while the store was away and the spool's disk was full)
     and pending.json cannot be written either: the run ends now, with its status and exit code, never RUNNING for sync to KILL."""
-    from radt.collectors.finish import RunEnd, RunPart, finish_run, local_run_dir
-    from radt.collectors.tracking import PROCESS_ONLY_ENV, connect
+    from radt.collectors.run.finish import RunEnd, RunPart, finish_run, local_run_dir
+    from radt.collectors.store.tracking import PROCESS_ONLY_ENV, connect
     from radt.rundir import release_run_dir
 
     for name, value in PROCESS_ONLY_ENV.items():  # what connect() sets in this process, undone after the test

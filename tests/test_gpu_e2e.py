@@ -161,7 +161,7 @@ def test_dcgmi_listener_records_smact_from_dmon(store_uri, radt_home, tmp_path, 
     assert 1002 in sources["dcgm"]["dcgm_fields"]
 
 
-# --- which GPU the script sees is the GPU radt watches (collectors/gpus.py) ----------------------------
+# --- which GPU the script sees is the GPU radt watches (collectors/sources/gpus.py) ----------------------------
 
 STATION = dgx_station()
 for _i, _load in enumerate((0.1, 0.2, 0.3, 0.4, 0.9)):

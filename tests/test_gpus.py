@@ -1,4 +1,4 @@
-"""collectors/gpus.py against simulated machines behind the real pynvml: every way a script names its GPUs
+"""collectors/sources/gpus.py against simulated machines behind the real pynvml: every way a script names its GPUs
 maps to the physical GPU (UUID, PCI bus id) and MIG slice that radt watches.
 
 The machines: a DGX Station A100 (the "DGX Display" GPU sits at NVML index 3 by its PCI bus id, so
@@ -13,9 +13,9 @@ import json
 import pynvml
 import pytest
 
-from radt.collectors import gpus
-from radt.collectors.experiment import ExperimentFile, real_machine
-from radt.collectors.experiment import plan as plan_experiment
+from radt.collectors.experiment.experiment import ExperimentFile, real_machine
+from radt.collectors.experiment.experiment import plan as plan_experiment
+from radt.collectors.sources import gpus
 from tests.fakes.fake_nvml import A100, H100, ManualClock, dgx_station, eight_h100, install_fake, mig_gpu
 
 STATION = dgx_station()
@@ -25,7 +25,7 @@ MIG_H100 = mig_gpu(H100, (1, "3g.40gb", 0.8), (5, "1g.10gb", 0.2))
 
 @pytest.fixture
 def machine(monkeypatch):
-    """machine(specs) -> collectors.gpus.machine() of these simulated GPUs."""
+    """machine(specs) -> collectors.sources.gpus.machine() of these simulated GPUs."""
 
     def build(config) -> gpus.Machine:
         install_fake(pynvml, config, monkeypatch.setattr, nvml=pynvml, clock=ManualClock())

@@ -10,7 +10,7 @@ import time
 import psutil
 from mlflow import MlflowClient
 
-from radt.collectors.proctree import ProcessTree
+from radt.collectors.process.proctree import ProcessTree
 from radt.collectors.sources.base import SamplingContext
 from radt.collectors.sources.host import HostSource
 from tests.support.polling import wait_for

@@ -18,10 +18,10 @@ import mlflow
 import pytest
 
 from radt.cli import main as cli_main
-from radt.collectors.importer import build_points, left_out_note
-from radt.collectors.importer import main as import_main
-from radt.collectors.parsers import parse_dcgmi_dmon, parse_nvidia_smi_csv
-from radt.collectors.tracking import PROCESS_ONLY_ENV
+from radt.collectors.imports.importer import build_points, left_out_note
+from radt.collectors.imports.importer import main as import_main
+from radt.collectors.sources.parsers import parse_dcgmi_dmon, parse_nvidia_smi_csv
+from radt.collectors.store.tracking import PROCESS_ONLY_ENV
 from tests.support.radtproc import radt_env, run_radt
 from tests.support.rollupcheck import assert_rollups_cover_raw
 

@@ -77,13 +77,31 @@ def test_the_wheel_adds_one_top_level_name_and_ships_the_assets(installed):
     top = {path.name for path in installed.iterdir() if path.name not in ("bin", "__pycache__")}
     assert {name for name in top if not name.endswith(".dist-info")} == {"radt"}, top
     package = installed / "radt"
-    for part in ("app/dashboard.py", "pages/explore.py", "collectors/runner.py", "collectors/sources/nvml.py", "catalogue.py", "cli.py"):
+    for part in ("app/dashboard.py", "pages/explore.py", "collectors/run/runner.py", "collectors/sources/nvml.py", "catalogue.py", "cli.py"):
         assert (package / part).is_file(), part
     for asset in sorted((REPO / "assets").iterdir()):
         assert (package / "assets" / asset.name).read_bytes() == asset.read_bytes(), asset.name
     assert not (package / "tests").exists()
     record = next(installed.glob("radt-*.dist-info")) / "RECORD"
     assert not [line for line in record.read_text().splitlines() if line.split("/")[0] in OTHERS], "the wheel writes outside radt/"
+
+
+def shipped_name(path: Path) -> str:
+    """Where a checkout file lies in the wheel: radt/ as it is, the other folders under radt/ (setup.py's mapping)."""
+    relative = path.relative_to(REPO).as_posix()
+    return relative if relative.startswith("radt/") else f"radt/{relative}"
+
+
+def test_the_wheel_holds_every_python_file_of_the_checkout(installed):
+    """The packages are found (setup.py), not listed: a sub-package added to any folder is in the wheel, none left out,
+    and no module the checkout has not (an old path kept alive)."""
+    record = next(installed.glob("radt-*.dist-info")) / "RECORD"
+    shipped = {line.split(",")[0] for line in record.read_text().splitlines()}
+    sources = [path for folder in ("radt", "collectors", "app", "pages") for path in (REPO / folder).rglob("*.py") if "__pycache__" not in path.parts]
+    assert len(sources) > 100
+    assert [shipped_name(path) for path in sources if shipped_name(path) not in shipped] == []
+    # and nothing else: a module the checkout no longer has (a stale build/ after a move: rm -rf build) would live on in the wheel
+    assert sorted(name for name in shipped if name.endswith(".py")) == sorted(shipped_name(path) for path in sources)
 
 
 def test_another_distributions_app_is_neither_shadowed_nor_shadowing(installed, user_env, tmp_path):

@@ -1,5 +1,6 @@
 """One core, two sides: `radt/` imports neither side, `collectors/` never imports the dashboard, `app/` and
-`pages/` never import the tracker, and no radt modules import each other in a circle.
+`pages/` never import the tracker, and no radt modules import each other in a circle. Inside `collectors/` the
+rooms stand in layers: each imports only itself and the rooms below it.
 
 Read from the source with `ast` (every import, also those inside functions), so a new violation fails
 here before anyone runs the code path that has it.
@@ -24,6 +25,10 @@ ALLOWED = {
     "radt.pages": ("radt", "radt.app", "radt.pages"),
 }
 SIDES = ("radt.collectors", "radt.app", "radt.pages")
+# collectors/' rooms (sub-packages), lowest first: a room imports only itself, the rooms before it and `_common`.
+COLLECTOR_ROOMS = ("process", "sources", "store", "run", "experiment", "recovery", "slurm", "cluster", "imports", "monitor")
+COMMON = "_common"  # the user-error and first-line helpers every room uses: it imports no room
+ENTRY_POINTS = ("cli", "demo")  # the command entry points: they may import any room, and no room imports them
 
 
 def module_name(path: Path) -> str:
@@ -82,6 +87,54 @@ def violations(known: dict[str, Path]) -> list[str]:
     return bad
 
 
+def room_of(module: str) -> str | None:
+    """The collectors/ room (sub-package or top-level module) a module of radt.collectors belongs to; None elsewhere."""
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["radt", "collectors"] and len(parts) > 2 else None
+
+
+def floor(room: str) -> int:
+    """A room's layer: `_common` the ground, the rooms in COLLECTOR_ROOMS' order, the entry points on top."""
+    if room == COMMON:
+        return 0
+    if room in COLLECTOR_ROOMS:
+        return 1 + COLLECTOR_ROOMS.index(room)
+    return 1 + len(COLLECTOR_ROOMS)
+
+
+def misplaced(known: dict[str, Path]) -> list[str]:
+    """Every collectors/ module that stands outside the plan: at the top but neither `_common` nor an entry point,
+    in a sub-package COLLECTOR_ROOMS does not name, or an `__init__.py` that holds code (the rooms' faces stay empty)."""
+    bad = []
+    for name, path in known.items():
+        room = room_of(name)
+        if room is None:
+            continue
+        at_top = path.parent == REPO / "collectors"
+        if at_top and room not in (COMMON, *ENTRY_POINTS):
+            bad.append(f"{path.relative_to(REPO)} stands at the top of collectors/: put it in a room of COLLECTOR_ROOMS")
+        elif not at_top and room not in COLLECTOR_ROOMS:
+            bad.append(f"{path.relative_to(REPO)} is in collectors/{room}/, a room COLLECTOR_ROOMS does not place")
+        if path.name == "__init__.py" and path.read_text().strip():
+            bad.append(f"{path.relative_to(REPO)} holds code: a room's __init__.py stays empty")
+    return bad
+
+
+def upward(known: dict[str, Path]) -> list[str]:
+    """Every import of a collectors/ room by a lower one (or of an entry point by a room), as 'file:line imports module'."""
+    bad = []
+    for name, path in known.items():
+        room = room_of(name)
+        if room is None:
+            continue
+        for line, target in imports(name, path):
+            owner = target if target in known else target.rpartition(".")[0]
+            other = room_of(owner) if owner in known else None
+            if other is not None and other != room and floor(other) >= floor(room):
+                bad.append(f"{path.relative_to(REPO)}:{line} imports {target} ({room} stands below {other}: move what it needs down)")
+    return bad
+
+
 def cycles(known: dict[str, Path]) -> list[list[str]]:
     """The import cycles among radt's modules (strongly connected components of two or more, or a self-import)."""
     graph = {name: set() for name in known}
@@ -131,13 +184,52 @@ def test_no_import_cycles_among_radts_modules():
     assert cycles(modules()) == []
 
 
+def test_collectors_rooms_import_only_the_rooms_below_them():
+    assert upward(modules()) == []
+
+
+def test_every_collectors_module_stands_in_a_room_of_the_plan():
+    assert misplaced(modules()) == []
+
+
+def test_the_plan_names_every_room_of_collectors():
+    rooms = sorted(path.parent.name for path in (REPO / "collectors").glob("*/__init__.py"))
+    assert rooms == sorted(COLLECTOR_ROOMS)
+
+
+@pytest.mark.parametrize(
+    ("path", "source", "expected"),
+    [
+        ("collectors/store/_probe.py", "from radt.collectors.run import finish\n", "collectors/store/_probe.py:1 imports radt.collectors.run.finish (store"),
+        ("collectors/_common_probe.py", "x = 1\n", "collectors/_common_probe.py stands at the top"),
+        ("collectors/process/_probe.py", "def f():\n    from radt.collectors.cli import main\n", "collectors/process/_probe.py:2 imports radt.collectors.cli"),
+        ("collectors/_common.py", "from radt.collectors.process.watchdog import is_same\n", "collectors/_common.py:1 imports radt.collectors.process.watchdog"),
+        ("collectors/attic/_probe.py", "x = 1\n", "collectors/attic/_probe.py is in collectors/attic/"),
+    ],
+)
+def test_a_room_out_of_its_layer_is_caught(path, source, expected):
+    """The layering checker itself: an upward import, a module at the top, a room off the plan are each reported."""
+    probe = REPO / path
+    known = modules()
+    known[module_name(probe)] = probe
+    original_read = Path.read_text
+
+    def read_text(self, *args, **kwargs):
+        return source if self == probe else original_read(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Path, "read_text", read_text)
+        found = upward(known) + misplaced(known)
+    assert any(line.startswith(expected) for line in found), found
+
+
 @pytest.mark.parametrize(
     ("folder", "source", "expected"),
     [
         ("collectors", "from radt.app import queries\n", "collectors/_probe.py:1 imports radt.app.queries"),
         ("collectors", "def f():\n    from radt.app.export import data_csv\n", "collectors/_probe.py:2 imports radt.app.export"),
-        ("app", "from radt.collectors import tracking\n", "app/_probe.py:1 imports radt.collectors.tracking"),
-        ("app", "from ..collectors.writer import MetricWriter\n", "app/_probe.py:1 imports radt.collectors.writer"),
+        ("app", "from radt.collectors.store import tracking\n", "app/_probe.py:1 imports radt.collectors.store.tracking"),
+        ("app", "from ..collectors.store.writer import MetricWriter\n", "app/_probe.py:1 imports radt.collectors.store.writer"),
         ("radt", "import radt.app.queries\n", "radt/_probe.py:1 imports radt.app.queries"),
         ("pages", "from collectors.cli import main\n", "pages/_probe.py:1 imports collectors.cli"),
     ],
@@ -169,14 +261,14 @@ def test_a_cycle_is_caught():
 
 
 def test_the_watchdog_runs_on_the_standard_library_and_names_the_run_folder_as_rundir_does():
-    """collectors/watchdog.py starts as `python -I -S watchdog.py` (no site-packages, so no radt): it may import
+    """collectors/process/watchdog.py starts as `python -I -S watchdog.py` (no site-packages, so no radt): it may import
     only the standard library, and the file names it shares with radt must be radt/rundir.py's."""
     import sys
 
     from radt import rundir
-    from radt.collectors import watchdog
+    from radt.collectors.process import watchdog
 
-    path = REPO / "collectors" / "watchdog.py"
-    imported = {target.split(".")[0] for _line, target in imports("radt.collectors.watchdog", path)}
+    path = REPO / "collectors" / "process" / "watchdog.py"
+    imported = {target.split(".")[0] for _line, target in imports("radt.collectors.process.watchdog", path)}
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported - set(sys.stdlib_module_names)
     assert (watchdog.TREE_FILE, watchdog.LOGS_DIR) == (rundir.TREE_FILE, rundir.LOGS_DIR)

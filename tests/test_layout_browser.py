@@ -19,8 +19,8 @@ import dash
 import pytest
 from mlflow import MlflowClient
 
-from radt.collectors import tracking
-from radt.collectors.stores import SqlMetricStore
+from radt.collectors.store import tracking
+from radt.collectors.store.stores import SqlMetricStore
 from radt.pages.summary_table import COLUMN_PICKER
 from radt.points import Point
 from tests.support.browser import dashboard, new_page, screenshot

@@ -16,8 +16,8 @@ import time
 
 from mlflow import MlflowClient
 
-from radt.collectors import tracking
-from radt.collectors.stores import SqlMetricStore
+from radt.collectors.store import tracking
+from radt.collectors.store.stores import SqlMetricStore
 from radt.points import Point
 from tests.fakes.fake_nvml import A100, H100
 from tests.support.browser import dashboard, new_page, screenshot

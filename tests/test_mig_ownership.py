@@ -20,10 +20,10 @@ from mlflow.tracking import MlflowClient
 
 from radt.catalogue import resolve
 from radt.cli import main as radt_main
-from radt.collectors import gpus
-from radt.collectors.promql import EXPORTER_METRICS, JOB_LABELS
+from radt.collectors.sources import gpus
 from radt.collectors.sources.base import SamplingContext
 from radt.collectors.sources.prometheus import PrometheusSource, backfill
+from radt.collectors.sources.promql import EXPORTER_METRICS, JOB_LABELS
 from radt.runmodel import PROMETHEUS_GAP_TAG
 from tests.fakes.fake_nvml import A100
 from tests.support import prometheus as prom

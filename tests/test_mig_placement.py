@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from radt.collectors.experiment import ExperimentFile, plan, real_machine
-from radt.collectors.migplacement import Slot
+from radt.collectors.experiment.experiment import ExperimentFile, plan, real_machine
+from radt.collectors.experiment.migplacement import Slot
 from tests.support.radtproc import fake_gpu_node, fake_tools_env, radt_env, run_radt
 
 HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
@@ -95,7 +95,7 @@ def test_instances_a_killed_radt_left_do_not_count_they_are_removed_before_anyth
 
 def test_set_up_places_the_slices_again_on_the_gpu_as_it_is_now(machine):
     """Hours may pass between the plan and a workload's set-up: another user's instance is not run over."""
-    from radt.collectors.collocation import CollocationError, placed_slices
+    from radt.collectors.experiment.collocation import CollocationError, placed_slices
 
     said: list[str] = []
     assert placed_slices(2, ["1g.5gb", "3g.20gb"], said.append) == [4, 0] and said == []
@@ -189,7 +189,7 @@ def test_the_real_run_creates_each_slice_where_it_was_placed(machine, radt_home,
     ids=["a100-40gb", "a100-80gb", "h200", "a30"],
 )
 def test_radts_own_tables_place_as_nvidia_documents(profiles, model, fits, refused):
-    from radt.collectors.migplacement import model_layout, place
+    from radt.collectors.experiment.migplacement import model_layout, place
 
     found = model_layout(profiles)
     assert found is not None and found[0] == model

@@ -19,10 +19,10 @@ from alembic.operations import Operations
 from mlflow import MlflowClient
 
 from radt import mlflowdb
-from radt.collectors import sqltracking, tracking
-from radt.collectors.sqltracking import SqlTracking
-from radt.collectors.stores import MlflowMetricStore, SqlMetricStore, open_metric_store
-from radt.collectors.tracking import StoreError
+from radt.collectors.store import sqltracking, tracking
+from radt.collectors.store.sqltracking import SqlTracking
+from radt.collectors.store.stores import MlflowMetricStore, SqlMetricStore, open_metric_store
+from radt.collectors.store.tracking import StoreError
 from radt.points import Point
 from tests.support.paths import REPO
 from tests.support.radtproc import radt_env

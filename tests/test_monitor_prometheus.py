@@ -20,7 +20,7 @@ import pytest
 from mlflow import MlflowClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from radt.collectors import gpus
+from radt.collectors.sources import gpus
 from radt.collectors.sources.prometheus import backfill
 from tests.fakes.fake_nvml import A100, H100, mig_gpu
 from tests.support import prometheus as prom
@@ -206,7 +206,7 @@ def test_each_mig_slice_is_labelled_with_the_run_on_it_and_a_node_of_a_multinode
 def test_a_scrape_its_client_gave_up_on_leaves_no_traceback(capsys):
     """Under load Prometheus drops a scrape at its timeout; the exposition's write then fails with a broken pipe, and
     socketserver printed that traceback into `radt monitor`'s output (seen in CI). Other errors are still reported."""
-    from radt.collectors.exposition import _Handler, _Server
+    from radt.collectors.monitor.exposition import _Handler, _Server
 
     server = _Server(("127.0.0.1", 0), _Handler)
     try:

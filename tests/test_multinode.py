@@ -11,7 +11,7 @@ import pytest
 from mlflow import MlflowClient
 
 from radt.catalogue import resolve
-from radt.collectors.nodes import Membership, membership, node_key
+from radt.collectors.store.nodes import Membership, membership, node_key
 from tests.support.polling import wait_for
 from tests.support.radtproc import radt_command, radt_env
 
@@ -216,7 +216,7 @@ def test_explore_draws_node_by_gpu_and_the_table_lists_the_run(browser, pg_uri, 
     """A run over two nodes on the real dashboard in Chromium: one SMACT trace per node × GPU, named so, with every point."""
     import time
 
-    from radt.collectors.stores import SqlMetricStore
+    from radt.collectors.store.stores import SqlMetricStore
     from radt.points import Point
     from tests.support.browser import dashboard, new_page, wait_for_traces
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from radt.collectors.cli import parse_devices
-from radt.collectors.listeners import ListenerError, parse_listeners
-from radt.collectors.runner import build_command, exit_code, watched_devices
-from radt.collectors.tracking import script_params
+from radt.collectors.run.runner import build_command, exit_code, watched_devices
+from radt.collectors.sources.listeners import ListenerError, parse_listeners
+from radt.collectors.store.tracking import script_params
 
 
 def test_devices():
@@ -52,7 +52,7 @@ def test_build_command(tmp_path, monkeypatch):
 
 
 def test_numbers_are_finite_and_in_range():
-    from radt.collectors.command import UsageError, check_numbers
+    from radt.collectors._common import UsageError, check_numbers
 
     check_numbers(0.1, 0.5, 0, 0)  # the smallest values that make sense
     check_numbers(1.0, None, None, 60.0)
@@ -81,7 +81,7 @@ def test_exit_code_of_a_signalled_child():
 
 
 def test_the_script_sees_gpus_numbered_as_nvidia_smi_and_the_csv_override(tmp_path, monkeypatch):
-    from radt.collectors.runner import RunOptions, child_environment
+    from radt.collectors.run.runner import RunOptions, child_environment
 
     monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
     env = child_environment(RunOptions("train.py", devices=[1, 3]), "r", "0", tmp_path, None)
@@ -96,7 +96,7 @@ def test_the_script_gets_the_watched_gpus_uuids_under_the_users_own_cuda_order(t
     """DGX Station: -d 3 is NVML's 3 (the display GPU); under FASTEST_FIRST CUDA's 3 is another GPU, so the script gets the UUID."""
     import pynvml
 
-    from radt.collectors.runner import RunOptions, check_devices, child_environment
+    from radt.collectors.run.runner import RunOptions, check_devices, child_environment
     from tests.fakes.fake_nvml import dgx_station, install_fake
 
     install_fake(pynvml, dgx_station(), monkeypatch.setattr)
@@ -110,8 +110,8 @@ def test_the_script_gets_the_watched_gpus_uuids_under_the_users_own_cuda_order(t
 
 
 def test_profilers_are_listeners_too():
-    from radt.collectors.listeners import parse_profiler
-    from radt.collectors.profilers import wrap
+    from radt.collectors.run.profilers import wrap
+    from radt.collectors.sources.listeners import parse_profiler
 
     assert parse_listeners("smi+top+nsys") == ["nvml", "host"] and parse_profiler("smi+top+nsys") == "nsys"
     assert parse_profiler("top+ncuraw") == "ncu-raw" and parse_profiler("smi+top") is None

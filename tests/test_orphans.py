@@ -19,7 +19,7 @@ import psutil
 import pytest
 from mlflow import MlflowClient
 
-from radt.collectors.experiment import ExperimentFile
+from radt.collectors.experiment.experiment import ExperimentFile
 from tests.support.polling import alive, gone_within, wait_for
 from tests.support.radtproc import fake_tools_env, radt_command, radt_env, run_radt
 
@@ -99,9 +99,7 @@ def _watchdogs(radt_pid: int) -> list[psutil.Process]:
 
 
 # radt where no cgroup can be made (no cgroup2, an unprivileged user, a container without delegation): most users' case
-WITHOUT_CGROUP = (
-    "import sys, radt.collectors.runner as r; r.make_cgroup = lambda name: None; from radt.collectors.cli import main; sys.argv[0] = 'radt'; sys.exit(main())"
-)
+WITHOUT_CGROUP = "import sys, radt.collectors.run.runner as r; r.make_cgroup = lambda name: None; from radt.collectors.cli import main; sys.argv[0] = 'radt'; sys.exit(main())"
 
 
 def _start_tracked_tree(home: Path, folder: Path, store: str, cgroup: bool = True) -> tuple[subprocess.Popen, dict[str, int], str]:

@@ -22,7 +22,7 @@ import pytest
 import sqlalchemy as sa
 from mlflow import MlflowClient
 
-from radt.collectors.writer import Spool
+from radt.collectors.store.writer import Spool
 from radt.rundir import SPOOL_FILE
 from radt.settings import POINTS_LOST_EXIT, STORE_TIMEOUT
 from tests.support.disks import fill, tmpfs
@@ -318,8 +318,8 @@ def test_a_full_disk_under_the_spool_is_loud_and_radt_says_what_was_lost(pg_uri,
 
 
 def test_final_status_waits_for_sync_when_the_store_hangs_at_the_end(pg_uri, radt_home, tmp_path, monkeypatch, capfd):
-    from radt.collectors.finish import RunEnd, RunPart, finish_run, local_run_dir
-    from radt.collectors.tracking import PROCESS_ONLY_ENV, connect
+    from radt.collectors.run.finish import RunEnd, RunPart, finish_run, local_run_dir
+    from radt.collectors.store.tracking import PROCESS_ONLY_ENV, connect
     from radt.rundir import release_run_dir
 
     for name, value in PROCESS_ONLY_ENV.items():  # what connect() sets in this process, undone after the test

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import pytest
 from mlflow import MlflowClient
 
-from radt.collectors import tracking
-from radt.collectors.stores import SqlMetricStore
+from radt.collectors.store import tracking
+from radt.collectors.store.stores import SqlMetricStore
 from radt.points import Point
 from tests.support.browser import TRACES_JS, dashboard, new_page, relayout_chart, screenshot, wait_for_traces
 from tests.support.polling import wait_for

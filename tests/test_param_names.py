@@ -38,7 +38,7 @@ def test_escaped_keys_are_valid_for_mlflow_distinct_and_readable():
     """Every key passes MLflow's own validation, two names never share one, and a name MLflow takes is kept as typed."""
     from mlflow.utils.validation import _validate_param_name
 
-    from radt.collectors.tracking import param_key, script_params
+    from radt.collectors.store.tracking import param_key, script_params
 
     names = ["w[0]", "a,b", "x?", "opt+x", "a:b", "a:3Ab", "a/", "..", ".", "a/./b", "/abs", "x€", "tab\there", "größe", "batch-size", "model.lr", "a b"]
     keys = [param_key(name) for name in names]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from radt.catalogue import MIB
-from radt.collectors.parsers import (
+from radt.collectors.sources.parsers import (
     DmonParser,
     detect_format,
     dmon_error,
@@ -23,7 +23,7 @@ from radt.collectors.parsers import (
     parse_nvidia_smi_csv,
     parse_top_batch,
 )
-from radt.collectors.toolmetrics import EnergyBaseline, dmon_metrics, is_process, smi_metrics, top_metrics
+from radt.collectors.sources.toolmetrics import EnergyBaseline, dmon_metrics, is_process, smi_metrics, top_metrics
 
 DMON_FILES = [
     "microbench_1.1_dcgmi_dmon.txt",

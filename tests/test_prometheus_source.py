@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from radt.catalogue import MIB
-from radt.collectors.listeners import make_source, parse_listeners
-from radt.collectors.promql import PromError, query_range
-from radt.collectors.sampler import Sampler
+from radt.collectors.run.sampler import Sampler
 from radt.collectors.sources.base import SamplingContext, SourceUnavailable
+from radt.collectors.sources.listeners import make_source, parse_listeners
 from radt.collectors.sources.prometheus import PrometheusSource, backfill, final_backfill
+from radt.collectors.sources.promql import PromError, query_range
 from tests.support import prometheus as prom
 from tests.support.dcgm_exporter import COLUMNS, DcgmExporter, Device
 from tests.support.polling import wait_for

@@ -3,7 +3,7 @@ radt joins them into the device's one series, and never takes another job's."""
 
 from __future__ import annotations
 
-from radt.collectors.promql import Series, Wanted, keyed_samples
+from radt.collectors.sources.promql import Series, Wanted, keyed_samples
 
 BASE = {"__name__": "DCGM_FI_PROF_SM_ACTIVE", "gpu": "1", "UUID": "GPU-1", "Hostname": "node-1", "instance": "node-1:9400", "job": "dcgm"}
 

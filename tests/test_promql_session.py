@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from radt.collectors.promql import PromUrlError, Series, check_label, check_url, query
+from radt.collectors.sources.promql import PromUrlError, Series, check_label, check_url, query
 from radt.errors import UserError
 
 ANSWER = {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {"__name__": "up"}, "value": [1780000000.5, "1"]}]}}

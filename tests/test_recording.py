@@ -32,7 +32,7 @@ DRIVER = textwrap.dedent(
     """
     import json, signal, sys
     from pathlib import Path
-    from radt.collectors import runner
+    from radt.collectors.run import runner
     from radt.collectors.sources.host import HostSource
 
     closed = []
@@ -156,9 +156,9 @@ class Broken(Counter):
 
 
 def test_an_error_inside_radt_ends_the_run_failed_with_its_points_written_and_everything_closed(radt_home, tmp_path, empty_sqlite):
-    from radt.collectors.finish import RunPart, local_run_dir
-    from radt.collectors.recording import Recording
-    from radt.collectors.tracking import connect
+    from radt.collectors.run.finish import RunPart, local_run_dir
+    from radt.collectors.run.recording import Recording
+    from radt.collectors.store.tracking import connect
 
     store = empty_sqlite(tmp_path / "s.db")
     client = connect(store)

@@ -21,8 +21,8 @@ from mlflow import MlflowClient
 
 from radt.app import deadline
 from radt.app.store import make_read_engine
-from radt.collectors import tracking
-from radt.collectors.stores import SqlMetricStore
+from radt.collectors.store import tracking
+from radt.collectors.store.stores import SqlMetricStore
 from radt.points import Point
 from tests.support.drawrequest import draw_request
 from tests.support.postgres import address

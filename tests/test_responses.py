@@ -18,8 +18,8 @@ from mlflow import MlflowClient
 
 from radt.app.cache import RUNNING_TIMEOUT
 from radt.app.responses import HIT_HEADER
-from radt.collectors import tracking
-from radt.collectors.stores import SqlMetricStore
+from radt.collectors.store import tracking
+from radt.collectors.store.stores import SqlMetricStore
 from radt.points import Point
 from tests.support.drawrequest import draw_request
 from tests.support.polling import wait_for

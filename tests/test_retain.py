@@ -19,8 +19,8 @@ from radt.app.store import make_read_engine
 from radt.app.summaries import run_summary
 from radt.app.summarystore import store_summaries
 from radt.cli import main as radt_main
-from radt.collectors.sqltracking import make_engine
-from radt.collectors.stores import SqlMetricStore
+from radt.collectors.store.sqltracking import make_engine
+from radt.collectors.store.stores import SqlMetricStore
 from radt.points import Point
 from tests.support.rollupcheck import assert_same, direct, raw_points, stored
 

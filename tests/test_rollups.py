@@ -15,10 +15,10 @@ from mlflow.entities import Metric
 
 from radt import rollups
 from radt.cli import main as radt_main
-from radt.collectors.sqltracking import make_engine
-from radt.collectors.stores import MAX_FLOAT, SqlMetricStore
-from radt.collectors.sync import replay_spool
-from radt.collectors.writer import Spool
+from radt.collectors.recovery.sync import replay_spool
+from radt.collectors.store.sqltracking import make_engine
+from radt.collectors.store.stores import MAX_FLOAT, SqlMetricStore
+from radt.collectors.store.writer import Spool
 from radt.points import Point
 from radt.rundir import SPOOL_FILE
 from tests.support.rollupcheck import assert_rollups_cover_raw, assert_same, direct, stored

@@ -206,7 +206,7 @@ def test_a_disk_that_refuses_the_calls_is_said_once_and_never_raised(tmp_path, m
 
 
 def test_the_reader_skips_what_is_not_a_whole_call_and_keys_mlflow_refuses(tmp_path):
-    from radt.collectors.scriptlog import ScriptLog
+    from radt.collectors.run.scriptlog import ScriptLog
 
     (tmp_path / SCRIPT_LOG_FILE).write_text(
         '{"metrics":[["loss",0.5,1000,0],["bad key?",1,1000,0]]}\n'
@@ -225,7 +225,7 @@ def test_the_reader_skips_what_is_not_a_whole_call_and_keys_mlflow_refuses(tmp_p
 
 
 def test_a_call_longer_than_a_read_is_skipped_and_the_next_is_read(tmp_path, monkeypatch):
-    from radt.collectors import scriptlog
+    from radt.collectors.run import scriptlog
 
     monkeypatch.setattr(scriptlog, "READ_BYTES", 64)
     (tmp_path / SCRIPT_LOG_FILE).write_text('{"params":{"notes":"' + "x" * 200 + '"}}\n{"metrics":[["loss",0.5,1000,0]]}\n')

@@ -18,8 +18,8 @@ from radt.app import series
 from radt.app.downsample import ENVELOPE, Envelope
 from radt.app.series import load_series
 from radt.app.store import make_read_engine
-from radt.collectors.sqltracking import make_engine
-from radt.collectors.stores import SqlMetricStore
+from radt.collectors.store.sqltracking import make_engine
+from radt.collectors.store.stores import SqlMetricStore
 from radt.points import Point
 
 pytestmark = pytest.mark.dialects  # the SQL radt issues differs per dialect: SQLite and the real PostgreSQL

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from radt.collectors.experiment import ExperimentFile
+from radt.collectors.experiment.experiment import ExperimentFile
 from tests.support import slurm
 from tests.support.disks import fill, tmpfs
 from tests.support.polling import wait_for
@@ -231,7 +231,7 @@ def test_a_csv_another_radt_runs_is_not_submitted_again(folder, tmp_path, radt_h
     import os
     import socket
 
-    from radt.collectors.csvhold import holding
+    from radt.collectors.experiment.csvhold import holding
 
     (folder / "experiment.csv").write_text(HEADER + "held,1,,,0,-,train.py,host,\n")
     csv = folder / "experiment.csv"

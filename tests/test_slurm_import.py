@@ -17,8 +17,8 @@ from mlflow.tracking import MlflowClient
 from radt.app.jobs import job_rows, totals
 from radt.app.store import make_read_engine
 from radt.cli import main as radt_main
-from radt.collectors import slurmacct as acct
-from radt.collectors.promql import EXPORTER_METRICS
+from radt.collectors.slurm import slurmacct as acct
+from radt.collectors.sources.promql import EXPORTER_METRICS
 from radt.runmodel import NO_SERIES_TAG
 from tests.support import prometheus as prom
 from tests.support import slurm as plain_slurm
@@ -284,9 +284,9 @@ def test_a_job_on_two_nodes_gets_each_nodes_own_gpus_under_its_node(served, stor
     """A two-node job (an accounting line as sacct prints one; the tests' Slurm has one node): each node's GPUs from its
     own exporter series, under the node's keys as radt's own multi-node runs have them, and one verdict over all three,
     its memory said against the largest GPU of both nodes."""
-    from radt.collectors.importer import prometheus_main
-    from radt.collectors.slurmimport import JobImporter
-    from radt.collectors.tracking import connect
+    from radt.collectors.cluster.slurmimport import JobImporter
+    from radt.collectors.imports.importer import prometheus_main
+    from radt.collectors.store.tracking import connect
 
     _exporter, server = served
     host = slurmacct.host()
@@ -471,8 +471,8 @@ def test_a_cluster_load_stopped_at_its_deadline_with_no_lock_is_not_said_to_be_l
     other connection. Nothing held it: SQLite's progress handler stopped the page's own read at the request's deadline
     (a large store, a busy machine), and every read stopped there was said to be a lock."""
     from radt.app import deadline
-    from radt.collectors.slurmimport import JobImporter
-    from radt.collectors.tracking import connect
+    from radt.collectors.cluster.slurmimport import JobImporter
+    from radt.collectors.store.tracking import connect
 
     lines = "".join(
         f"{job}|{job}|train|user{job % 7}|proj|gpu|2026-11-20T10:00:00|2026-11-20T10:00:05|2026-11-20T11:00:05|COMPLETED|0:0|n1|"

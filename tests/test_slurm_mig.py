@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from radt.collectors.experiment import ExperimentFile
-from radt.collectors.gpus import Gpu, Machine, MigDevice
-from radt.collectors.slurm import given_devices
+from radt.collectors.experiment.experiment import ExperimentFile
+from radt.collectors.slurm.job import given_devices
+from radt.collectors.sources.gpus import Gpu, Machine, MigDevice
 from tests.support import slurm
 from tests.support.radtproc import fake_tools_env, radt_env, run_radt
 

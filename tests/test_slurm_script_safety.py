@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from radt.collectors.scheduler import ExperimentOptions
-from radt.collectors.slurm import job_command, job_script
+from radt.collectors.experiment.scheduler import ExperimentOptions
+from radt.collectors.slurm.jobscript import job_command, job_script
 from tests.support import slurm
 from tests.support.radtproc import radt_env, run_radt
 

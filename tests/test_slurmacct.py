@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from radt.collectors.slurmacct import parse_scontrol
+from radt.collectors.slurm.slurmacct import parse_scontrol
 from radt.runmodel import gpus_of_tag, gpus_used_tag
 
 RUNNING = (
@@ -57,7 +57,7 @@ def test_the_gpus_used_tag_reads_back():
 def test_jobs_are_read_by_their_fields_whatever_their_names_hold():
     """Two jobs as sacct prints them with radt's delimiter: a name holding | and a line break, an AdminComment holding
     the delimiter; each field where it belongs, the second job's id after the first job's last line break."""
-    from radt.collectors.slurmacct import FIELDS, AccountingError, parse_sacct
+    from radt.collectors.slurm.slurmacct import FIELDS, AccountingError, parse_sacct
 
     d = "|0123456789abcdef|"
     first = ["61", "61", "a|alice\nb", "root", "root", "debug", "2026-11-26T21:54:08", "2026-11-26T21:54:08", "2026-11-26T21:55:08",
@@ -109,7 +109,7 @@ UNCOUNTED = "".join(  # sacct's lines on a Slurm whose TRES count no GPU (Accoun
 def test_where_slurms_tres_count_no_gpu_a_job_without_one_has_radts_count_or_none():
     """TRES without gres/gpu mean no GPU only where Slurm counts GPUs in them; elsewhere radt's prolog says how many the job
     had (its AdminComment), and without it the number is not known: None, never 0."""
-    from radt.collectors.slurmacct import parse_sacct
+    from radt.collectors.slurm.slurmacct import parse_sacct
 
     assert [j.gpus_requested for j in parse_sacct(UNCOUNTED, gpus_counted=False)] == [1, None]
     assert [j.gpus_requested for j in parse_sacct(UNCOUNTED, gpus_counted=None)] == [1, None]
@@ -121,9 +121,9 @@ def test_a_job_whose_gpus_are_not_known_is_not_listed_as_a_job_without_gpu(store
     some are missing, instead of 0 GPUs and 'the job had no GPU'."""
     from radt.app.jobs import job_rows, totals
     from radt.app.store import make_read_engine
-    from radt.collectors import slurmimport
-    from radt.collectors.slurmacct import parse_sacct
-    from radt.collectors.tracking import connect
+    from radt.collectors.cluster import slurmimport
+    from radt.collectors.slurm.slurmacct import parse_sacct
+    from radt.collectors.store.tracking import connect
 
     client = connect(store_uri)
     importer = slurmimport.JobImporter(client, store_uri)

@@ -1,4 +1,4 @@
-"""radt's own SQL path to MLflow's tables (collectors/sqltracking.py, radt/mlflowdb.py): what it writes reads
+"""radt's own SQL path to MLflow's tables (collectors/store/sqltracking.py, radt/mlflowdb.py): what it writes reads
 back through MLflow's client exactly as what MLflow's client writes for the same calls, and `radt train.py`,
 `radt -w` and `radt experiment.csv` on a database store never import MLflow (five seconds a run).
 """
@@ -19,10 +19,10 @@ import sqlalchemy as sa
 from mlflow import MlflowClient
 
 from radt import mlflowdb
-from radt.collectors import tracking
-from radt.collectors.finish import complete_run
-from radt.collectors.sqltracking import SqlTracking
-from radt.collectors.tracking import StoreError
+from radt.collectors.run.finish import complete_run
+from radt.collectors.store import tracking
+from radt.collectors.store.sqltracking import SqlTracking
+from radt.collectors.store.tracking import StoreError
 from tests.support import postgres
 from tests.support.radtproc import QUICK_PERIODS, radt_env
 
@@ -304,7 +304,7 @@ def _lagging_clock(start: int = 2_000_000_000_000):
 def test_radts_started_together_on_hosts_whose_clocks_differ_share_one_parent(client_kind, store_uri, radt_home, monkeypatch):
     """Four `-w` runs of one workload starting at once, each dated earlier than the one before (clock skew between
     nodes): one parent run, and every radt got its id (two parents named "workload 7" were seen under CI load)."""
-    from radt.collectors import sqltracking
+    from radt.collectors.store import sqltracking
 
     monkeypatch.setenv("RADT_PARENT_SETTLE", QUICK_PERIODS["RADT_PARENT_SETTLE"])  # the period radts racing through a server keep
     clock = _lagging_clock()

@@ -22,7 +22,7 @@ import pytest
 import sqlalchemy as sa
 from mlflow import MlflowClient
 
-from radt.collectors.writer import Spool
+from radt.collectors.store.writer import Spool
 from radt.rundir import META_FILE, SPOOL_FILE
 from tests.support.disks import fill, tmpfs
 from tests.support.polling import wait_for

@@ -22,7 +22,7 @@ from tests.support.radtproc import radt_env, run_radt
 TOGETHER = 8
 # `radt ARGS` once the barrier file appears: radt's modules imported first, so the eight reach the store in the same millisecond
 AT_BARRIER = (
-    "import os, sys, time; from pathlib import Path; from radt.cli import main; import radt.collectors.cli, radt.collectors.tracking; "
+    "import os, sys, time; from pathlib import Path; from radt.cli import main; import radt.collectors.cli, radt.collectors.store.tracking; "
     "barrier = Path(sys.argv[1]); Path(sys.argv[2]).touch()\n"
     "while not barrier.exists(): time.sleep(0.001)\n"
     "sys.exit(main(sys.argv[3:]))"

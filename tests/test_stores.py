@@ -15,9 +15,9 @@ import sqlalchemy as sa
 from mlflow import MlflowClient
 from mlflow.entities import Metric
 
-from radt.collectors.stores import MlflowMetricStore, SqlMetricStore, StoreUnavailable, open_metric_store, sanitize
-from radt.collectors.tracking import PROCESS_ONLY_ENV
-from radt.collectors.writer import MetricWriter
+from radt.collectors.store.stores import MlflowMetricStore, SqlMetricStore, StoreUnavailable, open_metric_store, sanitize
+from radt.collectors.store.tracking import PROCESS_ONLY_ENV
+from radt.collectors.store.writer import MetricWriter
 from radt.points import Point
 from tests.support.polling import wait_for
 
@@ -165,7 +165,7 @@ def test_an_mlflow_server_that_takes_the_request_and_never_answers_is_not_answer
     """A frozen `mlflow server` (SIGSTOP, a full worker pool): MLflow's read timeout fired before radt's own deadline and
     the writer said 'store unreachable (... unreachable (Read timed out))' for a server it had reached (seen in test_outage
     under load, where the writer's deadline and MLflow's timeout race); it is 'not answering', as that deadline says."""
-    from radt.collectors.stores import StoreNotAnswering
+    from radt.collectors.store.stores import StoreNotAnswering
 
     for name, value in PROCESS_ONLY_ENV.items():
         monkeypatch.setenv(name, os.environ.get(name, value))

@@ -23,8 +23,8 @@ from radt.app.store import make_read_engine
 from radt.app.summaries import PROCESSES, WATCHED, gpu_use, run_summary
 from radt.app.views import View
 from radt.catalogue import Device
-from radt.collectors import importer
-from radt.collectors.stores import open_metric_store
+from radt.collectors.imports import importer
+from radt.collectors.store.stores import open_metric_store
 from radt.points import Point
 from tests.support.paths import FIXTURES
 from tests.support.runs import radt_run

@@ -19,8 +19,8 @@ from radt import rollups, summarytable
 from radt.app.store import make_read_engine
 from radt.app.summaries import SUMMARY_VERSION, run_summary
 from radt.app.summarystore import UNAVAILABLE, readable, store_summaries
-from radt.collectors.sqltracking import make_engine
-from radt.collectors.stores import SqlMetricStore
+from radt.collectors.store.sqltracking import make_engine
+from radt.collectors.store.stores import SqlMetricStore
 from radt.points import Point
 from tests.support.paths import FIXTURES
 from tests.support.state import dashboard_reads
@@ -64,7 +64,7 @@ def raw_reads(engine: sa.Engine):
 
 def _import_microbench(uri: str) -> str:
     """`radt import` of a real dcgmi dmon + nvidia-smi pair (one thread block of one thread on GPU 0 of five)."""
-    from radt.collectors import importer
+    from radt.collectors.imports import importer
 
     files = [str(FIXTURES / f"microbench_1.1_{f}") for f in ("dcgmi_dmon.txt", "nvidia_smi.csv")]
     out = io.StringIO()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from radt.collectors.verdicts import Judged, Verdict, judge, share_partners
+from radt.collectors.cluster.verdicts import Judged, Verdict, judge, share_partners
 
 T0 = 1_795_700_000_000
 
@@ -105,8 +105,9 @@ def test_a_light_job_is_paired_with_the_busiest_job_that_fits_beside_it_on_one_g
 
 
 def test_the_import_writes_the_sharing_flag_into_both_jobs_verdicts(store_uri):
-    from radt.collectors import slurmacct, slurmimport
-    from radt.collectors.tracking import connect
+    from radt.collectors.cluster import slurmimport
+    from radt.collectors.slurm import slurmacct
+    from radt.collectors.store.tracking import connect
 
     lines = "".join(
         f"{job}|{job}|train-{job}|alice|proj|gpu|2026-11-20T10:00:00|2026-11-20T10:00:05|2026-11-20T11:00:05|COMPLETED|0:0|gpu01|"
@@ -134,8 +135,9 @@ def test_jobs_without_a_verdict_come_after_the_judged_ones_newest_first(store_ur
     import sqlalchemy as sa
 
     from radt.app.jobs import job_rows
-    from radt.collectors import slurmacct, slurmimport
-    from radt.collectors.tracking import connect
+    from radt.collectors.cluster import slurmimport
+    from radt.collectors.slurm import slurmacct
+    from radt.collectors.store.tracking import connect
 
     lines = "".join(
         f"{job}|{job}|train|alice|proj|gpu|2026-11-20T{hour}:00:00|2026-11-20T{hour}:00:05|2026-11-20T{hour}:30:05|COMPLETED|0:0|n1|"

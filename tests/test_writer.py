@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from radt.collectors.stores import MlflowMetricStore, SqlMetricStore
-from radt.collectors.writer import MetricWriter, Spool
+from radt.collectors.store.stores import MlflowMetricStore, SqlMetricStore
+from radt.collectors.store.writer import MetricWriter, Spool
 from radt.points import Point
 from radt.rundir import claim_run_dir, owner_pid, release_run_dir
 from tests.support.paths import REPO

@@ -16,10 +16,10 @@ import subprocess
 import threading
 
 from radt.catalogue import DCGM_BASIC_FIELDS, DCGM_PROFILING_FIELDS
-from radt.collectors.parsers import DmonParser, dmon_error, parse_mig_hierarchy
-from radt.collectors.proctree import die_with_parent
+from radt.collectors.process.proctree import die_with_parent
 from radt.collectors.sources.base import MetricSource, SamplingContext, SourceUnavailable
-from radt.collectors.toolmetrics import EnergyBaseline, dmon_metrics
+from radt.collectors.sources.parsers import DmonParser, dmon_error, parse_mig_hierarchy
+from radt.collectors.sources.toolmetrics import EnergyBaseline, dmon_metrics
 
 START_TIMEOUT = 10.0  # seconds to wait for the first line of data before trying the next field set
 DISCOVERY_TIMEOUT = 5.0  # seconds for `dcgmi discovery -c`

@@ -15,8 +15,8 @@ from __future__ import annotations
 import pynvml
 
 from radt.catalogue import GPM_METRICS, key
-from radt.collectors.gpus import Machine, NvmlUnavailable, gpm_supported, machine, mig_handle
 from radt.collectors.sources.base import MetricSource, SamplingContext, SourceUnavailable
+from radt.collectors.sources.gpus import Machine, NvmlUnavailable, gpm_supported, machine, mig_handle
 
 MB = 1e6
 # Errors that mean "this call will never work on this GPU/driver": remembered, not retried every tick.

@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 from radt import settings
 from radt.catalogue import resolve
-from radt.collectors.promql import (
+from radt.collectors.sources.base import MetricSource, Reading, SamplingContext, SourceUnavailable
+from radt.collectors.sources.promql import (
     CHUNK_S,
     DCGM_METRICS,
     DEFAULT_HOST_LABELS,
@@ -34,7 +35,6 @@ from radt.collectors.promql import (
     query,
     selector,
 )
-from radt.collectors.sources.base import MetricSource, Reading, SamplingContext, SourceUnavailable
 from radt.points import Point
 
 WINDOW_S = 60  # at most this many seconds of raw samples per tick: several scrapes at any usual scrape interval
@@ -53,7 +53,7 @@ def _stderr(line: str) -> None:
 def _uuids() -> dict[str, int]:
     """This machine's GPU and MIG UUIDs -> NVML index (dcgm-exporter's `UUID` label); empty without NVML."""
     try:
-        from radt.collectors.gpus import machine
+        from radt.collectors.sources.gpus import machine
 
         mach = machine()
     except Exception:  # no driver, no pynvml: the exporter's `gpu` label (also NVML's index) serves
@@ -65,7 +65,7 @@ def _uuids() -> dict[str, int]:
 def _mig_mode_gpus() -> list[int]:
     """NVML indices of this machine's GPUs in MIG mode, whose series are their slices'; empty without NVML."""
     try:
-        from radt.collectors.gpus import machine
+        from radt.collectors.sources.gpus import machine
 
         return [gpu.index for gpu in machine().gpus if gpu.mig_mode]
     except Exception:
@@ -166,7 +166,7 @@ class PrometheusSource(MetricSource):
         """Add the slices of the run's GPUs in MIG mode that its processes now use (NVML's per-instance process lists)."""
         if not self.open_migs:
             return
-        from radt.collectors.gpus import slices_in_use
+        from radt.collectors.sources.gpus import slices_in_use
 
         try:
             pids = {p.pid for p in self._pids()}

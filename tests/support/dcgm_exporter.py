@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import NamedTuple
 
-from radt.collectors.parsers import parse_dcgmi_dmon
+from radt.collectors.sources.parsers import parse_dcgmi_dmon
 
 # dcgm-exporter's metric name -> the `dcgmi dmon` column of the same DCGM field (etc/default-counters.csv).
 COLUMNS = {

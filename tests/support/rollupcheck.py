@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from radt import catalogue, mlflowdb, rollups
-from radt.collectors.sqltracking import make_engine
+from radt.collectors.store.sqltracking import make_engine
 from radt.points import Point
 
 MAX_FLOAT = mlflowdb.MAX_FLOAT

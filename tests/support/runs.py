@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from mlflow import MlflowClient
 
-from radt.collectors import tracking
+from radt.collectors.store import tracking
 
 
 def radt_run(

@@ -78,7 +78,7 @@ def _logging_levels() -> dict[str, int]:
 
 
 def _added_env() -> set | None:
-    tracking = sys.modules.get("radt.collectors.tracking")
+    tracking = sys.modules.get("radt.collectors.store.tracking")
     return set(tracking.ADDED_ENV) if tracking is not None and hasattr(tracking, "ADDED_ENV") else None
 
 
@@ -103,7 +103,7 @@ def kept() -> Iterator[None]:
         for name, level in _logging_levels().items():
             if level != levels.get(name, logging.NOTSET):
                 logging.getLogger(name or None).setLevel(levels.get(name, logging.NOTSET))
-        tracking = sys.modules.get("radt.collectors.tracking")
+        tracking = sys.modules.get("radt.collectors.store.tracking")
         if tracking is not None and hasattr(tracking, "ADDED_ENV"):
             tracking.ADDED_ENV.clear()
             tracking.ADDED_ENV.update(added or ())

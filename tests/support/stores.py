@@ -18,8 +18,8 @@ import numpy as np
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
 
-from radt.collectors import tracking
-from radt.collectors.stores import SqlMetricStore
+from radt.collectors.store import tracking
+from radt.collectors.store.stores import SqlMetricStore
 from radt.points import Point
 from tests.support.paths import FIXTURES
 from tests.support.runs import radt_run
@@ -180,7 +180,7 @@ def write_long_run(uri: str) -> str:
 
 def import_five_gpus(uri: str) -> str:
     """`radt import` of the real 5-GPU MNIST logs (DGX Station A100: four A100s and the display GPU)."""
-    from radt.collectors import importer
+    from radt.collectors.imports import importer
 
     files = [str(FIXTURES / name) for name in ("mnist_dcgmi_dmon_18fields.txt", "mnist_nvidia_smi.csv", "mnist_top_batch.txt")]
     out = io.StringIO()

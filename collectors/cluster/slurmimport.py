@@ -1,0 +1,390 @@
+"""`radt import --slurm JOBID[,JOBID...]` / `--slurm-since 1d`: a run for every Slurm job, with nothing of radt in the job.
+
+Each job's facts come from Slurm's accounting (collectors/slurm/slurmacct.py), its GPUs' series from the cluster's
+Prometheus (`radt import --prometheus`'s backfill, for the job's node, GPUs and time). One experiment per user
+(`slurm-<user>`, or per account with --group-by account), one run per job found again by its radt.slurm.job_id tag,
+so importing again adds nothing twice and fills what was not yet scraped; an array's tasks are runs of one workload.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import math
+import re
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, NamedTuple
+
+from radt.collectors.cluster.verdicts import Judged, Verdict, judge, share_partners
+from radt.collectors.slurm.slurmacct import (
+    SCONTROL,
+    AccountingError,
+    Job,
+    NoAccounting,
+    node_gpus,
+    requested_gpus,
+    running_gpus,
+    sacct,
+    scontrol_jobs,
+)
+from radt.collectors.sources.promql import GpuMemory, PromError, gpu_memory, host_labels, labelled_gpus
+from radt.collectors.store.tracking import connect, find_or_create_workload, find_runs, resolve_experiment, set_tags
+from radt.options import store_parent
+from radt.runmodel import (
+    GPUS_FROM_TAG,
+    HOST_TAG,
+    NO_SERIES_TAG,
+    PARENT_TAG,
+    ROLE_TAG,
+    RUN_ROLE,
+    SLURM_EXPERIMENT_PREFIX,
+    SLURM_JOB_TAG,
+    SLURM_PARTITION_TAG,
+    SLURM_PREFIX,
+    USER_TAG,
+    VERDICT_PREFIX,
+    WORKLOAD_TAG,
+    gpus_of_tag,
+    gpus_used_tag,
+    node_tag,
+)
+from radt.settings import PROMETHEUS_HOST_LABEL, PROMETHEUS_URL, tracking_uri
+
+if TYPE_CHECKING:
+    from radt.cli import OneLineParser
+
+_SINCE = re.compile(r"^(\d+)([dhm])$")
+WHOLE_NODE = "whole node"  # radt.slurm.gpus_from of a job that had every GPU of its nodes
+UNKNOWN = "unknown"  # radt.slurm.gpus_requested of a job whose GPUs no source counted
+HELD_S = 600  # how long after its end slurmctld may still hold a job (MinJobAge, 300 s by default) and say what it asked for
+UNCOUNTED = (
+    "Slurm counts no GPU in its jobs' TRES here (AccountingStorageTRES lacks gres/gpu) and neither radt's prolog nor slurmctld "
+    "said which GPUs the job had; add gres/gpu to AccountingStorageTRES or install examples/slurm/radt-gres-prolog.sh as PrologSlurmctld"
+)
+
+
+def parse_since(text: str) -> tuple[str, int]:
+    """--slurm-since as sacct takes it and as ms since the epoch (for scontrol's jobs, where sacct is not there to read
+    it): '1d' / '6h' / '30m' -> sacct's now-1days / now-6hours / now-30minutes; an ISO time as it is."""
+    text = text.strip()
+    match = _SINCE.match(text)
+    if match:
+        unit, seconds = {"d": ("days", 86_400), "h": ("hours", 3_600), "m": ("minutes", 60)}[match.group(2)]
+        return f"now-{match.group(1)}{unit}", int((time.time() - int(match.group(1)) * seconds) * 1000)
+    if re.match(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2})?)?$", text):
+        iso = text.replace(" ", "T")
+        return iso, int(datetime.fromisoformat(iso).timestamp() * 1000)
+    raise AccountingError(f"--slurm-since '{text}' is not a span or a time; give e.g. --slurm-since 1d, 6h, 30m or 2026-11-26T08:00")
+
+
+def _until_ms(job: Job) -> int:
+    """The end of the job's time: its end, or now while it runs."""
+    return job.end_ms or int(time.time() * 1000)
+
+
+def job_tags(job: Job) -> dict[str, str]:
+    """The run's tags: the job's Slurm facts under radt.slurm.*, its user as MLflow's, its node as radt's host."""
+    tags = {
+        SLURM_JOB_TAG: job.job_id,
+        f"{SLURM_PREFIX}raw_id": job.raw_id,
+        f"{SLURM_PREFIX}user": job.user,
+        f"{SLURM_PREFIX}account": job.account,
+        SLURM_PARTITION_TAG: job.partition,
+        f"{SLURM_PREFIX}state": job.state,
+        f"{SLURM_PREFIX}exit_code": f"{job.exit_code}:{job.signal}",
+        f"{SLURM_PREFIX}nodes": ",".join(job.nodes),
+        f"{SLURM_PREFIX}gpus_requested": UNKNOWN if job.gpus_requested is None else str(job.gpus_requested),
+        f"{SLURM_PREFIX}gpus_used": gpus_used_tag(job.gpus),
+        ROLE_TAG: RUN_ROLE,
+        USER_TAG: job.user,
+    }
+    if len(job.nodes) == 1:
+        tags[HOST_TAG] = job.nodes[0]
+    elif job.gpus and all(job.gpus.get(node) for node in job.nodes):  # a run of several nodes, as radt's own multi-node runs are
+        for node in job.nodes:
+            tags[node_tag(node)] = job.status
+            tags[node_tag(node, "host")] = node
+            tags[node_tag(node, "slurm_job_id")] = job.job_id
+            tags[node_tag(node, "gpus")] = json.dumps([{"series": f"gpu_{i}", "index": i} for i in job.gpus[node]])
+    if job.array_job:
+        tags[f"{SLURM_PREFIX}array_job"] = job.array_job
+    return tags
+
+
+def _whole_nodes(job: Job) -> dict[str, tuple[int, ...]] | None:
+    """Every GPU of the job's nodes where it was given them all (its GPUs requested = its nodes' GPUs, as Slurm configures
+    them now); None otherwise: a part of a node's GPUs is never guessed."""
+    if not job.gpus_requested or not job.nodes:
+        return None
+    counts = [node_gpus(node) for node in job.nodes]
+    if any(c is None for c in counts) or sum(counts) != job.gpus_requested:  # type: ignore[arg-type]
+        return None
+    return {node: tuple(range(count)) for node, count in zip(job.nodes, counts, strict=True)}  # type: ignore[arg-type]
+
+
+def _asked(job: Job) -> Job:
+    """The job with the GPUs it asked for, where its accounting did not count them (a Slurm whose TRES count no GPU) and
+    slurmctld still holds it: running, or ended within HELD_S."""
+    if job.gpus_requested is not None or (job.status != "RUNNING" and _until_ms(job) < (time.time() - HELD_S) * 1000):
+        return job
+    return job._replace(gpus_requested=requested_gpus(job))
+
+
+def _counted(job: Job) -> Job:
+    """The job with as many GPUs requested as it was found to have, where nothing counted them before."""
+    if job.gpus_requested is None and job.gpus and any(job.gpus.values()):
+        return job._replace(gpus_requested=sum(len(found) for found in job.gpus.values()))
+    return job
+
+
+def why_no_series(job: Job) -> str | None:
+    """Why the job's GPU series cannot be taken (None: they can): radt takes a job's own GPUs or none."""
+    if job.gpus_requested == 0 and not any((job.gpus or {}).values()):
+        return "the job had no GPU"
+    if job.gpus_requested is None and not any((job.gpus or {}).values()):
+        return UNCOUNTED
+    unknown = [node for node in job.nodes if not (job.gpus or {}).get(node)]
+    if unknown:
+        where = f" of node {', '.join(unknown)}" if len(job.nodes) > 1 else ""
+        return (
+            f"no exporter series is labelled with the job (jobid, hpc_job), Slurm's accounting keeps no GPU index and the job's "
+            f"AdminComment holds none{where}; install examples/slurm/radt-gres-prolog.sh as PrologSlurmctld"
+        )
+    return None
+
+
+Fill = Callable[[list[str]], int]  # `radt import --prometheus`'s main (importer.prometheus_main), passed in: no import cycle
+
+
+def _fill(fill: Fill, uri: str, run_id: str, job: Job, url: str) -> int:
+    """The job's GPU series from Prometheus into its run (radt import --prometheus's backfill); its exit code."""
+    argv = ["--prometheus", url, "--run", run_id, "--store", uri]
+    if len(job.nodes) == 1:  # several nodes: each node's host and GPUs are in the run's radt.node.<node>/ tags
+        argv += ["--gpus", "+".join(map(str, job.gpus[job.nodes[0]]))]  # type: ignore[index]
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints the run id; this command prints a line per job
+        return fill(argv)
+
+
+class Imported(NamedTuple):
+    """What importing one job did: its run, whether it was made now, why it has no GPU series (None: it has), whether
+    the series were read (False: Prometheus failed; the run has a gap tag and the next import fills it)."""
+
+    run_id: str
+    created: bool
+    reason: str | None
+    filled: bool
+
+
+class JobImporter:
+    """Imports jobs into one store: each experiment (and array workload) is looked up once per import, not once per job."""
+
+    def __init__(self, client, uri: str, group_by: str = "user", url: str | None = None, fill: Fill | None = None) -> None:
+        self.client, self.uri, self.group_by, self.url, self.fill = client, uri, group_by, url, fill
+        self._experiments: dict[str, str] = {}
+        self._workloads: dict[tuple[str, str], str] = {}
+        self.host_labels = host_labels(PROMETHEUS_HOST_LABEL.get())
+        self.judged: list[tuple[str, Verdict, Judged]] = []  # this import's jobs with a verdict, for share()
+
+    def job(self, job: Job) -> Imported:
+        """One started job into its run: facts, status and end, then its GPUs' series where they can be known."""
+        client = self.client
+        experiment, found = self._find(job)
+        before = dict(found.data.tags) if found is not None else {}
+        job = _counted(self._gpus_of(_asked(job), before))
+        run_id, created = self._put(job, experiment, found)
+        if job.status != "RUNNING":  # before the series: the backfill reads the run's own span
+            client.set_terminated(run_id, status=job.status, end_time=job.end_ms)
+        reason = why_no_series(job) or (None if self.url else "no Prometheus given (--prometheus or RADT_PROMETHEUS_URL)")
+        if reason:
+            set_tags(client, run_id, {NO_SERIES_TAG: reason})
+            return Imported(run_id, created, reason, True)
+        if NO_SERIES_TAG in before:  # an earlier import had no Prometheus to ask (or could not tell the GPUs)
+            client.delete_tag(run_id, NO_SERIES_TAG)
+        assert self.fill is not None, "a Prometheus URL needs the backfill"
+        filled = _fill(self.fill, self.uri, run_id, job, self.url) == 0
+        verdict = verdict_of(client, run_id, job, self._memory(job))
+        set_tags(client, run_id, verdict.tags())
+        self.judged.append((run_id, verdict, Judged(job.job_id, job.name, job.user, verdict.numbers)))
+        return Imported(run_id, created, None, filled)
+
+    def _gpus_of(self, job: Job, before: dict[str, str]) -> Job:
+        """The job with the GPUs it had and where they come from (gpus_from), in this order: the GPUs its exporter
+        labelled with its id (jobid, hpc_job) over its time; its AdminComment's (radt's prolog); scontrol's while it runs;
+        what an import took from scontrol while it ran (the run's gpus_used tag); every GPU of its nodes where it had them
+        all. gpus_from '' where none says."""
+        if self.url and job.nodes and job.start_ms is not None:
+            end_ms = _until_ms(job)
+            labelled = {}
+            try:
+                for node in job.nodes:
+                    found = labelled_gpus(self.url, node, self.host_labels, (job.job_id, job.raw_id), job.start_ms, end_ms)
+                    if found is None:
+                        break
+                    labelled[node] = found
+            except PromError:
+                labelled = {}  # the backfill meets it too, and leaves the gap tag
+            if len(labelled) == len(job.nodes):  # every node's GPUs said by the exporter, or none taken from it
+                label = next(iter(labelled.values())).label
+                return job._replace(gpus={node: found.gpus for node, found in labelled.items()}, gpus_from=f"exporter label {label}")
+        if job.gpus is not None and any(job.gpus.values()):
+            return job
+        if job.state == "RUNNING" and job.gpus_requested != 0:
+            running = running_gpus(job)
+            if running:
+                return job._replace(gpus=running, gpus_from=SCONTROL)
+        taken = gpus_of_tag(before.get(f"{SLURM_PREFIX}gpus_used", "")) if before.get(GPUS_FROM_TAG, "").startswith(SCONTROL) else {}
+        if taken:
+            return job._replace(gpus=taken, gpus_from=f"{SCONTROL}, while it ran")
+        whole = _whole_nodes(job)
+        if whole:
+            return job._replace(gpus=whole, gpus_from=WHOLE_NODE)
+        return job._replace(gpus_from="")
+
+    def share(self) -> int:
+        """Add to the verdict of each one-GPU job of this import that could share a GPU under MPS with another the flag
+        naming it (verdicts.share_partners) and radt.verdict.mps_partner; the jobs flagged."""
+        partners = share_partners([judged for _run, _verdict, judged in self.judged])
+        for run_id, verdict, judged in self.judged:
+            if judged.job_id in partners:
+                partner, flag = partners[judged.job_id]
+                flagged = Verdict([*verdict.flags, flag], verdict.numbers).tags()
+                set_tags(self.client, run_id, {f"{VERDICT_PREFIX}flags": flagged[f"{VERDICT_PREFIX}flags"], f"{VERDICT_PREFIX}mps_partner": partner.job_id})
+        return len(partners)
+
+    def _memory(self, job: Job) -> GpuMemory | None:
+        """The size and model of the job's GPUs, the largest over all its nodes, which its memory verdict is said against
+        (None: not known). The first node's alone gave no size where its exporter published none, or the smaller one."""
+        sizes = []
+        for node, gpus in (job.gpus or {}).items():
+            try:
+                found = gpu_memory(self.url, node, self.host_labels, gpus, job.start_ms, _until_ms(job)) if gpus else None  # type: ignore[arg-type]
+            except PromError:
+                return None
+            if found is not None:
+                sizes.append(found)
+        return max(sizes) if sizes else None
+
+    def _find(self, job: Job) -> tuple[str, object | None]:
+        """The job's experiment (made where it is new) and its run there, found by its job id (None: not imported yet)."""
+        name = f"{SLURM_EXPERIMENT_PREFIX}{job.user if self.group_by == 'user' else job.account}"
+        if name not in self._experiments:
+            self._experiments[name] = resolve_experiment(self.client, self.uri, name)
+        experiment = self._experiments[name]
+        found = find_runs(self.client, [experiment], {SLURM_JOB_TAG: job.job_id, ROLE_TAG: RUN_ROLE}, max_results=10)
+        return experiment, (found[0] if found else None)
+
+    def _put(self, job: Job, experiment: str, found) -> tuple[str, bool]:
+        """The job's facts on its run (`found`), or a new run of them at the job's start; (run id, created)."""
+        tags = job_tags(job)
+        if job.gpus_from:
+            tags[GPUS_FROM_TAG] = job.gpus_from
+        if job.array_job:
+            workload = f"{job.name} (array {job.array_job})"
+            if (experiment, workload) not in self._workloads:
+                self._workloads[(experiment, workload)] = find_or_create_workload(self.client, experiment, workload)
+            tags[WORKLOAD_TAG], tags[PARENT_TAG] = workload, self._workloads[(experiment, workload)]
+        if found is not None:
+            set_tags(self.client, found.info.run_id, tags)
+            return found.info.run_id, False
+        run = self.client.create_run(experiment, start_time=job.start_ms, run_name=job.name or f"job {job.job_id}", tags=tags)
+        return run.info.run_id, True
+
+
+def verdict_of(client, run_id: str, job: Job, memory: GpuMemory | None = None) -> Verdict:
+    """The job's efficiency verdict from the GPU series its run now holds (its own GPUs only), its memory against its GPUs'."""
+    size, model = (memory.total_mib, memory.model) if memory else (None, "")
+    assert job.gpus is not None, "judged only where its GPUs are known"
+    if len(job.nodes) == 1:
+        return judge(_gpu_series(client, run_id), job.gpus[job.nodes[0]], size, model)
+    return judge(_gpu_series(client, run_id), [(node, i) for node in job.nodes for i in job.gpus[node]], size, model)
+
+
+def _gpu_series(client, run_id: str) -> dict[str, list[tuple[int, float]]]:
+    """{key: [(ms, value)]} of the run's per-GPU series: one SQL query on radt's SQL client, MLflow's history otherwise."""
+    engine = getattr(client, "engine", None)
+    if engine is None:
+        keys = [k for k in client.get_run(run_id).data.metrics if k.startswith("system/") and "gpu_" in k]
+        return {k: [(m.timestamp, m.value) for m in client.get_metric_history(run_id, k)] for k in keys}
+    import sqlalchemy as sa
+
+    from radt import mlflowdb
+
+    m = mlflowdb.metrics.c
+    query = sa.select(m.key, m.timestamp, m.value, m.is_nan).where(m.run_uuid == run_id, m.key.like("system/%gpu\\_%", escape="\\"))
+    out: dict[str, list[tuple[int, float]]] = {}
+    with engine.connect() as conn:
+        for key, ms, value, is_nan in conn.execute(query):
+            out.setdefault(key, []).append((int(ms), math.nan if is_nan else float(value)))
+    return out
+
+
+def main(argv: list[str], fill: Fill) -> int:
+    """The command; `fill`: importer.prometheus_main, which reads a run's series from Prometheus."""
+    args = _parser().parse_args(argv)
+    ids = [j.strip() for j in (args.slurm or "").split(",") if j.strip()]
+    if args.slurm is not None and (not ids or not all(re.fullmatch(r"\d+(_\d+)?", j) for j in ids)):
+        raise AccountingError(f"--slurm '{args.slurm}' is not a list of job ids; give e.g. --slurm 1234,1235_3")
+    jobs = _asked_jobs(args, ids)
+    url = args.prometheus if args.prometheus is not None else PROMETHEUS_URL.get()
+    uri = tracking_uri(args.store)
+    importer = JobImporter(connect(uri), uri, args.group_by, url, fill)
+    made = failed = 0
+    for job in jobs:
+        if job.unread:
+            print(f"radt import: job {job.job_id}: scontrol's record of it cannot be read for its GPUs ({job.unread}); none are taken from it", file=sys.stderr)
+        if job.start_ms is None:
+            print(f"radt import: job {job.job_id}: {job.state}, not started yet; import it again once it runs", file=sys.stderr)
+            continue
+        done = importer.job(job)
+        made += done.created
+        failed += not done.filled
+        note = f"no GPU series: {done.reason}" if done.reason else "GPU series from Prometheus"
+        print(
+            f"radt import: job {job.job_id} ({job.user}, {job.partition}, {job.state}) -> run {done.run_id}{' (new)' if done.created else ''}; {note}",
+            file=sys.stderr,
+        )
+    shared = importer.share()
+    print(f"radt import: {len(jobs)} jobs, {made} new runs" + (f"; {shared} could share a GPU under MPS" if shared else ""), file=sys.stderr)
+    return 1 if failed or (ids and len(jobs) < len(ids)) else 0
+
+
+def _parser() -> OneLineParser:
+    """`radt import --slurm/--slurm-since`'s options."""
+    from radt.cli import OneLineParser
+
+    parser = OneLineParser(
+        parents=[store_parent()], prog="radt import", description="A run for every Slurm job, from Slurm's accounting and the cluster's Prometheus."
+    )
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--slurm", help="job ids, e.g. 1234,1235_3 (an array's task)")
+    which.add_argument("--slurm-since", help="every job started since: a span (1d, 6h, 30m) or a time (2026-11-26T08:00)")
+    parser.add_argument("--user", help="only this user's jobs")
+    parser.add_argument("--partition", help="only this partition's jobs")
+    parser.add_argument("--account", help="only this account's jobs")
+    parser.add_argument("--group-by", choices=("user", "account"), default="user", help="one experiment per user (default) or per account")
+    parser.add_argument(
+        "--prometheus", default=None, help="the cluster's Prometheus URL (default RADT_PROMETHEUS_URL); without one, the runs get the jobs' facts only"
+    )
+    return parser
+
+
+def _asked_jobs(args: argparse.Namespace, ids: list[str]) -> list[Job]:
+    """The jobs asked for, from Slurm's accounting, or from slurmctld where there is none (said in a line); a line for
+    each asked-for id that neither holds."""
+    since, floor = parse_since(args.slurm_since) if args.slurm_since else (None, None)
+    try:
+        jobs, holder = sacct(ids or None, since, args.user, args.partition, args.account), "Slurm's accounting"
+    except NoAccounting as exc:
+        print(f"radt import: {exc}; importing the jobs slurmctld still holds (running, or ended within its MinJobAge) from scontrol", file=sys.stderr)
+        jobs, holder = scontrol_jobs(ids or None, args.user, args.partition, args.account), "slurmctld"
+        if floor is not None:
+            jobs = [j for j in jobs if j.start_ms is None or j.start_ms >= floor]
+    for missing in [j for j in ids if j not in {job.job_id for job in jobs} and j not in {job.raw_id for job in jobs}]:
+        check = f"sacct -j {missing}" if holder != "slurmctld" else f"scontrol show job {missing}"
+        print(f"radt import: job {missing}: {holder} has no such job; check the id ({check})", file=sys.stderr)
+    return jobs

@@ -1,0 +1,358 @@
+"""Read dcgm-exporter's series from a Prometheus server's HTTP API and name them with catalogue keys.
+
+dcgm-exporter publishes one series per GPU (labels `gpu`, `UUID`, `device`, `modelName`, `Hostname`; newer
+exporters spell it `hostname`, so both are tried) and per MIG slice (`GPU_I_ID`, `GPU_I_PROFILE` besides); Prometheus adds `job` and `instance`.
+An NVML/GPM exporter with the same labels is read too: `radt monitor --prometheus-port` (radt_sm_active,
+... in catalogue units); where a node runs both, dcgm-exporter's series is the one kept.
+The values are read raw (a range selector, `metric[30s]`), with the scrape's own timestamps, so
+nothing is resampled, repeated by the lookback window or dropped between steps as `query_range` would.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
+
+import requests
+
+from radt.catalogue import DCGM_TAGS, METRICS, exposition_name, key
+from radt.collectors.sources.gpus import OLD_MIG
+from radt.errors import UserError
+from radt.settings import LABEL_NAME, PROMETHEUS_HOST_LABEL, is_http_url
+
+# dcgm-exporter metric -> the `dcgmi dmon` tag of the same DCGM field (DCGM's field names), whose
+# catalogue entry gives the metric and scale (FB_USED comes in MiB, as dmon's FBUSD does).
+EXPORTER_TAGS: dict[str, str] = {
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "GRACT",
+    "DCGM_FI_PROF_SM_ACTIVE": "SMACT",
+    "DCGM_FI_PROF_SM_OCCUPANCY": "SMOCC",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "TENSO",
+    "DCGM_FI_PROF_DRAM_ACTIVE": "DRAMA",
+    "DCGM_FI_PROF_PIPE_FP64_ACTIVE": "FP64A",
+    "DCGM_FI_PROF_PIPE_FP32_ACTIVE": "FP32A",
+    "DCGM_FI_PROF_PIPE_FP16_ACTIVE": "FP16A",
+    "DCGM_FI_PROF_PCIE_TX_BYTES": "PCITX",
+    "DCGM_FI_PROF_PCIE_RX_BYTES": "PCIRX",
+    "DCGM_FI_PROF_NVLINK_TX_BYTES": "NVLTX",
+    "DCGM_FI_PROF_NVLINK_RX_BYTES": "NVLRX",
+    "DCGM_FI_DEV_GPU_UTIL": "GPUTL",
+    "DCGM_FI_DEV_MEM_COPY_UTIL": "MCUTL",
+    "DCGM_FI_DEV_POWER_USAGE": "POWER",
+    "DCGM_FI_DEV_GPU_TEMP": "TMPTR",
+    "DCGM_FI_DEV_SM_CLOCK": "SMCLK",
+    "DCGM_FI_DEV_FB_USED": "FBUSD",
+}
+DCGM_METRICS: dict[str, tuple[str, float]] = {metric: DCGM_TAGS[tag] for metric, tag in EXPORTER_TAGS.items()}
+# radt monitor's own exposition (collectors/monitor/exposition.py), an NVML/GPM exporter: per-GPU catalogue metrics, unit as stored
+RADT_METRICS: dict[str, tuple[str, float]] = {exposition_name(m): (m.name, 1.0) for m in METRICS.values() if m.per_gpu}
+EXPORTER_METRICS: dict[str, tuple[str, float]] = DCGM_METRICS | RADT_METRICS
+# the node's label, tried in turn: dcgm-exporter's Hostname, newer exporters' hostname; "instance" matches the scrape target instead
+DEFAULT_HOST_LABELS: tuple[str, ...] = tuple(PROMETHEUS_HOST_LABEL.default.split(","))
+DEFAULT_HOST_LABEL = DEFAULT_HOST_LABELS[0]
+TIMEOUT = 5.0  # seconds for one HTTP call
+CHUNK_S = 3600  # seconds of raw samples asked for in one backfill query
+
+
+class PromUrlError(UserError, ValueError):
+    """A Prometheus URL or label name the user gave is malformed; the message names the option and the fix (a ValueError
+    still, for the callers that catch it with the other bad values)."""
+
+
+def check_url(text: str, source: str = "--prometheus") -> str:
+    """A Prometheus server's base URL without its trailing slash; PromUrlError in one line naming the fix."""
+    url = text.strip().rstrip("/")
+    if not is_http_url(url):  # also 'http://[::1' and 'http://host:99999', which the HTTP client raises on
+        raise PromUrlError(f"{source} '{text}' is not a Prometheus server's http(s) URL; give e.g. {source} http://prometheus:9090")
+    return url
+
+
+def check_label(name: str, source: str = "RADT_PROMETHEUS_HOST_LABEL") -> str:
+    """A Prometheus label name (Hostname, instance, node); PromUrlError in one line naming the fix."""
+    if not LABEL_NAME.fullmatch(name):
+        raise PromUrlError(f"{source}={name!r} is not a Prometheus label name; give the exporter's node label, e.g. Hostname or instance")
+    return name
+
+
+def host_labels(text: str, source: str = "RADT_PROMETHEUS_HOST_LABEL") -> tuple[str, ...]:
+    """'Hostname,hostname' -> the node labels tried in turn (empty: both spellings); PromUrlError in one line naming the fix."""
+    names = tuple(check_label(name.strip(), source) for name in text.split(",") if name.strip())
+    return names or DEFAULT_HOST_LABELS
+
+
+def looked_for(host: str, labels: Iterable[str]) -> str:
+    """The node as the "no series" lines name it: every label tried with the value looked for (Hostname=pod-7 or hostname=pod-7)."""
+    return " or ".join(f"{label}={host}" for label in labels)
+
+
+class PromError(Exception):
+    """Prometheus did not answer (`kind` "unreachable") or refused the query ("refused"); the message says which."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class Series(NamedTuple):
+    labels: dict[str, str]
+    samples: list[tuple[int, float]]  # (timestamp in ms, value), oldest first
+
+
+_sessions = threading.local()  # one requests.Session per thread: a requests.Session is not meant to be shared across threads
+
+
+def _session() -> requests.Session:
+    """This thread's session, whose kept-alive connections the next query reuses (a tick a second: no new TCP per query)."""
+    session = getattr(_sessions, "session", None)
+    if session is None:
+        session = _sessions.session = requests.Session()
+    return session
+
+
+def _cause(exc: BaseException) -> BaseException:
+    """The innermost error under requests' and urllib3's wrappers: '[Errno 111] Connection refused', 'timed out'."""
+    seen: set[int] = set()
+    while id(exc) not in seen:
+        seen.add(id(exc))
+        inner = exc.__cause__ or getattr(exc, "reason", None) or next((a for a in exc.args[:1] if isinstance(a, BaseException)), None)
+        if not isinstance(inner, BaseException):
+            break
+        exc = inner
+    return exc
+
+
+def _get(url: str, path: str, params: Mapping[str, str], timeout: float) -> dict:
+    """One API call's `data`; PromError when the server is not there or says error."""
+    try:
+        response = _session().get(f"{url.rstrip('/')}{path}", params=params, timeout=timeout)
+        if response.status_code >= 400:  # 400 bad query, 422 execution error, 503 overloaded: a JSON error body
+            try:
+                said = response.json().get("error") or response.reason
+            except (ValueError, AttributeError):
+                said = response.reason
+            raise PromError("refused", f"Prometheus at {url} refused the query (HTTP {response.status_code}: {said})")
+        body = response.json()
+    except (requests.RequestException, ValueError) as exc:
+        raise PromError("unreachable", f"Prometheus at {url} did not answer ({_cause(exc)})") from None
+    if body.get("status") != "success":
+        raise PromError("refused", f"Prometheus at {url} refused the query ({body.get('errorType')}: {body.get('error')})")
+    return body["data"]
+
+
+def _value(text: str) -> float:
+    return float(text)  # Prometheus writes NaN and +Inf as text, which float() reads
+
+
+def query(url: str, promql: str, at: float | None = None, timeout: float = TIMEOUT) -> list[Series]:
+    """An instant query; a range selector's answer (a matrix) keeps every raw sample."""
+    params = {"query": promql} | ({"time": f"{at:.3f}"} if at is not None else {})
+    data = _get(url, "/api/v1/query", params, timeout)
+    if data["resultType"] == "matrix":
+        return [Series(r["metric"], [(round(t * 1000), _value(v)) for t, v in r["values"]]) for r in data["result"]]
+    if data["resultType"] == "vector":
+        return [Series(r["metric"], [(round(r["value"][0] * 1000), _value(r["value"][1]))]) for r in data["result"]]
+    return []
+
+
+def query_range(url: str, promql: str, start: float, end: float, step: float, timeout: float = TIMEOUT) -> list[Series]:
+    """`query_range` evaluated every `step` seconds (resampled: the last value within Prometheus' lookback)."""
+    params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+    data = _get(url, "/api/v1/query_range", params, timeout)
+    return [Series(r["metric"], [(round(t * 1000), _value(v)) for t, v in r["values"]]) for r in data["result"]]
+
+
+def _quote(text: str) -> str:
+    return json.dumps(text)  # a PromQL string literal: double quotes, backslash escapes
+
+
+def selector(host: str | None, host_label: str = DEFAULT_HOST_LABEL, metrics: Iterable[str] = EXPORTER_METRICS) -> str:
+    """{__name__=~"DCGM_FI_...|...", Hostname="node-7"}; with host_label "instance", any port of that host."""
+    names = "|".join(re.escape(m) for m in metrics)
+    matchers = [f"__name__=~{_quote(names)}"]
+    if host:
+        matchers.append(_host_matcher(host, host_label))
+    return "{" + ", ".join(matchers) + "}"
+
+
+def _host_matcher(host: str, host_label: str) -> str:
+    """Hostname="node-7"; with host_label "instance", any port of that host."""
+    if host_label == "instance":
+        return f"instance=~{_quote(re.escape(host) + '(:[0-9]+)?')}"
+    return f"{host_label}={_quote(host)}"
+
+
+JOB_LABELS = ("jobid", "hpc_job")  # the Slurm job an exporter says uses a device (a prolog's mapping; dcgm-exporter's --hpc-job-mapping-dir)
+POD_LABELS = ("pod", "exported_pod")  # the Kubernetes pod dcgm-exporter says uses a device (exported_: renamed by a scrape of a pod)
+
+
+class Labelled(NamedTuple):
+    """The GPUs an exporter labelled with a job, and which label said so (jobid, hpc_job)."""
+
+    label: str
+    gpus: tuple[int, ...]
+
+
+def _range(start_ms: int, end_ms: int) -> str:
+    """A range selector's duration covering [start_ms, end_ms] whole, as evaluated at end_ms ('3600001ms'; at least 1 ms)."""
+    return f"{max(1, end_ms - start_ms + 1)}ms"
+
+
+LABELLED_BY = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE")  # any exporter has one
+
+
+def labelled_gpus(
+    url: str, host: str, host_labels: Iterable[str], job_ids: Iterable[str], start_ms: int, end_ms: int, timeout: float = TIMEOUT
+) -> Labelled | None:
+    """The node's GPUs whose series an exporter labelled with one of `job_ids` over [start_ms, end_ms] (dcgm-exporter's
+    hpc_job from its HPC job mapping, or a prolog's jobid); None where no series carries such a label. A MIG slice's
+    series name a slice, not a GPU of the job's own: they are not taken. One query per node label tried: the parts are
+    per metric (count_over_time drops the metric's name, and two metrics of one GPU would clash) joined by `or`."""
+    wanted = _quote("|".join(re.escape(j) for j in dict.fromkeys(job_ids) if j))
+    span = _range(start_ms, end_ms)
+    for host_label in host_labels:
+        where = _host_matcher(host, host_label)
+        parts = [
+            f"count by (gpu, GPU_I_ID, {label}) (count_over_time({metric}{{{where}, {label}=~{wanted}}}[{span}]))"
+            for label in JOB_LABELS
+            for metric in LABELLED_BY
+        ]
+        found = query(url, " or ".join(parts), at=end_ms / 1000, timeout=timeout)
+        for label in JOB_LABELS:
+            gpus = sorted({int(s.labels["gpu"]) for s in found if s.labels.get(label) and s.labels.get("gpu", "").isdigit() and not s.labels.get("GPU_I_ID")})
+            if gpus:
+                return Labelled(label, tuple(gpus))
+    return None
+
+
+class GpuMemory(NamedTuple):
+    """A GPU's memory as its driver reports it (MiB: the exporter's FB_FREE + FB_USED), and its model name (modelName)."""
+
+    total_mib: float
+    model: str
+
+
+def gpu_memory(url: str, host: str, host_labels: Iterable[str], gpus: Iterable[int], start_ms: int, end_ms: int, timeout: float = TIMEOUT) -> GpuMemory | None:
+    """The memory and model of the node's GPUs `gpus` (the largest of them), from dcgm-exporter's last FB_FREE and FB_USED
+    over [start_ms, end_ms]; None where the exporter publishes no FB_FREE for them."""
+    span = _range(start_ms, end_ms)
+    wanted = _quote("|".join(str(g) for g in gpus))
+    for host_label in host_labels:
+        where = f'{_host_matcher(host, host_label)}, gpu=~{wanted}, GPU_I_ID=""'
+        free, used = (f"last_over_time({name}{{{where}}}[{span}])" for name in ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED"))
+        found = query(url, f"max by (gpu, modelName) ({free} + {used} or {free})", at=end_ms / 1000, timeout=timeout)
+        sizes = [(s.samples[0][1], s.labels.get("modelName", "")) for s in found if s.samples and math.isfinite(s.samples[0][1])]
+        if sizes:
+            return GpuMemory(*max(sizes))
+    return None
+
+
+def owners(environ: Mapping[str, str]) -> dict[str, str]:
+    """The labels an exporter marks a device's user with, and this process's values: its Slurm job's id, its pod's name."""
+    found: dict[str, str] = {}
+    job = environ.get("SLURM_JOB_ID", "").strip()
+    if job:
+        found |= dict.fromkeys(JOB_LABELS, job)
+    pod = environ.get("HOSTNAME", "").strip()
+    if environ.get("KUBERNETES_SERVICE_HOST") and pod:  # in a pod its host name is the pod's name
+        found |= dict.fromkeys(POD_LABELS, pod)
+    return found
+
+
+class Wanted(NamedTuple):
+    """Which of a node's series belong to the run: GPUs by NVML index (None: all), MIG slices, UUID -> NVML index; GPU-/MIG-
+    UUIDs the run was given that NVML could not map (`given`), the labels that name the run's job or pod (`owners`), GPUs
+    whose every slice is the run's (`mig_gpus`: `radt import --gpus 0` on a GPU in MIG mode)."""
+
+    gpus: list[int] | None = None
+    slices: tuple[tuple[int, int], ...] | list[tuple[int, int]] = ()  # (GPU, GPU instance id): the run's MIG slices, none besides
+    uuids: Mapping[str, int] = {}
+    given: tuple[str, ...] = ()
+    owners: Mapping[str, str] = {}
+    mig_gpus: tuple[int, ...] = ()
+
+    def place(self, labels: Mapping[str, str]) -> tuple[int, int | None] | None:
+        """(NVML index, GPU instance id or None) of a series the run watches; None for another GPU's, slice's, job's or pod's."""
+        if any(labels.get(name) and labels[name] != value for name, value in self.owners.items()):
+            return None  # the exporter says another Slurm job (or pod) uses it
+        uuid = labels.get("UUID", "")
+        if uuid in self.uuids:
+            gpu = self.uuids[uuid]
+        elif labels.get("gpu", "").isdigit():
+            gpu = int(labels["gpu"])
+        else:
+            return None
+        gi_text = labels.get("GPU_I_ID", "")
+        mig = int(gi_text) if gi_text.isdigit() else None
+        if self.given and self.proves(labels, mig):
+            return gpu, mig
+        if self.gpus is None:  # every GPU of the node, and every slice; never where devices are left to the labels
+            return None if self.given else (gpu, mig)
+        if mig is None:
+            return (gpu, None) if gpu in self.gpus else None
+        # another tenant's slice of a GPU in MIG mode is not the run's
+        return (gpu, mig) if (gpu, mig) in self.slices or gpu in self.mig_gpus else None
+
+    def proves(self, labels: Mapping[str, str], mig: int | None) -> bool:
+        """Whether a series' labels name a device of `given`: a GPU's UUID, a MIG device's UUID in any label (newer exporters),
+        MIG-GPU-<uuid>/<gi>/<ci>'s GPU and instance, or, where no label names a MIG device, the run's own job or pod."""
+        values = {str(v).lower() for v in labels.values()}
+        named_mig = any(v.startswith("mig-") for v in values)
+        for given in self.given:
+            old, token = OLD_MIG.match(given), given.lower()
+            if old and mig is not None and labels.get("UUID", "").lower() == old.group(1).lower() and mig == int(old.group(2)):
+                return True
+            if not old and token.startswith("mig-") and mig is not None and token in values:
+                return True
+            if token.startswith("gpu-") and mig is None and labels.get("UUID", "").lower() == token:
+                return True
+        return not named_mig and any(labels.get(name) == value for name, value in self.owners.items())
+
+
+def series_key(labels: Mapping[str, str], wanted: Wanted) -> tuple[str, float] | None:
+    """(catalogue key, scale) of an exporter series the run watches, e.g. system/gpu_0_mig_3_sm_active; None otherwise."""
+    metric = EXPORTER_METRICS.get(labels.get("__name__", ""))
+    place = wanted.place(labels)
+    if metric is None or place is None:
+        return None
+    name, scale = metric
+    return key(name, place[0], mig=place[1]), scale
+
+
+def keyed_samples(found: Iterable[Series], wanted: Wanted, conflicts: list[str] | None = None) -> dict[str, list[tuple[int, float]]]:
+    """{catalogue key: [(timestamp ms, value in the catalogue unit)]} of the watched series; NaN samples left out.
+
+    Two series of one device are one: an exporter adds a job's label (jobid, hpc_job, pod) while the job runs and drops it
+    after, so a device's series changes its labels at a job's start and end; their samples are joined. Otherwise two series
+    for one key are never merged: dcgm-exporter's is kept over radt monitor's (both on the node); two of one metric (a
+    host label that matches two nodes, two dcgm-exporters) keep the first and say the clash in `conflicts`."""
+    out: dict[str, list[tuple[int, float]]] = {}
+    owner: dict[str, dict[str, str]] = {}
+    for series in sorted(found, key=lambda s: s.labels.get("__name__", "") not in DCGM_METRICS):  # dcgm-exporter's first
+        named = series_key(series.labels, wanted)
+        if named is None:
+            continue
+        where, scale = named
+        samples = [(t, v * scale) for t, v in series.samples if not math.isnan(v)]
+        if where in owner:
+            if _device(owner[where]) == _device(series.labels):  # the same device before, during or after a job
+                joined = dict(out[where])
+                joined.update((t, v) for t, v in samples if t not in joined)
+                out[where] = sorted(joined.items())
+            elif conflicts is not None and owner[where].get("__name__") == series.labels.get("__name__"):  # not two exporters: two GPUs
+                conflicts.append(f"{where}: {_labels(owner[where])} and {_labels(series.labels)}")
+            continue
+        owner[where] = series.labels
+        out[where] = sorted(samples)
+    return out
+
+
+def _device(labels: Mapping[str, str]) -> dict[str, str]:
+    """A series' labels without those naming who used the device (a job's, a pod's): what names the device itself."""
+    return {k: v for k, v in labels.items() if k not in JOB_LABELS and k not in POD_LABELS}
+
+
+def _labels(labels: Mapping[str, str]) -> str:
+    return "{" + ", ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "__name__") + "}"
