@@ -7,7 +7,7 @@ first access of `app.server`, which is what `gunicorn 'radt.app:server'` asks fo
 
 def __getattr__(name: str):
     if name == "server":
-        from radt.app.dashboard import create_app
+        from radt.app.web.dashboard import create_app
 
         return create_app().server
     raise AttributeError(name)

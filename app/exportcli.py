@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from radt.app.words import counted
+from radt.app.figures.words import counted
 from radt.options import store_parent
 from radt.rundir import write_whole
 from radt.settings import tracking_uri
@@ -20,7 +20,7 @@ METRICS_LISTED = 8  # the metrics an unknown --metric's message names; the dashb
 
 
 def export_parser() -> argparse.ArgumentParser:
-    from radt.app.exportoptions import BY, COLLOCATION, FORMATS, HEIGHT_RANGE, KINDS, LEGENDS, SIZES, STATS
+    from radt.app.export.exportoptions import BY, COLLOCATION, FORMATS, HEIGHT_RANGE, KINDS, LEGENDS, SIZES, STATS
     from radt.cli import OneLineParser  # mistakes in one line, like the rest of radt
 
     parser = OneLineParser(
@@ -81,7 +81,7 @@ def export_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     opts = export_parser().parse_args(argv)
     fmt = opts.format or opts.output.suffix.lstrip(".").lower()
-    from radt.app.exportoptions import FORMATS, ExportError, ExportStyle, check_style
+    from radt.app.export.exportoptions import FORMATS, ExportError, ExportStyle, check_style
 
     if fmt not in FORMATS:
         print(f"radt export: cannot tell the format of '{opts.output}'; give --format {'/'.join(FORMATS)} or an output ending in one", file=sys.stderr)
@@ -104,24 +104,26 @@ def main(argv: list[str]) -> int:
         if opts.table:
             if fmt != "csv":
                 raise ExportError("--table writes CSV; give an output ending in .csv")
-            from radt.app.export import comparison_table, table_csv
+            from radt.app.export.paper import comparison_table
+            from radt.app.export.tables import table_csv
 
             write_whole(opts.output, table_csv(comparison_table(view)) or "")  # whole: a failed write leaves no half a file
         elif fmt == "csv":
-            from radt.app.export import data_csv
+            from radt.app.export.tables import data_csv
 
             text, missing = data_csv(view)
             _warn_missing(missing)
             write_whole(opts.output, text)
         else:
-            from radt.app.export import chromium, figure_for, image_bytes
+            from radt.app.export.image import chromium, image_bytes
+            from radt.app.export.paper import figure_for
 
             chromium()  # before reading the store: say at once when no browser can draw it
             if opts.figure == "timeseries":
                 figure, missing = figure_for(view, style)
                 _warn_missing(missing)
             else:
-                from radt.app.export import comparison_figure
+                from radt.app.export.paper import comparison_figure
 
                 figure = comparison_figure(view, style, opts.figure, opts.stat, opts.by, opts.run[0] if opts.run else None)
             write_whole(opts.output, image_bytes(figure, fmt, opts.dpi))
@@ -154,9 +156,9 @@ def _open_store(uri: str) -> None:
     """The dashboard's read engine and a cache that keeps nothing (one export, one read)."""
     from flask import Flask
 
-    from radt.app.cache import CACHE
-    from radt.app.exportoptions import ExportError
-    from radt.app.state import STATE, connect_store
+    from radt.app.db.state import STATE, connect_store
+    from radt.app.export.exportoptions import ExportError
+    from radt.app.view.cache import CACHE
 
     CACHE.init_app(Flask("radt-export"), config={"CACHE_TYPE": "NullCache", "CACHE_NO_NULL_WARNING": True})
     connect_store(uri)
@@ -166,9 +168,9 @@ def _open_store(uri: str) -> None:
 
 def _view(opts: argparse.Namespace):
     """The view to export: the saved one (narrowed by --metric/--x/--grouped), or one built from the run picks."""
-    from radt.app import data
-    from radt.app.exportoptions import ExportError
-    from radt.app.views import View, load_view, metric_spec
+    from radt.app.export.exportoptions import ExportError
+    from radt.app.view import data
+    from radt.app.view.views import View, load_view, metric_spec
 
     table = None  # the experiments' runs, where they were read for the run picks
     if opts.view:
@@ -211,9 +213,9 @@ def _view(opts: argparse.Namespace):
 def _filtered(view, text: str, table: pd.DataFrame | None) -> list[str]:
     """The view's runs that the dashboard's run filter `text` keeps (on `table`, the runs already read, or the view's
     experiments' runs); ExportError where it cannot be read or keeps none."""
-    from radt.app import data
-    from radt.app.exportoptions import ExportError
-    from radt.app.filters import FilterError, apply
+    from radt.app.export.exportoptions import ExportError
+    from radt.app.view import data
+    from radt.app.view.filters import FilterError, apply
 
     try:
         kept = set(apply(data.runs(view.experiments) if table is None else table, text)["run_id"])
@@ -227,10 +229,10 @@ def _filtered(view, text: str, table: pd.DataFrame | None) -> list[str]:
 
 def _check_metrics(names: list[str], specs: list[str], run_ids: list[str]) -> None:
     """A --metric that none of the runs stored is a typo: refused before anything is written, naming the metrics they have."""
-    from radt.app.exportoptions import ExportError
-    from radt.app.runs import keys_by_run, present_metrics
-    from radt.app.series import own_keys
-    from radt.app.state import STATE
+    from radt.app.db.runs import keys_by_run, present_metrics
+    from radt.app.db.series import own_keys
+    from radt.app.db.state import STATE
+    from radt.app.export.exportoptions import ExportError
 
     keys = keys_by_run(STATE.engine, run_ids)
     stored = set().union(*keys.values())
@@ -254,9 +256,9 @@ def _workload_matches(label: str, workload_id: str, wanted: list[str]) -> bool:
 
 
 def _experiment_id(name: str) -> str:
-    from radt.app.exportoptions import ExportError
-    from radt.app.runs import list_experiments
-    from radt.app.state import STATE
+    from radt.app.db.runs import list_experiments
+    from radt.app.db.state import STATE
+    from radt.app.export.exportoptions import ExportError
 
     for exp in list_experiments(STATE.engine):
         if name in (str(exp["experiment_id"]), exp["name"]):

@@ -1,7 +1,7 @@
 """`radt dashboard [--store URI] [--host 127.0.0.1] [--port 8050]` (also `python app.py` in a checkout).
 
 For several users: `gunicorn -w 4 -b 0.0.0.0:8050 'radt.app:server'` with RADT_CACHE=redis://127.0.0.1:6379/0: the workers
-share the series and the kept chart responses of ended runs (app/responses.py; 50 users at p95 0.23 s, docs/PERFORMANCE.md).
+share the series and the kept chart responses of ended runs (app/web/responses.py; 50 users at p95 0.23 s, docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"radt dashboard: {problem}", file=sys.stderr)
         return 2
     # the dashboard's modules (Dash, Plotly, pandas: ~1 s) only once the arguments are good: a typo is answered at once
-    from radt.app.dashboard import create_app
-    from radt.app.state import STATE
+    from radt.app.db.state import STATE
+    from radt.app.web.dashboard import create_app
 
     try:
         check_settings()  # every RADT_* variable, as `radt dashboard` does; `python app.py` comes here directly

@@ -3,7 +3,7 @@ radt's rollups and each run's stored summary, so a store's size is bounded. Off 
 
 Runs go in batches of PROGRESS_EVERY: their rollups are made to cover every raw point first (a plain MLflow run gets
 them here, in a transaction of its own), the summaries of those cut for the first time are stored together
-(app/summarystore.py) before any drop, then, in one transaction per ~POINTS_PER_CUT points with each run under
+(app/summary/summarystore.py) before any drop, then, in one transaction per ~POINTS_PER_CUT points with each run under
 rollups.lock_run, their rows older than the cutoff go and radt_rollup_series.raw_from_ms records where their raw
 points now start, so a later rebuild (`radt rollup`, a chart's ensure_fresh) keeps the rollups before it. Killed at
 any point, every run is whole or cut, never its points gone with its cut unrecorded; the next retain finishes.
@@ -27,8 +27,8 @@ from typing import NamedTuple, TextIO
 import sqlalchemy as sa
 
 from radt import mlflowdb, rollups, summarytable
-from radt.app.summarystore import readable, store_summaries
-from radt.app.words import counted
+from radt.app.figures.words import counted
+from radt.app.summary.summarystore import readable, store_summaries
 from radt.errors import UserError
 from radt.options import store_parent
 from radt.settings import STORE_TIMEOUT, display_uri, tracking_uri
@@ -284,7 +284,7 @@ def retain_runs(engine: sa.Engine, run_ids: Sequence[str], cutoff: int) -> list[
 
 
 def _store_summaries(engine: sa.Engine, run_ids: Sequence[str]) -> None:
-    """Store the runs' summaries (app/summarystore.py), and make sure they are there: without its summary no run's point may go."""
+    """Store the runs' summaries (app/summary/summarystore.py), and make sure they are there: without its summary no run's point may go."""
     store_summaries(engine, run_ids)
     with engine.connect() as conn:
         kept = summarytable.read(conn, run_ids)

@@ -1,7 +1,7 @@
 // The explore charts read like one instrument: a run highlighted everywhere (window.radtCharts.highlight, also from
 // the page's legend and the summary table), one crosshair across every chart, and one small tooltip box for the chart
 // under the cursor: the runs at that x sorted by value (as W&B does), names only; a click pins the nearest run's details
-// (workload, status, parameters). Traces carry what the box prints in their meta (app/figures.py); Plotly draws no label.
+// (workload, status, parameters). Traces carry what the box prints in their meta (app/figures/figures.py); Plotly draws no label.
 (function () {
   const TIP_ROWS = 12; // series listed in the box; the rest are counted
   const DIM = 0.15; // opacity of the runs not highlighted
@@ -57,7 +57,7 @@
     window.Plotly.Fx.hover(gd, {xval: event.xvals[0]}, subplots, true); // true: no plotly_hover of its own
   }
 
-  // A value as the legend and the table print it (pages/legend.value_text): 4 significant figures, but every digit
+  // A value as the legend and the table print it (pages/parts/legend.value_text): 4 significant figures, but every digit
   // before the point (44,708 MB, where 4 significant figures read 44,710 beside the legend's 44,708).
   function number(value, fmt) {
     if (typeof value !== "number" || !isFinite(value)) { return "–"; }
@@ -77,7 +77,7 @@
     return "step " + x.toLocaleString("en-US", {maximumFractionDigits: 0}); // every digit: step 12,345, not 12,350
   }
 
-  // Plotly's dash styles as CSS stops, as pages/legend.py draws them: the box's line looks like the chart's
+  // Plotly's dash styles as CSS stops, as pages/parts/legend.py draws them: the box's line looks like the chart's
   const DASH_STOPS = {dash: [5, 3], dot: [2, 2], dashdot: [5, 2, 2, 2], longdash: [8, 3], longdashdot: [8, 2, 2, 2]};
 
   function swatch(color, dash) {
@@ -219,7 +219,7 @@
     if (toggle) { document.body.classList.toggle("radt-legend-devices"); event.stopPropagation(); fitLegend(); } // devices' rows: wider names
   }, true);
 
-  // "max" and "last" in the legend's header (pages/legend.py): those columns show where the table fits its box, fitted
+  // "max" and "last" in the legend's header (pages/parts/legend.py): those columns show where the table fits its box, fitted
   // again whenever the legend is drawn anew or the window resized, until the user picks; then as picked (this tab's session)
   const OPTIONAL = ["last", "max"]; // hidden in this order while the table is wider than its box; the mean always shows
   const PICKED = "radt-legend-stats";

@@ -11,7 +11,7 @@
   });
 
   // --- charts per row: an explore link that does not say (cols) gets WIDE_COLUMNS on a window of WIDE_SCREEN px or more,
-  // app/views.py's default (one) below. Decided before Dash reads the URL (this file runs before the renderer starts, and
+  // app/view/views.py's default (one) below. Decided before Dash reads the URL (this file runs before the renderer starts, and
   // in-app links go through pushState), so the first draw is the right one; a link with cols=N keeps N.
   const WIDE_COLUMNS = 2, WIDE_SCREEN = 1400; // px of window; README's dashboard section says the same
 
@@ -20,7 +20,7 @@
   // --- a long view goes in the URL's fragment: a view of 1,000 runs is 33k+ characters, and a request line over 4,094
   // (gunicorn's default; nginx's 8k buffers) is refused with HTTP 400. The browser never sends the fragment: a view of up to
   // IN_PATH characters is written ?view, a longer one #view; on load #view is moved into ?view for Dash to read (no request
-  // is made), and the first sync writes it back as #view. app/views.py bounds what the page reads from it.
+  // is made), and the first sync writes it back as #view. app/view/views.py bounds what the page reads from it.
   const IN_PATH = 2000; // characters of a view kept in the URL's query string
   const VIEW_HASH = /^#[^#]*=/; // a fragment that holds a view (key=value...), not an anchor
 

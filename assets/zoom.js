@@ -13,7 +13,7 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
         else if (/^xaxis\d*\.range\[0\]$/.test(name)) { low = value; }
         else if (/^xaxis\d*\.range\[1\]$/.test(name)) { high = value; }
       }
-      // a short run's "since start" axis counts seconds (app/figures.py, layout.meta.x_per_minute): the view keeps minutes
+      // a short run's "since start" axis counts seconds (app/figures/figures.py, layout.meta.x_per_minute): the view keeps minutes
       const graph = document.querySelector("#charts .js-plotly-plot");
       const perMinute = graph && graph.layout && graph.layout.meta && Number(graph.layout.meta.x_per_minute) > 1 ? Number(graph.layout.meta.x_per_minute) : 1;
       if (perMinute !== 1 && xMode === "relative" && low !== null && high !== null) { low = Number(low) / perMinute; high = Number(high) / perMinute; }

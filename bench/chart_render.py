@@ -2,7 +2,7 @@
 against assets/plotly-radt.min.js) and the figure's first paint as SVG lines against WebGL, side by side in one
 headless Chromium (/usr/bin/chromium, --disable-gpu: software GL, as in a VM's or a remote desktop's browser).
 
-The figure is app/figures.overlay_figure of 10 runs x 4 charts, each series an envelope (a mean line in its min-max
+The figure is app/figures/figures.overlay_figure of 10 runs x 4 charts, each series an envelope (a mean line in its min-max
 band, 3 points a bucket) of `--points` buckets, then the same figure's traces repeated x2, x4, x8. figures.SVG_POINTS
 (the switch from SVG to WebGL) comes from these figures.
 
@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 import plotly
 
-from radt.app.downsample import envelope
-from radt.app.figures import Panel, overlay_figure
+from radt.app.db.downsample import envelope
+from radt.app.figures.figures import Panel, overlay_figure
 from radt.catalogue import METRICS, Device
 
 REPO = Path(__file__).resolve().parent.parent

@@ -201,7 +201,7 @@ def many_runs_store(uri: str, count: int, minutes: int) -> tuple[str, list[str]]
     """An experiment of `count` ended runs, each `minutes` of the 8 default metrics at 1 Hz (written once, then reused)."""
     from mlflow import MlflowClient
 
-    from radt.app.data import DEFAULT_METRICS
+    from radt.app.view.data import DEFAULT_METRICS
     from radt.catalogue import METRICS, key
     from radt.collectors.store import tracking
     from radt.collectors.store.stores import SqlMetricStore
@@ -240,11 +240,11 @@ def many_runs_store(uri: str, count: int, minutes: int) -> tuple[str, list[str]]
 
 def many_runs_benchmark(args) -> None:
     """The run listing of an experiment of N runs, and the server time of the first chart of 20 ticked runs (cold cache)."""
-    from radt.app.cache import CACHE
-    from radt.app.dashboard import create_app
-    from radt.app.data import DEFAULT_METRICS
-    from radt.app.runs import list_runs
-    from radt.app.state import STATE
+    from radt.app.db.runs import list_runs
+    from radt.app.db.state import STATE
+    from radt.app.view.cache import CACHE
+    from radt.app.view.data import DEFAULT_METRICS
+    from radt.app.web.dashboard import create_app
 
     uri = args.store or PG + "radt_bench_many"
     ensure_database(uri)
@@ -268,7 +268,7 @@ def many_runs_benchmark(args) -> None:
         draws.append(time.perf_counter() - began)
         assert response.status_code == 200, response.data[:300]
         sizes.append(len(response.data))
-    from radt.app.views import View, render
+    from radt.app.view.views import View, render
 
     charts = []
     for _ in range(args.rounds):  # the chart alone (the callback's figure; its summary table is the rest)

@@ -66,9 +66,12 @@ def main() -> None:
     experiment, run_ids = fill(uri, opts.runs, opts.hours)
     print(f"{opts.runs} runs × {opts.hours:g} h at 1 Hz ({opts.runs * int(opts.hours * 3600):,} points), {uri.split(':')[0]}")
 
-    from radt.app.export import ExportStyle, data_csv, figure_for, image_bytes
+    from radt.app.export.exportoptions import ExportStyle
+    from radt.app.export.image import image_bytes
+    from radt.app.export.paper import figure_for
+    from radt.app.export.tables import data_csv
     from radt.app.exportcli import _open_store
-    from radt.app.views import View
+    from radt.app.view.views import View
 
     _open_store(uri)
     view = View([experiment], run_ids, ["cat:sm_active"])

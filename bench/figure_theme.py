@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import plotly.graph_objects as go
 
-from radt.app.palette import PAPER, SCREEN, themed
+from radt.app.figures.palette import PAPER, SCREEN, themed
 
 
 def _validated(fig: go.Figure, name: str) -> go.Figure:

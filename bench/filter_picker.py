@@ -31,13 +31,13 @@ FILTERS = (("words", "resnet50 A"), ("mlflow", EXAMPLE), ("metric", "metrics.los
 
 
 def picker_ms(uri: str, experiment: str, cache: str) -> dict:
-    """pages/run_picker.picker() in this process: the refresh callback's own work (ms), cold and the best of 3 cached."""
+    """pages/parts/run_picker.picker() in this process: the refresh callback's own work (ms), cold and the best of 3 cached."""
     import pytest
     from flask import Flask
 
-    from radt.app import data
-    from radt.app.cache import CACHE, cache_config
-    from radt.pages import run_picker
+    from radt.app.view import data
+    from radt.app.view.cache import CACHE, cache_config
+    from radt.pages.parts import run_picker
     from tests.support.state import dashboard_reads
 
     out = {}

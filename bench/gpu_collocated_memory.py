@@ -2,7 +2,7 @@
 
 A CSV workload of two runs sharing GPU 0 (Collocation '-'), each holding a different amount of memory while it
 multiplies matrices, with an outsider process holding more on the same GPU. `nvidia-smi --query-compute-apps` is
-polled beside radt; afterwards the summary radt's dashboard shows (app.summaries.run_summary) is printed per run next
+polled beside radt; afterwards the summary radt's dashboard shows (app.summary.summaries.run_summary) is printed per run next
 to nvidia-smi's peak for that run's pids: `run_memory_peak_mb` must be the run's own, `gpu_memory_peak_mb` the GPU's
 with every process on it.
 
@@ -99,8 +99,8 @@ def analyse(out: Path) -> int:
     sys.path.insert(0, str(REPO))  # radt from this checkout, as `python -m radt` found it from REPO
     import sqlalchemy as sa
 
-    from radt.app.store import make_read_engine
-    from radt.app.summaries import run_summary
+    from radt.app.db.store import make_read_engine
+    from radt.app.summary.summaries import run_summary
     from radt.runmodel import LETTER_TAG
 
     engine = make_read_engine(f"sqlite:///{out / 'colloc.db'}")

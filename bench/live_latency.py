@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))
 from mlflow import MlflowClient  # noqa: E402
 from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # noqa: E402
 
-from radt.app import live  # noqa: E402
-from radt.app.store import make_read_engine  # noqa: E402
+from radt.app.db import live  # noqa: E402
+from radt.app.db.store import make_read_engine  # noqa: E402
 from radt.collectors.store import tracking  # noqa: E402
 from radt.collectors.store.stores import SqlMetricStore  # noqa: E402
 from radt.points import Point  # noqa: E402

@@ -11,14 +11,14 @@ per series. The fill is fast and says so: the raw points go into MLflow's `metri
 series' last point, and the rollups are radt's own (rollups.bucket_rows over the same arrays, COPYed into the
 empty radt_rollups, series marked covered as the writer leaves them); a check rebuilds one run from its raw
 points with rollups.rebuild_run and compares.
-Then, in this one process, through the dashboard's own entry point (app.data.series, which reads through
-app.series and its rollup path), called as app.views.render calls it: shape="envelope" and the page's point
-budget per series, app.views.series_budget(SCREEN_BUDGET, runs) (2,000 up to 75 runs, then a share, >= 200):
+Then, in this one process, through the dashboard's own entry point (app.view.data.series, which reads through
+app.db.series and its rollup path), called as app.view.views.render calls it: shape="envelope" and the page's point
+budget per series, app.view.views.series_budget(SCREEN_BUDGET, runs) (2,000 up to 75 runs, then a share, >= 200):
 - rollups cold: one chart, flask-caching emptied first; PostgreSQL's buffers and the OS page cache as the fill
   and the previous calls left them (warm for the smaller sizes; the first draw after the fill printed apart);
 - rollups cached: the same chart again;
 - the page's four charts cold (sizes with 4 metrics);
-- the raw path: the same calls with app.series.USE_ROLLUPS = False (the scan of every raw point);
+- the raw path: the same calls with app.db.series.USE_ROLLUPS = False (the scan of every raw point);
 - MLflow: MlflowClient.get_metric_history for the first --mlflow-runs runs, extrapolated to all of them.
 Figures go to docs/PERFORMANCE.md.
 """
@@ -46,12 +46,12 @@ from mlflow import MlflowClient  # noqa: E402
 from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # noqa: E402
 
 from radt import mlflowdb, rollups  # noqa: E402
-from radt.app import data  # noqa: E402
-from radt.app import series as app_series  # noqa: E402
-from radt.app.cache import CACHE, cache_config  # noqa: E402
-from radt.app.downsample import ENVELOPE_POINTS, Envelope  # noqa: E402
-from radt.app.state import STATE, connect_store  # noqa: E402
-from radt.app.views import SCREEN_BUDGET, series_budget  # noqa: E402
+from radt.app.db import series as app_series  # noqa: E402
+from radt.app.db.downsample import ENVELOPE_POINTS, Envelope  # noqa: E402
+from radt.app.db.state import STATE, connect_store  # noqa: E402
+from radt.app.view import data  # noqa: E402
+from radt.app.view.cache import CACHE, cache_config  # noqa: E402
+from radt.app.view.views import SCREEN_BUDGET, series_budget  # noqa: E402
 from radt.collectors.store import tracking  # noqa: E402
 from tests.support.runs import radt_run  # noqa: E402
 
@@ -287,7 +287,7 @@ def ms(seconds: float | None) -> str:
 
 
 def set_rollups(on: bool) -> bool:
-    """Switch the dashboard's read path (app.series.USE_ROLLUPS); False where this radt has no such switch."""
+    """Switch the dashboard's read path (app.db.series.USE_ROLLUPS); False where this radt has no such switch."""
     if not hasattr(app_series, "USE_ROLLUPS"):
         return False
     app_series.USE_ROLLUPS = on
@@ -328,7 +328,7 @@ def measure(uri: str, size: Size, experiment: str, run_ids: list[str], fill_s: f
     assert len(runs) == size.runs, len(runs)
     specs = [f"cat:{name}" for name in list(METRICS)[: size.metrics]]
     switch = set_rollups(True)
-    budget = series_budget(SCREEN_BUDGET, len(runs))  # what app.views.render gives each series of this chart
+    budget = series_budget(SCREEN_BUDGET, len(runs))  # what app.view.views.render gives each series of this chart
 
     def draw(spec):
         return data.series(spec, runs, budget=budget, shape="envelope")
@@ -346,8 +346,8 @@ def measure(uri: str, size: Size, experiment: str, run_ids: list[str], fill_s: f
     t_page = timed(cold(specs), args.rounds)[0] if len(specs) == len(METRICS) else None
     sent = max(drawn(s) for devices in result[0].values() for s in devices.values())
     dips = all(lowest(s) == 0.0 for devices in result[0].values() for s in devices.values())
-    from radt.app.data import spec_metric
-    from radt.app.figures import Panel, overlay_figure
+    from radt.app.figures.figures import Panel, overlay_figure
+    from radt.app.view.data import spec_metric
 
     figure_mb = len(overlay_figure([Panel(spec_metric(specs[0]), result[0])], runs).to_json()) / 1e6
     print(
@@ -366,7 +366,7 @@ def measure(uri: str, size: Size, experiment: str, run_ids: list[str], fill_s: f
         set_rollups(True)
         print(f"  raw: one chart {ms(t_raw)} ms, page {ms(t_raw_page)} ms", flush=True)
     else:
-        print("  raw path: app.series.USE_ROLLUPS is not there yet; not measured", flush=True)
+        print("  raw path: app.db.series.USE_ROLLUPS is not there yet; not measured", flush=True)
     STATE.engine.dispose()
 
     client = MlflowClient(uri)

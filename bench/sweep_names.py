@@ -24,8 +24,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _base_module(rev: str):
-    """app/aggregates.py as it was at REV, loaded beside this tree's as its own module."""
-    source = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:app/aggregates.py"], capture_output=True, text=True, check=True).stdout
+    """app/export/aggregates.py as it was at REV, loaded beside this tree's as its own module."""
+    source = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:app/export/aggregates.py"], capture_output=True, text=True, check=True).stdout
     path = Path(f"/tmp/radt_bench_aggregates_{rev}.py")
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(f"radt.app._aggregates_{rev}", path)
@@ -62,7 +62,7 @@ def main() -> int:
     parser.add_argument("--base", default="1aac185", help="the commit to compare with (default 1aac185)")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    from radt.app import aggregates as new
+    from radt.app.export import aggregates as new
 
     old = _base_module(args.base)
     new.MAX_SERIES = 10**6  # time the grouping itself, past the series this tree draws

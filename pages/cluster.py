@@ -12,9 +12,9 @@ import dash
 from dash import html
 
 from radt import settings
-from radt.app.jobs import GROUPS, job_rows, narrow, totals
-from radt.app.state import STATE
-from radt.pages.unreadable import reads_store
+from radt.app.db.jobs import GROUPS, job_rows, narrow, totals
+from radt.app.db.state import STATE
+from radt.pages.parts.unreadable import reads_store
 
 dash.register_page(__name__, path="/cluster", name="Cluster", title="radt · cluster", order=2)
 

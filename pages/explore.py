@@ -14,16 +14,18 @@ import pandas as pd
 from dash import ALL, ClientsideFunction, Input, Output, State, callback, clientside_callback, dcc, html
 
 from radt import settings
-from radt.app import data, deadline, responses
-from radt.app.data import DEFAULT_METRICS
-from radt.app.figures import GRAPH_CONFIG, empty_figure, legend_entries
-from radt.app.runs import list_experiments, list_metric_keys, present_metrics
-from radt.app.state import STATE, store_error
-from radt.app.store import LIVE_STATUSES
-from radt.app.views import View, in_added_order
+from radt.app.db import deadline
+from radt.app.db.runs import list_experiments, list_metric_keys, present_metrics
+from radt.app.db.state import STATE, store_error
+from radt.app.db.store import LIVE_STATUSES
+from radt.app.figures.figures import GRAPH_CONFIG, empty_figure, legend_entries
+from radt.app.view import data
+from radt.app.view.data import DEFAULT_METRICS
+from radt.app.view.views import View, in_added_order
+from radt.app.web import responses
 from radt.catalogue import METRICS, Metric, display_name, resolve, unit_text
-from radt.pages import comparison, export_panel, ids, legend, run_picker, summary_table
-from radt.pages.unreadable import reads_store
+from radt.pages.parts import comparison, export_panel, ids, legend, run_picker, summary_table
+from radt.pages.parts.unreadable import reads_store
 
 dash.register_page(__name__, path="/", name="Explore", title="radt · explore", order=0)
 
@@ -243,7 +245,7 @@ def _notes(notes: list[str]) -> str:
 def draw(run_groups, metric_specs, x_mode, group_mode, smoothing, log_y, zoom_state, gpu_filter, gpu_mode, columns, _tick, experiment_ids, query, shown):
     """The charts, the view for the URL and its notes, and the sticky legend (a tick: a running run grew).
 
-    The summary table follows from the view in a callback of its own (pages/summary_table.py): its figures
+    The summary table follows from the view in a callback of its own (pages/parts/summary_table.py): its figures
     need the runs' alone and together partners, which can be hundreds; the charts do not wait for them."""
     # the controls' values arrive as the browser sent them: View.from_dict reads them like a link
     groups = [group for group in (run_groups if isinstance(run_groups, list) else []) if isinstance(group, list)]
@@ -264,7 +266,7 @@ def draw(run_groups, metric_specs, x_mode, group_mode, smoothing, log_y, zoom_st
     if not view.metrics:
         return empty_figure("Pick at least one metric."), view.to_dict(), note, []
     try:
-        rendered = responses.render(view)  # the whole response is kept for views of ended runs (app/responses.py)
+        rendered = responses.render(view)  # the whole response is kept for views of ended runs (app/web/responses.py)
     except Exception as exc:
         if not deadline.timed_out(exc):
             raise

@@ -22,17 +22,18 @@ import plotly.graph_objects as go
 from dash import ALL, Input, Output, State, callback, clientside_callback, dcc, html, no_update
 
 from radt import catalogue, settings
-from radt.app import deadline, inputs, live
-from radt.app.aggregates import short_commands
-from radt.app.cache import RUNNING_TIMEOUT
-from radt.app.compare import run_command
-from radt.app.data import cached
-from radt.app.figures import plain
-from radt.app.palette import PALETTE, SCREEN, dash_of, run_colors, themed
-from radt.app.series import load_series
-from radt.app.state import STATE, store_error
-from radt.app.store import LIVE_STATUSES
-from radt.pages import ids, unreadable
+from radt.app.db import deadline, live
+from radt.app.db.series import load_series
+from radt.app.db.state import STATE, store_error
+from radt.app.db.store import LIVE_STATUSES
+from radt.app.export.aggregates import short_commands
+from radt.app.figures.figures import plain
+from radt.app.figures.palette import PALETTE, SCREEN, dash_of, run_colors, themed
+from radt.app.summary.compare import run_command
+from radt.app.view.cache import RUNNING_TIMEOUT
+from radt.app.view.data import cached
+from radt.app.web import inputs
+from radt.pages.parts import ids, unreadable
 
 dash.register_page(__name__, path="/live", name="Live", title="radt · live", order=1)
 
@@ -40,7 +41,7 @@ WINDOWS = {1: "1 min", 5: "5 min", 15: "15 min", 60: "60 min"}
 CHART_PX = 230  # a card's chart, drawn or waiting for its first point
 POLL_MS = round(settings.LIVE_POLL.get() * 1000)  # RADT_LIVE_POLL: the page's look at the store for running runs
 STATUS_CLASS = {"RUNNING": "st-running", "SCHEDULED": "st-running", "FINISHED": "st-finished", "FAILED": "st-failed", "KILLED": "st-killed"}
-# A card is one run (its colour, app/palette.py, on the card's edge); its lines are metrics, one colour each (the activity
+# A card is one run (its colour, app/figures/palette.py, on the card's edge); its lines are metrics, one colour each (the activity
 # figure's), and its GPUs, nodes and slices one dash style each, as on Explore.
 METRIC_COLORS = {"gr_engine_active": "#6c3fb5", "sm_active": "#1f77b4", "sm_occupancy": "#d62728", "utilization_percentage": "#2ca02c",
                  "cpu_utilization_percentage": "#7f7f7f", "process_cpu_utilization_percentage": "#ff7f0e"}  # fmt: skip

@@ -1,7 +1,7 @@
 """The run model both sides share: the tags radt writes on MLflow runs and reads back, the roles a
 run plays, a workload's run letters, how a run's workload is named, and what "ran together" means.
 
-The writer (collectors/store/tracking.py), the scheduler and the read side (app/runs.py, app/compare.py)
+The writer (collectors/store/tracking.py), the scheduler and the read side (app/db/runs.py, app/summary/compare.py)
 spell every one of these here, so a tag renamed is renamed for both.
 """
 
@@ -61,7 +61,7 @@ SLURM_JOB_TAG = "radt.slurm.job_id"
 SLURM_STEP_TAG = "radt.slurm.step"  # <job id>.<step id>: the radts of one multi-node step share one run
 SLURM_NODE_TAG = "radt.slurm.node"
 SLURM_PARTITION_TAG = "radt.slurm.partition"
-# `radt import --slurm` (collectors/cluster/slurmimport.py) writes these; the Cluster page (app/jobs.py) reads them
+# `radt import --slurm` (collectors/cluster/slurmimport.py) writes these; the Cluster page (app/db/jobs.py) reads them
 SLURM_PREFIX = "radt.slurm."  # radt.slurm.<fact>: user, account, state, exit_code, nodes, gpus_requested, gpus_used ...
 SLURM_EXPERIMENT_PREFIX = "slurm-"  # its experiments: slurm-<user> or slurm-<account>
 GPUS_FROM_TAG = "radt.slurm.gpus_from"  # where a job's GPU indices came from: "exporter label hpc_job" (or jobid), "AdminComment"

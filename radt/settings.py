@@ -602,7 +602,7 @@ FINISHED_TIMEOUT = 3600  # seconds a finished run's cached series live: they nev
 RUNNING_TIMEOUT = 2  # a running run's series grow every sample
 LISTING_TIMEOUT = 5  # experiments and runs lists
 ZOOM_TIMEOUT = 60  # a zoomed window of a run: redraws of the same zoom hit; each new zoom is another entry, gone after a minute
-RESPONSE_TIMEOUT = 600  # a whole draw response of ended runs (app/responses.py); checked against the store on every hit
+RESPONSE_TIMEOUT = 600  # a whole draw response of ended runs (app/web/responses.py); checked against the store on every hit
 CACHE_RETRY_S = 5.0  # a Redis cache that failed is left alone this long before a call tries it again (each would wait its timeout)
 CACHE_TIMEOUT = Setting(
     "RADT_CACHE_TIMEOUT",
@@ -624,7 +624,7 @@ CACHE_ENTRIES = Setting(
     unit="a number of entries",
 )
 RESPONSE_CACHE = Setting(
-    "RADT_RESPONSE_CACHE", int, 1, "1: keep the explore chart's whole response for views of ended runs (app/responses.py); 0: draw every time", high=1
+    "RADT_RESPONSE_CACHE", int, 1, "1: keep the explore chart's whole response for views of ended runs (app/web/responses.py); 0: draw every time", high=1
 )
 CLUSTER_ROWS = Setting(
     "RADT_CLUSTER_ROWS",

@@ -1,7 +1,7 @@
 """Stored run summaries: one row per ended run in radt's own table beside MLflow's, written once, read after.
 
-A run's summary (app/summaries.py run_summary) reads every raw point of its GPU series; an ended run's points do not
-change, so the dashboard computes it once and keeps it here (app/summarystore.py). A row counts while its `version`
+A run's summary (app/summary/summaries.py run_summary) reads every raw point of its GPU series; an ended run's points do not
+change, so the dashboard computes it once and keeps it here (app/summary/summarystore.py). A row counts while its `version`
 is the summaries' definition and its `fingerprint` what the run looks like now (status, end, latest_metrics, the
 tags the summary reads): a point another writer adds (MLflow's client, an `mlflow server`) changes the fingerprint.
 
@@ -31,7 +31,7 @@ summaries = sa.Table(
     "radt_summaries",
     metadata,
     sa.Column("run_uuid", sa.String(32), nullable=False),
-    sa.Column("version", sa.Integer, nullable=False),  # app.summaries.SUMMARY_VERSION the row was computed under
+    sa.Column("version", sa.Integer, nullable=False),  # app.summary.summaries.SUMMARY_VERSION the row was computed under
     sa.Column("fingerprint", sa.Text, nullable=False),  # the run as it was when its points were read
     sa.Column("claim", sa.String(32), nullable=False),  # the computation that wrote the row (a pending row is filled by it alone)
     sa.Column("computed_ms", sa.BigInteger, nullable=True),  # NULL: pending, being computed

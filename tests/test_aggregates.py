@@ -1,4 +1,4 @@
-"""The comparison figures (app/aggregates.py) on known stores, SQLite and PostgreSQL: every bar, box and CDF point
+"""The comparison figures (app/export/aggregates.py) on known stores, SQLite and PostgreSQL: every bar, box and CDF point
 against the comparison table and a hand computation; the GRACT vs SMACT vs SMOCC view of the recorded microbenchmark.
 
 `built`: one experiment, one command, four workloads of two runs each (SMACT constant per run, 10 steps, energy from a counter):
@@ -20,8 +20,8 @@ import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
-from radt.app import aggregates
-from radt.app.aggregates import (
+from radt.app.export import aggregates
+from radt.app.export.aggregates import (
     MAX_SERIES,
     FigureError,
     activity_figure,
@@ -34,10 +34,11 @@ from radt.app.aggregates import (
     legend_text,
     short_commands,
 )
-from radt.app.export import ExportError, activity_series, comparison_table
+from radt.app.export.exportoptions import ExportError
+from radt.app.export.paper import activity_series, comparison_table
 from radt.app.exportcli import _open_store
-from radt.app.palette import SERIES_DASHES, run_colors
-from radt.app.views import View, view_runs
+from radt.app.figures.palette import SERIES_DASHES, run_colors
+from radt.app.view.views import View, view_runs
 from radt.collectors.imports.importer import main as import_main
 from radt.collectors.store.stores import open_metric_store
 from radt.collectors.store.tracking import PROCESS_ONLY_ENV

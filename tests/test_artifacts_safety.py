@@ -19,8 +19,8 @@ import flask
 import pytest
 import sqlalchemy as sa
 
-from radt.app import artifacts as reader
-from radt.app.state import connect_store
+from radt.app.db.state import connect_store
+from radt.app.web import artifacts as reader
 from radt.collectors.store import tracking
 
 LOG = b"epoch 1 loss 0.5\n\xff not utf-8, served as it is\n"

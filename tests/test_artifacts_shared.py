@@ -17,8 +17,8 @@ import sqlalchemy as sa
 from mlflow import MlflowClient
 
 from radt import artifacts as uris
-from radt.app import artifacts as reader
-from radt.app.state import connect_store
+from radt.app.db.state import connect_store
+from radt.app.web import artifacts as reader
 from radt.collectors.store import tracking
 from tests.support.mlflowserver import MlflowServer
 from tests.support.radtproc import radt_env, run_radt

@@ -679,7 +679,7 @@ def test_postgres_scheme_and_a_plain_path_work_everywhere(pg_uri, radt_home, tmp
     assert result.returncode == 0, result.stderr
     assert result.stderr.splitlines()[0].endswith(f"(store sqlite:///{tmp_path / 'plain.db'})")
 
-    from radt.app.state import STATE, connect_store
+    from radt.app.db.state import STATE, connect_store
     from radt.settings import tracking_uri
 
     connect_store(tracking_uri(written))

@@ -68,14 +68,14 @@ def test_views_are_drawn_while_redis_is_down_or_frozen_and_use_it_again_after(st
     experiment, run_id = _fill(store_uri)
     client = redis.Redis.from_url(OWN)
     client.flushdb()
-    from radt.app.dashboard import create_app
+    from radt.app.web.dashboard import create_app
 
     down = create_app(store_uri, f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
     body = draw_request(down, experiment, [run_id], ["cat:sm_active"])
-    with caplog.at_level(logging.WARNING, logger="radt.app.cache"):
+    with caplog.at_level(logging.WARNING, logger="radt.app.view.cache"):
         status, answer, took = _draw(down.server.test_client(), body)
     assert status == 200 and _drawn(answer), (status, answer)
-    said = [r.getMessage() for r in caplog.records if r.name == "radt.app.cache"]
+    said = [r.getMessage() for r in caplog.records if r.name == "radt.app.view.cache"]
     assert len(said) == 1 and said[0].startswith("the Redis cache does not answer (") and "tried again every 0.5 s" in said[0], said
 
     target = urllib.parse.urlsplit(OWN)
@@ -88,15 +88,15 @@ def test_views_are_drawn_while_redis_is_down_or_frozen_and_use_it_again_after(st
         assert status == 200 and _drawn(answer), "drawn through the cache while Redis answers"
         proxy.blackhole()
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="radt.app.cache"):
+        with caplog.at_level(logging.WARNING, logger="radt.app.view.cache"):
             first = _draw(shared.server.test_client(), body)
             second = _draw(shared.server.test_client(), body)
         assert first[0] == 200 and _drawn(first[1]) and second[0] == 200 and _drawn(second[1]), (first, second)
         assert first[2] < 0.5 + 3, f"a frozen Redis costs one wait of RADT_CACHE_TIMEOUT, not one per cache call: {first[2]:.1f} s"
         assert second[2] < 0.5 + 1, f"then it is left alone: {second[2]:.1f} s"
-        assert len([r for r in caplog.records if r.name == "radt.app.cache"]) == 1, "said once, not per call"
+        assert len([r for r in caplog.records if r.name == "radt.app.view.cache"]) == 1, "said once, not per call"
         proxy.resume()
-        with caplog.at_level(logging.WARNING, logger="radt.app.cache"):
+        with caplog.at_level(logging.WARNING, logger="radt.app.view.cache"):
             until = time.monotonic() + 15
             while not any("answers again" in r.getMessage() for r in caplog.records) and time.monotonic() < until:
                 assert _draw(shared.server.test_client(), body)[0] == 200

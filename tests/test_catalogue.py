@@ -1,7 +1,7 @@
 """Every stored key means one metric on one device: radt's, MLflow's (per node too), MIG slices, radT's legacy keys.
 
 The store tests write keys the way each writer did and read them back through the dashboard's
-read side (app/series.load_devices), on SQLite and the real PostgreSQL.
+read side (app/db/series.load_devices), on SQLite and the real PostgreSQL.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 from mlflow import MlflowClient
 
 from radt import catalogue
-from radt.app.runs import present_metrics
-from radt.app.series import load_devices
-from radt.app.store import make_read_engine
+from radt.app.db.runs import present_metrics
+from radt.app.db.series import load_devices
+from radt.app.db.store import make_read_engine
 from radt.catalogue import Device
 from radt.collectors.store import tracking
 from radt.collectors.store.stores import open_metric_store

@@ -1,4 +1,4 @@
-"""The comparison table (app/compare.py through app.export.comparison_table, as the explore page and
+"""The comparison table (app/summary/compare.py through app.export.paper.comparison_table, as the explore page and
 `radt export --table` show it) on SQLite and the real PostgreSQL: every figure against a hand computation.
 
 One experiment holds every shape the table must tell apart, all of one command unless said:
@@ -23,12 +23,12 @@ import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
-from radt.app.aggregates import normalised
-from radt.app.export import comparison_table
+from radt.app.db.store import make_read_engine
+from radt.app.export.aggregates import normalised
+from radt.app.export.paper import comparison_table
 from radt.app.exportcli import _open_store
-from radt.app.store import make_read_engine
-from radt.app.summaries import run_summary
-from radt.app.views import View
+from radt.app.summary.summaries import run_summary
+from radt.app.view.views import View
 from radt.collectors.store.stores import open_metric_store
 from radt.points import Point
 from radt.runmodel import SCRIPT_END_TAG, SCRIPT_START_TAG
@@ -261,7 +261,7 @@ def test_a_workloads_row_has_an_empty_logs_cell_not_undefined():
     """The summary table's markdown logs column printed "undefined" on a workload's "2 runs together" row (no key)."""
     import pandas as pd
 
-    from radt.pages.summary_table import table_rows
+    from radt.pages.parts.summary_table import table_rows
 
     table = pd.DataFrame(
         [{"run_id": "r1", "run": "resnet50 2A", "kind": "run"}, {"run_id": "w1", "run": "workload 2 same GPU: A+B together", "kind": "workload"}]
@@ -272,7 +272,7 @@ def test_a_workloads_row_has_an_empty_logs_cell_not_undefined():
 
 def test_every_numeric_column_of_the_summary_groups_thousands():
     """J/step showed 32294.0 beside peak memory's 22,674: grouping was on for whole numbers only."""
-    from radt.pages.summary_table import COLUMNS, table_column
+    from radt.pages.parts.summary_table import COLUMNS, table_column
 
     numeric = [table_column(c) for c in COLUMNS if c.decimals is not None]
     assert numeric and all(c["format"]["specifier"].startswith(",") for c in numeric), [c["format"] for c in numeric]
@@ -283,7 +283,7 @@ def test_the_summary_names_a_command_by_what_tells_it_apart_and_keeps_it_whole_f
     that told the runs apart was only in each cell's tooltip."""
     import pandas as pd
 
-    from radt.pages.summary_table import table_rows
+    from radt.pages.parts.summary_table import table_rows
 
     sweep = [f"examples/train.py --epochs 20 --batch-size {b}" for b in (128, 512)]
     table = pd.DataFrame(

@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 from mlflow import MlflowClient
 
-from radt.app.export import comparison_table
+from radt.app.export.paper import comparison_table
 from radt.app.exportcli import _open_store
-from radt.app.views import View
+from radt.app.view.views import View
 from radt.collectors import demo
-from radt.pages.summary_table import present
+from radt.pages.parts.summary_table import present
 from tests.support.browser import new_page, screenshot, wait_for_traces
 from tests.support.stores import RESNET
 

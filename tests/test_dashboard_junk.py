@@ -246,8 +246,8 @@ def test_a_png_is_capped_in_pixels_before_it_is_drawn():
     """2400 DPI on a tall figure would take the server gigabytes: refused before kaleido starts, with the DPI that fits."""
     import plotly.graph_objects as go
 
-    from radt.app.export import image_bytes
-    from radt.app.exportoptions import ExportError, ExportStyle, check_style
+    from radt.app.export.exportoptions import ExportError, ExportStyle, check_style
+    from radt.app.export.image import image_bytes
 
     figure = go.Figure(layout={"width": 672, "height": 1747})  # 7 in wide, 8 charts of 2.2 in
     with pytest.raises(ExportError, match=r"^a PNG of 16800 × 43675 pixels \(734 MP\) at 2400 DPI is over the 50 MP limit; use 626 DPI or less"):
@@ -278,9 +278,9 @@ def test_zoomed_windows_are_cached_for_a_minute_not_an_hour(junk):
         pytest.skip(f"Redis unreachable ({exc})")
     from flask import Flask
 
-    from radt.app import data
-    from radt.app.cache import CACHE, FINISHED_TIMEOUT, ZOOM_TIMEOUT, cache_config
-    from radt.app.state import STATE, connect_store
+    from radt.app.db.state import STATE, connect_store
+    from radt.app.view import data
+    from radt.app.view.cache import CACHE, FINISHED_TIMEOUT, ZOOM_TIMEOUT, cache_config
 
     CACHE.init_app(Flask("radt-zoom-cache"), config=cache_config(REDIS))
     connect_store(junk["uri"])

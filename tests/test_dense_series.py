@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from radt.app.downsample import Envelope, coarser, envelope, swings
-from radt.app.figures import Panel, legend_entries, overlay_figure
+from radt.app.db.downsample import Envelope, coarser, envelope, swings
+from radt.app.figures.figures import Panel, legend_entries, overlay_figure
 from radt.catalogue import METRICS, Device
 
 START = 1_700_000_000_000

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from radt.app.downsample import METHODS, downsample, downsample_indices, envelope
+from radt.app.db.downsample import METHODS, downsample, downsample_indices, envelope
 
 BASE = 1_700_000_000_000
 

@@ -34,11 +34,11 @@ USER_FACING = [
     ("radt.collectors._common", "UsageError"),
     ("radt.collectors.store.tracking", "StoreError"),
     ("radt.collectors.store.rollup", "RollupError"),
-    ("radt.app.export", "ExportError"),
-    ("radt.app.views", "ViewError"),
-    ("radt.app.filters", "FilterError"),
-    ("radt.app.aggregates", "FigureError"),
-    ("radt.app.store", "StoreUnreadable"),
+    ("radt.app.export.exportoptions", "ExportError"),
+    ("radt.app.view.views", "ViewError"),
+    ("radt.app.view.filters", "FilterError"),
+    ("radt.app.export.aggregates", "FigureError"),
+    ("radt.app.db.store", "StoreUnreadable"),
     ("radt.app.retain", "RetainError"),
 ]
 
@@ -51,7 +51,7 @@ def _modules() -> list:
         for info in pkgutil.walk_packages(root.__path__, f"{package}."):
             if not info.name.startswith(("radt.assets", "radt.pages")):  # Dash pages register themselves with an app on import
                 found[info.name] = importlib.import_module(info.name)
-    assert {"radt.collectors.run.finish", "radt.collectors.sources.base", "radt.app.store"} <= set(found)
+    assert {"radt.collectors.run.finish", "radt.collectors.sources.base", "radt.app.db.store"} <= set(found)
     return list(found.values())
 
 

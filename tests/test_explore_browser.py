@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 from mlflow import MlflowClient
 
-from radt.app import store
+from radt.app.db import store
 from tests.support.browser import TRACES_JS, chart_titles, dashboard, drawn_traces, relayout_chart, screenshot, wait_for_traces
 from tests.support.paths import REDIS
 from tests.support.radtproc import radt_env
@@ -109,9 +109,9 @@ def test_every_gpu_of_a_run_is_drawn_averaged_filtered_and_exported(page, served
     wait_for_traces(page, {"mnist (PMDLT) · GPU 2"})
 
     # the data behind the chart: every GPU's points, each under its GPU
-    from radt.app.export import data_csv
+    from radt.app.export.tables import data_csv
     from radt.app.exportcli import _open_store
-    from radt.app.views import View
+    from radt.app.view.views import View
 
     _open_store(filled_store["uri"])
     text, _missing = data_csv(View([experiment], [run_id], ["cat:sm_active"]))
@@ -181,7 +181,7 @@ def test_an_unreachable_store_is_a_page_not_a_traceback(page, tmp_path, radt_hom
 
 
 def test_a_missing_sqlite_store_says_how_to_make_one(tmp_path):
-    from radt.app.state import STATE, connect_store, store_error
+    from radt.app.db.state import STATE, connect_store, store_error
 
     missing = tmp_path / "nothing-here" / "mlflow.db"
     connect_store(f"sqlite:///{missing}")
@@ -217,7 +217,7 @@ def test_several_workers_under_gunicorn_share_a_redis_cache(page, filled_store):
         experiment = MlflowClient(filled_store["uri"]).get_run(run_id).info.experiment_id
         page.goto(f"http://127.0.0.1:{port}/?exp={experiment}&runs={run_id}&metrics=cat:sm_active")
         page.wait_for_function("() => { const t = (" + TRACES_JS + ")('y'); return t && t.length && t.every(x => x.name === 'three hours · GPU 0'); }")
-        from radt.app.data import _key
+        from radt.app.view.data import _key
 
         entry = "radt:" + _key(filled_store["uri"], "devices", "cat:sm_active", run_id, None, 2000, "timestamp", "envelope")
         assert redis.Redis.from_url(REDIS).exists(entry), "the series went through the shared Redis cache"

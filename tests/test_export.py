@@ -1,5 +1,5 @@
 """`radt export`: valid PNG/SVG/PDF and exact CSV from radt, MLflow system-metric and radT-legacy runs,
-on SQLite (the CSV on the real PostgreSQL too); the figure is the dashboard's own (app/views.render).
+on SQLite (the CSV on the real PostgreSQL too); the figure is the dashboard's own (app/view/views.render).
 
 Images are drawn by kaleido in Debian's real Chromium, as a user's export would be.
 """
@@ -20,10 +20,13 @@ import sqlalchemy as sa
 from mlflow import MlflowClient
 
 from radt import catalogue
-from radt.app.export import ExportStyle, comparison_figure, figure_for, image_bytes, restyle
+from radt.app.export.exportoptions import ExportStyle
+from radt.app.export.image import image_bytes
+from radt.app.export.paper import comparison_figure, figure_for
+from radt.app.export.restyle import restyle
 from radt.app.exportcli import _open_store, export_parser
 from radt.app.exportcli import main as export_main
-from radt.app.views import EXPORT_BUDGET, View, metric_spec, render, save_view
+from radt.app.view.views import EXPORT_BUDGET, View, metric_spec, render, save_view
 from tests.support.radtproc import radt_env, run_radt
 from tests.support.stores import build
 
@@ -192,10 +195,10 @@ def test_errors_say_what_to_do(store, tmp_path, capsys, monkeypatch):
 def test_an_output_that_cannot_be_written_is_one_line_before_anything_is_drawn(store, tmp_path, capsys, monkeypatch):
     """`-o /tmp/nodir/x.pdf` drew the figure (seconds of Chromium) and then ended in a FileNotFoundError traceback, exit 1;
     a folder of someone else's was a PermissionError traceback."""
-    import radt.app.export as export
+    from radt.app.export import image
 
     drawn = []
-    monkeypatch.setattr(export, "image_bytes", lambda *a, **k: drawn.append(a) or b"%PDF")
+    monkeypatch.setattr(image, "image_bytes", lambda *a, **k: drawn.append(a) or b"%PDF")
     args = ["--experiment", "radt-new", "--store", store.uri, "-o"]
     cases = {
         tmp_path
@@ -217,7 +220,7 @@ def test_an_output_that_cannot_be_written_is_one_line_before_anything_is_drawn(s
     # the write itself fails (the folder went away while the figure was drawn): one line, exit 1, no file half written
     gone = tmp_path / "gone"
     gone.mkdir()
-    monkeypatch.setattr(export, "image_bytes", lambda *a, **k: gone.rmdir() or b"%PDF")
+    monkeypatch.setattr(image, "image_bytes", lambda *a, **k: gone.rmdir() or b"%PDF")
     assert export_main([*args, str(gone / "x.pdf")]) == 1
     err = capsys.readouterr().err.splitlines()  # after the lines that say which runs lack a metric
     assert err[-1] == f"radt export: cannot write {gone / 'x.pdf'} (No such file or directory); give another --output"
@@ -389,7 +392,7 @@ EXPORT_PROBE = (
 )
 def test_a_mistake_or_help_is_answered_before_the_plotting_libraries_are_imported(args, radt_home, tmp_path):
     """`radt export --help` or a typo took 0.8 s of CPU: the parser's choices came from the figure modules, which import
-    pandas and Plotly. They answer from app/exportoptions now; nothing is written."""
+    pandas and Plotly. They answer from app/export/exportoptions now; nothing is written."""
     import subprocess
     import sys
 
@@ -412,8 +415,9 @@ def test_a_workload_name_of_thousands_of_characters_stays_under_its_bar_and_the_
     on hover."""
     import pandas as pd
 
-    from radt.app.aggregates import bar_figure
-    from radt.app.export import ExportStyle, restyle
+    from radt.app.export.aggregates import bar_figure
+    from radt.app.export.exportoptions import ExportStyle
+    from radt.app.export.restyle import restyle
 
     long = "w" * 5000
     table = pd.DataFrame(
@@ -435,7 +439,8 @@ def test_a_run_name_of_hundreds_of_characters_is_cut_in_the_exported_legend():
     row, the name running past the figure's edge. An exported legend entry is cut at 60 characters with '…'."""
     import plotly.graph_objects as go
 
-    from radt.app.export import ExportStyle, legend_names, restyle
+    from radt.app.export.exportoptions import ExportStyle
+    from radt.app.export.restyle import legend_names, restyle
 
     long = "r" * 299 + "&"
     figure = go.Figure([go.Scatter(x=[0, 1], y=[0, 1], name=name, legendgroup=name) for name in (long.replace("&", "&amp;"), "short run")])

@@ -13,7 +13,7 @@ from mlflow import MlflowClient
 
 from radt.app.exportcli import _open_store
 from radt.app.exportcli import main as export_main
-from radt.app.views import load_view, render
+from radt.app.view.views import load_view, render
 from tests.support.browser import drawn_traces, screenshot, wait_for_traces
 from tests.support.stores import RESNET
 

@@ -15,14 +15,16 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from radt.app import data
-from radt.app.data import DEFAULT_METRICS
-from radt.app.export import CSS_DPI, ExportStyle, figure_for, image_bytes
+from radt.app.db.runs import list_experiments
+from radt.app.db.state import STATE
+from radt.app.export.exportoptions import ExportError, ExportStyle
+from radt.app.export.image import image_bytes
+from radt.app.export.paper import figure_for
+from radt.app.export.restyle import CSS_DPI
 from radt.app.exportcli import _open_store
-from radt.app.exportoptions import ExportError
-from radt.app.runs import list_experiments
-from radt.app.state import STATE
-from radt.app.views import View
+from radt.app.view import data
+from radt.app.view.data import DEFAULT_METRICS
+from radt.app.view.views import View
 from tests.support.stores import write_default_demo
 
 TICK_GAP_FONTS = 2.5  # tick labels closer than this many font sizes touch ("40k" over "30k" at 9 px in a 43 px chart)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from radt.app.export import ExportStyle, figure_for, image_bytes
+from radt.app.export.exportoptions import ExportStyle
+from radt.app.export.image import image_bytes
+from radt.app.export.paper import figure_for
 from radt.app.exportcli import _open_store
-from radt.app.views import View, view_runs
+from radt.app.view.views import View, view_runs
 from tests.support.browser import new_page, wait_for_chart
 
 DEMO = ("demo: resnet50 collocation", "demo: bert fine-tuning")
@@ -21,8 +23,8 @@ pytestmark = pytest.mark.parametrize("filled_store", ["sqlite"], indirect=True)
 
 
 def _experiments(uri: str) -> dict[str, str]:
-    from radt.app.runs import list_experiments
-    from radt.app.state import STATE
+    from radt.app.db.runs import list_experiments
+    from radt.app.db.state import STATE
 
     _open_store(uri)
     return {str(e["name"]): str(e["experiment_id"]) for e in list_experiments(STATE.engine)}
@@ -30,7 +32,7 @@ def _experiments(uri: str) -> dict[str, str]:
 
 def _all_runs(uri: str, names: tuple[str, ...], metrics: list[str]) -> View:
     """Every run of the experiments (a workload's parent run is not a run of its own)."""
-    from radt.app import data
+    from radt.app.view import data
 
     experiments = _experiments(uri)
     ids = [experiments[n] for n in names]
@@ -184,7 +186,7 @@ def test_the_exported_collocation_panels_keep_their_labels_apart(filled_store, b
     """The radT papers' figure at a paper's single column: the right panel's y-axis title "SMACT (0–1)" lay over its own
     "0.5" and against the left panel's plot, and the left panel's title ran over into the right panel's. Now the panels
     keep room between them for the right one's ticks and title, and a panel title wraps within its panel."""
-    from radt.app.export import comparison_figure
+    from radt.app.export.paper import comparison_figure
 
     view = _all_runs(filled_store["uri"], (DEMO[0],), ["cat:sm_active"])
     figure = comparison_figure(view, ExportStyle(size=size), "collocation")
@@ -215,7 +217,7 @@ def test_an_exported_cdf_of_four_experiments_shows_each_entry_whole_and_keeps_it
     row per experiment (4) but drew a title and a row per workload (13), so the plot was squeezed to about an inch, and
     its entries' width was the experiments' names, so "workload 3 bert-large batch 64 (1)" was cut at "(". Now the
     legend is reserved as Plotly lays it out: each entry whole, the plot its row's height."""
-    from radt.app.export import comparison_figure
+    from radt.app.export.paper import comparison_figure
 
     view = _all_runs(filled_store["uri"], (*DEMO, "long runs", "imported 5 GPUs"), ["cat:sm_active"])
     figure = comparison_figure(view, ExportStyle(size="single-column", legend=legend), "cdf")
@@ -243,7 +245,7 @@ def test_an_exported_figure_by_workload_keeps_its_category_labels_apart(filled_s
     """Eight workloads at a single column: their names, tilted 30°, lay over each other ("workload 2 same GPU" over
     "workload 3 MPS") and the last one pushed the plot into the left half of the figure. Now a name wraps at words
     where that fits its category, else it stands upright; none touches another, every one inside the figure."""
-    from radt.app.export import comparison_figure
+    from radt.app.export.paper import comparison_figure
 
     view = _all_runs(filled_store["uri"], (*DEMO, "long runs", "imported 5 GPUs"), ["cat:sm_active"])
     figure = comparison_figure(view, ExportStyle(size="single-column"), kind)
@@ -269,7 +271,7 @@ def test_an_exported_legend_of_wrapped_commands_lays_them_side_by_side(filled_st
     """The collocation figure of four experiments at double column: its six commands are wrapped to 30 characters a
     line, but their width was counted as one line (up to 90 characters), so the legend took one column, six entries
     tall, a third of the figure. Now the widest line counts: side by side, each inside the figure, none over a chart."""
-    from radt.app.export import comparison_figure
+    from radt.app.export.paper import comparison_figure
 
     view = _all_runs(filled_store["uri"], (*DEMO, "long runs", "imported 5 GPUs"), ["cat:sm_active"])
     figure = comparison_figure(view, ExportStyle(size="double-column", legend="top"), "collocation")
@@ -297,7 +299,7 @@ TITLES = """() => Array.from(document.querySelectorAll('g.annotation text, .gtit
 def test_an_exported_figure_keeps_a_band_for_chart_titles_only_where_it_has_them(filled_store, browser, kind, legend):
     """A comparison figure has no chart titles (the paper's caption names it), yet its export kept the explore grid's band
     for them: 0.33 in of nothing above the plot of a 3.5 in figure. A figure of charts keeps the band, its titles inside."""
-    from radt.app.export import comparison_figure
+    from radt.app.export.paper import comparison_figure
 
     view = _all_runs(filled_store["uri"], DEMO, ["cat:sm_active", "cat:sm_occupancy"])
     style = ExportStyle(size="double-column", legend=legend)

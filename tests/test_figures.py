@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from radt.app.downsample import Envelope, envelope
-from radt.app.figures import Panel, _alpha, legend_entries, overlay_figure
+from radt.app.db.downsample import Envelope, envelope
+from radt.app.figures.figures import Panel, _alpha, legend_entries, overlay_figure
 from radt.catalogue import METRICS, Device, Metric
 from radt.runmodel import GPUS_TAG, MIG_ACTIVITY_TAG
 
@@ -59,7 +59,7 @@ def test_each_gpu_of_each_run_is_a_line_in_its_runs_colour_and_legend_entry():
 
 
 def test_a_runs_colour_is_its_place_in_the_view_so_adding_runs_keeps_the_colours_shown():
-    from radt.app.palette import PALETTE
+    from radt.app.figures.palette import PALETTE
 
     panel = lambda ids: Panel(METRICS["sm_active"], {r: {Device(None, 0): _series(0.5)} for r in ids})  # noqa: E731
     forward = _runs("A", "B", "C")
@@ -247,7 +247,7 @@ def test_legend_entries_name_each_series_once_with_its_run_colour_and_dash():
 
 def test_a_legend_row_gives_its_runs_command_on_hover():
     """A sweep's runs carry MLflow's random names ("crawling-gull-54"): the legend row's hover says which command it ran."""
-    from radt.pages.legend import children
+    from radt.pages.parts.legend import children
 
     runs = _runs("crawling-gull-54", "nervous-shark-42")
     runs["params"] = [{"command": "python train.py --lr 0.1"}, {}]
@@ -277,7 +277,7 @@ def test_a_profiled_runs_tooltips_and_legend_row_say_the_profiler_wrapped_it():
 
 
 def test_the_run_picker_labels_a_profiled_run_and_a_mig_run_whose_slice_was_not_read():
-    from radt.pages.run_picker import _label
+    from radt.pages.parts.run_picker import _label
 
     row = type("Row", (), {"status": "FINISHED", "letter": "A", "run_name": "bert", "duration_s": 90.0})
     assert "⚠ profiled by ncu" in _label(type("R", (row,), {"tags": {"radt.profiler": "ncu"}})())
@@ -291,10 +291,10 @@ def test_hardware_samples_sit_on_the_training_step_the_script_was_at(store_uri):
     from mlflow import MlflowClient
     from mlflow.entities import Metric as Logged
 
-    from radt.app import data
     from radt.app.exportcli import _open_store
-    from radt.app.figures import X_STEP_PLACED
-    from radt.app.views import View, render
+    from radt.app.figures.figures import X_STEP_PLACED
+    from radt.app.view import data
+    from radt.app.view.views import View, render
 
     client = MlflowClient(store_uri)
     experiment = client.create_experiment("steps")
@@ -324,7 +324,7 @@ def test_hardware_samples_sit_on_the_training_step_the_script_was_at(store_uri):
 
 
 def test_the_number_of_columns_is_part_of_the_view_and_its_link():
-    from radt.app.views import View
+    from radt.app.view.views import View
 
     view = View.from_dict({"runs": "r0", "cols": "2"})
     assert view.cols == 2 and view.to_dict()["cols"] == "2" and View.from_dict(view.to_dict()).cols == 2

@@ -25,8 +25,8 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Param
 
-from radt.app.filters import LIKE_PATTERN_LIMIT, LIKE_VALUE_LIMIT, TERM_LIMIT, FilterError, like_matcher, parse
-from radt.app.filters import apply as apply_filter
+from radt.app.view.filters import LIKE_PATTERN_LIMIT, LIKE_VALUE_LIMIT, TERM_LIMIT, FilterError, like_matcher, parse
+from radt.app.view.filters import apply as apply_filter
 from tests.support.browser import dashboard
 from tests.support.paths import REPO
 from tests.support.polling import wait_http
@@ -98,7 +98,7 @@ def _kept_within(runs, text: str, deadline: float) -> list[str]:
 @pytest.mark.dialects  # the patterns run as each dialect's LIKE/ILIKE
 @pytest.mark.parametrize("text, expected", list(HOSTILE.items()), ids=list(HOSTILE))
 def test_hostile_like_patterns_answer_in_time_with_the_right_runs(bounded, text, expected):
-    from radt.app import data
+    from radt.app.view import data
 
     experiment, runs = bounded
     listed = data.runs([experiment])
@@ -150,7 +150,7 @@ def _fat(listed, count: int = 200, params: int = 50):
 def test_a_link_of_one_word_written_many_times_reads_each_run_once(bounded):
     """A link of 499 words (998 characters, under the link's 1,000) over 200 runs with 50 long params: the filter built each
     run's text again for every word, 37 s on one request past its 20 s deadline, and three links 110 s each."""
-    from radt.app import data
+    from radt.app.view import data
 
     experiment, _ = bounded
     fat = _fat(data.runs([experiment]))
@@ -169,7 +169,8 @@ def test_more_different_conditions_than_the_limit_are_refused_in_one_line():
 
 def test_the_filter_stops_at_the_requests_deadline(bounded):
     """What a request has left bounds the filter too: past RADT_REQUEST_TIMEOUT it stops between runs, and the page says so."""
-    from radt.app import data, deadline
+    from radt.app.db import deadline
+    from radt.app.view import data
 
     experiment, _ = bounded
     fat = _fat(data.runs([experiment]), count=20)
@@ -249,7 +250,7 @@ def test_four_hostile_links_leave_gunicorns_four_workers_free(store_uri, radt_ho
 def test_the_did_you_mean_hint_is_difflibs_answer():
     """filters.closest keeps difflib.get_close_matches(word, keys, n=1, cutoff=0.8)'s answer (the highest ratio, then the
     greatest key) on random key sets of typos, cases and prefixes."""
-    from radt.app.filters import closest
+    from radt.app.view.filters import closest
 
     rnd = random.Random(52)
     for _ in range(3000):
@@ -260,7 +261,7 @@ def test_the_did_you_mean_hint_is_difflibs_answer():
 
 
 def _hint_in_child(runs, text: str, sender) -> None:
-    from radt.app.filters import narrow
+    from radt.app.view.filters import narrow
 
     sender.send(narrow(runs, text).hint)
 
@@ -271,7 +272,7 @@ def test_the_hint_over_2000_long_param_names_answers_in_time(bounded):
     request's deadline: 4-5 s here, 22 s on the issue's machine, per link. Now the hint answers within a second."""
     import pandas as pd
 
-    from radt.app import data
+    from radt.app.view import data
 
     experiment, _ = bounded
     row = data.runs([experiment]).iloc[0].to_dict()

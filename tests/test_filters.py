@@ -1,4 +1,4 @@
-"""The run filter (app/filters.py) on SQLite and the real PostgreSQL: the old word list, MLflow's search syntax read as
+"""The run filter (app/view/filters.py) on SQLite and the real PostgreSQL: the old word list, MLflow's search syntax read as
 MLflow reads it (checked against MlflowClient.search_runs on the same store), radt's summaries, and one-line errors."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
-from radt.app.filters import FilterError, Query, narrow, parse
-from radt.app.filters import apply as apply_filter
+from radt.app.view.filters import FilterError, Query, narrow, parse
+from radt.app.view.filters import apply as apply_filter
 from tests.support.state import dashboard_reads
 
 pytestmark = pytest.mark.dialects  # the SQL radt issues differs per dialect: SQLite and the real PostgreSQL
@@ -72,7 +72,7 @@ def store(store_uri, snapshots, monkeypatch):
 
 
 def _labels(store: FilterStore, text: str) -> set[str]:
-    from radt.app import data
+    from radt.app.view import data
 
     runs = data.runs([store.experiment])
     kept = set(apply_filter(runs, text)["run_id"])
@@ -154,7 +154,7 @@ def test_radts_summaries_and_the_old_word_list(store, text, expected):
 
 
 def test_summaries_are_read_only_for_the_runs_the_cheaper_terms_left(store, monkeypatch):
-    from radt.app import data, filters
+    from radt.app.view import data, filters
 
     asked = []
     original = data.summary
@@ -168,7 +168,7 @@ def test_summaries_are_read_only_for_the_runs_the_cheaper_terms_left(store, monk
 
 
 def test_a_case_that_differs_says_how_to_match_it(store):
-    from radt.app import data
+    from radt.app.view import data
 
     narrowed = narrow(data.runs([store.experiment]), "tags.radt.collocation = 'mps'")
     assert narrowed.runs.empty and not narrowed.error
@@ -177,7 +177,7 @@ def test_a_case_that_differs_says_how_to_match_it(store):
 
 def test_a_key_no_run_has_says_so_and_names_the_one_meant(store):
     """The demo's param is batch-size, MLflow's examples write batch_size: '0 of 7 runs match' alone left the user guessing."""
-    from radt.app import data
+    from radt.app.view import data
 
     runs = data.runs([store.experiment])
     texts = ("params.`batch-size` = '128'", "params.lr = '0.1'", "tags.radt.colocation = 'MPS'", "metrics.los < 1", "metrics.`system/gpu_0_sm_activ` > 0")
@@ -194,7 +194,7 @@ def test_a_key_no_run_has_says_so_and_names_the_one_meant(store):
 
 
 def test_a_filter_that_cannot_be_read_keeps_every_run_and_says_why(store):
-    from radt.app import data
+    from radt.app.view import data
 
     runs = data.runs([store.experiment])
     narrowed = narrow(runs, "foo.bar = 1")
@@ -259,7 +259,7 @@ def test_a_500_run_list_is_filtered_row_by_row(store):
     values say (the picker's speed with 500 runs is bench/filter_picker.py's)."""
     import pandas as pd
 
-    from radt.app import data
+    from radt.app.view import data
 
     runs = data.runs([store.experiment])
     many = pd.concat([runs] * 100, ignore_index=True)
@@ -270,7 +270,7 @@ def test_a_500_run_list_is_filtered_row_by_row(store):
 
 
 def test_the_filter_is_part_of_the_view_in_the_url():
-    from radt.app.views import QUERY_LIMIT, View
+    from radt.app.view.views import QUERY_LIMIT, View
 
     view = View.from_dict({"exp": "1", "runs": "", "q": "  params.batch_size = '128' and smact.mean < 0.3 "})
     assert view.query == "params.batch_size = '128' and smact.mean < 0.3" and not view.notes

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import pytest
 
 from radt import settings
-from radt.app.responses import frame_headers
+from radt.app.web.responses import frame_headers
 
 DASH_APP = "#react-entry-point"  # where Dash draws the page
 

@@ -1,4 +1,4 @@
-"""The dashboard's health checks (app/health.py), on the real dashboard's Flask server: `-/healthy` while the process
+"""The dashboard's health checks (app/web/health.py), on the real dashboard's Flask server: `-/healthy` while the process
 answers, `-/ready` only while its store can be read, and why not in one line without the store's password.
 
 Before, a load balancer or Kubernetes had only `/` to probe, which answers 200 with the page's shell whether or not
@@ -14,7 +14,7 @@ from tests.support.proxy import TcpProxy
 
 
 def _app(uri: str, monkeypatch, prefix: str | None = None):
-    from radt.app.dashboard import create_app
+    from radt.app.web.dashboard import create_app
 
     if prefix is not None:
         monkeypatch.setenv("RADT_URL_PREFIX", prefix)
@@ -72,7 +72,7 @@ def test_ready_answers_within_its_bound_while_the_database_hangs_and_keeps_one_c
     import threading
     import time
 
-    from radt.app import health
+    from radt.app.web import health
 
     host, port, database = address(pg_uri)
     proxy = TcpProxy(host, port).start()

@@ -77,7 +77,7 @@ def test_the_wheel_adds_one_top_level_name_and_ships_the_assets(installed):
     top = {path.name for path in installed.iterdir() if path.name not in ("bin", "__pycache__")}
     assert {name for name in top if not name.endswith(".dist-info")} == {"radt"}, top
     package = installed / "radt"
-    for part in ("app/dashboard.py", "pages/explore.py", "collectors/run/runner.py", "collectors/sources/nvml.py", "catalogue.py", "cli.py"):
+    for part in ("app/web/dashboard.py", "pages/explore.py", "collectors/run/runner.py", "collectors/sources/nvml.py", "catalogue.py", "cli.py"):
         assert (package / part).is_file(), part
     for asset in sorted((REPO / "assets").iterdir()):
         assert (package / "assets" / asset.name).read_bytes() == asset.read_bytes(), asset.name

@@ -1,6 +1,7 @@
 """One core, two sides: `radt/` imports neither side, `collectors/` never imports the dashboard, `app/` and
-`pages/` never import the tracker, and no radt modules import each other in a circle. Inside `collectors/` the
-rooms stand in layers: each imports only itself and the rooms below it.
+`pages/` never import the tracker, and no radt modules import each other in a circle. Inside `collectors/` and `app/`
+the rooms stand in layers: each imports only itself and the rooms below it. `pages/` holds one Dash page per file at
+its top and their components in `pages/parts/`; `app/` never imports `pages/`.
 
 Read from the source with `ast` (every import, also those inside functions), so a new violation fails
 here before anyone runs the code path that has it.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -29,6 +31,29 @@ SIDES = ("radt.collectors", "radt.app", "radt.pages")
 COLLECTOR_ROOMS = ("process", "sources", "store", "run", "experiment", "recovery", "slurm", "cluster", "imports", "monitor")
 COMMON = "_common"  # the user-error and first-line helpers every room uses: it imports no room
 ENTRY_POINTS = ("cli", "demo")  # the command entry points: they may import any room, and no room imports them
+# app/'s rooms, lowest first: the store's reads, the run summaries and comparison, the figures, a view and its cached reads,
+# paper export, the web server's hooks. At the top only the entry points: the Dash app (dashboard, `radt.app:server`
+# through app/__init__.py), `radt dashboard` (main), `radt export` (exportcli), `radt retain` (retain).
+APP_ROOMS = ("db", "summary", "figures", "view", "export", "web")
+APP_ENTRY_POINTS = ("main", "exportcli", "retain")
+PAGE_PARTS = "parts"  # pages/' components (legend, run picker, tables, ids): Dash registers only the pages at pages/' top
+
+
+class Plan(NamedTuple):
+    """One side's rooms: its folder, the package it installs as, its rooms lowest first, its ground, its entry points."""
+
+    folder: str
+    package: str
+    rooms: tuple[str, ...]
+    common: str | None
+    entry_points: tuple[str, ...]
+    listed: str  # the name of the rooms' list here, for the message
+
+
+PLANS = (
+    Plan("collectors", "radt.collectors", COLLECTOR_ROOMS, COMMON, ENTRY_POINTS, "COLLECTOR_ROOMS"),
+    Plan("app", "radt.app", APP_ROOMS, None, APP_ENTRY_POINTS, "APP_ROOMS"),
+)
 
 
 def module_name(path: Path) -> str:
@@ -87,51 +112,77 @@ def violations(known: dict[str, Path]) -> list[str]:
     return bad
 
 
+def plan_of(module: str) -> Plan | None:
+    """The plan of the side a module belongs to (collectors/ or app/); None for radt/ and pages/."""
+    return next((plan for plan in PLANS if module.startswith(plan.package + ".")), None)
+
+
 def room_of(module: str) -> str | None:
-    """The collectors/ room (sub-package or top-level module) a module of radt.collectors belongs to; None elsewhere."""
-    parts = module.split(".")
-    return parts[2] if parts[:2] == ["radt", "collectors"] and len(parts) > 2 else None
+    """The room (sub-package or top-level module) of a collectors/ or app/ module names; None elsewhere."""
+    plan = plan_of(module)
+    return module[len(plan.package) + 1 :].split(".")[0] if plan else None
 
 
-def floor(room: str) -> int:
-    """A room's layer: `_common` the ground, the rooms in COLLECTOR_ROOMS' order, the entry points on top."""
-    if room == COMMON:
+def floor(plan: Plan, room: str) -> int:
+    """A room's layer: the side's ground (`_common`), its rooms in the plan's order, the entry points on top."""
+    if room == plan.common:
         return 0
-    if room in COLLECTOR_ROOMS:
-        return 1 + COLLECTOR_ROOMS.index(room)
-    return 1 + len(COLLECTOR_ROOMS)
+    if room in plan.rooms:
+        return 1 + plan.rooms.index(room)
+    return 1 + len(plan.rooms)
 
 
 def misplaced(known: dict[str, Path]) -> list[str]:
-    """Every collectors/ module that stands outside the plan: at the top but neither `_common` nor an entry point,
-    in a sub-package COLLECTOR_ROOMS does not name, or an `__init__.py` that holds code (the rooms' faces stay empty)."""
+    """Every collectors/ or app/ module that stands outside its plan: at the top but neither the ground nor an entry
+    point, in a sub-package the plan does not name, or in an `__init__.py` that holds code (the rooms' faces stay empty)."""
     bad = []
     for name, path in known.items():
-        room = room_of(name)
+        plan, room = plan_of(name), room_of(name)
         if room is None:
             continue
-        at_top = path.parent == REPO / "collectors"
-        if at_top and room not in (COMMON, *ENTRY_POINTS):
-            bad.append(f"{path.relative_to(REPO)} stands at the top of collectors/: put it in a room of COLLECTOR_ROOMS")
-        elif not at_top and room not in COLLECTOR_ROOMS:
-            bad.append(f"{path.relative_to(REPO)} is in collectors/{room}/, a room COLLECTOR_ROOMS does not place")
+        at_top = path.parent == REPO / plan.folder
+        if at_top and room not in (plan.common, *plan.entry_points):
+            bad.append(f"{path.relative_to(REPO)} stands at the top of {plan.folder}/: put it in a room of {plan.listed}")
+        elif not at_top and room not in plan.rooms:
+            bad.append(f"{path.relative_to(REPO)} is in {plan.folder}/{room}/, a room {plan.listed} does not place")
         if path.name == "__init__.py" and path.read_text().strip():
             bad.append(f"{path.relative_to(REPO)} holds code: a room's __init__.py stays empty")
     return bad
 
 
 def upward(known: dict[str, Path]) -> list[str]:
-    """Every import of a collectors/ room by a lower one (or of an entry point by a room), as 'file:line imports module'."""
+    """Every import of a room by a lower one of the same side (or of an entry point by a room), as 'file:line imports module'."""
     bad = []
     for name, path in known.items():
-        room = room_of(name)
+        plan, room = plan_of(name), room_of(name)
         if room is None:
             continue
         for line, target in imports(name, path):
             owner = target if target in known else target.rpartition(".")[0]
-            other = room_of(owner) if owner in known else None
-            if other is not None and other != room and floor(other) >= floor(room):
+            other = room_of(owner) if owner in known and plan_of(owner) == plan else None
+            if other is not None and other != room and floor(plan, other) >= floor(plan, room):
                 bad.append(f"{path.relative_to(REPO)}:{line} imports {target} ({room} stands below {other}: move what it needs down)")
+    return bad
+
+
+def stray_pages(known: dict[str, Path]) -> list[str]:
+    """Every pages/ module out of place: a Dash page (register_page) outside pages/' top, a component at the top, a folder
+    other than pages/parts/, or a part that imports a page (parts stand below the pages that assemble them)."""
+    bad = []
+    for name, path in known.items():
+        if not name.startswith("radt.pages.") or path.name == "__init__.py":
+            continue
+        where, page = path.relative_to(REPO), "register_page" in path.read_text()
+        folder = path.parent.relative_to(REPO / "pages").parts
+        if folder == () and not page:
+            bad.append(f"{where} is no Dash page: put it in pages/{PAGE_PARTS}/")
+        elif folder and (folder != (PAGE_PARTS,) or page):
+            bad.append(f"{where} stands in pages/{'/'.join(folder)}/: a page belongs at pages/' top, its components in pages/{PAGE_PARTS}/")
+        if folder == (PAGE_PARTS,):
+            for line, target in imports(name, path):
+                owner = target if target in known else target.rpartition(".")[0]
+                if owner.startswith("radt.pages.") and not owner.startswith(f"radt.pages.{PAGE_PARTS}"):
+                    bad.append(f"{where}:{line} imports {target} (a part imports no page)")
     return bad
 
 
@@ -184,17 +235,26 @@ def test_no_import_cycles_among_radts_modules():
     assert cycles(modules()) == []
 
 
-def test_collectors_rooms_import_only_the_rooms_below_them():
+def test_collectors_and_app_rooms_import_only_the_rooms_below_them():
     assert upward(modules()) == []
 
 
-def test_every_collectors_module_stands_in_a_room_of_the_plan():
+def test_every_collectors_and_app_module_stands_in_a_room_of_the_plan():
     assert misplaced(modules()) == []
 
 
 def test_the_plan_names_every_room_of_collectors():
     rooms = sorted(path.parent.name for path in (REPO / "collectors").glob("*/__init__.py"))
     assert rooms == sorted(COLLECTOR_ROOMS)
+
+
+def test_the_plan_names_every_room_of_app():
+    rooms = sorted(path.parent.name for path in (REPO / "app").glob("*/__init__.py"))
+    assert rooms == sorted(APP_ROOMS)
+
+
+def test_pages_hold_one_dash_page_per_file_and_their_parts_beside_them():
+    assert stray_pages(modules()) == []
 
 
 @pytest.mark.parametrize(
@@ -205,6 +265,11 @@ def test_the_plan_names_every_room_of_collectors():
         ("collectors/process/_probe.py", "def f():\n    from radt.collectors.cli import main\n", "collectors/process/_probe.py:2 imports radt.collectors.cli"),
         ("collectors/_common.py", "from radt.collectors.process.watchdog import is_same\n", "collectors/_common.py:1 imports radt.collectors.process.watchdog"),
         ("collectors/attic/_probe.py", "x = 1\n", "collectors/attic/_probe.py is in collectors/attic/"),
+        ("app/db/_probe.py", "from radt.app.view import data\n", "app/db/_probe.py:1 imports radt.app.view.data (db stands below view"),
+        ("app/summary/_probe.py", "def f():\n    from radt.app.main import main\n", "app/summary/_probe.py:2 imports radt.app.main"),
+        ("app/_probe.py", "x = 1\n", "app/_probe.py stands at the top of app/"),
+        ("app/attic/_probe.py", "x = 1\n", "app/attic/_probe.py is in app/attic/"),
+        ("app/web/__init__.py", "x = 1\n", "app/web/__init__.py holds code"),
     ],
 )
 def test_a_room_out_of_its_layer_is_caught(path, source, expected):
@@ -223,11 +288,34 @@ def test_a_room_out_of_its_layer_is_caught(path, source, expected):
     assert any(line.startswith(expected) for line in found), found
 
 
+def test_a_page_out_of_place_is_caught_and_dash_finds_the_pages():
+    """The pages checker itself (a component at the top, a page among the parts, a part importing a page), and Dash's
+    own walk of pages/ registers exactly the files at its top: the parts folder is walked but registers nothing."""
+    probes = {
+        REPO / "pages" / "_probe.py": ("x = 1\n", "pages/_probe.py is no Dash page"),
+        REPO / "pages" / PAGE_PARTS / "_page.py": ("dash.register_page(__name__)\n", "pages/parts/_page.py stands in pages/parts/"),
+        REPO / "pages" / PAGE_PARTS / "_part.py": ("from radt.pages import explore\n", "pages/parts/_part.py:1 imports radt.pages.explore"),
+    }
+    known = modules() | {module_name(probe): probe for probe in probes}
+    original_read = Path.read_text
+
+    def read_text(self, *args, **kwargs):
+        return probes[self][0] if self in probes else original_read(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Path, "read_text", read_text)
+        found = stray_pages(known)
+    for _source, expected in probes.values():
+        assert any(line.startswith(expected) for line in found), found
+    pages = sorted(path.stem for path in (REPO / "pages").glob("*.py") if "register_page" in path.read_text())
+    assert pages == ["cluster", "explore", "live"]
+
+
 @pytest.mark.parametrize(
     ("folder", "source", "expected"),
     [
         ("collectors", "from radt.app import queries\n", "collectors/_probe.py:1 imports radt.app.queries"),
-        ("collectors", "def f():\n    from radt.app.export import data_csv\n", "collectors/_probe.py:2 imports radt.app.export"),
+        ("collectors", "def f():\n    from radt.app.export.tables import data_csv\n", "collectors/_probe.py:2 imports radt.app.export.tables"),
         ("app", "from radt.collectors.store import tracking\n", "app/_probe.py:1 imports radt.collectors.store.tracking"),
         ("app", "from ..collectors.store.writer import MetricWriter\n", "app/_probe.py:1 imports radt.collectors.store.writer"),
         ("radt", "import radt.app.queries\n", "radt/_probe.py:1 imports radt.app.queries"),

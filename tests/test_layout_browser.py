@@ -21,7 +21,7 @@ from mlflow import MlflowClient
 
 from radt.collectors.store import tracking
 from radt.collectors.store.stores import SqlMetricStore
-from radt.pages.summary_table import COLUMN_PICKER
+from radt.pages.parts.summary_table import COLUMN_PICKER
 from radt.points import Point
 from tests.support.browser import dashboard, new_page, screenshot
 from tests.support.postgres import pg_url
@@ -184,7 +184,7 @@ def _x_domains(page) -> list[list[float]]:
 
 
 def test_the_summary_table_fits_the_screen_cuts_long_names_and_writes_ratios_with_three_decimals(shown):
-    from radt.pages.summary_table import COLUMNS
+    from radt.pages.parts.summary_table import COLUMNS
 
     page, width = shown, shown.viewport_size["width"]
     assert _shown_headers(page) == [c.header for c in COLUMNS if c.shown], "the default columns"
@@ -280,13 +280,13 @@ def test_the_columns_control_shows_a_hidden_column_and_keeps_it_for_the_session(
     [(1.5, "1.5 s"), (45, "45 s"), (59.4, "59 s"), (60, "1 min"), (12 * 60, "12 min"), (119 * 60, "119 min"), (2.5 * 3600, "2.5 h"), (None, "–")],
 )
 def test_durations_are_written_in_seconds_minutes_or_hours(seconds, text):
-    from radt.pages.summary_table import duration_text
+    from radt.pages.parts.summary_table import duration_text
 
     assert duration_text(seconds) == text
 
 
 def test_the_metric_picker_names_units_and_calls_only_gpu_metrics_every_gpu(empty_sqlite, tmp_path):
-    from radt.app.dashboard import create_app
+    from radt.app.web.dashboard import create_app
 
     uri = empty_sqlite(tmp_path / "store.db")
     client = MlflowClient(uri)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from radt.pages import legend
+from radt.pages.parts import legend
 
 
 def _entry(run: str, cpu: tuple, memory: tuple, smact: tuple, devices: list | None = None) -> dict:

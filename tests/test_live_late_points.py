@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 
-from radt.app import live
-from radt.app.store import make_read_engine
+from radt.app.db import live
+from radt.app.db.store import make_read_engine
 from radt.collectors.store import tracking
 from radt.collectors.store.stores import SqlMetricStore
 from radt.points import Point

@@ -196,7 +196,8 @@ def test_the_dashboard_names_each_nodes_gpu_from_that_nodes_own_tags():
 
     import pandas as pd
 
-    from radt.app import figures, summaries
+    from radt.app.figures import figures
+    from radt.app.summary import summaries
     from radt.catalogue import Device
 
     tags = {

@@ -58,10 +58,10 @@ ROWS_IN_VIEW = """() => { const box = document.querySelector('.chart-legend').ge
 
 def _demo_view(uri: str, served: str) -> str:
     """The explore link of the demo's two experiments with all 10 runs ticked, as a newcomer ticks them."""
-    from radt.app import data
+    from radt.app.db.runs import list_experiments
+    from radt.app.db.state import STATE
     from radt.app.exportcli import _open_store
-    from radt.app.runs import list_experiments
-    from radt.app.state import STATE
+    from radt.app.view import data
 
     _open_store(uri)
     experiments = [str(e["experiment_id"]) for e in list_experiments(STATE.engine) if e["name"] in DEMO]

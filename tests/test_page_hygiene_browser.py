@@ -19,10 +19,10 @@ pytestmark = pytest.mark.parametrize("filled_store", ["sqlite"], indirect=True)
 
 
 def _experiment(uri: str, name: str) -> tuple[str, list[str]]:
-    from radt.app import data
+    from radt.app.db.runs import list_experiments
+    from radt.app.db.state import STATE
     from radt.app.exportcli import _open_store
-    from radt.app.runs import list_experiments
-    from radt.app.state import STATE
+    from radt.app.view import data
 
     _open_store(uri)
     experiment = next(str(e["experiment_id"]) for e in list_experiments(STATE.engine) if e["name"] == name)

@@ -16,8 +16,8 @@ import plotly.graph_objects as go
 import pytest
 from plotly.basedatatypes import BaseTraceType
 
-from radt.app.downsample import envelope
-from radt.app.figures import SVG_POINTS, Panel, line_trace_class
+from radt.app.db.downsample import envelope
+from radt.app.figures.figures import SVG_POINTS, Panel, line_trace_class
 from radt.catalogue import METRICS, Device
 from tests.support.browser import new_page, wait_for_chart
 
@@ -33,7 +33,7 @@ PLOTLY_TRACES = {name.lower() for name in dir(go) if isinstance(getattr(go, name
 def _trace_types_in_source() -> dict[str, set[str]]:
     """Every trace type named in the dashboard's and export's figure code (app/, pages/), with the files naming it."""
     found: dict[str, set[str]] = {}
-    for path in [*REPO.joinpath("app").glob("*.py"), *REPO.joinpath("pages").glob("*.py")]:
+    for path in [*REPO.joinpath("app").rglob("*.py"), *REPO.joinpath("pages").rglob("*.py")]:
         text = path.read_text()
         for pattern in TRACE_USES:
             for name in pattern.findall(text):
@@ -87,9 +87,9 @@ PAGE_PLOTLY = """async () => {
 
 @pytest.mark.parametrize("filled_store", ["sqlite"], indirect=True)
 def test_the_explore_page_draws_with_radts_bundle_and_never_loads_dashs(filled_store, served, browser):
+    from radt.app.db.runs import list_experiments
+    from radt.app.db.state import STATE
     from radt.app.exportcli import _open_store
-    from radt.app.runs import list_experiments
-    from radt.app.state import STATE
 
     _open_store(filled_store["uri"])
     demo = next(str(e["experiment_id"]) for e in list_experiments(STATE.engine) if e["name"] == "demo: resnet50 collocation")
@@ -109,6 +109,6 @@ def test_the_explore_page_draws_with_radts_bundle_and_never_loads_dashs(filled_s
 
 
 def _demo_runs(experiment_id: str) -> list[str]:
-    from radt.app import data
+    from radt.app.view import data
 
     return list(data.runs([experiment_id])["run_id"])

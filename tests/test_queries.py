@@ -16,11 +16,11 @@ import sqlalchemy as sa
 from mlflow import MlflowClient
 
 from radt import catalogue
-from radt.app.keys import resolve_keys, resolve_scaled
-from radt.app.runs import RUN_COLUMNS, list_experiments, list_metric_keys, list_runs, list_workloads, present_metrics
-from radt.app.series import load_metric, load_series
-from radt.app.store import RUNS, TAGS, StoreUnreadable, check_store, make_read_engine
-from radt.app.summaries import SUMMARY_COLUMNS, run_summary
+from radt.app.db.keys import resolve_keys, resolve_scaled
+from radt.app.db.runs import RUN_COLUMNS, list_experiments, list_metric_keys, list_runs, list_workloads, present_metrics
+from radt.app.db.series import load_metric, load_series
+from radt.app.db.store import RUNS, TAGS, StoreUnreadable, check_store, make_read_engine
+from radt.app.summary.summaries import SUMMARY_COLUMNS, run_summary
 from radt.catalogue import Device
 from tests.support.stores import BASE, NOW, Store, build
 
@@ -95,7 +95,7 @@ def test_experiments_runs_and_workloads_from_every_kind_of_store(built, engine, 
 
     # a parent outside the selection (here deleted) still names its children's workload; IN lists chunked
     MlflowClient(built.uri).delete_run(built.parents["w1"])
-    monkeypatch.setattr("radt.app.store.CHUNK", 2)
+    monkeypatch.setattr("radt.app.db.store.CHUNK", 2)
     again = list_runs(engine, [built.experiments["radt-new"]], now_ms=NOW).set_index("run_id")
     assert again.loc[built.runs["A"]].workload_id == built.parents["w1"]
     assert again.loc[built.runs["B"]].workload_label == "workload w1"
@@ -167,9 +167,9 @@ def _check_legacy_scaling(built, engine):
 @pytest.mark.parametrize("per_run", [False, True], ids=["primary-key", "run-by-run"])
 def test_series_budget_extremes_nan_and_zoomed_windows(built, engine, monkeypatch, per_run):
     # PostgreSQL reads a few runs out of many run by run, a larger share through MLflow's primary key
-    monkeypatch.setattr("radt.app.series.KEY_SCAN_WHOLE", not per_run)
-    monkeypatch.setattr("radt.app.series.PARALLEL_MIN_RUNS", 1 if per_run else 10**6)  # run by run: also split across connections
-    monkeypatch.setattr("radt.app.series.USE_ROLLUPS", False)  # the raw path (C is long enough for rollups: tests/test_series_rollups.py)
+    monkeypatch.setattr("radt.app.db.series.KEY_SCAN_WHOLE", not per_run)
+    monkeypatch.setattr("radt.app.db.series.PARALLEL_MIN_RUNS", 1 if per_run else 10**6)  # run by run: also split across connections
+    monkeypatch.setattr("radt.app.db.series.USE_ROLLUPS", False)  # the raw path (C is long enough for rollups: tests/test_series_rollups.py)
     _check_series_downsampled(built, engine)
     _check_zoomed_window(built, engine)
 
@@ -291,15 +291,15 @@ def test_an_unreachable_store_is_one_clear_error(tmp_path: Path, pg_uri):
     check_store(make_read_engine(pg_uri))
 
 
-# --- the pages' cached access (app.data) -----------------------------------------------------------
+# --- the pages' cached access (app.view.data) -----------------------------------------------------------
 
 
 def test_cached_series_zoom_windows_and_step_axis(built, engine, monkeypatch, tmp_path):
     from flask import Flask
 
-    from radt.app import data
-    from radt.app.cache import CACHE, cache_config
-    from radt.app.state import STATE
+    from radt.app.db.state import STATE
+    from radt.app.view import data
+    from radt.app.view.cache import CACHE, cache_config
 
     CACHE.init_app(Flask(__name__), config=cache_config("simple"))
     CACHE.clear()

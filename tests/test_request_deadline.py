@@ -19,8 +19,8 @@ import pytest
 import sqlalchemy as sa
 from mlflow import MlflowClient
 
-from radt.app import deadline
-from radt.app.store import make_read_engine
+from radt.app.db import deadline
+from radt.app.db.store import make_read_engine
 from radt.collectors.store import tracking
 from radt.collectors.store.stores import SqlMetricStore
 from radt.points import Point
@@ -72,7 +72,7 @@ def app(store_uri, monkeypatch):
     if store_uri.startswith("sqlite"):  # a rollback journal: a writer's EXCLUSIVE lock keeps readers out, as on NFS where WAL cannot be used
         with sqlite3.connect(store_uri[len("sqlite:///") :]) as conn:
             conn.execute("PRAGMA journal_mode = DELETE")
-    from radt.app.dashboard import create_app
+    from radt.app.web.dashboard import create_app
 
     dash_app = create_app(store_uri, cache="null")
     yield dash_app.server.test_client(), draw_request(dash_app, experiment, [run_id], ["cat:sm_active"]), store_uri
@@ -188,7 +188,7 @@ def test_a_draw_while_postgres_is_frozen_answers_at_its_deadline_then_draws_agai
     host, port, database = address(pg_uri)
     proxy = TcpProxy(host, port).start()
     try:
-        from radt.app.dashboard import create_app
+        from radt.app.web.dashboard import create_app
 
         dash_app = create_app(f"postgresql://postgres@127.0.0.1:{proxy.port}/{database}", cache="null")
         client, body = dash_app.server.test_client(), draw_request(dash_app, experiment, [run_id], ["cat:sm_active"])
@@ -220,7 +220,7 @@ def test_each_page_loaded_while_postgres_is_frozen_says_so(pg_uri, monkeypatch):
     host, port, database = address(pg_uri)
     proxy = TcpProxy(host, port).start()
     try:
-        from radt.app.dashboard import create_app
+        from radt.app.web.dashboard import create_app
 
         client = create_app(f"postgresql://postgres@127.0.0.1:{proxy.port}/{database}", "simple").server.test_client()
 

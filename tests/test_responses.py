@@ -1,4 +1,4 @@
-"""The explore chart's kept responses and the dashboard's compression (app/responses.py), on SQLite and PostgreSQL.
+"""The explore chart's kept responses and the dashboard's compression (app/web/responses.py), on SQLite and PostgreSQL.
 
 A Flask test client of the real dashboard (create_app on a real store) posts the draw callback's request as a
 browser does: a view of ended runs is answered from the kept gzip bytes the second time, and drawn again once a
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 
-from radt.app.cache import RUNNING_TIMEOUT
-from radt.app.responses import HIT_HEADER
+from radt.app.view.cache import RUNNING_TIMEOUT
+from radt.app.web.responses import HIT_HEADER
 from radt.collectors.store import tracking
 from radt.collectors.store.stores import SqlMetricStore
 from radt.points import Point
@@ -84,7 +84,7 @@ def _points(payload: dict) -> int:
 @pytest.fixture
 def dashboard_app(store_uri):
     """create_app on the test's store with the in-process cache (called after the store is filled and the settings set)."""
-    from radt.app.dashboard import create_app
+    from radt.app.web.dashboard import create_app
 
     return lambda: create_app(store_uri, "simple")
 
@@ -142,7 +142,7 @@ def test_responses_are_gzipped_for_clients_that_accept_gzip(store_uri, dashboard
 def test_radts_assets_are_gzipped_once_whatever_query_a_client_adds(store_uri, dashboard_app):
     """plotly-radt.min.js (1.5 MB) is sent gzipped with a weak validator that still answers 304; a client that varies the
     query string (?m=1, ?m=2, ...) to fill the server's memory of compressed files gets the one entry, not one each."""
-    from radt.app import responses
+    from radt.app.web import responses
 
     app = dashboard_app()
     client = app.server.test_client()

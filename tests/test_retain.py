@@ -15,9 +15,9 @@ from mlflow.entities import Metric
 
 from radt import rollups
 from radt.app import retain
-from radt.app.store import make_read_engine
-from radt.app.summaries import run_summary
-from radt.app.summarystore import store_summaries
+from radt.app.db.store import make_read_engine
+from radt.app.summary.summaries import run_summary
+from radt.app.summary.summarystore import store_summaries
 from radt.cli import main as radt_main
 from radt.collectors.store.sqltracking import make_engine
 from radt.collectors.store.stores import SqlMetricStore

@@ -13,14 +13,15 @@ import pandas as pd
 import pytest
 from coloraide import Color
 
-from radt.app import data
-from radt.app.export import ExportStyle, figure_for
+from radt.app.db.runs import list_experiments
+from radt.app.db.state import STATE
+from radt.app.export.exportoptions import ExportStyle
+from radt.app.export.paper import figure_for
 from radt.app.exportcli import _open_store
-from radt.app.figures import legend_entries
-from radt.app.palette import PALETTE, colors, run_colors
-from radt.app.runs import list_experiments
-from radt.app.state import STATE
-from radt.app.views import View, in_added_order, render
+from radt.app.figures.figures import legend_entries
+from radt.app.figures.palette import PALETTE, colors, run_colors
+from radt.app.view import data
+from radt.app.view.views import View, in_added_order, render
 from tests.support.stores import write_default_demo
 
 NEAR_TWIN = 15.0  # CIEDE2000 below this is a near twin (Tableau 10's own closest pair, red and brown, is 16.2)

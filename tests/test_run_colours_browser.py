@@ -16,7 +16,7 @@ import numpy as np
 from mlflow import MlflowClient
 from PIL import Image
 
-from radt.app.palette import PALETTE
+from radt.app.figures.palette import PALETTE
 from tests.support.browser import dashboard, new_page, screenshot
 from tests.support.radtproc import radt_env
 from tests.support.stores import write_default_demo

@@ -14,10 +14,10 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric
 
 from radt import rollups
-from radt.app import series
-from radt.app.downsample import ENVELOPE, Envelope
-from radt.app.series import load_series
-from radt.app.store import make_read_engine
+from radt.app.db import series
+from radt.app.db.downsample import ENVELOPE, Envelope
+from radt.app.db.series import load_series
+from radt.app.db.store import make_read_engine
 from radt.collectors.store.sqltracking import make_engine
 from radt.collectors.store.stores import SqlMetricStore
 from radt.points import Point
@@ -239,7 +239,7 @@ def test_a_store_that_cannot_hold_rollups_draws_raw_points(store_uri, tmp_path, 
             admin.dispose()
 
     try:
-        with caplog.at_level(logging.WARNING, logger="radt.app.rollupseries"):
+        with caplog.at_level(logging.WARNING, logger="radt.app.db.rollupseries"):
             drawn = load_series(engine, [run_id], KEY)
         assert_same(drawn, raw_chart(engine, [run_id]))
         assert [r.message for r in caplog.records if "rollups unavailable" in r.message], "one line says why"
@@ -279,7 +279,7 @@ def test_a_zoom_before_the_kept_raw_points_is_drawn_from_the_finest_rollups(stor
 def test_a_chart_of_many_runs_shares_its_point_budget_and_keeps_a_floor_per_series():
     """Up to 75 runs each series gets the whole budget; beyond, the chart's 75 x budget points are shared (256 runs
     x 2,000 points were a 6 MB figure), never below 200 a series; exports (a larger budget) scale the same way."""
-    from radt.app.views import EXPORT_BUDGET, SCREEN_BUDGET, series_budget
+    from radt.app.view.views import EXPORT_BUDGET, SCREEN_BUDGET, series_budget
 
     assert [series_budget(SCREEN_BUDGET, n) for n in (1, 10, 75)] == [2000, 2000, 2000]
     assert series_budget(SCREEN_BUDGET, 256) == 585 and 256 * series_budget(SCREEN_BUDGET, 256) <= 75 * SCREEN_BUDGET

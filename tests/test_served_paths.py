@@ -22,7 +22,7 @@ HOSTILE = [
 
 @pytest.fixture
 def client(empty_sqlite, tmp_path, radt_home):
-    from radt.app.dashboard import create_app
+    from radt.app.web.dashboard import create_app
 
     return create_app(empty_sqlite(tmp_path / "store.db"), "simple").server.test_client()
 

@@ -30,7 +30,7 @@ def test_the_settings_table_has_one_home():
 
 
 def test_settings_are_defined_in_radt_settings_only():
-    """A Setting made anywhere else (the dashboard's cache switches were made in app/cache.py) is a second place for defaults."""
+    """A Setting made anywhere else (the dashboard's cache switches were made in app/view/cache.py) is a second place for defaults."""
     made = []
     for path in ROOT.rglob("*.py"):
         if ".venv" in path.parts or "tests" in path.parts or path.name == "settings.py":

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from radt.app.jobs import job_rows, totals
-from radt.app.store import make_read_engine
+from radt.app.db.jobs import job_rows, totals
+from radt.app.db.store import make_read_engine
 from radt.cli import main as radt_main
 from radt.collectors.slurm import slurmacct as acct
 from radt.collectors.sources.promql import EXPORTER_METRICS
@@ -470,7 +470,7 @@ def test_a_cluster_load_stopped_at_its_deadline_with_no_lock_is_not_said_to_be_l
     """Issue #52 item 17: the first /cluster load after an import said the store was "busy or locked for 20 s" with no
     other connection. Nothing held it: SQLite's progress handler stopped the page's own read at the request's deadline
     (a large store, a busy machine), and every read stopped there was said to be a lock."""
-    from radt.app import deadline
+    from radt.app.db import deadline
     from radt.collectors.cluster.slurmimport import JobImporter
     from radt.collectors.store.tracking import connect
 

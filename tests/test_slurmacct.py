@@ -119,8 +119,8 @@ def test_where_slurms_tres_count_no_gpu_a_job_without_one_has_radts_count_or_non
 def test_a_job_whose_gpus_are_not_known_is_not_listed_as_a_job_without_gpu(store_uri):
     """The Cluster page: a job whose GPUs no source gave is 'unknown' with the reason, and its group's GPU-hours say that
     some are missing, instead of 0 GPUs and 'the job had no GPU'."""
-    from radt.app.jobs import job_rows, totals
-    from radt.app.store import make_read_engine
+    from radt.app.db.jobs import job_rows, totals
+    from radt.app.db.store import make_read_engine
     from radt.collectors.cluster import slurmimport
     from radt.collectors.slurm.slurmacct import parse_sacct
     from radt.collectors.store.tracking import connect

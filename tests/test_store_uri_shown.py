@@ -14,7 +14,7 @@ SECRET = "s3cret-Pw"
 @pytest.mark.filterwarnings("ignore:Flask-Caching")  # cache="null": no cache in a test of the layout
 @pytest.mark.parametrize("form", ["query", "userinfo"])
 def test_the_header_names_the_store_without_its_password(pg_uri, form, monkeypatch):
-    from radt.app.dashboard import create_app
+    from radt.app.web.dashboard import create_app
 
     monkeypatch.setenv("RADT_RESPONSE_CACHE", "0")
     host_and_db = pg_uri.split("@", 1)[1]  # trust authentication: the server takes the connection whatever the password

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 
-from radt.app.compare import RUN_COLUMNS
-from radt.app.export import comparison_table
+from radt.app.db.store import make_read_engine
+from radt.app.export.paper import comparison_table
 from radt.app.exportcli import _open_store
-from radt.app.store import make_read_engine
-from radt.app.summaries import PROCESSES, WATCHED, gpu_use, run_summary
-from radt.app.views import View
+from radt.app.summary.compare import RUN_COLUMNS
+from radt.app.summary.summaries import PROCESSES, WATCHED, gpu_use, run_summary
+from radt.app.view.views import View
 from radt.catalogue import Device
 from radt.collectors.imports import importer
 from radt.collectors.store.stores import open_metric_store
@@ -115,7 +115,7 @@ def built(store_uri, snapshots) -> Built:
     that keeps the summaries between a test's filters, as the dashboard's does."""
     from flask import Flask
 
-    from radt.app.cache import CACHE, cache_config
+    from radt.app.view.cache import CACHE, cache_config
 
     built = dataclasses.replace(snapshots.restore(_build, store_uri), uri=store_uri)
     _open_store(store_uri)
@@ -132,7 +132,7 @@ def summary(built):
 
 
 def _selected(built: Built, text: str) -> set[str]:
-    from radt.app import data, filters
+    from radt.app.view import data, filters
 
     kept = set(filters.apply(data.runs([built.experiment]), text)["run_id"])
     return {label for label, run_id in built.runs.items() if run_id in kept}

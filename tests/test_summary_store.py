@@ -1,4 +1,4 @@
-"""Run summaries written once per ended run (radt_summaries, app/summarystore.py) and read after, on SQLite and the real
+"""Run summaries written once per ended run (radt_summaries, app/summary/summarystore.py) and read after, on SQLite and the real
 PostgreSQL: the same frame run_summary computes from the raw points, no raw point read for a stored run, and a run
 whose points change (through radt's writer, or MLflow's client behind radt's back) computed again."""
 
@@ -16,9 +16,9 @@ import sqlalchemy as sa
 from mlflow import MlflowClient
 
 from radt import rollups, summarytable
-from radt.app.store import make_read_engine
-from radt.app.summaries import SUMMARY_VERSION, run_summary
-from radt.app.summarystore import UNAVAILABLE, readable, store_summaries
+from radt.app.db.store import make_read_engine
+from radt.app.summary.summaries import SUMMARY_VERSION, run_summary
+from radt.app.summary.summarystore import UNAVAILABLE, readable, store_summaries
 from radt.collectors.store.sqltracking import make_engine
 from radt.collectors.store.stores import SqlMetricStore
 from radt.points import Point
@@ -37,7 +37,7 @@ FILTERS = ["smact.mean > 0.3", "smact.p95 >= 0.5 and power.mean > 100", "memory.
 @contextlib.contextmanager
 def raw_reads(engine: sa.Engine):
     """The statements the engine sends that touch MLflow's `metrics` table: those SQLAlchemy sends
-    ("before_cursor_execute"), and on PostgreSQL those sent on psycopg's cursor directly (app.store.binary_rows)."""
+    ("before_cursor_execute"), and on PostgreSQL those sent on psycopg's cursor directly (app.db.store.binary_rows)."""
     seen: list[str] = []
 
     def count(_conn, _cursor, statement, *_args):
@@ -94,7 +94,7 @@ def _run(client: MlflowClient, uri: str, values, end: bool = True) -> str:
 
 
 def test_stored_summaries_are_run_summarys_and_a_second_view_reads_no_raw_point(store_uri, fixtures_dir, monkeypatch):
-    from radt.app import data, filters
+    from radt.app.view import data, filters
     from radt.collectors import demo
 
     demo.write_demo(store_uri, minutes=2, report=lambda _line: None)
@@ -131,7 +131,7 @@ def _experiments(uri: str) -> list[str]:
 
 def _filtered(runs: pd.DataFrame, summary: pd.DataFrame, text: str) -> set[str]:
     """What the filter keeps with run_summary's own answers (the old path) in data.summary's place."""
-    from radt.app import data, filters
+    from radt.app.view import data, filters
 
     original = data.summary
     data.summary = lambda asked: summary[summary["run_id"].isin(list(asked["run_id"]))].reset_index(drop=True)

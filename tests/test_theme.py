@@ -1,4 +1,4 @@
-"""One palette, one theme: every figure of the page, Live, the comparison and the export takes radt's template (app/palette.py),
+"""One palette, one theme: every figure of the page, Live, the comparison and the export takes radt's template (app/figures/palette.py),
 never one of Plotly's by name, so a colour or a font changes in one place."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
 
-from radt.app import figures
-from radt.app.palette import PALETTE, PAPER, PRIMARY, SCREEN, themed
+from radt.app.figures import figures
+from radt.app.figures.palette import PALETTE, PAPER, PRIMARY, SCREEN, themed
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_no_figure_names_a_plotly_template_of_its_own():
     named = []
     for folder in ("app", "pages"):
-        for path in (ROOT / folder).glob("*.py"):
+        for path in (ROOT / folder).rglob("*.py"):
             if path.name != "palette.py" and re.search(r"\btemplate\s*=\s*[\"']", path.read_text()):
                 named.append(path.name)
     assert named == []

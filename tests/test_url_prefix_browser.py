@@ -102,10 +102,11 @@ def test_every_request_link_and_artifact_of_the_dashboard_stays_under_its_url_pr
 
 def test_links_built_by_the_pages_carry_the_prefix(monkeypatch, tmp_path, empty_sqlite, radt_home):
     """The Cluster page's job and grouping links and the summary's logs cell: each a link under the path."""
-    from radt.app.dashboard import create_app
+    from radt.app.web.dashboard import create_app
 
     create_app(empty_sqlite(tmp_path / "store.db"), "simple")  # the pages register with an app
-    from radt.pages import cluster, summary_table
+    from radt.pages import cluster
+    from radt.pages.parts import summary_table
 
     monkeypatch.setenv("RADT_URL_PREFIX", "lab/radt")
     assert cluster._explore({"experiment_id": "3", "run_id": "abc"}) == "/lab/radt/?exp=3&runs=abc"

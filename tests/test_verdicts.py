@@ -134,7 +134,7 @@ def test_jobs_without_a_verdict_come_after_the_judged_ones_newest_first(store_ur
     """A new user's first import without Prometheus: no verdicts; the list is by start, newest first (9 started after 10)."""
     import sqlalchemy as sa
 
-    from radt.app.jobs import job_rows
+    from radt.app.db.jobs import job_rows
     from radt.collectors.cluster import slurmimport
     from radt.collectors.slurm import slurmacct
     from radt.collectors.store.tracking import connect

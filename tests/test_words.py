@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from radt.app.aggregates import bar_figure
-from radt.app.words import counted
+from radt.app.export.aggregates import bar_figure
+from radt.app.figures.words import counted
 from radt.catalogue import METRICS, Device
 
 
@@ -16,7 +16,7 @@ def test_a_count_is_written_in_the_number_of_its_noun():
 
 
 def test_the_sidebar_counts_one_run_as_one_run():
-    from radt.pages.run_picker import count_line
+    from radt.pages.parts.run_picker import count_line
 
     assert count_line(1, 1, filtered=False) == "1 run"
     assert count_line(10, 10, filtered=False) == "10 runs"
@@ -41,7 +41,7 @@ def test_a_bar_of_one_run_says_one_run_in_its_tooltip():
 
 def test_a_runs_gpu_mean_says_what_it_is_over_in_words():
     """'mean of 2 GPUs' was the count of series: two MIG slices of one GPU, or a GPU and a slice of it, were "2 GPUs"."""
-    from radt.app.figures import Panel, overlay_figure
+    from radt.app.figures.figures import Panel, overlay_figure
 
     start = 1_760_000_000_000
     runs = pd.DataFrame(

@@ -2,7 +2,7 @@
 
 os.environ (radt's connect() sets MLflow's HTTP limits, an export BROWSER_PATH), the working directory,
 signal handlers, logging levels, radt's record of the variables it added, the dashboard's store and cache
-(radt.app.state.STATE, radt.app.cache.CACHE), Dash's page registry. conftest.py wraps every test in kept().
+(radt.app.db.state.STATE, radt.app.view.cache.CACHE), Dash's page registry. conftest.py wraps every test in kept().
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ SIGNALS = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
 
 
 def _dashboard_state() -> dict[str, dict | None]:
-    """The dashboard's read engine and store (radt.app.state.STATE) and its cache (radt.app.cache.CACHE), where imported."""
-    state, cache = sys.modules.get("radt.app.state"), sys.modules.get("radt.app.cache")
+    """The dashboard's read engine and store (radt.app.db.state.STATE) and its cache (radt.app.view.cache.CACHE), where imported."""
+    state, cache = sys.modules.get("radt.app.db.state"), sys.modules.get("radt.app.view.cache")
     return {
         "state": {k: dict(v) if isinstance(v, dict) else v for k, v in vars(state.STATE).items()} if state else None,
         "cache": dict(vars(cache.CACHE)) if cache else None,
@@ -58,7 +58,7 @@ def _dashboard_state() -> dict[str, dict | None]:
 
 def _restore_dashboard_state(saved: dict[str, dict | None]) -> None:
     """As saved; what the test imported first goes back to how it was made (a dashboard pointed at no store)."""
-    state, cache = sys.modules.get("radt.app.state"), sys.modules.get("radt.app.cache")
+    state, cache = sys.modules.get("radt.app.db.state"), sys.modules.get("radt.app.view.cache")
     if state is not None:
         before = saved["state"] if saved["state"] is not None else vars(type(state.STATE)())
         engine = state.STATE.engine
@@ -116,13 +116,13 @@ def kept() -> Iterator[None]:
 
 @contextmanager
 def dashboard_reads(uri: str, monkeypatch) -> Iterator[object]:
-    """The dashboard's reads (radt.app.state.STATE) pointed at `uri` through a fresh simple cache, as `python app.py` would
+    """The dashboard's reads (radt.app.db.state.STATE) pointed at `uri` through a fresh simple cache, as `python app.py` would
     have them; yields the read engine, disposed at the end (kept() puts STATE and CACHE back after the test)."""
     from flask import Flask
 
-    from radt.app.cache import CACHE, cache_config
-    from radt.app.state import STATE
-    from radt.app.store import make_read_engine
+    from radt.app.db.state import STATE
+    from radt.app.db.store import make_read_engine
+    from radt.app.view.cache import CACHE, cache_config
 
     CACHE.init_app(Flask(__name__), config=cache_config("simple"))
     CACHE.clear()
