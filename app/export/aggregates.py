@@ -24,7 +24,8 @@ from radt.app.export.exportoptions import BY, COLLOCATION, KINDS, RATIO, STATS
 from radt.app.figures.figures import plain, wrap_chars
 from radt.app.figures.palette import PALETTE, PAPER, SERIES_DASHES, colors, dash_of, themed
 from radt.app.figures.words import counted
-from radt.app.summary.compare import METHODS, PYTHON
+from radt.app.summary.compare import PYTHON
+from radt.collocation import ALONE, METHODS
 from radt.errors import UserError
 
 POOLED = ("partition", "user")  # groupings of a cluster's jobs: one series over every experiment (radt import --slurm makes one per user)
@@ -93,7 +94,7 @@ def normalised(table: pd.DataFrame) -> pd.Series:
     beside a command's collocated ones is then 1, its runs' spread around it; a command that never shared a GPU is left out."""
     runs = _runs(table)
     out, rate, base = _number(runs, "normalised"), _number(runs, "steps_per_h"), _number(runs, "alone_steps_per_h")
-    alone = runs["collocation"].eq("alone") if "collocation" in runs.columns else pd.Series(False, index=runs.index)
+    alone = runs["collocation"].eq(ALONE) if "collocation" in runs.columns else pd.Series(False, index=runs.index)
     for _key, members in runs.groupby(["experiment_id", "command"], sort=False):
         lone = members.index[alone[members.index]]
         known = base[members.index.difference(lone)].dropna()  # the baseline the collocated runs are set against

@@ -42,6 +42,7 @@ from collections.abc import Iterable
 import pandas as pd
 
 from radt.app.summary.caveats import profiled_by
+from radt.collocation import from_tag
 from radt.runmodel import COLLOCATION_TAG, SLURM_PARTITION_TAG, SLURM_PREFIX, UNGROUPED, USER_TAG, VERDICT_PREFIX, script_span, together
 
 RUN_COLUMNS = ["kind", "experiment_id", "workload", "run", "command", "letter", "status", "together", "steps", "duration_min", "steps_per_h", "alone_runs",
@@ -51,7 +52,6 @@ RUN_COLUMNS = ["kind", "experiment_id", "workload", "run", "command", "letter", 
 # a run's GPU figures, over the GPUs it used (summaries.run_summary), as the summary gives them; a together group's row has none
 GPU_COLUMNS = ("gpus_text", "smact_mean", "smact_p95", "smact_busiest", "smocc_mean", "smocc_p95", "gract_mean", "power_mean_w", "gpus_used", "gpus_watched",
                "gpu_basis")  # fmt: skip
-METHODS = ("alone", "same GPU", "MPS", "MIG")  # how runs shared a GPU, in the order the papers print them
 PYTHON = re.compile(r"^python[\d.]*$")  # an interpreter (python, python3.10): not part of what a command is; a launcher
 
 
@@ -96,12 +96,7 @@ def command_text(params: dict | None, tags: dict | None = None) -> str:
 def collocation_method(tags: dict | None, params: dict | None, together_with: int) -> str:
     """How a run shared its GPU: MPS or MIG from radt's collocation tag (radT's `collocation` param), else
     "same GPU" when it ran together with others (time-sliced), else "alone"."""
-    value = str((tags or {}).get(COLLOCATION_TAG) or (params or {}).get("collocation") or "-").strip()
-    if value.lower() == "mps":
-        return "MPS"
-    if value not in ("-", "", "none"):
-        return "MIG"
-    return "same GPU" if together_with > 1 else "alone"
+    return from_tag((tags or {}).get(COLLOCATION_TAG) or (params or {}).get("collocation")).method(together_with)
 
 
 def _span(row) -> tuple[float, float]:

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from radt.collectors.experiment.migplacement import DRIVER, Held, MigLayout, model_layout, parse_instances, parse_placements, place, why_not
+from radt.collocation import Mode
 from radt.errors import UserError
 
-MIG_PROFILE = re.compile(r"^\d+g\.\d+gb(\+\w+)?$")  # 1g.10gb, 3g.40gb, 1g.10gb+me
 _LGIP_ROW = re.compile(r"^\|\s*(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)/(\d+)\s")
 _GPU_LINE = re.compile(r"^GPU\s+(\d+):.*\(UUID:\s*(GPU-[^)\s]+)\)")
 _MIG_LINE = re.compile(r"^\s+MIG\s.*\(UUID:\s*(MIG-[^)\s]+)\)")
@@ -171,7 +171,7 @@ def _left_by_dead_radts() -> set[tuple[int, int]]:
 
     path = _journal()
     entries = json.loads(path.read_text()) if path.exists() else []
-    return {(e["gpu"], e["gi"]) for e in entries if e.get("kind") == "mig" and not psutil.pid_exists(e["pid"])}
+    return {(e["gpu"], e["gi"]) for e in entries if e.get("kind") == Mode.MIG.value and not psutil.pid_exists(e["pid"])}
 
 
 def mig_uuids(gpu: int) -> list[str]:
@@ -266,7 +266,7 @@ def _journal_edit(change: Callable[[list[dict]], list[dict]]) -> None:
 
 
 def _undo_entry(entry: dict) -> None:
-    if entry["kind"] == "mps":
+    if entry["kind"] == Mode.MPS.value:
         stop_mps(MpsDaemon(tuple(entry["devices"]), Path(entry["pipe_dir"]), Path(entry["log_dir"])))
     else:
         destroy_mig(MigInstance(entry["gpu"], entry["profile"], entry["gi"], entry["ci"], entry["uuid"]))
@@ -288,7 +288,7 @@ def undo_leftovers(report: Callable[[str], None]) -> None:
     for entry in left:
         what = (
             f"MPS daemon for GPU {'+'.join(map(str, entry.get('devices', [])))}"
-            if entry["kind"] == "mps"
+            if entry["kind"] == Mode.MPS.value
             else f"MIG {entry.get('profile')} on GPU {entry.get('gpu')}"
         )
         try:
@@ -314,7 +314,7 @@ class Setup:
 
     def mps(self, devices: list[int]) -> MpsDaemon:
         daemon = start_mps(devices)
-        entry = self._remember({"kind": "mps", "devices": list(daemon.devices), "pipe_dir": str(daemon.pipe_dir), "log_dir": str(daemon.log_dir)})
+        entry = self._remember({"kind": Mode.MPS.value, "devices": list(daemon.devices), "pipe_dir": str(daemon.pipe_dir), "log_dir": str(daemon.log_dir)})
         self.report(f"radt: MPS control daemon started for GPU {'+'.join(map(str, daemon.devices))}")
         fix = f"stop it with: echo quit | CUDA_MPS_PIPE_DIRECTORY={daemon.pipe_dir} nvidia-cuda-mps-control"
         self._stack.callback(self._undo, "stop the MPS daemon", fix, entry)
@@ -323,7 +323,7 @@ class Setup:
     def mig(self, gpu: int, profile: str, start: int | None = None) -> MigInstance:
         instance = create_mig(gpu, profile, start)
         entry = self._remember(
-            {"kind": "mig", "gpu": gpu, "profile": profile, "gi": instance.gpu_instance, "ci": instance.compute_instance, "uuid": instance.uuid}
+            {"kind": Mode.MIG.value, "gpu": gpu, "profile": profile, "gi": instance.gpu_instance, "ci": instance.compute_instance, "uuid": instance.uuid}
         )
         self.report(f"radt: MIG {profile} created on GPU {gpu} (GPU instance {instance.gpu_instance}, {instance.uuid})")
         fix = f"remove it with 'sudo nvidia-smi mig -i {gpu} -gi {instance.gpu_instance} -dci' and then '... -dgi'"

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from radt.collectors._common import UsageError, check_name
-from radt.collectors.experiment.collocation import MIG_PROFILE, CollocationError, MigProfile, placement_note
+from radt.collectors.experiment.collocation import CollocationError, MigProfile, placement_note
 from radt.collectors.experiment.migplacement import MigLayout, Slot, fewest_dropped, memory_size, place, smaller_swap, why_not
 from radt.collectors.run.command import build_command
 from radt.collectors.sources.listeners import ListenerError, parse_listeners, parse_profiler
+from radt.collocation import SHARED, Mode, from_key, parse_cell
 from radt.errors import UserError
 from radt.runmodel import run_letter
 
@@ -292,9 +293,14 @@ class PlannedRun:
     mig_slot: Slot | None = None  # the memory slices of its MIG slice, as the plan placed it (None: the driver places it)
 
     @property
+    def mode(self) -> Mode:
+        """The collocation's mode: nothing set up, MPS or MIG."""
+        return from_key(self.collocation).mode
+
+    @property
     def mig(self) -> bool:
         """The collocation is a MIG profile (not '-' or MPS)."""
-        return self.collocation not in ("-", "mps")
+        return self.mode is Mode.MIG
 
 
 @dataclass
@@ -312,7 +318,7 @@ class Workload:
     @property
     def mps_devices(self) -> list[int]:
         """The GPUs the workload's MPS runs use: one MPS daemon serves them all."""
-        return sorted({d for r in self.runs if r.collocation == "mps" for d in r.devices or []})
+        return sorted({d for r in self.runs if r.mode is Mode.MPS for d in r.devices or []})
 
     def state(self) -> str:
         """'finished' (every run FINISHED), 'failed' (all ended, one FAILED), else 'todo'."""
@@ -383,19 +389,14 @@ def resolve_uuids(devices: list[int | str], uuids: list[str] | None) -> list[int
 
 def collocation_label(collocation: str) -> str:
     """As users write it: MPS, a MIG profile, or -."""
-    return "MPS" if collocation == "mps" else collocation
+    return from_key(collocation).cell
 
 
 def parse_collocation(text: str) -> str:
     """'-'/'' -> '-'; 'mps' in any case -> 'mps'; a MIG profile such as '3g.20gb' as it is."""
-    value = text.strip()
-    if value in ("", "-", "nan"):
-        return "-"
-    if value.lower() == "mps":
-        return "mps"
-    profile = value.removeprefix("MIG ").strip().lower()
-    if MIG_PROFILE.match(profile):
-        return profile
+    found = parse_cell(text)
+    if found is not None:
+        return found.key
     raise CsvError(f"Collocation '{text}' is not -, MPS or a MIG profile such as 1g.10gb or 3g.40gb")
 
 
@@ -412,7 +413,7 @@ def plan(exp: ExperimentFile, machine: Machine, *, rerun: bool = False) -> tuple
         will_run = workload.state() == "todo" or (rerun and workload.state() == "failed")
         mig_wanted: dict[tuple[int, str], list[Row]] = {}
         mig_runs: dict[int, list[PlannedRun]] = {}
-        sharing: dict[int, set[str]] = {}
+        sharing: dict[int, set[Mode]] = {}
         for number, row in enumerate(rows):
             where = f"{exp.path.name} row {row.line}"
             before = len(problems)
@@ -426,12 +427,12 @@ def plan(exp: ExperimentFile, machine: Machine, *, rerun: bool = False) -> tuple
                 continue
             devices = _check_on_machine(planned, exp.path.resolve().parent, facts, problem)  # only for workloads that will run
             for d in devices or ():
-                sharing.setdefault(d, set()).add("mig" if planned.mig else planned.collocation)
+                sharing.setdefault(d, set()).add(planned.mode)
             if planned.mig and devices:
                 mig_wanted.setdefault((devices[0], planned.collocation), []).append(row)
                 mig_runs.setdefault(devices[0], []).append(planned)
         for gpu, kinds in sharing.items():
-            if {"mig", "mps"} <= kinds:
+            if {Mode.MIG, Mode.MPS} <= kinds:
                 rows_text = ", ".join(str(r.line) for r in rows)
                 problems.append(f"{exp.path.name} rows {rows_text}: workload {name} mixes MPS and MIG on GPU {gpu}; give each its own workload or GPU")
         refused = set()
@@ -512,7 +513,7 @@ def _planned_run(exp: ExperimentFile, row: Row, number: int, experiment: str, na
         collocation = parse_collocation(exp.get(row, "Collocation"))
     except ValueError as exc:
         problem(str(exc))
-        collocation = "-"
+        collocation = SHARED.key
     listeners = exp.get(row, "Listeners") or DEFAULT_LISTENERS
     try:
         sources, profiler = parse_listeners(listeners), parse_profiler(listeners)
@@ -528,7 +529,7 @@ def _planned_run(exp: ExperimentFile, row: Row, number: int, experiment: str, na
     if not file:
         problem("File is empty; give the training script, e.g. train.py")
     planned = PlannedRun(row, run_letter(number), devices, collocation, file, params, listeners, sources, profiler)
-    if collocation != "-" and devices is None:
+    if planned.mode is not Mode.SHARED and devices is None:
         problem(f"Collocation {collocation_label(collocation)} needs a GPU; set Devices, e.g. 0")
     if planned.mig and devices is not None and len(devices) != 1:
         problem(f"a MIG instance lives on one GPU; give one device for {collocation}, not {'+'.join(map(str, devices))}")
@@ -560,7 +561,7 @@ def _check_on_machine(planned: PlannedRun, base: Path, facts: _MachineFacts, pro
 
         if not facts.machine.has(EXECUTABLE[planned.profiler]):
             problem(f"listener '{planned.profiler}' needs '{EXECUTABLE[planned.profiler]}' on PATH; install Nsight or drop it from Listeners")
-    if planned.collocation == "mps" and not facts.machine.has("nvidia-cuda-mps-control"):
+    if planned.mode is Mode.MPS and not facts.machine.has("nvidia-cuda-mps-control"):
         problem("Collocation MPS needs 'nvidia-cuda-mps-control' on PATH (it comes with the NVIDIA driver)")
     devices = planned.devices
     if devices and any(isinstance(d, str) for d in devices):

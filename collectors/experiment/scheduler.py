@@ -29,6 +29,7 @@ from radt.collectors.experiment.experiment import ExperimentFile, Machine, Plann
 from radt.collectors.experiment.workloads import GATE_PREFIX, add_radts, record_workload, update_workload
 from radt.collectors.process.proctree import catch_stops, child_setup, restore_interrupts
 from radt.collectors.store.nodes import slurm_tags
+from radt.collocation import Mode
 from radt.errors import report
 from radt.runmodel import COLLOCATION_TAG, EXPERIMENT_FILE_TAG, RUNS_TAG, STOP_REASON_TAG
 
@@ -189,7 +190,7 @@ class WorkloadRunner:
         for run in self.workload.runs:
             if self.interrupted:
                 raise KeyboardInterrupt
-            if run.collocation == "mps" and daemon is not None:
+            if run.mode is Mode.MPS and daemon is not None:
                 env = daemon.client_env(run.devices)
                 per_run[run.letter] = (env.pop("CUDA_VISIBLE_DEVICES"), env)
             elif run.mig:

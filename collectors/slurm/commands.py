@@ -10,7 +10,8 @@ import subprocess
 from dataclasses import dataclass, field
 
 from radt.collectors._common import UsageError, first_line
-from radt.collectors.experiment.collocation import MIG_PROFILE, MigProfile
+from radt.collectors.experiment.collocation import MigProfile
+from radt.collocation import MIG_PROFILE
 
 PENDING_STATES = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
 

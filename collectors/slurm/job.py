@@ -19,6 +19,7 @@ from radt.collectors.experiment.experiment import ExperimentFile, Machine, Row, 
 from radt.collectors.experiment.scheduler import ExperimentOptions, WorkloadRunner
 from radt.collectors.slurm.commands import AnyProfiles, slurm
 from radt.collectors.slurm.jobscript import FOLDER
+from radt.collocation import Mode, from_key
 from radt.errors import report
 from radt.rundir import write_whole
 
@@ -140,7 +141,7 @@ def row_profile(rows: JobRows, row: Row) -> str | None:
         collocation = parse_collocation(rows.get(row, "Collocation"))
     except ValueError:
         return None
-    return collocation if collocation not in ("-", "mps") else None
+    return collocation if from_key(collocation).mode is Mode.MIG else None
 
 
 def place_rows(rows: JobRows, environ: dict[str, str] | os._Environ, job: str, machine: Machine) -> tuple[list[MigInstance], str]:

@@ -38,6 +38,7 @@ from radt.collectors.slurm.commands import (
     type_profile,
 )
 from radt.collectors.slurm.jobscript import FOLDER, SlurmOptions, job_command, job_script, name_problems, output_pattern, script_problems
+from radt.collocation import Mode
 from radt.errors import report
 
 JOB_COLUMN = "SlurmJob"
@@ -306,7 +307,7 @@ def uses_mps_gres(workload: Workload, offer: Offer) -> bool:
     """The workload runs on Slurm's mps GRES: the partition has it, and every GPU row is MPS on one GPU (Slurm gives mps on
     one GPU and never with gres/gpu in one job); else its MPS rows get a GPU and radt's own daemon."""
     gpu_runs = [r for r in workload.runs if r.devices]
-    return bool(offer.mps_per_gpu and gpu_runs and all(r.collocation == "mps" for r in gpu_runs) and len(workload.mps_devices) == 1)
+    return bool(offer.mps_per_gpu and gpu_runs and all(r.mode is Mode.MPS for r in gpu_runs) and len(workload.mps_devices) == 1)
 
 
 def slug(workload: Workload) -> str:
