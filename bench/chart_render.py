@@ -22,7 +22,7 @@ import pandas as pd
 import plotly
 
 from radt.app.db.downsample import envelope
-from radt.app.figures.figures import Panel, overlay_figure
+from radt.app.figures.figures import ChartChoices, Panel, overlay_figure
 from radt.catalogue import METRICS, Device
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,7 +45,7 @@ def figure(runs: int, points: int) -> dict:
         panels.append(Panel(METRICS[name], series))
     table = pd.DataFrame({"run_id": [f"run{i}" for i in range(runs)], "run_name": [f"run {i}" for i in range(runs)], "start_time": start, "duration_s": len(x)})
     table["workload_id"], table["workload_label"], table["status"], table["tags"], table["params"] = "w", "w", "FINISHED", [{}] * runs, [{}] * runs
-    return json.loads(overlay_figure(panels, table, columns=2).to_json())
+    return json.loads(overlay_figure(panels, table, ChartChoices(columns=2)).to_json())
 
 
 def _length(values) -> int:

@@ -374,7 +374,7 @@ class PrivatePostgres:
 
 def create_runs(uri: str, writers: int, interval: float, side: str) -> list[tuple[str, float]]:
     """MLflow's schema via radt's connect, then `writers` runs via radt's create_run; (run id, sampling phase) each."""
-    from radt.collectors.store.tracking import connect, create_run, resolve_experiment
+    from radt.collectors.store.tracking import NewRun, connect, create_run, resolve_experiment
     from radt.runmodel import INTERVAL_TAG
 
     client = connect(uri)
@@ -384,16 +384,18 @@ def create_runs(uri: str, writers: int, interval: float, side: str) -> list[tupl
         run_id, _ = create_run(
             client,
             experiment_id,
-            command=["python", "train.py"],
-            script="train.py",
-            script_args=[],
-            run_name=f"fleet-{i:03d}",
-            workload=None,
-            letter="A",
-            devices="0+1+2+3+4+5+6+7",
-            collocation="-",
-            listeners=["nvml", "host"],
-            settings={INTERVAL_TAG: str(interval)},
+            NewRun(
+                command=["python", "train.py"],
+                script="train.py",
+                script_args=[],
+                run_name=f"fleet-{i:03d}",
+                workload=None,
+                letter="A",
+                devices="0+1+2+3+4+5+6+7",
+                collocation="-",
+                listeners=["nvml", "host"],
+                settings={INTERVAL_TAG: str(interval)},
+            ),
         )
         runs.append((run_id, interval * i / writers))
     close = getattr(client, "close", None)

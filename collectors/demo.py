@@ -54,14 +54,15 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
 
 from radt import settings
 from radt.catalogue import MIB, key
-from radt.collectors.store.stores import StoreUnavailable, open_metric_store
-from radt.collectors.store.tracking import connect, create_run, redact, resolve_experiment, set_tags
+from radt.collectors.store.stores import MetricStore, StoreUnavailable, open_metric_store
+from radt.collectors.store.tracking import NewRun, connect, create_run, redact, resolve_experiment, set_tags
 from radt.errors import UserError
 from radt.options import store_parent
 from radt.points import Point
@@ -581,7 +582,7 @@ def write_demo(
             client.set_experiment_tag(experiment_id, NOTE_TAG, spec.note)
             writes = []
             for workload, runs in zip(spec.workloads, workloads):
-                points, futures = _write_workload(client, store, pool, experiment_id, spec, workload, runs, start_ms, seed)
+                points, futures = _write_workload(Sinks(client, store, pool), experiment_id, spec, workload, runs, start_ms, seed)
                 writes += futures
                 span = max(run.spec.delay_s + run.samples * INTERVAL_S + 6 for run in runs)
                 start_ms += 1000 * (span + GAP_S)
@@ -600,10 +601,17 @@ def write_demo(
     return summary
 
 
+@dataclass(frozen=True)
+class Sinks:
+    """Where the demo writes: the tracking client (tags, params), the metric store and the pool its bulk writes run in (None: inline)."""
+
+    client: Any  # what tracking.connect gives: MlflowClient or SqlTracking
+    store: MetricStore
+    pool: ThreadPoolExecutor | None
+
+
 def _write_workload(
-    client,
-    store,
-    pool: ThreadPoolExecutor | None,
+    sinks: Sinks,
     experiment_id: str,
     spec: ExperimentSpec,
     workload: WorkloadSpec,
@@ -612,6 +620,7 @@ def _write_workload(
     seed: int,
 ) -> tuple[int, list[Future]]:
     """The workload's parent run, then each run: tags and params through the tracking client (tracking.connect), points in bulk (in `pool` if any)."""
+    client, store, pool = sinks.client, sinks.store, sinks.pool
     first_sample_ms = start_ms + 3000  # radt creates the run, then its sampler starts
     status = "FAILED" if any(run.failed for run in runs) else "FINISHED"
     # the parent is created the way tracking.find_or_create_workload creates it, but dated to the demo
@@ -629,17 +638,19 @@ def _write_workload(
         run_id, parent_id = create_run(
             client,
             experiment_id,
-            command=command,
-            script=spec.script,
-            script_args=list(run.args),
-            run_name=f"{data.model.name} {workload.name.split()[0]}{run.letter}",
-            workload=workload.name,
-            letter=run.letter,
-            devices=str(GPU),
-            collocation=workload.collocation,
-            listeners=["nvml", "host"],
-            settings=SETTINGS,
-            start_time=run_start,
+            NewRun(
+                command=command,
+                script=spec.script,
+                script_args=list(run.args),
+                run_name=f"{data.model.name} {workload.name.split()[0]}{run.letter}",
+                workload=workload.name,
+                letter=run.letter,
+                devices=str(GPU),
+                collocation=workload.collocation,
+                listeners=["nvml", "host"],
+                settings=SETTINGS,
+                start_time=run_start,
+            ),
         )
         assert parent_id == parent.info.run_id
         points, stamps = run_points(data, first_sample_ms + 1000 * run.delay_s, _rng(seed, spec.name, workload.name, run.letter, "stamps"))

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from radt.app.db.downsample import Envelope, envelope
-from radt.app.figures.figures import Panel, _alpha, legend_entries, overlay_figure
+from radt.app.figures.figures import ChartChoices, Panel, _alpha, legend_entries, overlay_figure
 from radt.catalogue import METRICS, Device, Metric
 from radt.runmodel import GPUS_TAG, MIG_ACTIVITY_TAG
 
@@ -75,7 +75,7 @@ def test_one_run_gets_a_dash_per_gpu_and_its_gpus_mean_with_a_band():
     devices = {Device(None, g): _series(0.1 * (g + 1)) for g in range(4)}
     each = _lines(overlay_figure([Panel(METRICS["sm_active"], {"r0": devices})], runs))
     assert len({t.line.color for t in each}) == 1 and len({t.line.dash for t in each}) == 4
-    mean = overlay_figure([Panel(METRICS["sm_active"], {"r0": devices})], runs, gpu_mode="mean")
+    mean = overlay_figure([Panel(METRICS["sm_active"], {"r0": devices})], runs, ChartChoices(gpu_mode="mean"))
     lines = _lines(mean)
     assert [(t.name, t.meta["device"]) for t in lines] == [("solo", "mean of 4 GPUs")]
     assert np.allclose(lines[0].y, 0.25)
@@ -117,7 +117,7 @@ def test_a_downsampled_run_is_its_mean_in_a_light_envelope_and_a_short_one_a_pla
 def test_grouped_bands_are_clearly_visible():
     runs = _runs("A", "B")
     panel = Panel(METRICS["sm_active"], {"r0": {Device(None, 0): _series(0.2)}, "r1": {Device(None, 0): _series(0.6)}})
-    figure = overlay_figure([panel], runs, grouped=True)
+    figure = overlay_figure([panel], runs, ChartChoices(grouped=True))
     fill = next(t for t in figure.data if t.fill == "tonexty")
     assert fill.fillcolor.endswith(",0.3)") and fill.line.width >= 1, "a stronger fill than an envelope, with a border"
     assert next(t for t in figure.data if t.name.endswith("(mean of 2)") and t.showlegend).meta["workload_id"] == "w"
@@ -128,7 +128,7 @@ def test_grouped_workloads_of_two_experiments_with_one_label_are_told_apart():
     "ungrouped (mean of 1)" and "ungrouped (mean of 1 runs, 5 GPU series)", nothing saying which was which."""
     runs = _runs("long", "five").assign(experiment_id=["3", "4"], workload_id=["ungrouped:3", "ungrouped:4"], workload_label="ungrouped")
     panel = Panel(METRICS["sm_active"], {"r0": {Device(None, 0): _series(0.2)}, "r1": {Device(None, 0): _series(0.6), Device(None, 1): _series(0.4)}})
-    names = sorted(t.name for t in overlay_figure([panel], runs.set_index("run_id", drop=False), grouped=True).data if t.showlegend)
+    names = sorted(t.name for t in overlay_figure([panel], runs.set_index("run_id", drop=False), ChartChoices(grouped=True)).data if t.showlegend)
     assert names == ["ungrouped · experiment 3 (mean of 1)", "ungrouped · experiment 4 (mean of 1 run, 2 GPU series)"], names
 
 
@@ -137,7 +137,7 @@ def test_charts_in_a_grid_of_columns_share_one_x_axis(columns, beside):
     runs = _runs("A")
     names = ["sm_active", "sm_occupancy", "power_usage_watts", "cpu_utilization_percentage"]
     panels = [Panel(METRICS[n], {"r0": {Device(None, 0) if METRICS[n].per_gpu else Device(): _series(0.5)}}) for n in names]
-    layout = overlay_figure(panels, runs, columns=columns).layout
+    layout = overlay_figure(panels, runs, ChartChoices(columns=columns)).layout
     axes = [layout[f"xaxis{i if i > 1 else ''}"] for i in range(1, 5)]
     assert len({a.matches for a in axes if a.matches}) == 1 and sum(a.matches is None for a in axes) <= 1, "one shared x axis"
     if beside is None:
@@ -156,7 +156,7 @@ def test_charts_in_a_grid_of_columns_share_one_x_axis(columns, beside):
 
 def _y(metric: str, values: np.ndarray, **kw) -> dict:
     device = Device(None, 0) if METRICS[metric].per_gpu else Device()
-    figure = overlay_figure([Panel(METRICS[metric], {"r0": {device: (START + np.arange(len(values)) * 1000, values)}})], _runs("A"), **kw)
+    figure = overlay_figure([Panel(METRICS[metric], {"r0": {device: (START + np.arange(len(values)) * 1000, values)}})], _runs("A"), ChartChoices(**kw))
     return figure.layout.yaxis
 
 
@@ -179,7 +179,7 @@ def test_every_axis_has_a_unit_and_a_floor_saturated_metrics_do_not_autoscale():
 @pytest.mark.parametrize("x_mode", ["relative", "wall", "step"])
 def test_the_tooltip_gets_run_device_metric_unit_and_format_and_plotly_draws_no_box_of_its_own(x_mode):
     runs = _runs("A")
-    figure = overlay_figure([Panel(METRICS["power_usage_watts"], {"r0": {Device(None, 1): _series(250.0)}})], runs, x_mode=x_mode)
+    figure = overlay_figure([Panel(METRICS["power_usage_watts"], {"r0": {Device(None, 1): _series(250.0)}})], runs, ChartChoices(x_mode=x_mode))
     line = _lines(figure)[0]
     assert {k: line.meta[k] for k in ("name", "device", "metric", "unit")} == {"name": "A", "device": "GPU 1", "metric": "Power", "unit": "W"}
     assert line.hoverinfo == "none" and not line.hovertemplate, "assets/charts.js draws one small box per chart; Plotly's boxes buried the page"
@@ -191,7 +191,7 @@ def test_a_run_shorter_than_two_minutes_is_drawn_in_seconds():
     """The README's first tracked run (1.5 s) showed x ticks of '0.005 min'."""
     runs = _runs("quick")
     ts = START + np.arange(4) * 500.0
-    figure = overlay_figure([Panel(METRICS["sm_active"], {"r0": {Device(None, 0): (ts, np.full(4, 0.5))}})], runs, x_range=(0.0, 0.025))
+    figure = overlay_figure([Panel(METRICS["sm_active"], {"r0": {Device(None, 0): (ts, np.full(4, 0.5))}})], runs, ChartChoices(x_range=(0.0, 0.025)))
     assert figure.layout.xaxis.title.text == "time since run start (s)" and figure.layout.meta["x_per_minute"] == 60
     assert float(np.max(_lines(figure)[0].x)) == pytest.approx(1.5) and list(figure.layout.xaxis.range) == pytest.approx([0, 1.5])
     long = overlay_figure([Panel(METRICS["sm_active"], {"r0": _envelope_series()})], runs)
@@ -202,7 +202,7 @@ def test_a_zoom_into_a_long_run_keeps_its_minutes():
     """A 10-minute run zoomed to its first minute loads only that minute: the axis stays in minutes (the zoom is in minutes)."""
     runs = _runs("ten minutes").assign(duration_s=600.0)
     ts = START + np.arange(12, 60) * 1000.0
-    figure = overlay_figure([Panel(METRICS["sm_active"], {"r0": {Device(None, 0): (ts, np.full(len(ts), 0.5))}})], runs, x_range=(0.2, 1.0))
+    figure = overlay_figure([Panel(METRICS["sm_active"], {"r0": {Device(None, 0): (ts, np.full(len(ts), 0.5))}})], runs, ChartChoices(x_range=(0.2, 1.0)))
     assert figure.layout.meta["x_per_minute"] == 1 and list(figure.layout.xaxis.range) == [0.2, 1.0]
 
 
@@ -241,7 +241,7 @@ def test_legend_entries_name_each_series_once_with_its_run_colour_and_dash():
     assert [c["metric"] for c in stats[0]["stats"]] == ["SMACT", "Power"] and stats[1]["stats"][1] == {"metric": "Power", "unit": "W", "fmt": ",.4~g"}
     assert stats[0]["stats"][1]["mean"] == pytest.approx(200.0) and stats[1]["stats"][0]["max"] == pytest.approx(0.3)
     assert stats[0]["stats"][0]["max"] == pytest.approx(0.99), "an envelope's peak, not its bucket means'"
-    grouped = legend_entries(overlay_figure(panels, runs, grouped=True))
+    grouped = legend_entries(overlay_figure(panels, runs, ChartChoices(grouped=True)))
     assert [e["id"] for e in grouped] == ["w"]
 
 
@@ -268,12 +268,12 @@ def test_a_profiled_runs_tooltips_and_legend_row_say_the_profiler_wrapped_it():
     panels = [Panel(METRICS["sm_active"], {"r0": devices, "r1": {Device(None, 0): _series(0.5)}})]
     where = {t.meta["run_id"]: t.meta.get("where", "") for t in _lines(overlay_figure(panels, runs))}
     assert "profiled by ncu" in where["r0"] and "profiled by ncu" not in where["r1"], where
-    mean = {t.meta["run_id"]: t.meta.get("where", "") for t in _lines(overlay_figure(panels, runs, gpu_mode="mean"))}
+    mean = {t.meta["run_id"]: t.meta.get("where", "") for t in _lines(overlay_figure(panels, runs, ChartChoices(gpu_mode="mean")))}
     assert "profiled by ncu" in mean["r0"], "the mean of its GPUs too"
     rendered = type("Rendered", (), {"figure": overlay_figure(panels, runs), "panels": panels, "runs": runs})()
     assert [e.get("command") for e in legend_entries(rendered)] == ["ncu train.py --lr 0.1", "train.py --lr 0.1"]
     assert [e["name"] for e in legend_entries(rendered)] == ["bert-1 (under ncu)", "plain"], "an exported legend says it too"
-    assert [e["name"] for e in legend_entries(overlay_figure(panels, runs, gpu_mode="mean"))] == ["bert-1 (under ncu)", "plain"]
+    assert [e["name"] for e in legend_entries(overlay_figure(panels, runs, ChartChoices(gpu_mode="mean")))] == ["bert-1 (under ncu)", "plain"]
 
 
 def test_the_run_picker_labels_a_profiled_run_and_a_mig_run_whose_slice_was_not_read():

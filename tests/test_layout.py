@@ -360,3 +360,54 @@ def test_the_watchdog_runs_on_the_standard_library_and_names_the_run_folder_as_r
     imported = {target.split(".")[0] for _line, target in imports("radt.collectors.process.watchdog", path)}
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported - set(sys.stdlib_module_names)
     assert (watchdog.TREE_FILE, watchdog.LOGS_DIR) == (rundir.TREE_FILE, rundir.LOGS_DIR)
+
+
+MAX_PARAMETERS = 8  # STYLE.md: a function with more than a handful of parameters takes an object
+# the functions that still take more, by module and qualified name: this list may only shrink (see the test below)
+LONG_SIGNATURES = frozenset(
+    {
+        "radt.pages.parts.export_panel:export",  # a Dash callback: Dash passes each Input and State as its own argument
+        "radt.pages.explore:draw",  # a Dash callback, as above
+        "radt.pages.explore:layout",  # a Dash page: Dash passes each query parameter of the URL as its own keyword
+        "radt.app.db.series:load_series",  # the dashboard's series query: its window, budget and method still loose
+        "radt.settings:Setting.__init__",  # a setting's declaration: its bounds and check still loose
+    }
+)
+
+
+def parameter_counts(module: str, source: str) -> dict[str, int]:
+    """Each function's parameters (positional and keyword-only, not self/cls, not *args/**kwargs) by module:qualname."""
+    counts: dict[str, int] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = child.args
+                names = [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs) if p.arg not in ("self", "cls")]
+                counts[f"{module}:{prefix}{child.name}"] = len(names)
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(source), "")
+    return counts
+
+
+def long_signatures(known: dict[str, Path]) -> dict[str, int]:
+    """The functions of radt's modules that take more than MAX_PARAMETERS parameters."""
+    counts = {name: n for module, path in known.items() for name, n in parameter_counts(module, path.read_text()).items()}
+    return {name: n for name, n in counts.items() if n > MAX_PARAMETERS}
+
+
+def test_no_function_takes_more_than_a_handful_of_parameters():
+    """A new long signature fails here (give it one object); a converted one must leave LONG_SIGNATURES."""
+    found = long_signatures(modules())
+    assert {name: n for name, n in found.items() if name not in LONG_SIGNATURES} == {}
+    assert sorted(LONG_SIGNATURES - set(found)) == [], "converted: remove from LONG_SIGNATURES"
+
+
+def test_a_new_long_signature_is_caught():
+    source = "class Job:\n    def __init__(self, a, b, c, d, e, f, g, h, *, i=1):\n        pass\n\ndef short(a, *args, **kwargs):\n    pass\n"
+    assert parameter_counts("radt.x", source) == {"radt.x:Job.__init__": 9, "radt.x:short": 1}

@@ -22,7 +22,7 @@ from radt.catalogue import resolve
 from radt.cli import main as radt_main
 from radt.collectors.sources import gpus
 from radt.collectors.sources.base import SamplingContext
-from radt.collectors.sources.prometheus import PrometheusSource, backfill
+from radt.collectors.sources.prometheus import Backfill, PrometheusSource, backfill
 from radt.collectors.sources.promql import EXPORTER_METRICS, JOB_LABELS
 from radt.runmodel import PROMETHEUS_GAP_TAG
 from tests.fakes.fake_nvml import A100
@@ -171,14 +171,14 @@ def test_without_proof_nothing_is_watched_and_one_line_says_what(served):
     assert source.readings(int(time.time() * 1000)) == []
     assert len(lines) == 1 and MIG7 in lines[0] and "not watched" in lines[0], lines
     end_ms = int(time.time() * 1000)
-    assert backfill(server.url, HERE, [], start_ms, end_ms, 1.0, given=(MIG7,)) == []
-    assert backfill(server.url, HERE, None, start_ms, end_ms, 1.0, given=(MIG7,)) == []  # never every GPU
-    mixed = backfill(server.url, HERE, [1], start_ms, end_ms, 1.0, given=(MIG7,))  # -d MIG-…+1: GPU 1 by index
+    assert backfill(Backfill(server.url, HERE, [], start_ms, end_ms, 1.0, given=(MIG7,))) == []
+    assert backfill(Backfill(server.url, HERE, None, start_ms, end_ms, 1.0, given=(MIG7,))) == []  # never every GPU
+    mixed = backfill(Backfill(server.url, HERE, [1], start_ms, end_ms, 1.0, given=(MIG7,)))  # -d MIG-…+1: GPU 1 by index
     assert {place(p.key) for p in mixed} == {(1, None)}
-    newer = backfill(server.url, NEWER, [], start_ms, end_ms, 1.0, given=(MIG7,))
+    newer = backfill(Backfill(server.url, NEWER, [], start_ms, end_ms, 1.0, given=(MIG7,)))
     assert newer and {place(p.key) for p in newer} == {(0, 7)}
     # the old form MIG-GPU-<uuid>/<gi>/<ci> names the GPU and the instance: proof enough
-    old = backfill(server.url, HERE, [], start_ms, end_ms, 1.0, given=(f"MIG-{GPU0}/8/0",))
+    old = backfill(Backfill(server.url, HERE, [], start_ms, end_ms, 1.0, given=(f"MIG-{GPU0}/8/0",)))
     assert old and {place(p.key) for p in old} == {(0, 8)}
 
 
@@ -187,7 +187,7 @@ def test_a_series_labelled_with_another_job_is_never_the_runs(served):
     _, server, start_ms = served
     end_ms = int(time.time() * 1000)
     owners = dict.fromkeys(JOB_LABELS, MINE)
-    points = backfill(server.url, HERE, [0, 1], start_ms, end_ms, 1.0, slices=[(0, 7), (0, 8)], owners=owners)
+    points = backfill(Backfill(server.url, HERE, [0, 1], start_ms, end_ms, 1.0, slices=[(0, 7), (0, 8)], owners=owners))
     assert points and {place(p.key) for p in points} == {(0, 7)}
 
 

@@ -21,7 +21,7 @@ from mlflow import MlflowClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from radt.collectors.sources import gpus
-from radt.collectors.sources.prometheus import backfill
+from radt.collectors.sources.prometheus import Backfill, backfill
 from tests.fakes.fake_nvml import A100, H100, mig_gpu
 from tests.support import prometheus as prom
 from tests.support.polling import wait_for
@@ -104,7 +104,7 @@ def test_prometheus_scrapes_the_monitor_with_the_training_run_on_each_gpu(store_
         held = wait_for(lambda: _raw(server, f'{SMACT}{{gpu="0"}}[1m]', 3), timeout=30, what="3 of GPU 0's raw samples", process=proc)
         # radt monitor as a node's NVML/GPM exporter: the prometheus listener and `radt import` read its series back
         first, last = (round(float(held[0]["values"][i][0]) * 1000) for i in (0, -1))
-        back = backfill(server.url, socket.gethostname(), [0], first, last, 0.5)
+        back = backfill(Backfill(server.url, socket.gethostname(), [0], first, last, 0.5))
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
             text = response.read().decode()
             content_type = response.headers["Content-Type"]

@@ -12,7 +12,7 @@ from radt.catalogue import MIB
 from radt.collectors.run.sampler import Sampler
 from radt.collectors.sources.base import SamplingContext, SourceUnavailable
 from radt.collectors.sources.listeners import make_source, parse_listeners
-from radt.collectors.sources.prometheus import PrometheusSource, backfill, final_backfill
+from radt.collectors.sources.prometheus import Backfill, PrometheusSource, backfill, final_backfill
 from radt.collectors.sources.promql import PromError, query_range
 from tests.support import prometheus as prom
 from tests.support.dcgm_exporter import COLUMNS, DcgmExporter, Device
@@ -89,7 +89,7 @@ def served_keys(exporter: DcgmExporter, devices: list[Device], gpu: dict[Device,
 
 def test_backfill_equals_what_was_served_for_the_runs_gpus_only(served):
     exporter, server, start_ms = served
-    points = backfill(server.url, HOST, [0, 2], start_ms, int(time.time() * 1000), 1.0)
+    points = backfill(Backfill(server.url, HOST, [0, 2], start_ms, int(time.time() * 1000), 1.0))
     keys = served_keys(exporter, [NODE_A[0], NODE_A[2]])
     assert "system/gpu_0_sm_active" in keys and "system/gpu_0_memory_usage_megabytes" not in keys
     check_points(exporter, points, keys)  # node-b's GPU 0 and GPU 7, GPUs 1, 3, 4 and the slices: absent
@@ -110,23 +110,23 @@ def test_backfill_equals_what_was_served_for_the_runs_gpus_only(served):
 def test_backfill_maps_mig_instances_and_uuids(served):
     exporter, server, start_ms = served
     end_ms = int(time.time() * 1000)
-    points = backfill(server.url, HOST, [1], start_ms, end_ms, 1.0, slices=[(1, 2)])
+    points = backfill(Backfill(server.url, HOST, [1], start_ms, end_ms, 1.0, slices=[(1, 2)]))
     check_points(exporter, points, served_keys(exporter, [NODE_A[1], SLICES[0]]))  # GI 5 is not the run's
     assert "system/gpu_1_mig_2_sm_active" in {p.key for p in points}
     # the exporter's UUID names the GPU where its `gpu` label disagrees with NVML's index
     uuids = {NODE_A[3].uuid: 6}
-    points = backfill(server.url, HOST, [6], start_ms, end_ms, 1.0, uuids=uuids)
+    points = backfill(Backfill(server.url, HOST, [6], start_ms, end_ms, 1.0, uuids=uuids))
     check_points(exporter, points, served_keys(exporter, [NODE_A[3]], gpu={NODE_A[3]: 6}))
 
 
 def test_another_nodes_series_stay_its_own(served):
     exporter, server, start_ms = served
     end_ms = int(time.time() * 1000)
-    points = backfill(server.url, "node-b", [0, 7], start_ms, end_ms, 1.0)
+    points = backfill(Backfill(server.url, "node-b", [0, 7], start_ms, end_ms, 1.0))
     check_points(exporter, points, served_keys(exporter, NODE_B))  # node-b's GPU 0 has GPU 2's values, not node-a's
     # by the scrape target instead: both nodes sit behind the one exporter, so GPU 0 has two series; never merged
     conflicts: list[str] = []
-    points = backfill(server.url, "127.0.0.1", [0, 7], start_ms, end_ms, 1.0, host_label="instance", conflicts=conflicts)
+    points = backfill(Backfill(server.url, "127.0.0.1", [0, 7], start_ms, end_ms, 1.0, host_label="instance"), conflicts=conflicts)
     assert {p.key for p in points} == set(served_keys(exporter, NODE_B))
     assert conflicts and all(c.startswith("system/gpu_0_") and "Hostname=node-a" in c and "Hostname=node-b" in c for c in conflicts)
     for series in by_key(points).values():
@@ -192,7 +192,7 @@ def test_problems_are_one_line_each_and_never_raise(served):
     assert points == [] and sampler.sources == [down]
     assert len(lines) == 1 and lines[0].startswith("radt: listener 'prometheus': Prometheus at") and "did not answer" in lines[0], lines
     with pytest.raises(PromError, match="did not answer"):
-        backfill(down.url, HOST, [0], 0, 1000, 1.0)
+        backfill(Backfill(down.url, HOST, [0], 0, 1000, 1.0))
 
     refused = PrometheusSource(f"http://{exporter.target}", host=HOST, report=lines.append, uuids={})  # no API there
     refused.open(SamplingContext(devices=[0]))
@@ -251,7 +251,7 @@ def test_final_backfill_adds_exactly_the_scrapes_a_tick_too_late_missed(served):
         live = [r.timestamp for r in got if r.key == where]
         added = [p.timestamp for p in late if p.key == where]
         assert added and not set(added) & set(live), where  # the missed scrapes, none twice
-        held = [p.timestamp for p in backfill(server.url, HOST, [0], source.since_ms, end_ms, 0.5) if p.key == where]
+        held = [p.timestamp for p in backfill(Backfill(server.url, HOST, [0], source.since_ms, end_ms, 0.5)) if p.key == where]
         assert sorted(live + added) == held, where  # together: every scrape Prometheus holds for the run
 
 
@@ -280,7 +280,7 @@ def test_the_source_asks_prometheus_once_per_scrape_not_once_per_tick(served, mo
     wait_for(lambda: tick(6), timeout=30, interval=0.05, what="4 scrapes more")
     assert len(asked) <= 4 * 3 and len(asked) * 4 < len(ticks), (len(asked), len(ticks))  # was one query a tick
     stamps = [r.timestamp for r in got if r.key == key]
-    held = [p.timestamp for p in backfill(server.url, HOST, [0], source.since_ms, stamps[-1], 1.0) if p.key == key]
+    held = [p.timestamp for p in backfill(Backfill(server.url, HOST, [0], source.since_ms, stamps[-1], 1.0)) if p.key == key]
     assert stamps == held  # none missed, none twice
 
 
@@ -310,7 +310,7 @@ def test_a_run_ending_while_the_exporter_answers_keeps_that_scrape(served):
         exporter.delay_s = 0.0
 
     def held() -> list[int]:
-        return [p.timestamp for p in backfill(server.url, HOST, [0], source.since_ms, end_ms, 0.5) if p.key == key]
+        return [p.timestamp for p in backfill(Backfill(server.url, HOST, [0], source.since_ms, end_ms, 0.5)) if p.key == key]
 
     wait_for(lambda: any(t >= slow_from - 200 for t in held()), timeout=10, what="the slow scrape stored")
     live = [r.timestamp for r in got if r.key == key]

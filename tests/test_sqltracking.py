@@ -45,16 +45,18 @@ def _flow(client, uri: str, tmp_path: Path, label: str) -> dict[str, str]:
         run_id, ids["parent"] = tracking.create_run(
             client,
             experiment_id,
-            command=["python", "train.py", "--lr", "0.1", "--fp16", "x" * 7000],
-            script="train.py",
-            script_args=["--lr", "0.1", "--fp16", "x" * 7000],  # a value past MLflow's 6000 characters is cut the same way
-            run_name=name,
-            workload=WORKLOAD,
-            letter="",
-            devices="0",
-            collocation="-",
-            listeners=["nvml", "host"],
-            settings={"radt.interval": "1", "max_epoch": "None"},
+            tracking.NewRun(
+                command=["python", "train.py", "--lr", "0.1", "--fp16", "x" * 7000],
+                script="train.py",
+                script_args=["--lr", "0.1", "--fp16", "x" * 7000],  # a value past MLflow's 6000 characters is cut the same way
+                run_name=name,
+                workload=WORKLOAD,
+                letter="",
+                devices="0",
+                collocation="-",
+                listeners=["nvml", "host"],
+                settings={"radt.interval": "1", "max_epoch": "None"},
+            ),
         )
         ids[f"run{number}"] = run_id
         tracking.set_tags(client, run_id, {"radt.gpus": "[]", "long": "y" * 9000})

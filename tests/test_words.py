@@ -41,7 +41,7 @@ def test_a_bar_of_one_run_says_one_run_in_its_tooltip():
 
 def test_a_runs_gpu_mean_says_what_it_is_over_in_words():
     """'mean of 2 GPUs' was the count of series: two MIG slices of one GPU, or a GPU and a slice of it, were "2 GPUs"."""
-    from radt.app.figures.figures import Panel, overlay_figure
+    from radt.app.figures.figures import ChartChoices, Panel, overlay_figure
 
     start = 1_760_000_000_000
     runs = pd.DataFrame(
@@ -56,6 +56,6 @@ def test_a_runs_gpu_mean_says_what_it_is_over_in_words():
         "whole": {Device(None, 0): series, Device(None, 0, 3): series},
         "pair": {Device(None, 0): series, Device(None, 1): series},
     }
-    figure = overlay_figure([Panel(METRICS["sm_active"], devices)], runs, gpu_mode="mean")
+    figure = overlay_figure([Panel(METRICS["sm_active"], devices)], runs, ChartChoices(gpu_mode="mean"))
     said = {t.meta["run_id"]: t.meta["device"] for t in figure.data if isinstance(t.meta, dict) and not t.meta.get("band")}
     assert said == {"slices": "mean of 2 MIG slices", "whole": "mean of 1 GPU", "pair": "mean of 2 GPUs"}, said

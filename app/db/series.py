@@ -19,6 +19,7 @@ import contextvars
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import numpy as np
 import sqlalchemy as sa
@@ -200,7 +201,7 @@ def load_series(
         drawn = _from_rollups(engine, run_ids, key, {r: windows.get(r, (start_ms, end_ms)) for r in run_ids}, budget, method)
     rest = [r for r in run_ids if r not in drawn]
     if rest:
-        drawn.update(_from_raw(engine, rest, key, start_ms, end_ms, budget, method, windows, x, missing))
+        drawn.update(_from_raw(engine, rest, key, Drawing(start_ms, end_ms, budget, method, windows, x, missing)))
     return {r: drawn[r] for r in run_ids if r in drawn and drawn[r] is not None}
 
 
@@ -250,19 +251,21 @@ def _read_buckets(engine: sa.Engine, groups: Mapping[tuple[int, int | None, int 
     return out
 
 
-def _from_raw(
-    engine: sa.Engine,
-    run_ids: list[str],
-    key: str,
-    start_ms: int | None,
-    end_ms: int | None,
-    budget: int,
-    method: str,
-    windows: Mapping[str, tuple[int | None, int | None]],
-    x: str,
-    missing: tuple[float, ...],
-) -> dict[str, Series | Envelope]:
+class Drawing(NamedTuple):
+    """How load_series draws the runs: the common window and the runs' own, the budget and method, the x axis, the sentinels."""
+
+    start_ms: int | None
+    end_ms: int | None
+    budget: int
+    method: str
+    windows: Mapping[str, tuple[int | None, int | None]]
+    x: str
+    missing: tuple[float, ...]
+
+
+def _from_raw(engine: sa.Engine, run_ids: list[str], key: str, drawing: Drawing) -> dict[str, Series | Envelope]:
     """The runs drawn from their raw points: read, windowed per run, downsampled past the budget."""
+    start_ms, end_ms, budget, method, windows, x, missing = drawing
     bounds = [windows.get(r, (start_ms, end_ms)) for r in run_ids]
     lows = [b[0] for b in bounds]
     highs = [b[1] for b in bounds]

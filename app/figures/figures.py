@@ -177,19 +177,21 @@ def grid(count: int, columns: int) -> tuple[int, int]:
     return max(1, math.ceil(count / columns)), columns
 
 
-def overlay_figure(
-    panels: list[Panel],
-    runs: pd.DataFrame,
-    x_mode: str = "relative",
-    grouped: bool = False,
-    smoothing: float = 0.0,
-    log_y: bool = False,
-    panel_height: int = 230,
-    x_range: tuple | None = None,
-    gpu_mode: str = "each",
-    columns: int = 1,
-    experiments: Mapping[str, str] | None = None,
-) -> go.Figure:
+class ChartChoices(NamedTuple):
+    """The view's choices an overlay figure is drawn with (see overlay_figure)."""
+
+    x_mode: str = "relative"
+    grouped: bool = False
+    smoothing: float = 0.0
+    log_y: bool = False
+    panel_height: int = 230
+    x_range: tuple | None = None
+    gpu_mode: str = "each"
+    columns: int = 1
+    experiments: Mapping[str, str] | None = None
+
+
+def overlay_figure(panels: list[Panel], runs: pd.DataFrame, choices: ChartChoices = ChartChoices()) -> go.Figure:
     """Charts, one per metric, in a grid of `columns` (1-3) sharing one x axis.
 
     One trace per run and device, or with ``gpu_mode="mean"`` per run the mean across its GPUs with a min-max band;
@@ -200,6 +202,7 @@ def overlay_figure(
     style (the same in every chart) and its tooltip. `x_range` zooms the shared x axis (minutes on "relative").
     Every trace's meta names its run (or workload) and device; tooltips are drawn by assets/charts.js from it.
     """
+    x_mode, grouped, smoothing, log_y, panel_height, x_range, gpu_mode, columns, experiments = choices
     rows, cols = grid(len(panels), columns)
     spacing = (
         min(0.06 * (1 + (cols > 1)), (CHART_GAP_PX + 20 * (cols > 1)) / (panel_height * rows)) if rows > 1 else 0.0
@@ -293,7 +296,7 @@ def _draw_workloads(d: _Drawing, panel: Panel, cell: dict) -> None:
         what = f"mean of {count}" if len(found) == count else f"mean of {count} run{'s' if count > 1 else ''}, {len(found)} GPU series"
         band_meta = {"workload_id": workload_id, "name": f"{label} ({what})", "device": "", "dash": "solid"} | look
         band = Band(workload_id, plain(f"{label} ({what})"), d.wl_colors[workload_id], band_meta, GROUP_BAND_ALPHA, True)
-        _add_band(d.fig, runs, found, d.x_mode, d.smoothing, cell, d.in_legend, band)
+        _add_band(d, found, cell, band)
 
 
 def _devices_counted(devices: Mapping) -> str:
@@ -318,7 +321,7 @@ def _draw_runs(d: _Drawing, panel: Panel, cell: dict) -> None:
             if caveats:
                 series_meta["where"] = " · ".join(caveats)
             band = Band(run_id, legend_name(meta), d.run_colour[run_id], series_meta | _details(meta, run_id, d.in_legend), ENVELOPE_ALPHA, False)
-            _add_band(d.fig, d.runs, found, d.x_mode, d.smoothing, cell, d.in_legend, band, d.per_minute)
+            _add_band(d, found, cell, band, d.per_minute)
             continue
         for device, values in devices.items():
             if len(values[0]):
@@ -386,7 +389,7 @@ def _draw_line(d: _Drawing, run_id: str, meta: pd.Series, device, values, look: 
     xs = xs * d.per_minute if d.per_minute != 1 else xs
     if isinstance(values, Envelope):
         envelope = (ema(values.low, d.smoothing), ema(values.high, d.smoothing))
-        _add_envelope(d.fig, d.line_trace, xs, *envelope, run_name, run_id, colour, trace_meta, cell)
+        _add_envelope(d, xs, envelope, Band(run_id, run_name, colour, trace_meta, ENVELOPE_ALPHA, False), cell)
         trace_meta["mean"] = True  # the line is the mean of each bucket; the band its min-max
     d.fig.add_trace(
         d.line_trace(
@@ -579,8 +582,9 @@ def line_trace_class(panels: list[Panel]) -> type:
     return go.Scatter if points <= SVG_POINTS else go.Scattergl
 
 
-def _add_envelope(fig: go.Figure, trace, xs, low: np.ndarray, high: np.ndarray, name: str, group: str, color: str, meta: dict, cell: dict) -> None:
+def _add_envelope(d: _Drawing, xs, envelope: tuple[np.ndarray, np.ndarray], band: Band, cell: dict) -> None:
     """A downsampled series' min-max band: one light polygon in the run's colour (under its mean line), no tooltip."""
+    fig, trace, (low, high) = d.fig, d.line_trace, envelope
     xs = np.asarray(xs) if not isinstance(xs, pd.DatetimeIndex) else xs.to_numpy()
     keep = np.isfinite(low) & np.isfinite(high)
     if not keep.any():
@@ -592,13 +596,13 @@ def _add_envelope(fig: go.Figure, trace, xs, low: np.ndarray, high: np.ndarray, 
             y=_compact(np.concatenate([high, low[::-1]])),
             mode="lines",
             fill="toself",
-            fillcolor=_alpha(color, ENVELOPE_ALPHA),
-            line={"width": 0, "color": color},
-            name=name,
-            legendgroup=group,
+            fillcolor=_alpha(band.color, band.alpha),
+            line={"width": 0, "color": band.color},
+            name=band.name,
+            legendgroup=band.group,
             showlegend=False,
             hoverinfo="skip",
-            meta=meta | {"band": True},
+            meta=band.meta | {"band": True},
         ),
         **cell,
     )
@@ -625,12 +629,13 @@ class Band:
     border: bool
 
 
-def _add_band(fig, runs: pd.DataFrame, found: list, x_mode: str, smoothing: float, cell: dict, in_legend: set, band: Band, per_minute: float = 1.0) -> None:
+def _add_band(d: _Drawing, found: list, cell: dict, band: Band, per_minute: float = 1.0) -> None:
     """The mean and min-max band of several series (runs of a workload, GPUs of a run) on a shared grid.
 
     The grid is time since each run's start (or steps): runs started at different wall-clock
-    times, so "wall" is drawn as time since start too.
+    times, so "wall" is drawn as time since start too. `per_minute` scales the grid (the run view's minutes axis).
     """
+    fig, runs, x_mode, smoothing, in_legend = d.fig, d.runs, d.x_mode, d.smoothing, d.in_legend
     mode = "step" if x_mode == "step" else "relative"
     members = []
     for run_id, xs, ys in found:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from radt.app.db import deadline
-from radt.app.figures.figures import GPU_MODES, MAX_COLUMNS, Panel, overlay_figure
+from radt.app.figures.figures import GPU_MODES, MAX_COLUMNS, ChartChoices, Panel, overlay_figure
 from radt.app.view import data
 from radt.app.view.data import DEFAULT_METRICS, X_MODES, spec_metric
 from radt.catalogue import METRICS
@@ -321,10 +321,11 @@ def render(view: View, budget: int = SCREEN_BUDGET, runs: pd.DataFrame | None = 
     grouped = view.mode == "grouped"
     deadline.check()
     names = experiment_names() if grouped and len(set(runs["experiment_id"])) > 1 else {}  # two experiments' "ungrouped" told apart
-    figure = overlay_figure(
-        panels, runs, x_mode=view.x, grouped=grouped, smoothing=view.smoothing, log_y=view.log_y, x_range=limits, gpu_mode=view.gpu_mode,
+    choices = ChartChoices(
+        x_mode=view.x, grouped=grouped, smoothing=view.smoothing, log_y=view.log_y, x_range=limits, gpu_mode=view.gpu_mode,
         columns=view.columns, experiments=names,
     )  # fmt: skip
+    figure = overlay_figure(panels, runs, choices)
     return Rendered(figure, runs, panels, missing, _step_notes(view, runs))
 
 

@@ -26,7 +26,7 @@ from radt.collectors._common import UsageError, check_name
 from radt.collectors.sources.parsers import _smi_timestamp, detect_format, parse_dcgmi_dmon, parse_nvidia_smi_csv, parse_top_batch
 from radt.collectors.sources.toolmetrics import EnergyBaseline, dmon_metrics, smi_metrics, top_metrics
 from radt.collectors.store.stores import open_metric_store
-from radt.collectors.store.tracking import connect, create_run, resolve_experiment, set_tags
+from radt.collectors.store.tracking import NewRun, connect, create_run, resolve_experiment, set_tags
 from radt.errors import UserError
 from radt.options import store_parent
 from radt.points import Point
@@ -406,7 +406,7 @@ def prometheus_main(argv: list[str]) -> int:
 
     Each node of a multi-node run is read for its own host and GPUs into its system/<node>/ keys; a point already in
     the run is not added again, and a gap tag an earlier import left goes once the series are all there."""
-    from radt.collectors.sources.prometheus import backfill
+    from radt.collectors.sources.prometheus import Backfill, backfill
     from radt.collectors.sources.promql import PromError, check_url, host_labels
     from radt.collectors.store.nodes import node_key
     from radt.settings import PROMETHEUS_HOST_LABEL
@@ -434,9 +434,10 @@ def prometheus_main(argv: list[str]) -> int:
     for part in parts:
         matched: list[str] = []
         try:
-            found = backfill(url, part.host, part.gpus, part.start_ms, part.end_ms, step_s if step_s > 0 else 1.0,
-                             slices=part.slices, uuids=part.uuids, host_label=labels, matched=matched,
-                             given=part.given, owners=part.owners, mig_gpus=part.mig_gpus)  # fmt: skip
+            job = Backfill(url, part.host, part.gpus, part.start_ms, part.end_ms, step_s if step_s > 0 else 1.0,
+                           slices=part.slices, uuids=part.uuids, host_label=labels,
+                           given=part.given, owners=part.owners, mig_gpus=part.mig_gpus)  # fmt: skip
+            found = backfill(job, matched=matched)
         except PromError as exc:
             set_tags(client, args.run, {PROMETHEUS_GAP_TAG: str(exc)})
             print(f"radt import: {exc}; check --prometheus and that the server runs, then import again", file=sys.stderr)
@@ -482,17 +483,19 @@ def main(argv: list[str]) -> int:
     run_id, _ = create_run(
         client,
         experiment_id,
-        command=["radt", "import", *map(str, args.files)],
-        script=str(args.files[0]),
-        script_args=[],
-        run_name=args.name or args.files[0].stem,
-        workload=None,
-        letter="A",
-        devices="imported",
-        collocation="-",
-        listeners=sorted(set(formats.values())),
-        settings={IMPORTED_TAG: ",".join(f"{name}:{fmt}" for name, fmt in formats.items())},
-        start_time=first,
+        NewRun(
+            command=["radt", "import", *map(str, args.files)],
+            script=str(args.files[0]),
+            script_args=[],
+            run_name=args.name or args.files[0].stem,
+            workload=None,
+            letter="A",
+            devices="imported",
+            collocation="-",
+            listeners=sorted(set(formats.values())),
+            settings={IMPORTED_TAG: ",".join(f"{name}:{fmt}" for name, fmt in formats.items())},
+            start_time=first,
+        ),
     )
     _write(uri, run_id, points)
     for path in args.files:

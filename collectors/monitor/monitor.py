@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import NamedTuple
 
@@ -34,7 +35,7 @@ from radt.collectors.run.sampler import open_sources
 from radt.collectors.sources import gpus
 from radt.collectors.sources.base import SamplingContext
 from radt.collectors.sources.listeners import DEFAULT, ListenerError, make_source, parse_listeners, parse_profiler
-from radt.collectors.store.tracking import StoreError, connect, create_run, find_runs, resolve_experiment, set_tags
+from radt.collectors.store.tracking import NewRun, StoreError, connect, create_run, find_runs, resolve_experiment, set_tags
 from radt.errors import report
 from radt.options import recording_parent, store_parent
 from radt.rundir import DONE_FILE, LOGS_DIR, META_FILE, claim_run_dir, owner_pid, release_run_dir
@@ -92,36 +93,43 @@ class Day(NamedTuple):
     day: date
 
 
+@dataclass(frozen=True)
+class MonitorSetup:
+    """What `radt monitor` records: the store and experiment, the listeners, the GPUs (None: all), the interval, the flush timeout, its argv."""
+
+    store: str
+    experiment: str | None
+    listeners: list[str]
+    devices: list[int] | None
+    interval: float
+    flush_timeout: float
+    argv: list[str]
+
+
 class Monitor:
     """Keeps one recording going; `roll()` swaps in the next day's run, `end()` finishes the current one."""
 
     def __init__(
         self,
-        store: str,
-        experiment: str | None,
-        listeners: list[str],
-        devices: list[int] | None,
-        interval: float,
-        flush_timeout: float,
-        argv: list[str],
+        setup: MonitorSetup,
         *,
         today=date.today,
         plan: gpus.Plan | None = None,
         exposition: Exposition | None = None,
     ) -> None:
-        self.store = store
+        self.store = setup.store
         self.exposition = exposition  # --prometheus-port: every batch goes there too
         self.plan = plan  # -d resolved on this machine (watch_plan): its MIG slices, the radt.gpus tag
-        self.experiment = experiment
-        self.listeners = listeners
-        self.devices = devices
-        self.interval = interval
-        self.flush_timeout = flush_timeout
-        self.argv = argv
+        self.experiment = setup.experiment
+        self.listeners = setup.listeners
+        self.devices = setup.devices
+        self.interval = setup.interval
+        self.flush_timeout = setup.flush_timeout
+        self.argv = setup.argv
         self.today = today
         self.host = host_name()  # --host / RADT_HOST, else this machine's name
-        self.client = connect(store)
-        self.experiment_id = resolve_experiment(self.client, store, experiment)
+        self.client = connect(setup.store)
+        self.experiment_id = resolve_experiment(self.client, setup.store, setup.experiment)
         self.current: Recording | None = None
         self.day: date | None = None  # the current run's day
         self._retry_at = 0.0
@@ -181,16 +189,18 @@ class Monitor:
         run_id, _ = create_run(
             self.client,
             self.experiment_id,
-            command=["radt", "monitor", *self.argv],
-            script="radt monitor",
-            script_args=[],
-            run_name=f"{self.host} {day.isoformat()}",
-            workload=None,
-            letter="-",
-            devices=devices,
-            collocation="-",
-            listeners=self.listeners,
-            settings={INTERVAL_TAG: str(self.interval)},
+            NewRun(
+                command=["radt", "monitor", *self.argv],
+                script="radt monitor",
+                script_args=[],
+                run_name=f"{self.host} {day.isoformat()}",
+                workload=None,
+                letter="-",
+                devices=devices,
+                collocation="-",
+                listeners=self.listeners,
+                settings={INTERVAL_TAG: str(self.interval)},
+            ),
         )
         tags = {MONITOR_TAG: "true"}
         if self.plan is not None and self.plan.watched is not None:
@@ -316,7 +326,8 @@ def main(argv: list[str]) -> int:
             watched = plan.indices if devices is not None else None  # radt.devices says "all" without -d
             store = tracking_uri(opts.store)
             configure_artifacts(opts.artifacts, store)
-            monitor = Monitor(store, opts.experiment, listeners, watched, opts.interval, opts.flush_timeout, argv, plan=plan, exposition=exposition)
+            setup = MonitorSetup(store, opts.experiment, listeners, watched, opts.interval, opts.flush_timeout, argv)
+            monitor = Monitor(setup, plan=plan, exposition=exposition)
             monitor.end_stale_runs()
             monitor.begin()
         except (UsageError, ListenerError, StoreError, ValueError) as exc:

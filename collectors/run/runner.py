@@ -34,7 +34,7 @@ from radt.collectors.run.scriptlog import ScriptLog
 from radt.collectors.sources import gpus
 from radt.collectors.sources.base import SamplingContext
 from radt.collectors.store.nodes import membership, node_scoped, on_node
-from radt.collectors.store.tracking import ADDED_ENV, check_parent, connect, create_run, join_run, resolve_experiment, set_tags
+from radt.collectors.store.tracking import ADDED_ENV, NewRun, check_parent, connect, create_run, join_run, resolve_experiment, set_tags
 from radt.errors import report
 from radt.rundir import CONTEXT_FILE, LOGS_DIR, STARTED_FILE, STOP_REASON_FILE
 from radt.runmodel import GPUS_TAG, INTERVAL_TAG, MIG_ACTIVITY_TAG, PROMETHEUS_GAP_TAG
@@ -404,18 +404,20 @@ def _open_run(opts: RunOptions, client, command: list[str], member) -> tuple[Run
         run_id, parent_id = create_run(
             client,
             experiment_id,
-            command=command,
-            script=opts.script,
-            script_args=opts.script_args,
-            run_name=opts.name,
-            workload=opts.workload,
-            parent_id=opts.parent_run,
-            letter=opts.letter,
-            devices="+".join(map(str, opts.devices)) if opts.devices is not None else os.environ.get("CUDA_VISIBLE_DEVICES", "all"),
-            collocation=opts.collocation,
-            listeners=opts.listeners,
-            settings=run_settings,
-            profiler=opts.profiler,
+            NewRun(
+                command=command,
+                script=opts.script,
+                script_args=opts.script_args,
+                run_name=opts.name,
+                workload=opts.workload,
+                parent_id=opts.parent_run,
+                letter=opts.letter,
+                devices="+".join(map(str, opts.devices)) if opts.devices is not None else os.environ.get("CUDA_VISIBLE_DEVICES", "all"),
+                collocation=opts.collocation,
+                listeners=opts.listeners,
+                settings=run_settings,
+                profiler=opts.profiler,
+            ),
             member=member,
         )
     if opts.parent_run:

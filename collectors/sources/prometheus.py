@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from radt import settings
 from radt.catalogue import resolve
@@ -281,43 +282,45 @@ class PrometheusSource(MetricSource):
         }
 
 
-def backfill(
-    url: str,
-    host: str | None,
-    gpus: list[int] | None,
-    start_ms: int,
-    end_ms: int,
-    step_s: float,
-    *,
-    slices: list[tuple[int, int]] | None = None,
-    uuids: dict[str, int] | None = None,
-    host_label: str | tuple[str, ...] = DEFAULT_HOST_LABELS,
-    timeout: float = 30.0,
-    conflicts: list[str] | None = None,
-    matched: list[str] | None = None,
-    given: tuple[str, ...] = (),
-    owners: dict[str, str] | None = None,
-    mig_gpus: tuple[int, ...] = (),
-) -> list[Point]:
+@dataclass(frozen=True)
+class Backfill:
+    """What a backfill reads: the server, the node and its GPUs (as in Wanted), the span and the step of the run."""
+
+    url: str
+    host: str | None
+    gpus: list[int] | None
+    start_ms: int
+    end_ms: int
+    step_s: float
+    slices: list[tuple[int, int]] | None = None
+    uuids: dict[str, int] | None = None
+    host_label: str | tuple[str, ...] = DEFAULT_HOST_LABELS
+    timeout: float = 30.0
+    given: tuple[str, ...] = ()
+    owners: dict[str, str] | None = None
+    mig_gpus: tuple[int, ...] = ()
+
+
+def backfill(job: Backfill, *, conflicts: list[str] | None = None, matched: list[str] | None = None) -> list[Point]:
     """Every raw sample of the run's series in [start_ms, end_ms], at the scrapes' own timestamps.
 
     `step` counts `step_s` from the start, as the sampler's ticks do; two series for one key go to
     `conflicts` (the first is kept). Node labels are tried in turn (Hostname, hostname): the first
     that gives points is read, and goes to `matched`. `given`, `owners` and `mig_gpus` as in Wanted: what only labels
     place, the run's job or pod, GPUs whose every slice is the run's. Raises PromError (one line) when Prometheus does not answer or refuses."""
-    wanted = Wanted(gpus, list(slices or []), uuids or {}, tuple(given), owners or {}, tuple(mig_gpus))
+    wanted = Wanted(job.gpus, list(job.slices or []), job.uuids or {}, tuple(job.given), job.owners or {}, tuple(job.mig_gpus))
     points: dict[tuple[str, int], Point] = {}
-    for label in (host_label,) if isinstance(host_label, str) else host_label:
-        sel = selector(host, label)
-        chunk_end = end_ms
-        while chunk_end >= start_ms:
-            span_ms = min(CHUNK_S * 1000, chunk_end - start_ms + 1)
+    for label in (job.host_label,) if isinstance(job.host_label, str) else job.host_label:
+        sel = selector(job.host, label)
+        chunk_end = job.end_ms
+        while chunk_end >= job.start_ms:
+            span_ms = min(CHUNK_S * 1000, chunk_end - job.start_ms + 1)
             # a range selector at time t holds the samples in (t - span, t]
-            found = query(url, f"{sel}[{span_ms}ms]", at=chunk_end / 1000, timeout=timeout)
+            found = query(job.url, f"{sel}[{span_ms}ms]", at=chunk_end / 1000, timeout=job.timeout)
             for where, samples in keyed_samples(found, wanted, conflicts).items():
                 for stamp, value in samples:
-                    if start_ms <= stamp <= end_ms:
-                        step = round((stamp - start_ms) / (step_s * 1000)) if step_s > 0 else 0
+                    if job.start_ms <= stamp <= job.end_ms:
+                        step = round((stamp - job.start_ms) / (job.step_s * 1000)) if job.step_s > 0 else 0
                         points[(where, stamp)] = Point(where, value, stamp, step)
             chunk_end -= span_ms
         if points:
@@ -334,18 +337,20 @@ def final_backfill(source: PrometheusSource, run_start_ms: int, run_end_ms: int)
     await_due_scrape(source, run_end_ms)
     try:
         points = backfill(
-            source.url,
-            source.host,
-            source.wanted.gpus,
-            run_start_ms,
-            run_end_ms,
-            source.interval,
-            slices=list(source.wanted.slices),
-            uuids=dict(source.wanted.uuids),
-            given=source.wanted.given,
-            owners=dict(source.wanted.owners),
-            host_label=source._tried(),
-            timeout=source.timeout,
+            Backfill(
+                source.url,
+                source.host,
+                source.wanted.gpus,
+                run_start_ms,
+                run_end_ms,
+                source.interval,
+                slices=list(source.wanted.slices),
+                uuids=dict(source.wanted.uuids),
+                given=source.wanted.given,
+                owners=dict(source.wanted.owners),
+                host_label=source._tried(),
+                timeout=source.timeout,
+            )
         )
     except PromError as exc:
         source._once(exc.kind, f"radt: listener 'prometheus': {exc}; the run's last scrapes are missing")

@@ -18,6 +18,7 @@ import socket
 import sys
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -456,23 +457,30 @@ def find_runs(client, experiment_ids: Iterable[str], tags: dict[str, str], statu
     return [r for r in found if all(r.data.tags.get(k) == v for k, v in tags.items()) and status in (None, r.info.status)]
 
 
+@dataclass(frozen=True)
+class NewRun:
+    """What a new run is: its command and script, its place in a workload, its devices, listeners and settings."""
+
+    command: list[str]
+    script: str
+    script_args: list[str]
+    run_name: str | None
+    workload: str | None
+    letter: str
+    devices: str
+    collocation: str
+    listeners: list[str]
+    settings: dict[str, str]
+    profiler: str | None = None
+    start_time: int | None = None
+    parent_id: str | None = None
+
+
 def create_run(
     client,
     experiment_id: str,
+    new: NewRun,
     *,
-    command: list[str],
-    script: str,
-    script_args: list[str],
-    run_name: str | None,
-    workload: str | None,
-    letter: str,
-    devices: str,
-    collocation: str,
-    listeners: list[str],
-    settings: dict[str, str],
-    profiler: str | None = None,
-    start_time: int | None = None,
-    parent_id: str | None = None,
     member: Membership | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> tuple[str, str | None]:
@@ -482,28 +490,29 @@ def create_run(
     An empty `letter` takes the workload's next free letter (see claim_letter); without a workload it is A.
     A radt of a multi-node Slurm step (`member`) joins the run another node of the step created, if one did."""
     member = member or Membership()
+    parent_id = new.parent_id
     environ = os.environ if environ is None else environ
-    if workload and parent_id is None:
-        parent_id = find_or_create_workload(client, experiment_id, workload)
-    letter = letter or ("" if parent_id else "A")
+    if new.workload and parent_id is None:
+        parent_id = find_or_create_workload(client, experiment_id, new.workload)
+    letter = new.letter or ("" if parent_id else "A")
     tags = {
         USER_TAG: getpass.getuser(),
-        SOURCE_NAME_TAG: script,
+        SOURCE_NAME_TAG: new.script,
         SOURCE_TYPE_TAG: "LOCAL",
         ROLE_TAG: RUN_ROLE,
         LETTER_TAG: letter,
-        DEVICES_TAG: devices,
-        COLLOCATION_TAG: collocation,
-        LISTENERS_TAG: "+".join(listeners),
-        COMMAND_TAG: shlex.join(command)[:TAG_LIMIT],
+        DEVICES_TAG: new.devices,
+        COLLOCATION_TAG: new.collocation,
+        LISTENERS_TAG: "+".join(new.listeners),
+        COMMAND_TAG: shlex.join(new.command)[:TAG_LIMIT],
         VERSION_TAG: __version__,
         **host_tags(),
         PID_TAG: str(os.getpid()),
     }
-    if profiler:
-        tags[PROFILER_TAG] = profiler
-    if workload:
-        tags[WORKLOAD_TAG] = workload
+    if new.profiler:
+        tags[PROFILER_TAG] = new.profiler
+    if new.workload:
+        tags[WORKLOAD_TAG] = new.workload
     if parent_id:
         tags[PARENT_TAG] = parent_id
     if not letter:
@@ -513,17 +522,17 @@ def create_run(
         tags.update(node_part_tags(member.node, environ))
     if member.slurm_step:  # one run per step: the first radt of the step creates it, the others join it as their nodes
         identity = {SLURM_STEP_TAG: member.slurm_step, ROLE_TAG: RUN_ROLE}
-        run, created = find_or_create(client, experiment_id, identity, tags, run_name or None)
+        run, created = find_or_create(client, experiment_id, identity, tags, new.run_name or None)
         if not created:
             join_run(client, run.info.run_id, member.node, environ)
             return run.info.run_id, run.data.tags.get(PARENT_TAG)
     else:
-        run = client.create_run(experiment_id, start_time=start_time, run_name=run_name or None, tags=tags)
+        run = client.create_run(experiment_id, start_time=new.start_time, run_name=new.run_name or None, tags=tags)
     run_id = run.info.run_id
     if not letter:
         claim_letter(client, experiment_id, parent_id, run_id)
-    own = {"command": shlex.join(command), **settings}
-    params = {(f"{SCRIPT_PARAM_PREFIX}{key}" if key in own else key): value for key, value in script_params(script_args).items()}
+    own = {"command": shlex.join(new.command), **new.settings}
+    params = {(f"{SCRIPT_PARAM_PREFIX}{key}" if key in own else key): value for key, value in script_params(new.script_args).items()}
     params.update(own)
     log_params(client, run_id, {k[:250]: v for k, v in params.items()})  # one value per key where two long names share 250 characters
     return run_id, parent_id
