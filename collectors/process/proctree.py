@@ -44,8 +44,8 @@ def descendants(root: int) -> list[int]:
 
 
 class ProcessTree:
-    """psutil.Process objects for a root pid and its descendants, kept between ticks so
-    `cpu_percent()` measures the interval since the previous tick.
+    """psutil.Process objects for a root pid and its descendants, kept between ticks so each is made once, not
+    every tick (the host source measures their CPU from its own readings, sources/host.py).
 
     The tree also keeps what left the root's descendants: orphans radt took in as a child subreaper
     (see _adopted), members of the run's cgroup, and any process seen before that still runs (a helper
@@ -99,7 +99,7 @@ class ProcessTree:
                     except psutil.Error:
                         continue
                 current.append(proc)
-            self._known = {p.pid: p for p in current}  # kept: cpu_percent() measures since this object's last call
+            self._known = {p.pid: p for p in current}  # kept: made once, looked up by pid next tick
             self._current, self._stamp = current, now
             self._write_record()
             return current
