@@ -18,6 +18,7 @@ from radt.collectors._common import UsageError, check_host, check_name, check_nu
 from radt.collectors.run.command import build_command, check_script
 from radt.collectors.run.profilers import check_profiler
 from radt.collectors.sources.listeners import DEFAULT, ListenerError, parse_listeners, parse_profiler
+from radt.collocation import SHARED
 from radt.errors import report
 from radt.options import recording_parent, store_parent
 from radt.settings import check_radt_home, tracking_uri
@@ -112,7 +113,7 @@ def run_parser(script: bool = True) -> argparse.ArgumentParser:
     parser.add_argument("--sbatch", default="", help="--slurm: further sbatch options as one argument, e.g. --sbatch='--qos=high --mem=64G'")
     parser.add_argument("--slurm-rows", help=argparse.SUPPRESS)  # a --slurm job's: the CSV rows of the one workload it runs
     parser.add_argument("--letter", help=argparse.SUPPRESS)  # the CSV scheduler's; a -w run without it takes the next free letter
-    parser.add_argument("--collocation", default="-", help=argparse.SUPPRESS)
+    parser.add_argument("--collocation", default=SHARED.cell, help=argparse.SUPPRESS)
     parser.add_argument("--parent-run", help=argparse.SUPPRESS)  # the CSV scheduler's workload run
     parser.add_argument("--cuda-visible", help=argparse.SUPPRESS)  # a MIG UUID or an MPS daemon's numbering
     parser.add_argument("--start-gate", help=argparse.SUPPRESS)  # the CSV scheduler's synchronised start

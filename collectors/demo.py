@@ -60,9 +60,10 @@ import numpy as np
 import sqlalchemy as sa
 
 from radt import settings
-from radt.catalogue import MIB, key
+from radt.catalogue import MIB, MetricName, key
 from radt.collectors.store.stores import MetricStore, StoreUnavailable, open_metric_store
 from radt.collectors.store.tracking import NewRun, connect, create_run, redact, resolve_experiment, set_tags
+from radt.collocation import MPS, SHARED
 from radt.errors import UserError
 from radt.options import store_parent
 from radt.points import Point
@@ -87,22 +88,33 @@ SETTINGS = {INTERVAL_TAG: "1.0", "max_epoch": "None", "max_time": "None", "manua
 STARTUP, WARMUP, TRAIN, STALL, EVAL, CHECKPOINT, TEARDOWN = range(7)
 
 GPU_METRICS = [
-    "sm_active",
-    "sm_occupancy",
-    "gr_engine_active",
-    "dram_active",
-    "tensor_active",
-    "utilization_percentage",
-    "memory_usage_megabytes",
-    "memory_usage_percentage",
-    "process_memory_megabytes",  # the run's own processes' memory on the GPU (NVML's per-process lists), not the device's
-    "power_usage_watts",
-    "energy_joules",
-    "temperature_celsius",
+    MetricName.SM_ACTIVE,
+    MetricName.SM_OCCUPANCY,
+    MetricName.GR_ENGINE_ACTIVE,
+    MetricName.DRAM_ACTIVE,
+    MetricName.TENSOR_ACTIVE,
+    MetricName.UTILIZATION_PERCENTAGE,
+    MetricName.MEMORY_USAGE_MEGABYTES,
+    MetricName.MEMORY_USAGE_PERCENTAGE,
+    MetricName.PROCESS_MEMORY_MEGABYTES,  # the run's own processes' memory on the GPU (NVML's per-process lists), not the device's
+    MetricName.POWER_USAGE_WATTS,
+    MetricName.ENERGY_JOULES,
+    MetricName.TEMPERATURE_CELSIUS,
 ]
-HOST_METRICS = ["cpu_utilization_percentage", "system_memory_usage_megabytes", "process_cpu_utilization_percentage", "process_memory_rss_megabytes"]
-ACTIVITY = ["sm_active", "sm_occupancy", "gr_engine_active", "dram_active", "tensor_active"]  # GPM's, per device or per MIG slice
-DEVICE_ONLY = ["power_usage_watts", "energy_joules", "temperature_celsius"]  # physically the whole GPU's, also under MIG
+HOST_METRICS = [
+    MetricName.CPU_UTILIZATION_PERCENTAGE,
+    MetricName.SYSTEM_MEMORY_USAGE_MEGABYTES,
+    MetricName.PROCESS_CPU_UTILIZATION_PERCENTAGE,
+    MetricName.PROCESS_MEMORY_RSS_MEGABYTES,
+]
+ACTIVITY = [
+    MetricName.SM_ACTIVE,
+    MetricName.SM_OCCUPANCY,
+    MetricName.GR_ENGINE_ACTIVE,
+    MetricName.DRAM_ACTIVE,
+    MetricName.TENSOR_ACTIVE,
+]  # GPM's, per device or per MIG slice
+DEVICE_ONLY = [MetricName.POWER_USAGE_WATTS, MetricName.ENERGY_JOULES, MetricName.TEMPERATURE_CELSIUS]  # physically the whole GPU's, also under MIG
 HARDWARE_KEYS = [key(name, GPU) for name in GPU_METRICS] + [key(name) for name in HOST_METRICS]
 
 
@@ -111,9 +123,9 @@ def hardware_keys(run: RunSpec) -> list[str]:
     GPU's power, energy, temperature and memory, and no GPU utilisation (NVML has none in MIG mode)."""
     if run.mig is None:
         return HARDWARE_KEYS
-    memory = ["memory_usage_megabytes", "memory_usage_percentage"]
+    memory = [MetricName.MEMORY_USAGE_MEGABYTES, MetricName.MEMORY_USAGE_PERCENTAGE]
     own = [key(name, GPU, mig=run.mig) for name in ACTIVITY + memory]
-    return own + [key(name, GPU) for name in memory + ["process_memory_megabytes"] + DEVICE_ONLY] + [key(name) for name in HOST_METRICS]
+    return own + [key(name, GPU) for name in memory + [MetricName.PROCESS_MEMORY_MEGABYTES] + DEVICE_ONLY] + [key(name) for name in HOST_METRICS]
 
 
 @dataclass(frozen=True)
@@ -197,10 +209,10 @@ EXPERIMENTS = (
         "train_imagenet.py",
         RESNET,
         (
-            WorkloadSpec("1 alone", "-", "One run alone on GPU 0: the reference.", (RunSpec("A", _resnet_args()),)),
+            WorkloadSpec("1 alone", SHARED.key, "One run alone on GPU 0: the reference.", (RunSpec("A", _resnet_args()),)),
             WorkloadSpec(
                 "2 same GPU",
-                "-",
+                SHARED.key,
                 "Two runs time-sliced on GPU 0: each gets less, together a little more than one alone.",
                 (
                     RunSpec("A", _resnet_args(), level=0.57, slowdown=1.72, stalls_per_min=0.8),
@@ -209,7 +221,7 @@ EXPERIMENTS = (
             ),
             WorkloadSpec(
                 "3 MPS",
-                "mps",
+                MPS.key,
                 "Two runs under MPS on GPU 0: kernels of both run at once, more than time-slicing.",
                 (
                     RunSpec("A", _resnet_args(), level=0.67, slowdown=1.46, stalls_per_min=0.8),
@@ -238,14 +250,16 @@ EXPERIMENTS = (
         (
             WorkloadSpec(
                 "1 workers 1",
-                "-",
+                SHARED.key,
                 "One data-loader worker: the GPU waits for tokenised batches, CPU pegged.",
                 (RunSpec("A", _bert_args(workers="1"), slowdown=2.0, workers=1, loader_bound=True),),
             ),
-            WorkloadSpec("2 workers 8", "-", "Eight data-loader workers: the GPU stays busy.", (RunSpec("A", _bert_args(), slowdown=0.8, stalls_per_min=0.3),)),
+            WorkloadSpec(
+                "2 workers 8", SHARED.key, "Eight data-loader workers: the GPU stays busy.", (RunSpec("A", _bert_args(), slowdown=0.8, stalls_per_min=0.3),)
+            ),
             WorkloadSpec(
                 "3 bert-large batch 64",
-                "-",
+                SHARED.key,
                 "BERT-large at batch size 64: GPU memory creeps up until CUDA runs out of memory (FAILED).",
                 (RunSpec("A", _bert_args(model="bert-large-uncased", **{"batch-size": "64"}), slowdown=1.2, fail_at=0.45, model=BERT_LARGE),),
             ),
@@ -423,7 +437,7 @@ def generate_run(seed: int, experiment: ExperimentSpec, workload: WorkloadSpec, 
     system_memory = HOST_MEMORY_MB + rss * others + _smooth_noise(rng, n, 120.0)
 
     data = RunData(run, model, n, planned)
-    data.demand = dict(zip(ACTIVITY + ["memory_usage_megabytes"], [sm, occupancy, gract, dram, tensor, memory]))
+    data.demand = dict(zip(ACTIVITY + [MetricName.MEMORY_USAGE_MEGABYTES], [sm, occupancy, gract, dram, tensor, memory]))
     data.demand["working"] = (act > 0.01).astype(float)
     data.series = dict(zip([key(name) for name in HOST_METRICS], [cpu, system_memory, proc_cpu, rss]))
     first, floor, decay = model.loss
@@ -457,32 +471,32 @@ def record_gpu(rng: np.random.Generator, workload: WorkloadSpec, runs: list[RunD
             out[offset : offset + run.samples] += run.demand[name]
         return out
 
-    sm = np.clip(total("sm_active"), 0.0, 1.0)
-    dram = np.clip(total("dram_active"), 0.0, 1.0)
-    memory = np.minimum(total("memory_usage_megabytes"), GPU_TOTAL_MB)
+    sm = np.clip(total(MetricName.SM_ACTIVE), 0.0, 1.0)
+    dram = np.clip(total(MetricName.DRAM_ACTIVE), 0.0, 1.0)
+    memory = np.minimum(total(MetricName.MEMORY_USAGE_MEGABYTES), GPU_TOTAL_MB)
     contexts = np.zeros(length)
     for offset, run in zip(offsets, runs):
-        contexts[offset : offset + run.samples] += run.demand["memory_usage_megabytes"] > 0
+        contexts[offset : offset + run.samples] += run.demand[MetricName.MEMORY_USAGE_MEGABYTES] > 0
     power = IDLE_W + CONTEXT_W * (contexts > 0) + 660 * (0.55 * sm + 0.45 * dram)
     power = np.clip(power * (1 + 0.015 * rng.standard_normal(length)), IDLE_W * 0.9, MAX_W)
     temperature = np.round(_lag(30 + 0.075 * power, 33 + rng.uniform(0, 3), 90 / INTERVAL_S))
-    device = {"power_usage_watts": power, "temperature_celsius": temperature, "memory_usage_megabytes": memory,
-              "memory_usage_percentage": 100 * memory / GPU_TOTAL_MB}  # fmt: skip
+    device = {MetricName.POWER_USAGE_WATTS: power, MetricName.TEMPERATURE_CELSIUS: temperature, MetricName.MEMORY_USAGE_MEGABYTES: memory,
+              MetricName.MEMORY_USAGE_PERCENTAGE: 100 * memory / GPU_TOTAL_MB}  # fmt: skip
     if workload.cap >= 1:  # the whole GPU: the device's own activity, the same for every run on it
-        gract = np.clip(total("gr_engine_active"), sm, 1.0)
-        device |= {"sm_active": sm, "sm_occupancy": np.minimum(total("sm_occupancy"), sm * 0.97), "gr_engine_active": gract, "dram_active": dram,
-                   "tensor_active": np.minimum(total("tensor_active"), sm),
-                   "utilization_percentage": np.round(np.clip(100 * (gract * 1.06 + 0.02 * (total("working") > 0)), 0, 100))}  # fmt: skip
+        gract = np.clip(total(MetricName.GR_ENGINE_ACTIVE), sm, 1.0)
+        device |= {MetricName.SM_ACTIVE: sm, MetricName.SM_OCCUPANCY: np.minimum(total(MetricName.SM_OCCUPANCY), sm * 0.97), MetricName.GR_ENGINE_ACTIVE: gract, MetricName.DRAM_ACTIVE: dram,
+                   MetricName.TENSOR_ACTIVE: np.minimum(total(MetricName.TENSOR_ACTIVE), sm),
+                   MetricName.UTILIZATION_PERCENTAGE: np.round(np.clip(100 * (gract * 1.06 + 0.02 * (total("working") > 0)), 0, 100))}  # fmt: skip
     for offset, run in zip(offsets, runs):
         mine = slice(offset, offset + run.samples)
         recorded = {key(name, GPU): values[mine] for name, values in device.items()}
-        recorded[key("energy_joules", GPU)] = np.concatenate([[0.0], np.cumsum(power[mine][:-1] * INTERVAL_S)])  # since the run began
-        recorded[key("process_memory_megabytes", GPU)] = run.demand["memory_usage_megabytes"]  # its own processes' alone, shared GPU or not
+        recorded[key(MetricName.ENERGY_JOULES, GPU)] = np.concatenate([[0.0], np.cumsum(power[mine][:-1] * INTERVAL_S)])  # since the run began
+        recorded[key(MetricName.PROCESS_MEMORY_MEGABYTES, GPU)] = run.demand[MetricName.MEMORY_USAGE_MEGABYTES]  # its own processes' alone, shared GPU or not
         if run.spec.mig is not None:  # its slice: its own work and memory, as fractions of the whole GPU; 100 % = the slice's memory
             recorded |= {key(name, GPU, mig=run.spec.mig): run.demand[name] for name in ACTIVITY}
-            own = run.demand["memory_usage_megabytes"]
-            recorded[key("memory_usage_megabytes", GPU, mig=run.spec.mig)] = own
-            recorded[key("memory_usage_percentage", GPU, mig=run.spec.mig)] = 100 * own / workload.memory_cap_mb
+            own = run.demand[MetricName.MEMORY_USAGE_MEGABYTES]
+            recorded[key(MetricName.MEMORY_USAGE_MEGABYTES, GPU, mig=run.spec.mig)] = own
+            recorded[key(MetricName.MEMORY_USAGE_PERCENTAGE, GPU, mig=run.spec.mig)] = 100 * own / workload.memory_cap_mb
         run.series = {k: recorded[k] if k in recorded else run.series[k] for k in hardware_keys(run.spec)}
 
 

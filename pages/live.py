@@ -33,6 +33,7 @@ from radt.app.summary.compare import run_command
 from radt.app.view.cache import RUNNING_TIMEOUT
 from radt.app.view.data import cached
 from radt.app.web import inputs
+from radt.catalogue import MetricName
 from radt.pages.parts import ids, unreadable
 
 dash.register_page(__name__, path="/live", name="Live", title="radt · live", order=1)
@@ -43,8 +44,8 @@ POLL_MS = round(settings.LIVE_POLL.get() * 1000)  # RADT_LIVE_POLL: the page's l
 STATUS_CLASS = {"RUNNING": "st-running", "SCHEDULED": "st-running", "FINISHED": "st-finished", "FAILED": "st-failed", "KILLED": "st-killed"}
 # A card is one run (its colour, app/figures/palette.py, on the card's edge); its lines are metrics, one colour each (the activity
 # figure's), and its GPUs, nodes and slices one dash style each, as on Explore.
-METRIC_COLORS = {"gr_engine_active": "#6c3fb5", "sm_active": "#1f77b4", "sm_occupancy": "#d62728", "utilization_percentage": "#2ca02c",
-                 "cpu_utilization_percentage": "#7f7f7f", "process_cpu_utilization_percentage": "#ff7f0e"}  # fmt: skip
+METRIC_COLORS = {MetricName.GR_ENGINE_ACTIVE: "#6c3fb5", MetricName.SM_ACTIVE: "#1f77b4", MetricName.SM_OCCUPANCY: "#d62728", MetricName.UTILIZATION_PERCENTAGE: "#2ca02c",
+                 MetricName.CPU_UTILIZATION_PERCENTAGE: "#7f7f7f", MetricName.PROCESS_CPU_UTILIZATION_PERCENTAGE: "#ff7f0e"}  # fmt: skip
 
 
 @unreadable.reads_store

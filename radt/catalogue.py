@@ -89,6 +89,53 @@ METRICS: dict[str, Metric] = {
     ]
 }
 
+
+class MetricName:
+    """Every catalogue metric's name as an attribute: code names a metric MetricName.SM_ACTIVE, never as a bare string,
+    so a renamed or mistyped metric fails where it is used instead of drawing an empty chart (a test holds the line)."""
+
+    GR_ENGINE_ACTIVE = "gr_engine_active"
+    SM_ACTIVE = "sm_active"
+    SM_OCCUPANCY = "sm_occupancy"
+    TENSOR_ACTIVE = "tensor_active"
+    DRAM_ACTIVE = "dram_active"
+    FP64_ACTIVE = "fp64_active"
+    FP32_ACTIVE = "fp32_active"
+    FP16_ACTIVE = "fp16_active"
+    INTEGER_ACTIVE = "integer_active"
+    UTILIZATION_PERCENTAGE = "utilization_percentage"
+    MEMORY_UTILIZATION_PERCENTAGE = "memory_utilization_percentage"
+    MEMORY_USAGE_MEGABYTES = "memory_usage_megabytes"
+    MEMORY_USAGE_PERCENTAGE = "memory_usage_percentage"
+    PROCESS_MEMORY_MEGABYTES = "process_memory_megabytes"
+    POWER_USAGE_WATTS = "power_usage_watts"
+    POWER_USAGE_PERCENTAGE = "power_usage_percentage"
+    ENERGY_JOULES = "energy_joules"
+    TEMPERATURE_CELSIUS = "temperature_celsius"
+    SM_CLOCK_MHZ = "sm_clock_mhz"
+    PSTATE = "pstate"
+    PCIE_TX_BYTES_PER_SECOND = "pcie_tx_bytes_per_second"
+    PCIE_RX_BYTES_PER_SECOND = "pcie_rx_bytes_per_second"
+    NVLINK_TX_BYTES_PER_SECOND = "nvlink_tx_bytes_per_second"
+    NVLINK_RX_BYTES_PER_SECOND = "nvlink_rx_bytes_per_second"
+    CPU_UTILIZATION_PERCENTAGE = "cpu_utilization_percentage"
+    SYSTEM_MEMORY_USAGE_MEGABYTES = "system_memory_usage_megabytes"
+    SYSTEM_MEMORY_USAGE_PERCENTAGE = "system_memory_usage_percentage"
+    SWAP_USAGE_MEGABYTES = "swap_usage_megabytes"
+    DISK_READ_BYTES_PER_SECOND = "disk_read_bytes_per_second"
+    DISK_WRITE_BYTES_PER_SECOND = "disk_write_bytes_per_second"
+    NETWORK_RECEIVE_BYTES_PER_SECOND = "network_receive_bytes_per_second"
+    NETWORK_TRANSMIT_BYTES_PER_SECOND = "network_transmit_bytes_per_second"
+    NETWORK_RECEIVE_MEGABYTES = "network_receive_megabytes"
+    NETWORK_TRANSMIT_MEGABYTES = "network_transmit_megabytes"
+    PROCESS_CPU_UTILIZATION_PERCENTAGE = "process_cpu_utilization_percentage"
+    PROCESS_MEMORY_RSS_MEGABYTES = "process_memory_rss_megabytes"
+    DISK_USAGE_PERCENTAGE = "disk_usage_percentage"
+    DISK_USAGE_MEGABYTES = "disk_usage_megabytes"
+    DISK_AVAILABLE_MEGABYTES = "disk_available_megabytes"
+    SMI_CLOCK_SECONDS = "smi_clock_seconds"
+
+
 PREFIX = "system/"
 # system/[<node>/][gpu_<i>_[mig_<gi>_]]<name>; a node id is anything without a slash
 _SYSTEM_KEY = re.compile(r"^system/(?:(?P<node>[^/]+)/)?(?:gpu_(?P<gpu>\d+)_(?:mig_(?P<mig>\d+)_)?)?(?P<name>[^/]+)$")
@@ -210,6 +257,31 @@ DCGM_FIELD_IDS: dict[int, str] = {
     1011: "NVLTX",
     1012: "NVLRX",
 }
+# dcgm-exporter metric -> the `dcgmi dmon` tag of the same DCGM field (DCGM's field names), whose
+# catalogue entry gives the metric and scale (FB_USED comes in MiB, as dmon's FBUSD does).
+DCGM_EXPORTER_TAGS: dict[str, str] = {
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "GRACT",
+    "DCGM_FI_PROF_SM_ACTIVE": "SMACT",
+    "DCGM_FI_PROF_SM_OCCUPANCY": "SMOCC",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "TENSO",
+    "DCGM_FI_PROF_DRAM_ACTIVE": "DRAMA",
+    "DCGM_FI_PROF_PIPE_FP64_ACTIVE": "FP64A",
+    "DCGM_FI_PROF_PIPE_FP32_ACTIVE": "FP32A",
+    "DCGM_FI_PROF_PIPE_FP16_ACTIVE": "FP16A",
+    "DCGM_FI_PROF_PCIE_TX_BYTES": "PCITX",
+    "DCGM_FI_PROF_PCIE_RX_BYTES": "PCIRX",
+    "DCGM_FI_PROF_NVLINK_TX_BYTES": "NVLTX",
+    "DCGM_FI_PROF_NVLINK_RX_BYTES": "NVLRX",
+    "DCGM_FI_DEV_GPU_UTIL": "GPUTL",
+    "DCGM_FI_DEV_MEM_COPY_UTIL": "MCUTL",
+    "DCGM_FI_DEV_POWER_USAGE": "POWER",
+    "DCGM_FI_DEV_GPU_TEMP": "TMPTR",
+    "DCGM_FI_DEV_SM_CLOCK": "SMCLK",
+    "DCGM_FI_DEV_FB_USED": "FBUSD",
+}
+DCGM_EXPORTER_NAMES: dict[str, str] = {tag: name for name, tag in DCGM_EXPORTER_TAGS.items()}  # dmon tag -> exporter name
+DCGM_EXPORTER_FB_FREE = "DCGM_FI_DEV_FB_FREE"  # free framebuffer (MiB), read with FB_USED for a GPU's memory size, not stored
+DCGM_EXPORTER_METRICS: dict[str, tuple[str, float]] = {metric: DCGM_TAGS[tag] for metric, tag in DCGM_EXPORTER_TAGS.items()}
 # radT's field sets: the full profiling set, and the basic set it falls back to.
 DCGM_PROFILING_FIELDS = [155, 156, 200, 201, 203, 204, 252, 1001, 1002, 1003, 1004, 1005, 1006, 1007, 1008, 1009, 1010, 1011, 1012]
 DCGM_BASIC_FIELDS = [155, 156, 200, 201, 203, 204, 252]
@@ -352,3 +424,9 @@ def display_name(stored_key: str) -> str:
         return stored_key
     where = resolved.device.label
     return f"{resolved.metric.label} ({where})" if where else resolved.metric.label
+
+
+# radt monitor's own exposition (collectors/monitor/exposition.py), an NVML/GPM exporter: per-GPU catalogue metrics, unit as stored
+RADT_EXPORTER_METRICS: dict[str, tuple[str, float]] = {exposition_name(m): (m.name, 1.0) for m in METRICS.values() if m.per_gpu}
+# every exporter metric name radt reads from a Prometheus -> (catalogue metric, scale)
+EXPORTER_METRICS: dict[str, tuple[str, float]] = DCGM_EXPORTER_METRICS | RADT_EXPORTER_METRICS

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from radt.catalogue import resolve
+from radt.catalogue import EXPORTER_METRICS, resolve
 from radt.cli import main as radt_main
 from radt.collectors.sources import gpus
 from radt.collectors.sources.base import SamplingContext
 from radt.collectors.sources.prometheus import Backfill, PrometheusSource, backfill
-from radt.collectors.sources.promql import EXPORTER_METRICS, JOB_LABELS
+from radt.collectors.sources.promql import JOB_LABELS
 from radt.runmodel import PROMETHEUS_GAP_TAG
 from tests.fakes.fake_nvml import A100
 from tests.support import prometheus as prom

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from radt.catalogue import EXPORTER_METRICS
 from radt.cli import main as radt_main
-from radt.collectors.sources.promql import EXPORTER_METRICS
 from radt.runmodel import HOST_TAG, HOSTNAME_TAG, PROMETHEUS_GAP_TAG
 from tests.support import prometheus as prom
 from tests.support.dcgm_exporter import DcgmExporter, Device

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from radt.catalogue import EXPORTER_METRICS
 from radt.cli import main as radt_main
-from radt.collectors.sources.promql import EXPORTER_METRICS
 from radt.runmodel import PROMETHEUS_GAP_TAG, PROMETHEUS_TAG, SCRIPT_END_TAG, SCRIPT_START_TAG
 from tests.fakes.fake_nvml import A100
 from tests.support import prometheus as prom

@@ -16,9 +16,9 @@ from mlflow.tracking import MlflowClient
 
 from radt.app.db.jobs import job_rows, totals
 from radt.app.db.store import make_read_engine
+from radt.catalogue import EXPORTER_METRICS
 from radt.cli import main as radt_main
 from radt.collectors.slurm import slurmacct as acct
-from radt.collectors.sources.promql import EXPORTER_METRICS
 from radt.runmodel import NO_SERIES_TAG
 from tests.support import prometheus as prom
 from tests.support import slurm as plain_slurm

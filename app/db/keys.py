@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from radt import catalogue
 from radt.app.db.runs import keys_by_run
 from radt.app.db.store import unique
+from radt.catalogue import MetricName
 
 
 def device_keys(run_keys: Iterable[str], metric_name: str) -> dict[catalogue.Device, tuple[str, catalogue.Resolved]]:
@@ -100,4 +101,4 @@ def _sliced(devices: Iterable[catalogue.Device]) -> list[catalogue.Device]:
 def cumulative_legacy(key: str) -> bool:
     """radT keys whose values are counters since the driver loaded (DCGM's TOTEC)."""
     name = catalogue.legacy_name(key)
-    return name is not None and catalogue.LEGACY_KEYS[name][0] == "energy_joules"
+    return name is not None and catalogue.LEGACY_KEYS[name][0] == MetricName.ENERGY_JOULES

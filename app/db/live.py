@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from radt import catalogue, settings
 from radt.app.db.runs import describe_runs, run_rows
 from radt.app.db.store import EXPERIMENTS, LATEST, METRICS, Series, chunks, plain_rows
+from radt.catalogue import MetricName
 from radt.runmodel import HOST_TAG, INTERVAL_TAG
 
 LINGER_MS = 120_000  # an ended run stays on the Live tab this long, with its final status
@@ -27,22 +28,29 @@ IDLE_MS = 60_000  # GPU activity near zero this long while RUNNING: flagged
 IDLE_RATIO = 0.05  # "near zero" for activity ratios (GPU util: 5 %)
 
 # What a run's live chart draws, in this order: GPU activity on the left axis (0-1), CPU on the right (%).
-CHART_METRICS = ["sm_active", "sm_occupancy", "gr_engine_active", "utilization_percentage", "cpu_utilization_percentage", "process_cpu_utilization_percentage"]
+CHART_METRICS = [
+    MetricName.SM_ACTIVE,
+    MetricName.SM_OCCUPANCY,
+    MetricName.GR_ENGINE_ACTIVE,
+    MetricName.UTILIZATION_PERCENTAGE,
+    MetricName.CPU_UTILIZATION_PERCENTAGE,
+    MetricName.PROCESS_CPU_UTILIZATION_PERCENTAGE,
+]
 # The current values shown as numbers: per GPU, then the host.
 VALUE_METRICS = [
-    "sm_active",
-    "sm_occupancy",
-    "gr_engine_active",
-    "dram_active",
-    "utilization_percentage",
-    "memory_usage_megabytes",
-    "process_memory_megabytes",  # the run's own processes' (NVML's per-process lists): beside a collocated run, its part of the GPU's
-    "power_usage_watts",
-    "cpu_utilization_percentage",
-    "process_cpu_utilization_percentage",
-    "system_memory_usage_megabytes",
+    MetricName.SM_ACTIVE,
+    MetricName.SM_OCCUPANCY,
+    MetricName.GR_ENGINE_ACTIVE,
+    MetricName.DRAM_ACTIVE,
+    MetricName.UTILIZATION_PERCENTAGE,
+    MetricName.MEMORY_USAGE_MEGABYTES,
+    MetricName.PROCESS_MEMORY_MEGABYTES,  # the run's own processes' (NVML's per-process lists): beside a collocated run, its part of the GPU's
+    MetricName.POWER_USAGE_WATTS,
+    MetricName.CPU_UTILIZATION_PERCENTAGE,
+    MetricName.PROCESS_CPU_UTILIZATION_PERCENTAGE,
+    MetricName.SYSTEM_MEMORY_USAGE_MEGABYTES,
 ]
-ACTIVITY = ("sm_active", "gr_engine_active", "utilization_percentage")  # what "the GPU is busy" is read from
+ACTIVITY = (MetricName.SM_ACTIVE, MetricName.GR_ENGINE_ACTIVE, MetricName.UTILIZATION_PERCENTAGE)  # what "the GPU is busy" is read from
 OWN_LIMIT = 8  # a run's own metrics (loss, accuracy) shown on its card, by name
 
 
@@ -117,13 +125,13 @@ def chart_traces(keys: Sequence[str]) -> list[Trace]:
     """The live chart's lines for a run that stored these keys: per GPU (node, MIG slice) activity, then CPU."""
     found: list[tuple[tuple, int, Trace]] = []
     order = {name: i for i, name in enumerate(CHART_METRICS)}
-    has_gpm = {r.device for k in keys if (r := catalogue.resolve(k)) and r.metric.name in ("sm_active", "gr_engine_active")}
+    has_gpm = {r.device for k in keys if (r := catalogue.resolve(k)) and r.metric.name in (MetricName.SM_ACTIVE, MetricName.GR_ENGINE_ACTIVE)}
     for key in keys:
         resolved = catalogue.resolve(key)
         if resolved is None or resolved.legacy or resolved.metric.name not in order or not key.startswith(catalogue.PREFIX):
             continue
         metric, device = resolved.metric, resolved.device
-        if metric.name == "utilization_percentage" and device in has_gpm:
+        if metric.name == MetricName.UTILIZATION_PERCENTAGE and device in has_gpm:
             continue  # GRACT says it better where GPM is there
         axis = "y" if metric.unit == "ratio" else "y2"
         name = metric.label if metric.unit == "ratio" else f"{metric.label} ({catalogue.unit_text(metric)})"
@@ -214,7 +222,7 @@ def level(metric: catalogue.Metric, value: float) -> str:
     """A CSS class for a current value: activity below 0.2 (or 20 %) stands out as low."""
     if value != value:
         return "value-nan"
-    if metric.name in ("sm_active", "sm_occupancy", "gr_engine_active", "dram_active", "utilization_percentage"):
+    if metric.name in (MetricName.SM_ACTIVE, MetricName.SM_OCCUPANCY, MetricName.GR_ENGINE_ACTIVE, MetricName.DRAM_ACTIVE, MetricName.UTILIZATION_PERCENTAGE):
         ratio = value / 100.0 if metric.unit == "%" else value
         return "value-low" if ratio < 0.2 else ("value-mid" if ratio < 0.5 else "value-high")
     return "value-plain"

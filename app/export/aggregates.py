@@ -25,6 +25,7 @@ from radt.app.figures.figures import plain, wrap_chars
 from radt.app.figures.palette import PALETTE, PAPER, SERIES_DASHES, colors, dash_of, themed
 from radt.app.figures.words import counted
 from radt.app.summary.compare import PYTHON
+from radt.catalogue import MetricName
 from radt.collocation import ALONE, METHODS
 from radt.errors import UserError
 
@@ -32,10 +33,10 @@ POOLED = ("partition", "user")  # groupings of a cluster's jobs: one series over
 NO_GROUP = "(none)"  # the category of a run without the grouping's tag (a run not imported from Slurm)
 COLLOCATION_PANELS = (("normalised", "throughput ÷ same command alone"), ("smact_mean", f"GPU SMACT ({RATIO})"))
 ACTIVITY = (  # the activity figure's series: (catalogue name, label, scale to 0-1, dash)
-    ("gr_engine_active", "GRACT", 1.0, "solid"),
-    ("sm_active", "SMACT", 1.0, "dash"),
-    ("sm_occupancy", "SMOCC", 1.0, "dot"),
-    ("utilization_percentage", "nvidia-smi GPU util ÷ 100", 0.01, "dashdot"),
+    (MetricName.GR_ENGINE_ACTIVE, "GRACT", 1.0, "solid"),
+    (MetricName.SM_ACTIVE, "SMACT", 1.0, "dash"),
+    (MetricName.SM_OCCUPANCY, "SMOCC", 1.0, "dot"),
+    (MetricName.UTILIZATION_PERCENTAGE, "nvidia-smi GPU util ÷ 100", 0.01, "dashdot"),
 )
 HEIGHT = 460  # px on the page: a plot area of 300 px or more under the title, beside the legend
 MARGIN = {"l": 72, "r": 24, "t": 72, "b": 64}  # t: the title's own band above the plot (and the panels' titles)

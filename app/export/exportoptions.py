@@ -11,7 +11,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from radt.catalogue import METRICS, unit_text
+from radt.catalogue import METRICS, MetricName, unit_text
 from radt.errors import UserError
 
 SIZES = {  # width in inches, height of one chart row in inches (slide: the whole 16:9 page)
@@ -25,7 +25,7 @@ DPI_RANGE = (30, 2400)  # PNG resolution, `radt export --dpi` and the dashboard'
 FONT_RANGE = (4.0, 48.0)  # points
 HEIGHT_RANGE = (1.0, 30.0)  # inches, `radt export --height` and the panel's field alike
 
-RATIO = unit_text(METRICS["sm_active"])  # '0–1': the unit of SMACT and SMOCC, as every page writes it
+RATIO = unit_text(METRICS[MetricName.SM_ACTIVE])  # '0–1': the unit of SMACT and SMOCC, as every page writes it
 
 # per-run aggregates: comparison-table column -> (label, unit)
 STATS = {

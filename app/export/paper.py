@@ -15,6 +15,7 @@ from radt.app.figures.words import counted
 from radt.app.summary.caveats import profiled_by
 from radt.app.view import data
 from radt.app.view.views import EXPORT_BUDGET, View, experiment_names, render, view_runs
+from radt.catalogue import MetricName
 
 
 def chosen_runs(view: View) -> pd.DataFrame:
@@ -100,7 +101,7 @@ def activity_series(view: View, run_id: str) -> tuple[dict[str, tuple], str]:
         raise ExportError(f"run {run_id[:40]} is not in the view's experiments; pick one of its runs")
     row = runs.iloc[0]
     found = {name: data.series(f"cat:{name}", runs, budget=EXPORT_BUDGET, gpus=view.gpus).get(run_id, {}) for name, *_ in ACTIVITY}
-    device = busiest(found.get("gr_engine_active") or found.get("sm_active") or {})
+    device = busiest(found.get(MetricName.GR_ENGINE_ACTIVE) or found.get(MetricName.SM_ACTIVE) or {})
     start = row["start_time"] if pd.notna(row["start_time"]) else None
     series = {}
     for name, devices in found.items():

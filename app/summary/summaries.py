@@ -18,6 +18,7 @@ from radt.app.db.keys import cumulative_legacy, gpu_devices, matching, own_devic
 from radt.app.db.runs import durations, key_values, keys_by_run, run_rows
 from radt.app.db.series import raw_by_pair
 from radt.app.db.store import LATEST, METRICS, RUNS, TAGS, Series, chunks, not_nan, plain_rows, unique
+from radt.catalogue import MetricName
 from radt.runmodel import GPUS_TAG, HOST_TAG, NODE_TAG, SCRIPT_END_TAG, SCRIPT_START_TAG, gpu_entries, script_span
 
 SUMMARY_COLUMNS = [
@@ -53,7 +54,7 @@ CHANGED_IN = {4: ("gpu_memory_peak_mb", "own_steps")}
 SUMMARY_TAGS = (SCRIPT_START_TAG, SCRIPT_END_TAG, GPUS_TAG, HOST_TAG)  # the tags run_summary reads (and NODE_TAG's per-node ones)
 PROCESSES = "processes"  # NVML's per-process lists showed which GPUs the run's processes used
 WATCHED = "watched"  # radt could not tell: every GPU it watched counts
-ACTIVITY = {"sm_active": "smact", "sm_occupancy": "smocc"}  # summarised from their raw points: mean and p95
+ACTIVITY = {MetricName.SM_ACTIVE: "smact", MetricName.SM_OCCUPANCY: "smocc"}  # summarised from their raw points: mean and p95
 
 # The run tags read here (the script's own start and exit, the GPUs' identities, the host) are spelled in radt/runmodel.py.
 
@@ -131,10 +132,10 @@ def run_summary(engine: sa.Engine, run_ids: list[str], *, now_ms: int | None = N
     with engine.connect() as conn:
         tags = _script_durations(conn, run_ids, rows, now_ms)
         use = _memory_cpu_and_gpu_use(conn, keys, rows)
-    power = {r: whole_gpus(keys.get(r, ()), "power_usage_watts") for r in run_ids}
+    power = {r: whole_gpus(keys.get(r, ()), MetricName.POWER_USAGE_WATTS) for r in run_ids}
     power_series = _energy(engine, keys, power, tags, rows)
     _activity(engine, {r: [kr for m in ACTIVITY for d, kr in own_devices(keys.get(r, ()), m).items() if use[r].counts(d)] for r in run_ids}, rows)
-    gract = {r: {d: kr for d, kr in own_devices(keys.get(r, ()), "gr_engine_active").items() if use[r].counts(d)} for r in run_ids}
+    gract = {r: {d: kr for d, kr in own_devices(keys.get(r, ()), MetricName.GR_ENGINE_ACTIVE).items() if use[r].counts(d)} for r in run_ids}
     watts = {r: {d: kr for d, kr in power[r].items() if use[r].counts(d)} for r in run_ids}
     _means(engine, {"gract_mean": gract, "power_mean_w": watts}, power_series, rows)
     _own_steps(engine, run_ids, rows)
@@ -157,10 +158,10 @@ def _memory_cpu_and_gpu_use(conn: sa.Connection, keys: Mapping[str, Sequence[str
     """gpu_memory_peak_mb, run_memory_peak_mb, cpu_mean, process_cpu_mean and the GPUs each run used (gpu_use), which the
     GPU figures are over."""
     run_ids = list(rows)
-    memory = {r: own_devices(keys.get(r, ()), "memory_usage_megabytes") for r in run_ids}  # a MIG slice's own, not its GPU's
-    cpu = {r: matching(keys.get(r, ()), "cpu_utilization_percentage") for r in run_ids}
-    process_cpu = {r: matching(keys.get(r, ()), "process_cpu_utilization_percentage") for r in run_ids}
-    process_memory = {r: whole_gpus(keys.get(r, ()), "process_memory_megabytes") for r in run_ids}
+    memory = {r: own_devices(keys.get(r, ()), MetricName.MEMORY_USAGE_MEGABYTES) for r in run_ids}  # a MIG slice's own, not its GPU's
+    cpu = {r: matching(keys.get(r, ()), MetricName.CPU_UTILIZATION_PERCENTAGE) for r in run_ids}
+    process_cpu = {r: matching(keys.get(r, ()), MetricName.PROCESS_CPU_UTILIZATION_PERCENTAGE) for r in run_ids}
+    process_memory = {r: whole_gpus(keys.get(r, ()), MetricName.PROCESS_MEMORY_MEGABYTES) for r in run_ids}
     aggregates = _aggregates(conn, {r: [k for k, _ in [*memory[r].values(), *cpu[r], *process_cpu[r], *process_memory[r].values()]] for r in run_ids})
     held = _ever_positive(conn, {r: [k for k, _ in process_memory[r].values()] for r in run_ids})
     use = {}
@@ -183,7 +184,7 @@ def _energy(engine: sa.Engine, keys: Mapping[str, Sequence[str]], power: Mapping
     """energy_j and gpu_energy_j per run: each GPU's energy counter, else radT's legacy counter, else its power integrated
     over time; the power series read for that, which the power mean reuses."""
     run_ids = list(rows)
-    energy = {r: whole_gpus(keys.get(r, ()), "energy_joules") for r in run_ids}
+    energy = {r: whole_gpus(keys.get(r, ()), MetricName.ENERGY_JOULES) for r in run_ids}
     with engine.connect() as conn:
         latest = _latest(conn, {r: [k for k, _ in energy[r].values() if not cumulative_legacy(k)] for r in run_ids})
     joules: dict[str, dict[catalogue.Device, float]] = {r: {} for r in run_ids}
@@ -311,7 +312,7 @@ def _activity(engine: sa.Engine, found: Mapping[str, list[tuple[str, catalogue.R
             if len(values):
                 rows[run_id][f"{prefix}_mean"] = float(np.mean(values))
                 rows[run_id][f"{prefix}_p95"] = float(np.percentile(values, 95))
-        means = [float(np.mean(v)) for v in parts["sm_active"] if len(v)]
+        means = [float(np.mean(v)) for v in parts[MetricName.SM_ACTIVE] if len(v)]
         rows[run_id]["smact_busiest"] = max(means) if means else math.nan
 
 

@@ -23,17 +23,20 @@ from radt.app.db.store import LIVE_STATUSES
 from radt.app.summary.summaries import SUMMARY_COLUMNS, SUMMARY_VERSION, run_summary
 from radt.app.summary.summarystore import store_summaries
 from radt.app.view.cache import CACHE, FINISHED_TIMEOUT, LISTING_TIMEOUT, RUNNING_TIMEOUT, ZOOM_TIMEOUT
-from radt.catalogue import HOST, METRICS, Device, Metric, display_name, missing_values, resolve
+from radt.catalogue import HOST, METRICS, Device, Metric, MetricName, display_name, missing_values, resolve
 
 DEFAULT_METRICS = [
-    "cat:sm_active",
-    "cat:sm_occupancy",
-    "cat:gr_engine_active",
-    "cat:dram_active",
-    "cat:memory_usage_megabytes",
-    "cat:power_usage_watts",
-    "cat:cpu_utilization_percentage",
-    "cat:system_memory_usage_megabytes",
+    f"cat:{name}"
+    for name in (
+        MetricName.SM_ACTIVE,
+        MetricName.SM_OCCUPANCY,
+        MetricName.GR_ENGINE_ACTIVE,
+        MetricName.DRAM_ACTIVE,
+        MetricName.MEMORY_USAGE_MEGABYTES,
+        MetricName.POWER_USAGE_WATTS,
+        MetricName.CPU_UTILIZATION_PERCENTAGE,
+        MetricName.SYSTEM_MEMORY_USAGE_MEGABYTES,
+    )
 ]
 X_MODES = ("relative", "wall", "step")
 ABSENT = "absent"  # cached marker: this run has no such metric

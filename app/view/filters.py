@@ -39,7 +39,7 @@ from radt.app.db.state import STATE
 from radt.app.db.store import LATEST, chunks, plain_rows
 from radt.app.view import data
 from radt.app.view.cache import LISTING_TIMEOUT
-from radt.catalogue import METRICS, unit_text
+from radt.catalogue import METRICS, MetricName, unit_text
 from radt.errors import UserError
 from radt.runmodel import SLURM_JOB_TAG, SLURM_PARTITION_TAG, VERDICT_PREFIX
 
@@ -84,7 +84,7 @@ class Field:
 _SECONDS = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 _RATIO = {"": 1.0, "%": 0.01}
 _PLAIN = {"": 1.0}
-_RATIO_TEXT = f"{unit_text(METRICS['sm_active'])} or %"
+_RATIO_TEXT = f"{unit_text(METRICS[MetricName.SM_ACTIVE])} or %"
 FIELDS = {  # the GPU figures are over the GPUs the run used (summaries.run_summary; README, "Summary table")
     "smact.mean": Field("smact_mean", "summary", _RATIO, _RATIO_TEXT),
     "smact.p95": Field("smact_p95", "summary", _RATIO, _RATIO_TEXT),
@@ -92,7 +92,7 @@ FIELDS = {  # the GPU figures are over the GPUs the run used (summaries.run_summ
     "smocc.mean": Field("smocc_mean", "summary", _RATIO, _RATIO_TEXT),
     "smocc.p95": Field("smocc_p95", "summary", _RATIO, _RATIO_TEXT),
     "gract.mean": Field("gract_mean", "summary", _RATIO, _RATIO_TEXT),
-    "power.mean": Field("power_mean_w", "summary", {"": 1.0, "w": 1.0, "kw": 1000.0}, f"{unit_text(METRICS['power_usage_watts'])} or kW"),
+    "power.mean": Field("power_mean_w", "summary", {"": 1.0, "w": 1.0, "kw": 1000.0}, f"{unit_text(METRICS[MetricName.POWER_USAGE_WATTS])} or kW"),
     "gpus.used": Field("gpus_used", "summary", _PLAIN, "GPUs or MIG slices"),
     "duration": Field("duration_s", "runs", _SECONDS, "s, m or h"),  # the run's time, as the run tree shows it
     "steps": Field("own_steps", "summary", _PLAIN, "the steps the script's metrics count (its highest step, + 1 from step 0)"),
@@ -100,7 +100,7 @@ FIELDS = {  # the GPU figures are over the GPUs the run used (summaries.run_summ
     "memory.peak": Field("gpu_memory_peak_mb", "summary", {"": 1.0, "mb": 1.0, "gb": 1000.0}, "MB or GB"),
     "memory.run_peak": Field("run_memory_peak_mb", "summary", {"": 1.0, "mb": 1.0, "gb": 1000.0}, "MB or GB"),  # the run's own processes'
     "energy": Field("energy_j", "summary", {"": 1000.0, "j": 1.0, "kj": 1000.0, "mj": 1e6, "wh": 3600.0, "kwh": 3.6e6}, "kJ, J, MJ, Wh or kWh"),
-    "cpu.mean": Field("cpu_mean", "summary", {"": 1.0, "%": 1.0}, unit_text(METRICS["cpu_utilization_percentage"])),  # the host's
+    "cpu.mean": Field("cpu_mean", "summary", {"": 1.0, "%": 1.0}, unit_text(METRICS[MetricName.CPU_UTILIZATION_PERCENTAGE])),  # the host's
 }
 TEXT_FIELDS = {"letter": "letter"}  # radt's own words for a run (its radt.letter tag or radT's letter param), compared like attributes
 TAG_FIELDS = {  # radt's words for the tags of a Slurm job's run (radt import --slurm): `flags LIKE '%idle%'`, `partition = 'a100'`

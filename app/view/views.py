@@ -19,7 +19,7 @@ from radt.app.db import deadline
 from radt.app.figures.figures import GPU_MODES, MAX_COLUMNS, ChartChoices, Panel, overlay_figure
 from radt.app.view import data
 from radt.app.view.data import DEFAULT_METRICS, X_MODES, spec_metric
-from radt.catalogue import METRICS
+from radt.catalogue import METRICS, MetricName
 from radt.errors import UserError
 
 VIEW_VERSION = 1
@@ -358,7 +358,13 @@ def metric_spec(name: str) -> str:
     if name.startswith(("cat:", "key:")):
         return name
     lowered = name.lower()
-    short = {"smact": "sm_active", "smocc": "sm_occupancy", "gract": "gr_engine_active", "drama": "dram_active", "tenso": "tensor_active"}
+    short = {
+        "smact": MetricName.SM_ACTIVE,
+        "smocc": MetricName.SM_OCCUPANCY,
+        "gract": MetricName.GR_ENGINE_ACTIVE,
+        "drama": MetricName.DRAM_ACTIVE,
+        "tenso": MetricName.TENSOR_ACTIVE,
+    }
     lowered = short.get(lowered, lowered)
     if lowered in METRICS:
         return f"cat:{lowered}"

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from radt.catalogue import Device
+from radt.catalogue import Device, MetricName
 from radt.runmodel import VERDICT_PREFIX
 
 IDLE_SMACT = 0.01  # a sample below this SM activity is an idle GPU (dcgm-exporter's SMACT is 0..1)
@@ -109,11 +109,11 @@ def judge(series: Mapping[str, Sequence[tuple[int, float]]], gpus: Sequence[Gpu]
     by_gpu = _by_gpu(series, gpus)
     numbers: dict[str, float] = {"gpus": len(gpus)}
     flags: list[str] = []
-    smact = {g: [v for _, v in m.get("sm_active", [])] for g, m in by_gpu.items() if m.get("sm_active")}
+    smact = {g: [v for _, v in m.get(MetricName.SM_ACTIVE, [])] for g, m in by_gpu.items() if m.get(MetricName.SM_ACTIVE)}
     if smact:
         _judge_activity(by_gpu, smact, len(gpus), numbers, flags)
     _judge_memory(by_gpu, memory_total_mib, model, numbers, flags)
-    power = [m["power_usage_watts"] for m in by_gpu.values() if m.get("power_usage_watts")]
+    power = [m[MetricName.POWER_USAGE_WATTS] for m in by_gpu.values() if m.get(MetricName.POWER_USAGE_WATTS)]
     if power:
         numbers["energy_kj"] = math.fsum(_energy_kj(p) for p in power)
     if not smact:
@@ -138,7 +138,7 @@ def _judge_activity(by_gpu: Mapping[Gpu, Mapping[str, list]], smact: Mapping[Gpu
     """SMACT mean and p95, the other activity means, each GPU's idle share, the GPUs never used and the low-SMACT share."""
     every = [v for values in smact.values() for v in values]
     numbers["smact_mean"], numbers["smact_p95"] = _mean(every), _p95(every)
-    for name, metric in (("smocc_mean", "sm_occupancy"), ("tensor_mean", "tensor_active"), ("drama_mean", "dram_active")):
+    for name, metric in (("smocc_mean", MetricName.SM_OCCUPANCY), ("tensor_mean", MetricName.TENSOR_ACTIVE), ("drama_mean", MetricName.DRAM_ACTIVE)):
         values = [v for m in by_gpu.values() for _, v in m.get(metric, [])]
         if values:
             numbers[name] = _mean(values)
@@ -150,7 +150,7 @@ def _judge_activity(by_gpu: Mapping[Gpu, Mapping[str, list]], smact: Mapping[Gpu
     if unused:
         flags.append(f"{len(unused)} of {gpus} GPUs idle ({_names(unused)}: SMACT never reached {IDLE_SMACT})")
     by_time: dict[int, list[float]] = {}
-    for values in (m.get("sm_active", []) for m in by_gpu.values()):
+    for values in (m.get(MetricName.SM_ACTIVE, []) for m in by_gpu.values()):
         for ms, v in values:
             by_time.setdefault(ms, []).append(v)
     low = sum(_mean(v) < LOW_SMACT for v in by_time.values()) / len(by_time)
@@ -161,7 +161,7 @@ def _judge_activity(by_gpu: Mapping[Gpu, Mapping[str, list]], smact: Mapping[Gpu
 
 def _judge_memory(by_gpu: Mapping[Gpu, Mapping[str, list]], memory_total_mib: float | None, model: str, numbers: dict, flags: list) -> None:
     """The GPUs' nominal size and the job's memory peak, with the flag naming what would hold it."""
-    memory = [v for m in by_gpu.values() for _, v in m.get("memory_usage_megabytes", [])]
+    memory = [v for m in by_gpu.values() for _, v in m.get(MetricName.MEMORY_USAGE_MEGABYTES, [])]
     size = nominal_gb(memory_total_mib)
     if size is not None:
         numbers["memory_total_gb"] = size

@@ -27,6 +27,7 @@ from radt.collectors.sources.parsers import _smi_timestamp, detect_format, parse
 from radt.collectors.sources.toolmetrics import EnergyBaseline, dmon_metrics, smi_metrics, top_metrics
 from radt.collectors.store.stores import open_metric_store
 from radt.collectors.store.tracking import NewRun, connect, create_run, resolve_experiment, set_tags
+from radt.collocation import SHARED
 from radt.errors import UserError
 from radt.options import store_parent
 from radt.points import Point
@@ -491,7 +492,7 @@ def main(argv: list[str]) -> int:
             workload=None,
             letter="A",
             devices="imported",
-            collocation="-",
+            collocation=SHARED.cell,
             listeners=sorted(set(formats.values())),
             settings={IMPORTED_TAG: ",".join(f"{name}:{fmt}" for name, fmt in formats.items())},
             start_time=first,

@@ -35,6 +35,7 @@ from radt.collectors.sources import gpus
 from radt.collectors.sources.base import SamplingContext
 from radt.collectors.store.nodes import membership, node_scoped, on_node
 from radt.collectors.store.tracking import ADDED_ENV, NewRun, check_parent, connect, create_run, join_run, resolve_experiment, set_tags
+from radt.collocation import SHARED
 from radt.errors import report
 from radt.rundir import CONTEXT_FILE, LOGS_DIR, STARTED_FILE, STOP_REASON_FILE
 from radt.runmodel import GPUS_TAG, INTERVAL_TAG, MIG_ACTIVITY_TAG, PROMETHEUS_GAP_TAG
@@ -58,7 +59,7 @@ class RunOptions:
     max_time: float | None = None  # minutes
     manual: bool = False
     letter: str = "A"
-    collocation: str = "-"
+    collocation: str = SHARED.cell
     flush_timeout: float = field(default_factory=settings.FLUSH_TIMEOUT.get)
     profiler: str | None = None  # nsys/ncu wrapping the command (collectors/run/profilers.py)
     parent_run: str | None = None  # a workload parent that the CSV scheduler creates and ends

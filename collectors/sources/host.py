@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import psutil
 
-from radt.catalogue import key
+from radt.catalogue import MetricName, key
 from radt.collectors.sources.base import MetricSource, SamplingContext
 
 MB = 1e6
@@ -62,34 +62,34 @@ class HostSource(MetricSource):
         out: dict[str, float] = {}
         now, times = time.monotonic(), psutil.cpu_times()
         if now - self._cpu.at >= MIN_SPAN:  # else the interval goes on to the next tick: no value rather than noise
-            out[key("cpu_utilization_percentage")] = busy_percent(self._cpu.times, times)
+            out[key(MetricName.CPU_UTILIZATION_PERCENTAGE)] = busy_percent(self._cpu.times, times)
             self._cpu = CpuClock(now, times)
         memory = psutil.virtual_memory()
-        out[key("system_memory_usage_megabytes")] = memory.used / MB
-        out[key("system_memory_usage_percentage")] = memory.percent
-        out[key("swap_usage_megabytes")] = psutil.swap_memory().used / MB
+        out[key(MetricName.SYSTEM_MEMORY_USAGE_MEGABYTES)] = memory.used / MB
+        out[key(MetricName.SYSTEM_MEMORY_USAGE_PERCENTAGE)] = memory.percent
+        out[key(MetricName.SWAP_USAGE_MEGABYTES)] = psutil.swap_memory().used / MB
 
         now, disk, net = time.monotonic(), psutil.disk_io_counters(), psutil.net_io_counters()
         then, disk0, net0 = self._last
         elapsed = now - then
         if elapsed > 0:
             if disk is not None and disk0 is not None:
-                out[key("disk_read_bytes_per_second")] = max(0, disk.read_bytes - disk0.read_bytes) / elapsed
-                out[key("disk_write_bytes_per_second")] = max(0, disk.write_bytes - disk0.write_bytes) / elapsed
+                out[key(MetricName.DISK_READ_BYTES_PER_SECOND)] = max(0, disk.read_bytes - disk0.read_bytes) / elapsed
+                out[key(MetricName.DISK_WRITE_BYTES_PER_SECOND)] = max(0, disk.write_bytes - disk0.write_bytes) / elapsed
             if net is not None and net0 is not None:
-                out[key("network_receive_bytes_per_second")] = max(0, net.bytes_recv - net0.bytes_recv) / elapsed
-                out[key("network_transmit_bytes_per_second")] = max(0, net.bytes_sent - net0.bytes_sent) / elapsed
+                out[key(MetricName.NETWORK_RECEIVE_BYTES_PER_SECOND)] = max(0, net.bytes_recv - net0.bytes_recv) / elapsed
+                out[key(MetricName.NETWORK_TRANSMIT_BYTES_PER_SECOND)] = max(0, net.bytes_sent - net0.bytes_sent) / elapsed
         if net is not None and self._net_base is not None:
-            out[key("network_receive_megabytes")] = (net.bytes_recv - self._net_base.bytes_recv) / MB
-            out[key("network_transmit_megabytes")] = (net.bytes_sent - self._net_base.bytes_sent) / MB
+            out[key(MetricName.NETWORK_RECEIVE_MEGABYTES)] = (net.bytes_recv - self._net_base.bytes_recv) / MB
+            out[key(MetricName.NETWORK_TRANSMIT_MEGABYTES)] = (net.bytes_sent - self._net_base.bytes_sent) / MB
         self._last = (now, disk, net)
 
         procs = self._pids()
         if procs:
             cpu, rss = self._process_cpu(procs)
             if cpu is not None:
-                out[key("process_cpu_utilization_percentage")] = cpu
-            out[key("process_memory_rss_megabytes")] = rss / MB
+                out[key(MetricName.PROCESS_CPU_UTILIZATION_PERCENTAGE)] = cpu
+            out[key(MetricName.PROCESS_MEMORY_RSS_MEGABYTES)] = rss / MB
         return out
 
     def _process_cpu(self, procs: list[psutil.Process]) -> tuple[float | None, float]:

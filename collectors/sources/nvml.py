@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pynvml
 
-from radt.catalogue import GPM_METRICS, key
+from radt.catalogue import GPM_METRICS, MetricName, key
 from radt.collectors.sources.base import MetricSource, SamplingContext, SourceUnavailable
 from radt.collectors.sources.gpus import Machine, NvmlUnavailable, gpm_supported, machine, mig_handle
 
@@ -206,39 +206,39 @@ class NvmlSource(MetricSource):
         for gpu, handle in self.handles.items():
             util = self._read(gpu, "util", pynvml.nvmlDeviceGetUtilizationRates, handle)
             if util is not None:
-                out[key("utilization_percentage", gpu)] = float(util.gpu)
-                out[key("memory_utilization_percentage", gpu)] = float(util.memory)
+                out[key(MetricName.UTILIZATION_PERCENTAGE, gpu)] = float(util.gpu)
+                out[key(MetricName.MEMORY_UTILIZATION_PERCENTAGE, gpu)] = float(util.memory)
             memory = self._memory(gpu, handle)
             if memory is not None:
-                out[key("memory_usage_megabytes", gpu)] = memory.used / MB
+                out[key(MetricName.MEMORY_USAGE_MEGABYTES, gpu)] = memory.used / MB
                 if memory.total:
-                    out[key("memory_usage_percentage", gpu)] = 100.0 * memory.used / memory.total
+                    out[key(MetricName.MEMORY_USAGE_PERCENTAGE, gpu)] = 100.0 * memory.used / memory.total
             power = self._read(gpu, "power", pynvml.nvmlDeviceGetPowerUsage, handle)
             if power is not None:
-                out[key("power_usage_watts", gpu)] = power / 1000.0
+                out[key(MetricName.POWER_USAGE_WATTS, gpu)] = power / 1000.0
                 limit = self._read(gpu, "power_limit", pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
                 if limit:
-                    out[key("power_usage_percentage", gpu)] = 100.0 * power / limit
+                    out[key(MetricName.POWER_USAGE_PERCENTAGE, gpu)] = 100.0 * power / limit
             energy = self._read(gpu, "energy", pynvml.nvmlDeviceGetTotalEnergyConsumption, handle)
             if energy is not None:
                 base = self._energy_base.setdefault(gpu, float(energy))
-                out[key("energy_joules", gpu)] = (energy - base) / 1000.0
+                out[key(MetricName.ENERGY_JOULES, gpu)] = (energy - base) / 1000.0
             temp = self._read(gpu, "temp", pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
             if temp is not None:
-                out[key("temperature_celsius", gpu)] = float(temp)
+                out[key(MetricName.TEMPERATURE_CELSIUS, gpu)] = float(temp)
             clock = self._read(gpu, "sm_clock", pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM)
             if clock is not None:
-                out[key("sm_clock_mhz", gpu)] = float(clock)
-            pstate = self._read(gpu, "pstate", pynvml.nvmlDeviceGetPerformanceState, handle)
+                out[key(MetricName.SM_CLOCK_MHZ, gpu)] = float(clock)
+            pstate = self._read(gpu, MetricName.PSTATE, pynvml.nvmlDeviceGetPerformanceState, handle)
             if pstate is not None and pstate != pynvml.NVML_PSTATE_UNKNOWN:
-                out[key("pstate", gpu)] = float(pstate)
+                out[key(MetricName.PSTATE, gpu)] = float(pstate)
             procs = self._read(gpu, "procs", pynvml.nvmlDeviceGetComputeRunningProcesses, handle)
             if procs is not None:
                 if pids is None:
                     pids = {p.pid for p in self._pids()}
                 if pids:  # no run processes (radt monitor): nothing to attribute, no series of zeros
                     used = sum((p.usedGpuMemory or 0) for p in procs if p.pid in pids)
-                    out[key("process_memory_megabytes", gpu)] = used / MB
+                    out[key(MetricName.PROCESS_MEMORY_MEGABYTES, gpu)] = used / MB
             if self.gpm.get(gpu):
                 out.update(self._sample_gpm(gpu, lambda sample, handle=handle: pynvml.nvmlGpmSampleGet(handle, sample), gpu))
             else:  # GPM gives PCIe bytes itself; this call costs 20 ms of driver time per direction
@@ -255,9 +255,9 @@ class NvmlSource(MetricSource):
         out: dict[str, float] = {}
         memory = self._memory((gpu, gi), handle)
         if memory is not None:
-            out[key("memory_usage_megabytes", gpu, mig=gi)] = memory.used / MB
+            out[key(MetricName.MEMORY_USAGE_MEGABYTES, gpu, mig=gi)] = memory.used / MB
             if memory.total:
-                out[key("memory_usage_percentage", gpu, mig=gi)] = 100.0 * memory.used / memory.total
+                out[key(MetricName.MEMORY_USAGE_PERCENTAGE, gpu, mig=gi)] = 100.0 * memory.used / memory.total
         if self.mig_gpm.get((gpu, gi)):
             parent = self.handles[gpu]
             out.update(self._sample_gpm((gpu, gi), lambda sample: pynvml.nvmlGpmMigSampleGet(parent, gi, sample), gpu, gi))

@@ -11,6 +11,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, time
 
+from radt.catalogue import MetricName
+
 NA_VALUES = {"N/A", "[N/A]", "[Not Supported]", "[Unknown Error]", "[Insufficient Permissions]", "ERR!", "-"}
 
 
@@ -125,7 +127,7 @@ _STABLE_COLUMNS = ("name", "gpu_name", "memory.total", "serial", "uuid", "pci.bu
 
 
 def _smi_value(cell: str, column: str) -> float | None:
-    if column == "pstate":
+    if column == MetricName.PSTATE:
         return float(cell[1:]) if cell.startswith("P") and cell[1:].isdigit() else None
     match = _VALUE_UNIT.match(cell)
     return float(match.group(1)) if match else None

@@ -16,14 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from radt import settings
-from radt.catalogue import resolve
+from radt.catalogue import DCGM_EXPORTER_METRICS, EXPORTER_METRICS, RADT_EXPORTER_METRICS, resolve
 from radt.collectors.sources.base import MetricSource, Reading, SamplingContext, SourceUnavailable
 from radt.collectors.sources.promql import (
     CHUNK_S,
-    DCGM_METRICS,
     DEFAULT_HOST_LABELS,
-    EXPORTER_METRICS,
-    RADT_METRICS,
     TIMEOUT,
     PromError,
     Series,
@@ -268,7 +265,7 @@ class PrometheusSource(MetricSource):
 
     def _family(self) -> dict[str, tuple[str, float]]:
         """The exporter this node runs, by what was read: radt monitor's names where only those came, else dcgm-exporter's."""
-        return RADT_METRICS if self.read and self.read <= set(RADT_METRICS) else DCGM_METRICS
+        return RADT_EXPORTER_METRICS if self.read and self.read <= set(RADT_EXPORTER_METRICS) else DCGM_EXPORTER_METRICS
 
     def describe(self) -> dict:
         return {

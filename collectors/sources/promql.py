@@ -19,37 +19,11 @@ from typing import NamedTuple
 
 import requests
 
-from radt.catalogue import DCGM_TAGS, METRICS, exposition_name, key
+from radt.catalogue import DCGM_EXPORTER_FB_FREE, DCGM_EXPORTER_METRICS, DCGM_EXPORTER_NAMES, EXPORTER_METRICS, key
 from radt.collectors.sources.gpus import OLD_MIG
 from radt.errors import UserError
 from radt.settings import LABEL_NAME, PROMETHEUS_HOST_LABEL, is_http_url
 
-# dcgm-exporter metric -> the `dcgmi dmon` tag of the same DCGM field (DCGM's field names), whose
-# catalogue entry gives the metric and scale (FB_USED comes in MiB, as dmon's FBUSD does).
-EXPORTER_TAGS: dict[str, str] = {
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "GRACT",
-    "DCGM_FI_PROF_SM_ACTIVE": "SMACT",
-    "DCGM_FI_PROF_SM_OCCUPANCY": "SMOCC",
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "TENSO",
-    "DCGM_FI_PROF_DRAM_ACTIVE": "DRAMA",
-    "DCGM_FI_PROF_PIPE_FP64_ACTIVE": "FP64A",
-    "DCGM_FI_PROF_PIPE_FP32_ACTIVE": "FP32A",
-    "DCGM_FI_PROF_PIPE_FP16_ACTIVE": "FP16A",
-    "DCGM_FI_PROF_PCIE_TX_BYTES": "PCITX",
-    "DCGM_FI_PROF_PCIE_RX_BYTES": "PCIRX",
-    "DCGM_FI_PROF_NVLINK_TX_BYTES": "NVLTX",
-    "DCGM_FI_PROF_NVLINK_RX_BYTES": "NVLRX",
-    "DCGM_FI_DEV_GPU_UTIL": "GPUTL",
-    "DCGM_FI_DEV_MEM_COPY_UTIL": "MCUTL",
-    "DCGM_FI_DEV_POWER_USAGE": "POWER",
-    "DCGM_FI_DEV_GPU_TEMP": "TMPTR",
-    "DCGM_FI_DEV_SM_CLOCK": "SMCLK",
-    "DCGM_FI_DEV_FB_USED": "FBUSD",
-}
-DCGM_METRICS: dict[str, tuple[str, float]] = {metric: DCGM_TAGS[tag] for metric, tag in EXPORTER_TAGS.items()}
-# radt monitor's own exposition (collectors/monitor/exposition.py), an NVML/GPM exporter: per-GPU catalogue metrics, unit as stored
-RADT_METRICS: dict[str, tuple[str, float]] = {exposition_name(m): (m.name, 1.0) for m in METRICS.values() if m.per_gpu}
-EXPORTER_METRICS: dict[str, tuple[str, float]] = DCGM_METRICS | RADT_METRICS
 # the node's label, tried in turn: dcgm-exporter's Hostname, newer exporters' hostname; "instance" matches the scrape target instead
 DEFAULT_HOST_LABELS: tuple[str, ...] = tuple(PROMETHEUS_HOST_LABEL.default.split(","))
 DEFAULT_HOST_LABEL = DEFAULT_HOST_LABELS[0]
@@ -200,7 +174,7 @@ def _range(start_ms: int, end_ms: int) -> str:
     return f"{max(1, end_ms - start_ms + 1)}ms"
 
 
-LABELLED_BY = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE")  # any exporter has one
+LABELLED_BY = tuple(DCGM_EXPORTER_NAMES[tag] for tag in ("GPUTL", "SMACT", "FBUSD", "POWER"))  # any exporter has one
 
 
 def labelled_gpus(
@@ -241,7 +215,7 @@ def gpu_memory(url: str, host: str, host_labels: Iterable[str], gpus: Iterable[i
     wanted = _quote("|".join(str(g) for g in gpus))
     for host_label in host_labels:
         where = f'{_host_matcher(host, host_label)}, gpu=~{wanted}, GPU_I_ID=""'
-        free, used = (f"last_over_time({name}{{{where}}}[{span}])" for name in ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED"))
+        free, used = (f"last_over_time({name}{{{where}}}[{span}])" for name in (DCGM_EXPORTER_FB_FREE, DCGM_EXPORTER_NAMES["FBUSD"]))
         found = query(url, f"max by (gpu, modelName) ({free} + {used} or {free})", at=end_ms / 1000, timeout=timeout)
         sizes = [(s.samples[0][1], s.labels.get("modelName", "")) for s in found if s.samples and math.isfinite(s.samples[0][1])]
         if sizes:
@@ -330,7 +304,7 @@ def keyed_samples(found: Iterable[Series], wanted: Wanted, conflicts: list[str] 
     host label that matches two nodes, two dcgm-exporters) keep the first and say the clash in `conflicts`."""
     out: dict[str, list[tuple[int, float]]] = {}
     owner: dict[str, dict[str, str]] = {}
-    for series in sorted(found, key=lambda s: s.labels.get("__name__", "") not in DCGM_METRICS):  # dcgm-exporter's first
+    for series in sorted(found, key=lambda s: s.labels.get("__name__", "") not in DCGM_EXPORTER_METRICS):  # dcgm-exporter's first
         named = series_key(series.labels, wanted)
         if named is None:
             continue

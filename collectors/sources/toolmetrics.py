@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from radt.catalogue import DCGM_TAGS, SMI_COLUMNS, key
+from radt.catalogue import DCGM_TAGS, SMI_COLUMNS, MetricName, key
 from radt.collectors.sources.parsers import DmonRow, SmiRow, TopFrame
 
 
@@ -52,7 +52,7 @@ def dmon_metrics(row: DmonRow, energy: EnergyBaseline, gpu: int | None = None, i
             continue
         name, scale = DCGM_TAGS[tag]
         value *= scale
-        if name == "energy_joules":
+        if name == MetricName.ENERGY_JOULES:
             value = energy.relative(index if mig is None else (index, mig), value)
         out[key(name, index, mig=mig)] = value
     return out
@@ -68,7 +68,7 @@ def smi_metrics(row: SmiRow) -> dict[str, float]:
         out[key(name, row.gpu)] = value * scale
     used, total = row.values.get("memory.used"), row.values.get("memory.total")
     if used is not None and total:
-        out[key("memory_usage_percentage", row.gpu)] = 100.0 * used / total
+        out[key(MetricName.MEMORY_USAGE_PERCENTAGE, row.gpu)] = 100.0 * used / total
     return out
 
 
@@ -76,17 +76,17 @@ def top_metrics(frame: TopFrame, process: str | None = "python") -> dict[str, fl
     """Host keys for one `top -b` screen; the named process's lines summed as the run's."""
     out: dict[str, float] = {}
     if frame.cpu_percent is not None:
-        out[key("cpu_utilization_percentage")] = frame.cpu_percent
+        out[key(MetricName.CPU_UTILIZATION_PERCENTAGE)] = frame.cpu_percent
     if frame.mem_used_mb is not None:
-        out[key("system_memory_usage_megabytes")] = frame.mem_used_mb
+        out[key(MetricName.SYSTEM_MEMORY_USAGE_MEGABYTES)] = frame.mem_used_mb
         if frame.mem_total_mb:
-            out[key("system_memory_usage_percentage")] = 100.0 * frame.mem_used_mb / frame.mem_total_mb
+            out[key(MetricName.SYSTEM_MEMORY_USAGE_PERCENTAGE)] = 100.0 * frame.mem_used_mb / frame.mem_total_mb
     if frame.swap_used_mb is not None:
-        out[key("swap_usage_megabytes")] = frame.swap_used_mb
+        out[key(MetricName.SWAP_USAGE_MEGABYTES)] = frame.swap_used_mb
     if process:
         mine = [p for p in frame.processes if is_process(p.command, process)]
-        out[key("process_cpu_utilization_percentage")] = sum(p.cpu_percent for p in mine)
-        out[key("process_memory_rss_megabytes")] = sum(p.rss_bytes for p in mine) / 1e6
+        out[key(MetricName.PROCESS_CPU_UTILIZATION_PERCENTAGE)] = sum(p.cpu_percent for p in mine)
+        out[key(MetricName.PROCESS_MEMORY_RSS_MEGABYTES)] = sum(p.rss_bytes for p in mine) / 1e6
     return out
 
 

@@ -20,13 +20,13 @@ from dash.dash_table.Format import Format, Scheme
 from radt.app.db.state import store_error
 from radt.app.summary.compare import RUN_COLUMNS
 from radt.app.view.views import View, view_runs
-from radt.catalogue import METRICS, unit_text
+from radt.catalogue import METRICS, MetricName, unit_text
 from radt.pages.parts import ids
 from radt.settings import dashboard_path
 
 COLUMN_PICKER = ids.SUMMARY_COLUMNS  # the "columns" control: which of COLUMNS the table shows
-RATIO = unit_text(METRICS["sm_active"])  # '0–1'
-CPU = unit_text(METRICS["cpu_utilization_percentage"])  # the host's CPU: '% of all cores'
+RATIO = unit_text(METRICS[MetricName.SM_ACTIVE])  # '0–1'
+CPU = unit_text(METRICS[MetricName.CPU_UTILIZATION_PERCENTAGE])  # the host's CPU: '% of all cores'
 USED = "over the GPUs the run used (see GPUs)"
 
 
