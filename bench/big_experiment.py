@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from radt.collectors.experiment.collocation import mig_profiles, smi_gpu_count  # noqa: E402
-from radt.collectors.experiment.experiment import ExperimentFile, Machine, plan  # noqa: E402
+from radt.collectors.experiment.csvfile import ExperimentFile, Machine, plan  # noqa: E402
 from radt.collectors.experiment.scheduler import describe  # noqa: E402
 from tests.support import big_experiment  # noqa: E402
 from tests.support.paths import FAKE_NVML_DIR, FAKE_TOOLS  # noqa: E402

@@ -23,7 +23,7 @@ COMMANDS = {
     "rollup": "radt.collectors.store.rollup",
     "retain": "radt.app.retain",
     "demo": "radt.collectors.demo",
-    "monitor": "radt.collectors.monitor.monitor",
+    "monitor": "radt.collectors.monitor.machine",
     "export": "radt.app.exportcli",
     "dashboard": "radt.app.main",
 }

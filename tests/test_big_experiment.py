@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from radt.collectors.experiment.experiment import ExperimentFile
+from radt.collectors.experiment.csvfile import ExperimentFile
 from tests.support import big_experiment
 from tests.support.polling import wait_for
 from tests.support.radtproc import fake_tools_env, radt_command, radt_env, run_radt

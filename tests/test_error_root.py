@@ -23,7 +23,7 @@ USER_FACING = [
     ("radt.settings", "SettingError"),
     ("radt.settings", "RadtHomeError"),
     ("radt.artifacts", "ArtifactUriError"),
-    ("radt.collectors.experiment.experiment", "CsvError"),
+    ("radt.collectors.experiment.csvfile", "CsvError"),
     ("radt.collectors.store.nodes", "NodeError"),
     ("radt.collectors.sources.gpus", "DeviceError"),
     ("radt.collectors.sources.listeners", "ListenerError"),

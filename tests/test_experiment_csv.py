@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from radt.collectors.experiment.experiment import ExperimentFile, plan, real_machine
+from radt.collectors.experiment.csvfile import ExperimentFile, plan, real_machine
 from tests.support.paths import FAKE_NVML_DIR, FAKE_TOOLS, REPO
 from tests.support.radtproc import fake_gpu_node, run_radt
 
@@ -135,7 +135,7 @@ def test_each_bad_row_is_one_line_with_its_row_and_fix(fake_tools, row, needle):
 )
 def test_a_csv_that_would_lose_or_mangle_rows_is_refused_whole(tmp_path, body, message):
     """Today an unclosed quote swallowed the rows after it, and the statuses written back rewrote the file without them."""
-    from radt.collectors.experiment.experiment import CsvError
+    from radt.collectors.experiment.csvfile import CsvError
 
     path = tmp_path / "experiment.csv"
     path.write_text(HEADER + body)
@@ -248,7 +248,7 @@ def test_save_keeps_a_spreadsheets_bom_a_symlink_and_the_files_permissions(tmp_p
 def test_a_header_radt_would_misread_is_one_line(tmp_path, header, message):
     """A semicolon CSV (a spreadsheet in a comma-decimal locale) was "no column Experiment, Workload, File"; a column named
     twice was read from its first place and the second kept as an extra column, silently."""
-    from radt.collectors.experiment.experiment import CsvError
+    from radt.collectors.experiment.csvfile import CsvError
 
     path = tmp_path / "experiment.csv"
     row = "1,1,,,0,-,train.py,smi,\n"

@@ -13,8 +13,8 @@ import json
 import pynvml
 import pytest
 
-from radt.collectors.experiment.experiment import ExperimentFile, real_machine
-from radt.collectors.experiment.experiment import plan as plan_experiment
+from radt.collectors.experiment.csvfile import ExperimentFile, real_machine
+from radt.collectors.experiment.csvfile import plan as plan_experiment
 from radt.collectors.sources import gpus
 from tests.fakes.fake_nvml import A100, H100, ManualClock, dgx_station, eight_h100, install_fake, mig_gpu
 

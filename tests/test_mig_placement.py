@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from radt.collectors.experiment.experiment import ExperimentFile, plan, real_machine
+from radt.collectors.experiment.csvfile import ExperimentFile, plan, real_machine
 from radt.collectors.experiment.migplacement import Slot
 from tests.support.radtproc import fake_gpu_node, fake_tools_env, radt_env, run_radt
 

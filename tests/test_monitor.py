@@ -233,7 +233,7 @@ def test_unreachable_store_is_one_line(radt_home, tmp_path):
 
 def test_daily_rollover_finishes_the_day_and_starts_the_next_run(store_uri, radt_home):
     """The monitor's own loop, in this process, with the calendar day as the only thing moved by hand."""
-    from radt.collectors.monitor.monitor import Monitor, MonitorSetup
+    from radt.collectors.monitor.machine import Monitor, MonitorSetup
 
     today = [date(2026, 3, 1)]
     monitor = Monitor(MonitorSetup(store_uri, "monitor", ["host"], None, 0.1, 30.0, ["-l", "host"]), today=lambda: today[0])

@@ -19,7 +19,7 @@ import psutil
 import pytest
 from mlflow import MlflowClient
 
-from radt.collectors.experiment.experiment import ExperimentFile
+from radt.collectors.experiment.csvfile import ExperimentFile
 from tests.support.polling import alive, gone_within, wait_for
 from tests.support.radtproc import fake_tools_env, radt_command, radt_env, run_radt
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from radt.collectors.experiment.experiment import ExperimentFile
+from radt.collectors.experiment.csvfile import ExperimentFile
 from tests.support import slurm
 from tests.support.disks import fill, tmpfs
 from tests.support.polling import wait_for

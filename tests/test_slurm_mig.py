@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from radt.collectors.experiment.experiment import ExperimentFile
+from radt.collectors.experiment.csvfile import ExperimentFile
 from radt.collectors.slurm.job import given_devices
 from radt.collectors.sources.gpus import Gpu, Machine, MigDevice
 from tests.support import slurm

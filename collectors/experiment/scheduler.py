@@ -25,7 +25,7 @@ from pathlib import Path
 from radt import settings
 from radt.collectors._common import first_line
 from radt.collectors.experiment.collocation import CollocationError, MpsDaemon, Setup
-from radt.collectors.experiment.experiment import ExperimentFile, Machine, PlannedRun, Workload, collocation_label, plan
+from radt.collectors.experiment.csvfile import ExperimentFile, Machine, PlannedRun, Workload, collocation_label, plan
 from radt.collectors.experiment.workloads import GATE_PREFIX, add_radts, record_workload, update_workload
 from radt.collectors.process.proctree import catch_stops, child_setup, restore_interrupts
 from radt.collectors.store.nodes import slurm_tags
@@ -380,7 +380,7 @@ def run_experiment(opts: ExperimentOptions, finish_leftovers: Callable[[], None]
 
     `finish_leftovers` ends what dead radts of this host left, once the CSV is held and before the first workload: cli
     passes the reaper (collectors/recovery/, a room above experiments: it finishes their workloads too)."""
-    from radt.collectors.experiment.experiment import CsvError, real_machine
+    from radt.collectors.experiment.csvfile import CsvError, real_machine
 
     try:
         exp = ExperimentFile.load(opts.csv)

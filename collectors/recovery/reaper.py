@@ -154,7 +154,7 @@ def _mark_rows(record: dict) -> None:
     csv = Path(record.get("csv", ""))
     if not csv.is_file():
         return
-    from radt.collectors.experiment.experiment import ExperimentFile
+    from radt.collectors.experiment.csvfile import ExperimentFile
 
     exp = ExperimentFile.load(csv)
     rows = [r for r in exp.rows if r.line in set(record.get("lines", [])) and exp.get(r, "Status") == "RUNNING"]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from radt.collectors._common import UsageError
 from radt.collectors.experiment.collocation import MigInstance, MpsDaemon, Setup
-from radt.collectors.experiment.experiment import ExperimentFile, Machine, Row, parse_devices_cell, plan
+from radt.collectors.experiment.csvfile import ExperimentFile, Machine, Row, parse_devices_cell, plan
 from radt.collectors.experiment.scheduler import ExperimentOptions, WorkloadRunner
 from radt.collectors.slurm.commands import AnyProfiles, slurm
 from radt.collectors.slurm.jobscript import FOLDER
@@ -71,7 +71,7 @@ def job_file(exp: ExperimentFile, lines: list[int], result: Path) -> tuple[JobRo
 def run_job(opts: ExperimentOptions, lines: list[int]) -> int:
     """Inside the Slurm job: run the workload of these rows with WorkloadRunner, on the GPUs Slurm gave the job."""
     from radt.collectors.experiment.collocation import undo_leftovers
-    from radt.collectors.experiment.experiment import real_machine
+    from radt.collectors.experiment.csvfile import real_machine
     from radt.collectors.experiment.scheduler import open_experiment
     from radt.collectors.process.proctree import restore_interrupts
     from radt.collectors.recovery.reaper import reap
@@ -135,7 +135,7 @@ def map_devices(rows: JobRows, gpus: list[int], visible: int | None, skip: froze
 
 def row_profile(rows: JobRows, row: Row) -> str | None:
     """The row's MIG profile, or None (no MIG, or a cell plan refuses)."""
-    from radt.collectors.experiment.experiment import parse_collocation
+    from radt.collectors.experiment.csvfile import parse_collocation
 
     try:
         collocation = parse_collocation(rows.get(row, "Collocation"))

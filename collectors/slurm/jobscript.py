@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from radt.collectors.experiment.experiment import ExperimentFile, Workload
+from radt.collectors.experiment.csvfile import ExperimentFile, Workload
 from radt.collectors.experiment.scheduler import ExperimentOptions
 
 FOLDER = "slurm"  # next to the CSV: the job scripts, the jobs' output (<workload>-<job>.out) and results (<job>.json)

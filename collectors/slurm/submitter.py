@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from radt import settings
 from radt.collectors._common import first_line
-from radt.collectors.experiment.experiment import ExperimentFile, Machine, Row, Workload, plan
+from radt.collectors.experiment.csvfile import ExperimentFile, Machine, Row, Workload, plan
 from radt.collectors.experiment.scheduler import ExperimentOptions, describe
 from radt.collectors.process.proctree import catch_stops
 from radt.collectors.slurm.commands import (
@@ -367,7 +367,7 @@ def slice_problems(exp: ExperimentFile, workload: Workload, nodes: list[Node], t
 
 def submit_experiment(opts: ExperimentOptions, slurm_opts: SlurmOptions) -> int:
     """`radt experiment.csv --slurm`: 0 when every workload FINISHED, 1 when one did not, 130 on Ctrl-C, 2 for what the cluster lacks."""
-    from radt.collectors.experiment.experiment import CsvError
+    from radt.collectors.experiment.csvfile import CsvError
 
     problems = script_problems(opts.csv, opts.store, slurm_opts)  # before the CSV's name goes into any message
     if problems:
