@@ -24,7 +24,7 @@ class Metric:
 
     name: str  # key suffix: system/<name> or system/gpu_<i>_<name>
     label: str  # short display name, e.g. "SMACT"
-    unit: str  # "ratio", "%", "MB", "W", "J", "°C", "MHz", "B/s", "state"
+    unit: str  # "ratio", "%", "MB", "W", "J", "°C", "MHz", "B/s", "state", "count"
     per_gpu: bool
     low: float | None = 0.0
     high: float | None = None
@@ -67,6 +67,14 @@ METRICS: dict[str, Metric] = {
         _m("pcie_rx_bytes_per_second", "PCIe RX", "B/s", True),
         _m("nvlink_tx_bytes_per_second", "NVLink TX", "B/s", True),
         _m("nvlink_rx_bytes_per_second", "NVLink RX", "B/s", True),
+        # Why the clocks are held down (NVML's clock event reasons, DCGM's clock throttle reasons): 1 while the reason is
+        # active at the sample, else 0, so a mean is the share of the time; and the GPU's hardware errors.
+        _m("clocks_power_capped", "Power capped", "ratio", True, **_RATIO, description="clocks held down by the power cap or power brake (1 = yes)"),
+        _m("clocks_thermal_slowdown", "Thermal slowdown", "ratio", True, **_RATIO, description="clocks held down by temperature (1 = yes)"),
+        _m("clocks_hardware_slowdown", "HW slowdown", "ratio", True, **_RATIO, description="clocks held down by the hardware's own slowdown (1 = yes)"),
+        _m("xid_error", "XID", "state", True, description="the XID code of an error the driver reported since the last sample; 0: none"),
+        _m("ecc_errors_uncorrected", "ECC uncorrected", "count", True, description="uncorrected ECC errors since the driver loaded (volatile)"),
+        _m("ecc_errors_corrected", "ECC corrected", "count", True, description="corrected ECC errors since the driver loaded (volatile)"),
         # Host (psutil); MLflow's names for CPU, memory and cumulative network.
         _m("cpu_utilization_percentage", "CPU", "%", False, **_PCT),
         _m("system_memory_usage_megabytes", "Host memory", "MB", False),
@@ -118,6 +126,12 @@ class MetricName:
     PCIE_RX_BYTES_PER_SECOND = "pcie_rx_bytes_per_second"
     NVLINK_TX_BYTES_PER_SECOND = "nvlink_tx_bytes_per_second"
     NVLINK_RX_BYTES_PER_SECOND = "nvlink_rx_bytes_per_second"
+    CLOCKS_POWER_CAPPED = "clocks_power_capped"
+    CLOCKS_THERMAL_SLOWDOWN = "clocks_thermal_slowdown"
+    CLOCKS_HARDWARE_SLOWDOWN = "clocks_hardware_slowdown"
+    XID_ERROR = "xid_error"
+    ECC_ERRORS_UNCORRECTED = "ecc_errors_uncorrected"
+    ECC_ERRORS_CORRECTED = "ecc_errors_corrected"
     CPU_UTILIZATION_PERCENTAGE = "cpu_utilization_percentage"
     SYSTEM_MEMORY_USAGE_MEGABYTES = "system_memory_usage_megabytes"
     SYSTEM_MEMORY_USAGE_PERCENTAGE = "system_memory_usage_percentage"
@@ -179,7 +193,7 @@ def unit_text(metric: Metric) -> str:
     if metric.unit == "ratio":
         return "0–1"
     if metric.unit == "state":
-        return "P-state"
+        return "P-state" if metric.name == MetricName.PSTATE else "code"
     if metric.unit == "%" and "cpu" in metric.name:
         return ALL_CORES if metric.high is not None else ONE_CORE
     return metric.unit

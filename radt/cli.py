@@ -21,6 +21,8 @@ COMMANDS = {
     "import": "radt.collectors.imports.importer",
     "sync": "radt.collectors.recovery.sync",
     "rollup": "radt.collectors.store.rollup",
+    "diagnose": "radt.collectors.diagnose.command",
+    "report": "radt.collectors.diagnose.report",
     "retain": "radt.app.retain",
     "demo": "radt.collectors.demo",
     "monitor": "radt.collectors.monitor.machine",
@@ -37,6 +39,8 @@ COMMAND_HELP = {
     "import": "dcgmi/nvidia-smi/top logs, or a Slurm cluster's jobs",
     "export": "comparison figures and data for papers",
     "rollup": "build a store's rollups ahead of time",
+    "diagnose": "why runs are slow: findings with their numbers and what to do, kept on each run",
+    "report": "a plain-text report of runs or jobs to mail: GPUs, activity, energy, findings",
     "retain": "drop raw points of ended runs older than a cutoff, keeping their rollups and summaries",
 }
 

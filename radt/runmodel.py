@@ -66,7 +66,22 @@ SLURM_PREFIX = "radt.slurm."  # radt.slurm.<fact>: user, account, state, exit_co
 SLURM_EXPERIMENT_PREFIX = "slurm-"  # its experiments: slurm-<user> or slurm-<account>
 GPUS_FROM_TAG = "radt.slurm.gpus_from"  # where a job's GPU indices came from: "exporter label hpc_job" (or jobid), "AdminComment"
 NO_SERIES_TAG = "radt.slurm.no_gpu_series"  # why a job's run has no GPU series: never another job's GPU instead
-VERDICT_PREFIX = "radt.verdict."  # radt.verdict.<number> and radt.verdict.flags (collectors/cluster/verdicts.py)
+# the diagnosis (radt/diagnosis.py): radt.diagnosis = its codes, comma-separated ('' when nothing is wrong); one
+# radt.diagnosis.<code> per finding with its sentence; the metrics it lacked, the spans findings cover, its rules' version
+DIAGNOSIS_TAG = "radt.diagnosis"
+DIAGNOSIS_PREFIX = "radt.diagnosis."
+DIAGNOSIS_LACKING_TAG = "radt.diagnosis.lacking"
+DIAGNOSIS_SPANS_TAG = "radt.diagnosis.spans"
+DIAGNOSIS_VERSION_TAG = "radt.diagnosis.version"
+# the figures behind the diagnosis and the footprint (radt/footprint.py): radt.footprint.<figure>
+FOOTPRINT_PREFIX = "radt.footprint."
+GPU_MODEL_TAG = "radt.gpu_model"  # an imported job's GPU model (an exporter's modelName), where no radt.gpus entry names it
+GPU_MEMORY_TAG = "radt.gpu_memory_mb"  # an imported job's GPU memory size (MB), likewise
+
+
+def diagnosis_tag(code: str) -> str:
+    """radt.diagnosis.<code>: the finding's sentence."""
+    return f"{DIAGNOSIS_PREFIX}{code}"
 
 
 def gpus_used_tag(gpus: Mapping[str, Sequence[int]] | None) -> str:

@@ -655,6 +655,149 @@ URL_PREFIX = Setting(
 )
 COMPRESS = Setting("RADT_COMPRESS", int, 1, "1: gzip the dashboard's responses for browsers that accept it; 0: send them as they are", high=1)
 
+# --- the diagnosis (radt/diagnosis.py): each threshold with the reason for its value -------------------------------------
+IDLE_LEVEL = Setting(
+    "RADT_IDLE_LEVEL",
+    float,
+    0.01,
+    "idle_gpus: a GPU whose graphics engine activity (GRACT; SMACT, or GPU util / 100, where that is all there is) stays below this is idle: "
+    "1 % is below any kernel's footprint (one thread block of one thread still shows GRACT 0.9) and above a sensor's noise",
+    high=1,
+    unit="a ratio (0-1)",
+)
+IDLE_SHARE = Setting(
+    "RADT_IDLE_SHARE",
+    float,
+    0.5,
+    "idle_gpus: a GPU idle for at least this share of the run is named; half the run idle is a GPU the job did not need, not a pause",
+    high=1,
+    unit="a ratio (0-1)",
+)
+GAP_LEVEL = Setting(
+    "RADT_GAP_LEVEL",
+    float,
+    0.05,
+    "input_starved: SMACT below this is a gap (the SMs wait); 5 % leaves room for the copies and tiny kernels a waiting step still runs",
+    high=1,
+    unit="a ratio (0-1)",
+)
+GAP_SHARE = Setting(
+    "RADT_GAP_SHARE",
+    float,
+    0.1,
+    "input_starved: the share of the run's 10-second windows that hold a gap while the GPU works in others, from which gaps recur; "
+    "one window in ten is more than a checkpoint or an evaluation pass explains",
+    high=1,
+    unit="a ratio (0-1)",
+)
+CPU_BUSY_CORES = Setting(
+    "RADT_CPU_BUSY_CORES",
+    float,
+    0.9,
+    "input_starved: the run's processes use at least this many cores during the gaps (or the host's CPU is at least 90 %): a Python "
+    "data loader's main thread is one core, so 0.9 of one says it is busy while the GPU waits",
+    high=4096,
+    unit="cores",
+)
+SMALL_KERNEL_GRACT = Setting("RADT_SMALL_KERNEL_GRACT", float, 0.5, "small_kernels: the engine is busy (GRACT at least this) ...", high=1, unit="a ratio (0-1)")
+SMALL_KERNEL_SMACT = Setting(
+    "RADT_SMALL_KERNEL_SMACT",
+    float,
+    0.2,
+    "small_kernels: ... while SMACT stays below this: kernels run but keep few SMs busy (one block of one thread: GRACT 0.9, SMACT 0.001)",
+    high=1,
+    unit="a ratio (0-1)",
+)
+LOW_OCCUPANCY_SMACT = Setting("RADT_LOW_OCCUPANCY_SMACT", float, 0.5, "low_occupancy: the SMs are busy (SMACT at least this) ...", high=1, unit="a ratio (0-1)")
+LOW_OCCUPANCY_SMOCC = Setting(
+    "RADT_LOW_OCCUPANCY_SMOCC",
+    float,
+    0.15,
+    "low_occupancy: ... with SMOCC below this: few warps resident per SM, so memory latency is not hidden (NVIDIA's guidance puts healthy kernels above ~25 %)",
+    high=1,
+    unit="a ratio (0-1)",
+)
+MEMORY_BOUND_DRAM = Setting(
+    "RADT_MEMORY_BOUND_DRAM",
+    float,
+    0.5,
+    "memory_bound: DRAM activity at least this (half the peak bandwidth in use on average) ...",
+    high=1,
+    unit="a ratio (0-1)",
+)
+MEMORY_BOUND_SMACT = Setting(
+    "RADT_MEMORY_BOUND_SMACT",
+    float,
+    0.7,
+    "memory_bound: ... while SMACT stays below this: the SMs wait on memory more than they compute",
+    high=1,
+    unit="a ratio (0-1)",
+)
+TENSOR_LEVEL = Setting(
+    "RADT_TENSOR_LEVEL",
+    float,
+    0.01,
+    "no_tensor_cores: tensor activity below this while SMACT is at least RADT_TENSOR_SMACT, on a GPU with tensor cores: fp32 matmuls leave "
+    "the tensor pipes at 0, bf16/fp16 ones keep them well above 1 %",
+    high=1,
+    unit="a ratio (0-1)",
+)
+TENSOR_SMACT = Setting(
+    "RADT_TENSOR_SMACT", float, 0.3, "no_tensor_cores: the SMs busy enough (SMACT at least this) for the tensor pipes to matter", high=1, unit="a ratio (0-1)"
+)
+THROTTLE_SHARE = Setting(
+    "RADT_THROTTLE_SHARE",
+    float,
+    0.1,
+    "throttled: the clocks held down by power, temperature or the hardware for at least this share of the run; shorter bursts are a boost clock's normal life",
+    high=1,
+    unit="a ratio (0-1)",
+)
+STRAGGLER_LAG = Setting(
+    "RADT_STRAGGLER_LAG",
+    float,
+    0.2,
+    "straggler: a GPU (or node) whose SMACT is this share below the median of the run's others is named; data-parallel ranks wait for "
+    "the slowest, so 20 % less work on one is 20 % of every other rank's time",
+    high=1,
+    unit="a ratio (0-1)",
+)
+SHARE_BELOW = Setting(
+    "RADT_SHARE_BELOW",
+    float,
+    0.5,
+    "could_share: a one-GPU run or job whose SMACT mean is below this leaves half its GPU's SMs to another",
+    high=1,
+    unit="a ratio (0-1)",
+)
+GRID_INTENSITY = Setting(
+    "RADT_GRID_INTENSITY",
+    float,
+    400.0,
+    "gCO2eq per kWh of the grid the GPUs draw from, for a run's carbon: 400 is roughly the world average of 2024 (Ember); set your site's",
+    high=2000,
+    unit="gCO2eq/kWh",
+)
+PUE = Setting(
+    "RADT_PUE",
+    float,
+    1.2,
+    "power usage effectiveness of the data centre (facility energy / IT energy) that a run's GPU energy is multiplied by for its carbon; "
+    "1.2 is a modern HPC site's, 1.58 the industry's mean (Uptime Institute 2023)",
+    low=1,
+    high=5,
+    unit="a ratio (at least 1)",
+)
+GPU_HOUR_PRICE = Setting(
+    "RADT_GPU_HOUR_PRICE",
+    float,
+    2.0,
+    "the price of one GPU-hour for a run's cost (what a cloud charges, or your centre's internal rate); 2.0 is a rough on-demand cloud price for an A100",
+    high=1000,
+    unit="a price per GPU-hour",
+)
+CURRENCY = Setting("RADT_CURRENCY", str, "USD", "the currency RADT_GPU_HOUR_PRICE is in, as reports and the dashboard print it")
+
 # radt's exit status when the script succeeded but points were lost (neither written nor kept on disk);
 # EX_TEMPFAIL of sysexits.h. A failing script's own exit code wins; the message says the loss either way.
 POINTS_LOST_EXIT = 75

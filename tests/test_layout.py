@@ -28,7 +28,7 @@ ALLOWED = {
 }
 SIDES = ("radt.collectors", "radt.app", "radt.pages")
 # collectors/' rooms (sub-packages), lowest first: a room imports only itself, the rooms before it and `_common`.
-COLLECTOR_ROOMS = ("process", "sources", "store", "run", "experiment", "recovery", "slurm", "cluster", "imports", "monitor")
+COLLECTOR_ROOMS = ("process", "sources", "store", "diagnose", "run", "experiment", "recovery", "slurm", "cluster", "imports", "monitor")
 COMMON = "_common"  # the user-error and first-line helpers every room uses: it imports no room
 ENTRY_POINTS = ("cli", "demo")  # the command entry points: they may import any room, and no room imports them
 # app/'s rooms, lowest first: the store's reads, the run summaries and comparison, the figures, a view and its cached reads,

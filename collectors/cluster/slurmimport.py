@@ -12,7 +12,6 @@ import argparse
 import contextlib
 import io
 import json
-import math
 import re
 import sys
 import time
@@ -20,7 +19,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
 
-from radt.collectors.cluster.verdicts import Judged, Verdict, judge, share_partners
+from radt.catalogue import MIB
 from radt.collectors.slurm.slurmacct import (
     SCONTROL,
     AccountingError,
@@ -36,6 +35,8 @@ from radt.collectors.sources.promql import GpuMemory, PromError, gpu_memory, hos
 from radt.collectors.store.tracking import connect, find_or_create_workload, find_runs, resolve_experiment, set_tags
 from radt.options import store_parent
 from radt.runmodel import (
+    GPU_MEMORY_TAG,
+    GPU_MODEL_TAG,
     GPUS_FROM_TAG,
     HOST_TAG,
     NO_SERIES_TAG,
@@ -47,7 +48,6 @@ from radt.runmodel import (
     SLURM_PARTITION_TAG,
     SLURM_PREFIX,
     USER_TAG,
-    VERDICT_PREFIX,
     WORKLOAD_TAG,
     gpus_of_tag,
     gpus_used_tag,
@@ -163,7 +163,7 @@ Fill = Callable[[list[str]], int]  # `radt import --prometheus`'s main (importer
 
 def _fill(fill: Fill, uri: str, run_id: str, job: Job, url: str) -> int:
     """The job's GPU series from Prometheus into its run (radt import --prometheus's backfill); its exit code."""
-    argv = ["--prometheus", url, "--run", run_id, "--store", uri]
+    argv = ["--prometheus", url, "--run", run_id, "--store", uri, "--no-diagnosis"]
     if len(job.nodes) == 1:  # several nodes: each node's host and GPUs are in the run's radt.node.<node>/ tags
         argv += ["--gpus", "+".join(map(str, job.gpus[job.nodes[0]]))]  # type: ignore[index]
     with contextlib.redirect_stdout(io.StringIO()):  # it prints the run id; this command prints a line per job
@@ -188,7 +188,7 @@ class JobImporter:
         self._experiments: dict[str, str] = {}
         self._workloads: dict[tuple[str, str], str] = {}
         self.host_labels = host_labels(PROMETHEUS_HOST_LABEL.get())
-        self.judged: list[tuple[str, Verdict, Judged]] = []  # this import's jobs with a verdict, for share()
+        self.filled: list[str] = []  # this import's runs with GPU series, diagnosed together at the end (could_share pairs them)
 
     def job(self, job: Job) -> Imported:
         """One started job into its run: facts, status and end, then its GPUs' series where they can be known."""
@@ -207,9 +207,10 @@ class JobImporter:
             client.delete_tag(run_id, NO_SERIES_TAG)
         assert self.fill is not None, "a Prometheus URL needs the backfill"
         filled = _fill(self.fill, self.uri, run_id, job, self.url) == 0
-        verdict = verdict_of(client, run_id, job, self._memory(job))
-        set_tags(client, run_id, verdict.tags())
-        self.judged.append((run_id, verdict, Judged(job.job_id, job.name, job.user, verdict.numbers)))
+        memory = self._memory(job)
+        if memory is not None:  # what fits_smaller says a MIG slice against: the exporter's modelName and FB_FREE + FB_USED
+            set_tags(client, run_id, {GPU_MODEL_TAG: memory.model, GPU_MEMORY_TAG: f"{memory.total_mib * MIB:.0f}"})
+        self.filled.append(run_id)
         return Imported(run_id, created, None, filled)
 
     def _gpus_of(self, job: Job, before: dict[str, str]) -> Job:
@@ -245,16 +246,14 @@ class JobImporter:
             return job._replace(gpus=whole, gpus_from=WHOLE_NODE)
         return job._replace(gpus_from="")
 
-    def share(self) -> int:
-        """Add to the verdict of each one-GPU job of this import that could share a GPU under MPS with another the flag
-        naming it (verdicts.share_partners) and radt.verdict.mps_partner; the jobs flagged."""
-        partners = share_partners([judged for _run, _verdict, judged in self.judged])
-        for run_id, verdict, judged in self.judged:
-            if judged.job_id in partners:
-                partner, flag = partners[judged.job_id]
-                flagged = Verdict([*verdict.flags, flag], verdict.numbers).tags()
-                set_tags(self.client, run_id, {f"{VERDICT_PREFIX}flags": flagged[f"{VERDICT_PREFIX}flags"], f"{VERDICT_PREFIX}mps_partner": partner.job_id})
-        return len(partners)
+    def diagnose(self) -> int:
+        """Diagnose this import's jobs with GPU series (radt/diagnosis.py, the rules every run gets) and keep the findings on
+        their runs; how many could share a GPU with another of them."""
+        from radt.collectors.diagnose.stored import diagnose_and_store
+        from radt.diagnosis import COULD_SHARE
+
+        found = diagnose_and_store(self.client, self.filled)
+        return sum(COULD_SHARE in diagnosis.codes for diagnosis in found.values())
 
     def _memory(self, job: Job) -> GpuMemory | None:
         """The size and model of the job's GPUs, the largest over all its nodes, which its memory verdict is said against
@@ -295,34 +294,6 @@ class JobImporter:
         return run.info.run_id, True
 
 
-def verdict_of(client, run_id: str, job: Job, memory: GpuMemory | None = None) -> Verdict:
-    """The job's efficiency verdict from the GPU series its run now holds (its own GPUs only), its memory against its GPUs'."""
-    size, model = (memory.total_mib, memory.model) if memory else (None, "")
-    assert job.gpus is not None, "judged only where its GPUs are known"
-    if len(job.nodes) == 1:
-        return judge(_gpu_series(client, run_id), job.gpus[job.nodes[0]], size, model)
-    return judge(_gpu_series(client, run_id), [(node, i) for node in job.nodes for i in job.gpus[node]], size, model)
-
-
-def _gpu_series(client, run_id: str) -> dict[str, list[tuple[int, float]]]:
-    """{key: [(ms, value)]} of the run's per-GPU series: one SQL query on radt's SQL client, MLflow's history otherwise."""
-    engine = getattr(client, "engine", None)
-    if engine is None:
-        keys = [k for k in client.get_run(run_id).data.metrics if k.startswith("system/") and "gpu_" in k]
-        return {k: [(m.timestamp, m.value) for m in client.get_metric_history(run_id, k)] for k in keys}
-    import sqlalchemy as sa
-
-    from radt import mlflowdb
-
-    m = mlflowdb.metrics.c
-    query = sa.select(m.key, m.timestamp, m.value, m.is_nan).where(m.run_uuid == run_id, m.key.like("system/%gpu\\_%", escape="\\"))
-    out: dict[str, list[tuple[int, float]]] = {}
-    with engine.connect() as conn:
-        for key, ms, value, is_nan in conn.execute(query):
-            out.setdefault(key, []).append((int(ms), math.nan if is_nan else float(value)))
-    return out
-
-
 def main(argv: list[str], fill: Fill) -> int:
     """The command; `fill`: importer.prometheus_main, which reads a run's series from Prometheus."""
     args = _parser().parse_args(argv)
@@ -348,7 +319,7 @@ def main(argv: list[str], fill: Fill) -> int:
             f"radt import: job {job.job_id} ({job.user}, {job.partition}, {job.state}) -> run {done.run_id}{' (new)' if done.created else ''}; {note}",
             file=sys.stderr,
         )
-    shared = importer.share()
+    shared = importer.diagnose()
     print(f"radt import: {len(jobs)} jobs, {made} new runs" + (f"; {shared} could share a GPU under MPS" if shared else ""), file=sys.stderr)
     return 1 if failed or (ids and len(jobs) < len(ids)) else 0
 

@@ -402,6 +402,15 @@ def _missing(points: list[Point], part: Part, url: str, labels: tuple[str, ...])
     return f"no dcgm-exporter series for {', '.join(lost)} of {where} at {url} over the run" if lost else None
 
 
+def _diagnose(client, run_id: str) -> None:
+    """An imported run's diagnosis, kept on it and said in one line."""
+    from radt.collectors.diagnose.stored import diagnose_ended, said
+
+    line = said(run_id, diagnose_ended(client, run_id))
+    if line:
+        print(f"radt import: {line}", file=sys.stderr)
+
+
 def prometheus_main(argv: list[str]) -> int:
     """`radt import --prometheus URL --run RUN_ID`: a finished (or running) run's GPU series from the cluster's Prometheus.
 
@@ -455,6 +464,8 @@ def prometheus_main(argv: list[str]) -> int:
     set_tags(client, args.run, {PROMETHEUS_TAG: f"{url} {len(points)} points"} | tags)
     for key in sorted(stale & set(run.data.tags)):  # an earlier import's (or the run's own) gap, now filled
         client.delete_tag(args.run, key)
+    if not args.no_diagnosis:  # `radt import --slurm` diagnoses its jobs together, to pair them for could_share
+        _diagnose(client, args.run)
     keys = len({p.key for p in points})
     print(f"radt import: run {args.run}: {len(new)} new points ({len(points) - len(new)} already there), {keys} series from {url}", file=sys.stderr)
     print(args.run)
@@ -509,6 +520,7 @@ def main(argv: list[str]) -> int:
     client.set_terminated(run_id, status="FINISHED", end_time=last)
     keys = len({p.key for p in points})
     print(f"radt import: run {run_id}: {len(points)} points, {keys} series from {', '.join(f'{n} ({f})' for n, f in formats.items())}", file=sys.stderr)
+    _diagnose(client, run_id)
     print(run_id)
     return 0
 
@@ -529,6 +541,7 @@ def _prometheus_parser() -> OneLineParser:
         help="the exporter's node label, or several joined with ',' tried in turn (default RADT_PROMETHEUS_HOST_LABEL, else Hostname,hostname; "
         "instance: the scrape target)",
     )
+    parser.add_argument("--no-diagnosis", action="store_true", help=argparse.SUPPRESS)  # `radt import --slurm` diagnoses its jobs together
     return parser
 
 

@@ -1,0 +1,92 @@
+"""Diagnose stored runs and keep the result on them: radt.diagnosis* and radt.footprint.* tags, written in one batch per run.
+
+The rules are radt/diagnosis.py's and the evidence radt/evidence.py's (rollups, not raw points); this module reads the
+runs a batch at a time (each run's series read once), picks partners for could_share among all of them at the end, and
+writes. A run diagnosed anew loses the findings it no longer has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import sqlalchemy as sa
+
+from radt.diagnosis import COULD_SHARE, Diagnosis, Evidence, Sharer, diagnose, share_partners, sharer
+from radt.evidence import gather, gather_from_client
+from radt.footprint import footprint
+from radt.runmodel import DIAGNOSIS_TAG, diagnosis_tag
+
+BATCH = 200  # runs read at a time: memory stays bounded on any store, and a long fill keeps what it did
+
+
+def evidence_of(source, run_ids: Sequence[str]) -> dict[str, Evidence]:
+    """The runs' evidence from an engine (rollups) or a client: radt's SQL client's engine, else MLflow's client (a server)."""
+    if isinstance(source, sa.Engine):
+        return gather(source, run_ids)
+    engine = getattr(source, "engine", None)
+    return gather(engine, run_ids) if engine is not None else gather_from_client(source, run_ids)
+
+
+def diagnoses(
+    source, run_ids: Sequence[str], each: Callable[[str, Diagnosis, dict[str, str]], None] | None = None
+) -> tuple[dict[str, Diagnosis], dict[str, dict[str, str]]]:
+    """(run id -> its diagnosis, run id -> its footprint tags), `BATCH` runs read at a time from `source` (an engine or a
+    client); `each` is called with every run's diagnosis and footprint as its batch is done, before could_share is known."""
+    found: dict[str, Diagnosis] = {}
+    figures: dict[str, dict[str, str]] = {}
+    sharers: list[Sharer] = []
+    ids = list(dict.fromkeys(run_ids))
+    for start in range(0, len(ids), BATCH):
+        evidence = evidence_of(source, ids[start : start + BATCH])
+        for run_id, ev in evidence.items():
+            found[run_id], figures[run_id] = diagnose(ev), footprint(ev).tags()
+            if (candidate := sharer(ev)) is not None:
+                sharers.append(candidate)
+            if each is not None:
+                each(run_id, found[run_id], figures[run_id])
+    for run_id, finding in share_partners(sharers).items():
+        found[run_id].findings.append(finding)
+    return found, figures
+
+
+def store(client, run_id: str, diagnosis: Diagnosis, figures: dict[str, str]) -> None:
+    """Write a run's diagnosis and footprint tags, and delete the findings it had before and has no longer."""
+    from radt.collectors.store.tracking import set_tags
+
+    set_tags(client, run_id, diagnosis.tags() | figures)
+    held = client.get_run(run_id).data.tags
+    for key in diagnosis.cleared():
+        if key in held:
+            client.delete_tag(run_id, key)
+
+
+def diagnose_and_store(client, run_ids: Sequence[str]) -> dict[str, Diagnosis]:
+    """Diagnose the runs and keep each result on its run as its batch is done; could_share, known at the end, is added then."""
+    found, _ = diagnoses(client, run_ids, lambda run_id, diagnosis, figures: store(client, run_id, diagnosis, figures))
+    from radt.collectors.store.tracking import set_tags
+
+    for run_id, diagnosis in found.items():
+        shared = next((f for f in diagnosis.findings if f.code == COULD_SHARE), None)
+        if shared is not None:
+            set_tags(client, run_id, {DIAGNOSIS_TAG: diagnosis.tags()[DIAGNOSIS_TAG], diagnosis_tag(COULD_SHARE): shared.sentence})
+    return found
+
+
+def diagnose_ended(client, run_id: str) -> Diagnosis | None:
+    """A run's diagnosis as it ends (None where it failed); a failure never fails the run: it says how to diagnose it later."""
+    from radt.collectors._common import first_line
+    from radt.errors import report
+
+    try:
+        return diagnose_and_store(client, [run_id]).get(run_id)
+    except Exception as exc:  # the run has ended and its points are stored: only its diagnosis waits
+        report(f"radt: run {run_id} ended, but it could not be diagnosed ({first_line(exc)}); run 'radt diagnose {run_id}' to try again")
+        return None
+
+
+def said(run_id: str, diagnosis: Diagnosis | None) -> str | None:
+    """The one line a command prints of a run's diagnosis, pointing at the sentences; None without one."""
+    if diagnosis is None:
+        return None
+    codes = ", ".join(diagnosis.codes) or "nothing found"
+    return f"diagnosis of run {run_id}: {codes}" + (f" ('radt report {run_id}' says why and what to do)" if diagnosis.codes else "")
