@@ -61,13 +61,27 @@ import sqlalchemy as sa
 
 from radt import settings
 from radt.catalogue import MIB, MetricName, key
+from radt.collectors.diagnose.stored import diagnose_and_store
 from radt.collectors.store.stores import MetricStore, StoreUnavailable, open_metric_store
-from radt.collectors.store.tracking import NewRun, connect, create_run, redact, resolve_experiment, set_tags
+from radt.collectors.store.tracking import NewRun, connect, create_run, find_runs, redact, resolve_experiment, set_tags
 from radt.collocation import MPS, SHARED
 from radt.errors import UserError
 from radt.options import store_parent
 from radt.points import Point
-from radt.runmodel import DEMO_TAG, EXIT_CODE_TAG, HOST_TAG, INTERVAL_TAG, NOTE_TAG, PID_TAG, POINTS_TAG, ROLE_TAG, USER_TAG, WORKLOAD_ROLE, WORKLOAD_TAG
+from radt.runmodel import (
+    DEMO_TAG,
+    EXIT_CODE_TAG,
+    HOST_TAG,
+    INTERVAL_TAG,
+    NOTE_TAG,
+    PID_TAG,
+    POINTS_TAG,
+    ROLE_TAG,
+    RUN_ROLE,
+    USER_TAG,
+    WORKLOAD_ROLE,
+    WORKLOAD_TAG,
+)
 from radt.settings import default_store_uri, is_database_uri, tracking_uri
 
 COMPLETE_TAG = "radt.demo.complete"
@@ -76,7 +90,7 @@ GPU = 0
 GPU_TOTAL_MB = 81_559 * MIB  # H100 80GB HBM3 as NVML reports it
 IDLE_W = 70.0
 CONTEXT_W = 28.0  # extra draw of an idle GPU that holds a CUDA context
-MAX_W = 700.0
+POWER_CAP_W = 570.0  # the enforced power limit the demo's GPU is held to (an H100 SXM's 700 W capped by its site): MPS runs reach it
 HOST_MEMORY_MB = 41_000.0
 INTERVAL_S = 1
 DEFAULT_MINUTES = 15.0
@@ -100,6 +114,7 @@ GPU_METRICS = [
     MetricName.POWER_USAGE_WATTS,
     MetricName.ENERGY_JOULES,
     MetricName.TEMPERATURE_CELSIUS,
+    MetricName.CLOCKS_POWER_CAPPED,
 ]
 HOST_METRICS = [
     MetricName.CPU_UTILIZATION_PERCENTAGE,
@@ -114,7 +129,7 @@ ACTIVITY = [
     MetricName.DRAM_ACTIVE,
     MetricName.TENSOR_ACTIVE,
 ]  # GPM's, per device or per MIG slice
-DEVICE_ONLY = [MetricName.POWER_USAGE_WATTS, MetricName.ENERGY_JOULES, MetricName.TEMPERATURE_CELSIUS]  # physically the whole GPU's, also under MIG
+DEVICE_ONLY = [MetricName.POWER_USAGE_WATTS, MetricName.ENERGY_JOULES, MetricName.TEMPERATURE_CELSIUS, MetricName.CLOCKS_POWER_CAPPED]  # physically the whole GPU's, also under MIG
 HARDWARE_KEYS = [key(name, GPU) for name in GPU_METRICS] + [key(name) for name in HOST_METRICS]
 
 
@@ -478,9 +493,11 @@ def record_gpu(rng: np.random.Generator, workload: WorkloadSpec, runs: list[RunD
     for offset, run in zip(offsets, runs):
         contexts[offset : offset + run.samples] += run.demand[MetricName.MEMORY_USAGE_MEGABYTES] > 0
     power = IDLE_W + CONTEXT_W * (contexts > 0) + 660 * (0.55 * sm + 0.45 * dram)
-    power = np.clip(power * (1 + 0.015 * rng.standard_normal(length)), IDLE_W * 0.9, MAX_W)
+    power = power * (1 + 0.015 * rng.standard_normal(length))
+    capped = (power >= POWER_CAP_W).astype(float)  # NVML's SW power cap reason: the clocks drop to hold the limit
+    power = np.clip(power, IDLE_W * 0.9, POWER_CAP_W)
     temperature = np.round(_lag(30 + 0.075 * power, 33 + rng.uniform(0, 3), 90 / INTERVAL_S))
-    device = {MetricName.POWER_USAGE_WATTS: power, MetricName.TEMPERATURE_CELSIUS: temperature, MetricName.MEMORY_USAGE_MEGABYTES: memory,
+    device = {MetricName.POWER_USAGE_WATTS: power, MetricName.CLOCKS_POWER_CAPPED: capped, MetricName.TEMPERATURE_CELSIUS: temperature, MetricName.MEMORY_USAGE_MEGABYTES: memory,
               MetricName.MEMORY_USAGE_PERCENTAGE: 100 * memory / GPU_TOTAL_MB}  # fmt: skip
     if workload.cap >= 1:  # the whole GPU: the device's own activity, the same for every run on it
         gract = np.clip(total(MetricName.GR_ENGINE_ACTIVE), sm, 1.0)
@@ -606,6 +623,7 @@ def write_demo(
                 report(_workload_line(spec.name, workload, runs, points))
             for future in writes:
                 future.result()  # a failed write ends here, and the experiment stays incomplete
+            diagnose_and_store(client, [run.info.run_id for run in find_runs(client, [experiment_id], {ROLE_TAG: RUN_ROLE})])
             summary.experiments += 1
             client.set_experiment_tag(experiment_id, COMPLETE_TAG, "true")
     finally:

@@ -239,7 +239,7 @@ def _idle_gpus(evidence: Evidence, result: Diagnosis) -> None:
         result.lacking.append("idle_gpus (no GRACT, SMACT or GPU util series)")
         return
     threshold = settings.IDLE_SHARE.get()
-    idle = sorted((d, s) for d, s in shares.items() if s is not None and s >= threshold)
+    idle = sorted(((d, s) for d, s in shares.items() if s is not None and s >= threshold), key=lambda item: item[0].sort_key())
     if not idle:
         return
     names = ", ".join(f"{d.label} {s:.0%}" for d, s in idle)
@@ -285,6 +285,8 @@ def _input_starved(evidence: Evidence, result: Diagnosis) -> None:
             continue
         lost = math.fsum(max(0.0, 1 - window.mean[i] / peak) for i in gaps if peak > 0) / counted
         cores = math.fsum(c[0] for c in cpu_known) / len(cpu_known) / 100
+        if lost < settings.STARVED_LOSS.get():
+            continue
         if best is None or lost > best[0]:
             best = (lost, gpu, gaps, cores, len(gaps) / counted)
     if best is None:
@@ -422,7 +424,7 @@ def _straggler(evidence: Evidence, result: Diagnosis) -> None:
         return
     lag = settings.STRAGGLER_LAG.get()
     said = []
-    for device, mean in sorted(means.items()):
+    for device, mean in sorted(means.items(), key=lambda item: item[0].sort_key()):
         others = sorted(m for d, m in means.items() if d != device)
         median = others[len(others) // 2] if len(others) % 2 else (others[len(others) // 2 - 1] + others[len(others) // 2]) / 2
         if median > 0 and mean < (1 - lag) * median:

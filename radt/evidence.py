@@ -193,7 +193,7 @@ def _evidence(run_id: str, row: Mapping, tags: Mapping[str, str], keys: Mapping[
         gpu.used = _used(gpu)
         if gpu.memory_total_mb is None:
             gpu.memory_total_mb = _memory_from_share(gpu)
-    evidence.gpus = [gpus[d] for d in sorted(gpus)]
+    evidence.gpus = [gpus[d] for d in sorted(gpus, key=Device.sort_key)]
     return evidence
 
 

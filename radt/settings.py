@@ -684,9 +684,18 @@ GAP_LEVEL = Setting(
 GAP_SHARE = Setting(
     "RADT_GAP_SHARE",
     float,
-    0.1,
+    0.25,
     "input_starved: the share of the run's 10-second windows that hold a gap while the GPU works in others, from which gaps recur; "
-    "one window in ten is more than a checkpoint or an evaluation pass explains",
+    "a quarter of the windows is more than checkpoints, evaluation passes and a loader's hiccups at epoch ends explain",
+    high=1,
+    unit="a ratio (0-1)",
+)
+STARVED_LOSS = Setting(
+    "RADT_STARVED_LOSS",
+    float,
+    0.15,
+    "input_starved: named when the gaps cost the GPU at least this share of its time (each window's shortfall below the GPU's busy "
+    "level); under 15 % more workers rarely pay for their memory",
     high=1,
     unit="a ratio (0-1)",
 )

@@ -149,7 +149,7 @@ def test_demo_writes_workloads_runs_and_realistic_series(store_uri, radt_home, t
         sm, occupancy, gract = values["sm_active"], values["sm_occupancy"], values["gr_engine_active"]
         assert (gract >= sm).all() and (occupancy <= sm).all() and (occupancy[sm > 0.01] < sm[sm > 0.01]).all()
         assert (np.diff(values["energy_joules"]) >= 0).all() and values["energy_joules"][0] == 0
-        assert ((values["power_usage_watts"] > 20) & (values["power_usage_watts"] <= demo.MAX_W)).all()
+        assert ((values["power_usage_watts"] > 20) & (values["power_usage_watts"] <= demo.POWER_CAP_W)).all()
         assert ((values["temperature_celsius"] > 25) & (values["temperature_celsius"] < 90)).all()
         assert values["memory_usage_megabytes"].max() <= demo.GPU_TOTAL_MB
         levels[name] = _steady(sm)
@@ -353,3 +353,21 @@ def test_a_store_that_never_answers_in_time_ends_the_demo_in_one_line_saying_how
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert lines[-1].startswith("radt demo: the store did not answer within RADT_STORE_TIMEOUT=1 s") and "radt demo" in lines[-1][20:], lines
     assert "RADT_STORE_TIMEOUT=30" in lines[-1], "how to give a loaded store more time"
+
+
+def test_the_demos_runs_show_several_findings_and_its_stalled_bert_run_is_input_starved(store_uri):
+    """The demo is diagnosed as it is written (issue 54): the one-worker bert run waits for its data loader, the MPS pair
+    runs into the power cap; every run carries a current diagnosis."""
+    from mlflow import MlflowClient
+
+    demo.write_demo(store_uri, minutes=3, report=lambda line: None)
+    client = MlflowClient(store_uri)
+    found = {}
+    for experiment in client.search_experiments():
+        for run in client.search_runs([experiment.experiment_id], filter_string="tags.`radt.role` = 'run'"):
+            found[(experiment.name, run.info.run_name)] = run.data.tags
+    assert found and all("radt.diagnosis.version" in tags for tags in found.values())
+    assert found[("demo: bert fine-tuning", "bert-base 1A")]["radt.diagnosis"] == "input_starved"
+    codes = {code for tags in found.values() for code in tags["radt.diagnosis"].split(",") if code}
+    assert {"input_starved", "throttled"} <= codes
+    assert "throttled" in found[("demo: resnet50 collocation", "resnet50 3A")]["radt.diagnosis"]

@@ -19,7 +19,8 @@ from radt.app.db.store import make_read_engine
 from radt.catalogue import EXPORTER_METRICS
 from radt.cli import main as radt_main
 from radt.collectors.slurm import slurmacct as acct
-from radt.runmodel import NO_SERIES_TAG
+from radt.diagnosis import IDLE_GPUS, nominal_gb
+from radt.runmodel import DIAGNOSIS_TAG, DIAGNOSIS_VERSION_TAG, GPU_MEMORY_TAG, NO_SERIES_TAG, diagnosis_tag
 from tests.support import prometheus as prom
 from tests.support import slurm as plain_slurm
 from tests.support import slurmacct
@@ -223,16 +224,20 @@ def test_a_job_gets_the_series_of_its_own_gpus_and_no_other(served, store_uri, c
     expected = {k: v for gpu in mine for k, v in held(server, slurmacct.host(), gpu, fact.start_ms, fact.end_ms).items()}
     assert in_run(client, run.info.run_id) == expected, "point for point what Prometheus holds for the job's GPUs over its time"
     assert NO_SERIES_TAG not in run.data.tags
-    smact = [v for k, values in expected.items() if k.endswith("_sm_active") for v in values.values()]
     tags = client.get_run(run.info.run_id).data.tags
-    assert float(tags["radt.verdict.smact_mean"]) == pytest.approx(sum(smact) / len(smact), rel=1e-3), "the verdict is over the job's own GPUs"
-    assert tags["radt.verdict.gpus"] == "2" and tags["radt.verdict.memory_total_gb"] == "40", "the GPUs' size, from the exporter's FB_FREE + FB_USED"
-    idle = [g for g in mine if g != 0]  # the exporter serves the log's GPU g as GPU g: GPU 0 barely busy, GPUs 1-4 idle
-    flags = tags["radt.verdict.flags"]
-    assert (f"{len(idle)} of 2 GPUs idle (GPU {', '.join(map(str, idle))}: " in flags) == bool(idle) and "SMACT < 0.1 for " in flags, flags
-    experiment = client.get_experiment_by_name("slurm-root").experiment_id
-    found = client.search_runs([experiment], filter_string="tags.`radt.verdict.flags` LIKE '%SMACT < 0.1%'")
-    assert run.info.run_id in {r.info.run_id for r in found}, "MLflow's own search finds the wasteful jobs"
+    assert DIAGNOSIS_VERSION_TAG in tags, "the job is diagnosed as it is imported"
+    assert nominal_gb(float(tags[GPU_MEMORY_TAG])) == 40, "the GPUs' size, from the exporter's FB_FREE + FB_USED"
+    hours = (fact.end_ms - fact.start_ms) / 3.6e6
+    assert float(tags["radt.footprint.gpu_hours"]) == pytest.approx(2 * hours, rel=0.02), "over the job's own two GPUs"
+    idle = [g for g in mine if g != 0]  # the exporter serves the log's GPU g as GPU g: GPU 0 busy, GPUs 1-4 idle
+    codes = tags[DIAGNOSIS_TAG].split(",")
+    assert (IDLE_GPUS in codes) == bool(idle), tags[DIAGNOSIS_TAG]
+    if idle:
+        sentence = tags[diagnosis_tag(IDLE_GPUS)]
+        assert f"{len(idle)} of 2 GPUs idle" in sentence and all(f"GPU {g} " in sentence for g in idle), sentence
+        experiment = client.get_experiment_by_name("slurm-root").experiment_id
+        found = client.search_runs([experiment], filter_string="tags.`radt.diagnosis` LIKE '%idle_gpus%'")
+        assert run.info.run_id in {r.info.run_id for r in found}, "MLflow's own search finds the wasteful jobs"
     code, err = radt_import(capsys, "--slurm", job, "--prometheus", server.url, "--store", store_uri)
     assert code == 0 and "0 new points" in err, err
 
@@ -282,7 +287,7 @@ def test_gpus_the_exporter_labels_with_the_job_are_its_own_where_accounting_has_
 
 def test_a_job_on_two_nodes_gets_each_nodes_own_gpus_under_its_node(served, store_uri):
     """A two-node job (an accounting line as sacct prints one; the tests' Slurm has one node): each node's GPUs from its
-    own exporter series, under the node's keys as radt's own multi-node runs have them, and one verdict over all three,
+    own exporter series, under the node's keys as radt's own multi-node runs have them, and one diagnosis over all three,
     its memory said against the largest GPU of both nodes."""
     from radt.collectors.cluster.slurmimport import JobImporter
     from radt.collectors.imports.importer import prometheus_main
@@ -306,15 +311,14 @@ def test_a_job_on_two_nodes_gets_each_nodes_own_gpus_under_its_node(served, stor
     run = client.get_run(done.run_id)
     expected = {k: v for node, gpu in ((host, 1), (host, 3), (OTHER_NODE, 1)) for k, v in held(server, node, gpu, job.start_ms, job.end_ms, node=node).items()}
     assert in_run(MlflowClient(store_uri), done.run_id) == expected and expected, "each node's own GPUs, point for point, under the node's keys"
-    tags = run.data.tags
-    assert tags[f"radt.node.{OTHER_NODE}/host"] == OTHER_NODE and tags["radt.verdict.gpus"] == "3"
+    importer.diagnose()
+    tags = client.get_run(done.run_id).data.tags
+    assert tags[f"radt.node.{OTHER_NODE}/host"] == OTHER_NODE
+    assert float(tags["radt.footprint.gpu_hours"]) == pytest.approx(3 * (job.end_ms - job.start_ms) / 3.6e6, rel=0.05), "one diagnosis over all three"
     # its GPUs' size over both nodes (40 GB here, 80 GB there): the largest, as on one node; the first node's alone said 40
-    assert tags["radt.verdict.memory_total_gb"] == "80", tags
-    assert {k for k in tags if k.endswith("_idle_share")} == {
-        f"radt.verdict.{host}/gpu_1_idle_share",
-        f"radt.verdict.{host}/gpu_3_idle_share",
-        f"radt.verdict.{OTHER_NODE}/gpu_1_idle_share",
-    }
+    assert nominal_gb(float(tags[GPU_MEMORY_TAG])) == 80, tags
+    if IDLE_GPUS in tags[DIAGNOSIS_TAG].split(","):  # each GPU named as the dashboard names it: node · GPU i
+        assert f"{OTHER_NODE} · GPU 1" in tags[diagnosis_tag(IDLE_GPUS)] or f"{host} · GPU" in tags[diagnosis_tag(IDLE_GPUS)]
 
 
 def test_a_job_given_every_gpu_of_its_node_has_them_all_without_any_other_source(cluster, store_uri, capsys, monkeypatch):
