@@ -195,6 +195,7 @@ def test_tag_lists_every_series_with_its_identity_and_fits_mlflow(machine):
             "mig_profile": None,
             "gpu_instance": None,
             "cuda": 1,
+            "memory_total_mb": round(H100["memory_total"] / 1e6),  # MLflow's MB, for the diagnosis' MIG slice
         },
         {
             "series": "gpu_1",
@@ -205,6 +206,7 @@ def test_tag_lists_every_series_with_its_identity_and_fits_mlflow(machine):
             "mig_profile": None,
             "gpu_instance": None,
             "cuda": None,
+            "memory_total_mb": round(H100["memory_total"] / 1e6),
         },
         {
             "series": "gpu_1_mig_5",
@@ -215,6 +217,7 @@ def test_tag_lists_every_series_with_its_identity_and_fits_mlflow(machine):
             "mig_profile": "1g.10gb",
             "gpu_instance": 5,
             "cuda": 0,
+            "memory_total_mb": round(next(m.memory_total_bytes for m in mach.migs if m.gpu_instance == 5) / 1e6),  # the slice's own
         },
     ]
     assert json.loads(gpus.gpus_tag(entries)) == entries

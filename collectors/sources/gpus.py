@@ -494,7 +494,13 @@ def entry(watched: Watched) -> dict:
         "mig_profile": watched.mig.profile if watched.mig else None,
         "gpu_instance": watched.mig.gpu_instance if watched.mig else None,
         "cuda": watched.cuda,
+        "memory_total_mb": _mb((watched.mig or watched.gpu).memory_total_bytes),  # what the diagnosis says a MIG slice against
     }
+
+
+def _mb(total_bytes: int | None) -> float | None:
+    """Bytes as MLflow's megabytes (10^6 bytes), whole; None where NVML did not say."""
+    return round(total_bytes / 1e6) if total_bytes else None
 
 
 def with_slices(plan: Plan, found: list[tuple[int, int]]) -> list[Watched]:
