@@ -630,7 +630,7 @@ CLUSTER_ROWS = Setting(
     "RADT_CLUSTER_ROWS",
     int,
     500,
-    "jobs the Cluster page lists, the most wasted GPU-hours first (the totals above it count every job; narrow by user, account or partition to see the rest)",
+    "jobs the Cluster page lists, the most idle GPU-hours first (the totals above it count every job; narrow by user, account or partition to see the rest)",
     low=1,
     high=100_000,
     unit="a number of jobs",
