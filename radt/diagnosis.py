@@ -254,52 +254,69 @@ def _host_cpu(evidence: Evidence) -> tuple[Window | None, Window | None]:
     return evidence.host.get(MetricName.PROCESS_CPU_UTILIZATION_PERCENTAGE), evidence.host.get(MetricName.CPU_UTILIZATION_PERCENTAGE)
 
 
+@dataclass(frozen=True)
+class Starved:
+    """One GPU's input gaps: the windows that hold one, their share, the GPU time lost, the run's cores busy meanwhile."""
+
+    gpu: GpuEvidence
+    gaps: list[int]
+    share: float
+    lost: float
+    cores: float
+
+
+def _working_with(evidence: Evidence, name: str) -> list[GpuEvidence]:
+    """The GPUs that work (idle less than RADT_IDLE_SHARE of the run) and have the series `name`."""
+    return [g for g in evidence.gpus if name in g.series and (idle_share(g) or 0.0) < settings.IDLE_SHARE.get()]
+
+
 def _input_starved(evidence: Evidence, result: Diagnosis) -> None:
     """Recurring SMACT gaps on a GPU that works in between, while the run's CPU (or the host's) is saturated."""
     run_cpu, host_cpu = _host_cpu(evidence)
-    busy_gpus = [g for g in evidence.gpus if MetricName.SM_ACTIVE in g.series and (idle_share(g) or 0) < settings.IDLE_SHARE.get()]
-    if not busy_gpus:
-        if evidence.gpus and not any(MetricName.SM_ACTIVE in g.series for g in evidence.gpus):
-            result.lacking.append("input_starved (no SMACT series)")
+    if evidence.gpus and not any(MetricName.SM_ACTIVE in g.series for g in evidence.gpus):
+        result.lacking.append("input_starved (no SMACT series)")
         return
-    if run_cpu is None and host_cpu is None:
+    busy = _working_with(evidence, MetricName.SM_ACTIVE)
+    if busy and run_cpu is None and host_cpu is None:
         result.lacking.append("input_starved (no CPU series)")
         return
     cpu_at = _cpu_by_bucket(run_cpu, host_cpu)
-    gap_level, busy_cores = settings.GAP_LEVEL.get(), settings.CPU_BUSY_CORES.get()
-    best: tuple[float, GpuEvidence, list[int], float, float] | None = None
-    for gpu in busy_gpus:
-        window = gpu.series[MetricName.SM_ACTIVE]
-        highs = sorted(h for h in window.high if math.isfinite(h))
-        peak = highs[len(highs) // 2] if highs else 0.0  # the GPU's busy level: the median of its windows' peaks
-        gaps = [i for i, (lo, hi) in enumerate(zip(window.low, window.high)) if math.isfinite(lo) and lo < gap_level and hi >= 2 * gap_level]
-        counted = sum(math.isfinite(m) for m in window.mean)
-        if not counted or len(gaps) < 3 or len(gaps) / counted < settings.GAP_SHARE.get():
-            continue
-        cpu = [cpu_at.get(window.bucket_ms[i]) for i in gaps]
-        cpu_known = [c for c in cpu if c is not None]
-        if not cpu_known:
-            continue
-        saturated = [c for c in cpu_known if c[0] >= busy_cores * 100 or c[1] >= HOST_CPU_SATURATED]
-        if len(saturated) < 0.5 * len(cpu_known):
-            continue
-        lost = math.fsum(max(0.0, 1 - window.mean[i] / peak) for i in gaps if peak > 0) / counted
-        cores = math.fsum(c[0] for c in cpu_known) / len(cpu_known) / 100
-        if lost < settings.STARVED_LOSS.get():
-            continue
-        if best is None or lost > best[0]:
-            best = (lost, gpu, gaps, cores, len(gaps) / counted)
-    if best is None:
+    found = [starved for gpu in busy if (starved := _starved(gpu, cpu_at)) is not None]
+    if not found:
         return
-    lost, gpu, gaps, cores, share = best
-    window = gpu.series[MetricName.SM_ACTIVE]
+    worst = max(found, key=lambda s: s.lost)
+    window = worst.gpu.series[MetricName.SM_ACTIVE]
     sentence = (
-        f"the GPU waits for input: SMACT of {gpu.device.label} drops below {gap_level:g} in {share:.0%} of the run's "
-        f"{evidence.bucket_s}-second windows while the run's processes use {cores:.1f} cores; about {lost:.0%} of the GPU's time is lost; "
-        f"{ACTIONS[INPUT_STARVED]}"
+        f"the GPU waits for input: SMACT of {worst.gpu.device.label} drops below {settings.GAP_LEVEL.get():g} in {worst.share:.0%} of the "
+        f"run's {evidence.bucket_s}-second windows while the run's processes use {worst.cores:.1f} cores; about {worst.lost:.0%} of the "
+        f"GPU's time is lost; {ACTIONS[INPUT_STARVED]}"
     )
-    span = (int(window.bucket_ms[gaps[0]]), int(window.bucket_ms[gaps[-1]]) + evidence.bucket_s * 1000)
-    result.findings.append(Finding(INPUT_STARVED, sentence, span, {"lost_share": lost, "gap_share": share, "cpu_cores": cores}))
+    span = (int(window.bucket_ms[worst.gaps[0]]), int(window.bucket_ms[worst.gaps[-1]]) + evidence.bucket_s * 1000)
+    result.findings.append(Finding(INPUT_STARVED, sentence, span, {"lost_share": worst.lost, "gap_share": worst.share, "cpu_cores": worst.cores}))
+
+
+def _gaps(window: Window) -> list[int]:
+    """The windows in which SMACT fell below RADT_GAP_LEVEL while the GPU also worked (its peak at least twice that)."""
+    level = settings.GAP_LEVEL.get()
+    return [i for i, (lo, hi) in enumerate(zip(window.low, window.high)) if math.isfinite(lo) and lo < level and hi >= 2 * level]
+
+
+def _starved(gpu: GpuEvidence, cpu_at: Mapping[int, tuple[float, float]]) -> Starved | None:
+    """The GPU's gaps where they recur (RADT_GAP_SHARE), the CPU is saturated in most of them and they cost RADT_STARVED_LOSS."""
+    window = gpu.series[MetricName.SM_ACTIVE]
+    gaps, counted = _gaps(window), sum(math.isfinite(m) for m in window.mean)
+    if not counted or len(gaps) < 3 or len(gaps) / counted < settings.GAP_SHARE.get():
+        return None
+    cpu = [c for c in (cpu_at.get(int(window.bucket_ms[i])) for i in gaps) if c is not None]
+    saturated = [c for c in cpu if c[0] >= settings.CPU_BUSY_CORES.get() * 100 or c[1] >= HOST_CPU_SATURATED]
+    if not cpu or len(saturated) < 0.5 * len(cpu):
+        return None
+    highs = sorted(h for h in window.high if math.isfinite(h))
+    busy_level = highs[len(highs) // 2]  # the GPU's busy level: the median of its windows' peaks
+    lost = math.fsum(max(0.0, 1 - window.mean[i] / busy_level) for i in gaps) / counted if busy_level > 0 else 0.0
+    if lost < settings.STARVED_LOSS.get():
+        return None
+    return Starved(gpu, gaps, len(gaps) / counted, lost, math.fsum(c[0] for c in cpu) / len(cpu) / 100)
 
 
 def _cpu_by_bucket(run_cpu: Window | None, host_cpu: Window | None) -> dict[int, tuple[float, float]]:
@@ -321,48 +338,62 @@ def _means(gpu: GpuEvidence, *names: str) -> list[float | None]:
     return [s.mean if s else None for s in stats]
 
 
+ACTIVITY_NEEDS = {
+    SMALL_KERNELS: MetricName.GR_ENGINE_ACTIVE,
+    LOW_OCCUPANCY: MetricName.SM_OCCUPANCY,
+    MEMORY_BOUND: MetricName.DRAM_ACTIVE,
+    NO_TENSOR_CORES: MetricName.TENSOR_ACTIVE,
+}  # each activity rule and the series it reads beside SMACT
+ACTIVITY_WHAT = {
+    SMALL_KERNELS: "kernels run but keep few SMs busy",
+    LOW_OCCUPANCY: "the SMs are busy with few warps each",
+    MEMORY_BOUND: "the SMs wait on memory",
+    NO_TENSOR_CORES: "the tensor cores stay idle while the SMs work",
+}
+
+
 def _activity(evidence: Evidence, result: Diagnosis) -> None:
     """small_kernels, low_occupancy, memory_bound and no_tensor_cores, from each working GPU's activity means."""
     working = [g for g in evidence.gpus if (idle_share(g) or 0.0) < settings.IDLE_SHARE.get()]
-    has = {name: any(name in g.series for g in working) for name in (MetricName.SM_ACTIVE, MetricName.GR_ENGINE_ACTIVE)}
-    has |= {name: any(name in g.series for g in working) for name in (MetricName.SM_OCCUPANCY, MetricName.DRAM_ACTIVE, MetricName.TENSOR_ACTIVE)}
-    if working and not has[MetricName.SM_ACTIVE]:
-        result.lacking.append("small_kernels, low_occupancy, memory_bound, no_tensor_cores (no SMACT series: DCGM profiling or NVML GPM)")
+    if not working:
         return
-    for code, needs in ((SMALL_KERNELS, MetricName.GR_ENGINE_ACTIVE), (LOW_OCCUPANCY, MetricName.SM_OCCUPANCY), (MEMORY_BOUND, MetricName.DRAM_ACTIVE)):
-        if working and not has[needs]:
-            result.lacking.append(f"{code} (no {needs} series)")
-    if working and not has[MetricName.TENSOR_ACTIVE]:
-        result.lacking.append(f"{NO_TENSOR_CORES} (no {MetricName.TENSOR_ACTIVE} series)")
+    if not any(MetricName.SM_ACTIVE in g.series for g in working):
+        result.lacking.append(f"{', '.join(ACTIVITY_NEEDS)} (no SMACT series: DCGM profiling or NVML GPM)")
+        return
+    result.lacking += [f"{code} (no {needs} series)" for code, needs in ACTIVITY_NEEDS.items() if not any(needs in g.series for g in working)]
     found: dict[str, list[str]] = {}
     for gpu in working:
-        smact, gract, smocc, dram, tensor = _means(
-            gpu, MetricName.SM_ACTIVE, MetricName.GR_ENGINE_ACTIVE, MetricName.SM_OCCUPANCY, MetricName.DRAM_ACTIVE, MetricName.TENSOR_ACTIVE
-        )
-        if smact is None:
-            continue
-        where = gpu.device.label
-        if gract is not None and gract >= settings.SMALL_KERNEL_GRACT.get() and smact < settings.SMALL_KERNEL_SMACT.get():
-            found.setdefault(SMALL_KERNELS, []).append(f"{where}: GRACT {gract:.2f} but SMACT {smact:.3f}")
-        if smocc is not None and smact >= settings.LOW_OCCUPANCY_SMACT.get() and smocc < settings.LOW_OCCUPANCY_SMOCC.get():
-            found.setdefault(LOW_OCCUPANCY, []).append(f"{where}: SMACT {smact:.2f} but SMOCC {smocc:.2f}")
-        if dram is not None and dram >= settings.MEMORY_BOUND_DRAM.get() and smact < settings.MEMORY_BOUND_SMACT.get():
-            found.setdefault(MEMORY_BOUND, []).append(f"{where}: DRAM activity {dram:.2f} with SMACT {smact:.2f}")
-        if tensor is not None and smact >= settings.TENSOR_SMACT.get() and tensor < settings.TENSOR_LEVEL.get():
-            if NO_TENSOR_CORE_MODELS.search(gpu.model) or not TENSOR_CORE_MODELS.search(gpu.model):
-                result.lacking.append(f"{NO_TENSOR_CORES} ({gpu.model or 'GPU model unknown'}: no known tensor cores)")
-                continue
-            found.setdefault(NO_TENSOR_CORES, []).append(f"{where}: tensor activity {tensor:.3f} with SMACT {smact:.2f} on a {gpu.model}")
-    what = {
-        SMALL_KERNELS: "kernels run but keep few SMs busy",
-        LOW_OCCUPANCY: "the SMs are busy with few warps each",
-        MEMORY_BOUND: "the SMs wait on memory",
-        NO_TENSOR_CORES: "the tensor cores stay idle while the SMs work",
-    }
-    for code in (SMALL_KERNELS, LOW_OCCUPANCY, MEMORY_BOUND, NO_TENSOR_CORES):
+        for code, said in _activity_of_gpu(gpu, result).items():
+            found.setdefault(code, []).append(said)
+    for code in ACTIVITY_NEEDS:
         if code in found:
-            sentence = f"{what[code]} ({'; '.join(found[code])}); {ACTIONS[code]}"
+            sentence = f"{ACTIVITY_WHAT[code]} ({'; '.join(found[code])}); {ACTIONS[code]}"
             result.findings.append(Finding(code, sentence, (evidence.start_ms, evidence.end_ms)))
+
+
+def _activity_of_gpu(gpu: GpuEvidence, result: Diagnosis) -> dict[str, str]:
+    """The activity findings of one GPU, code -> what it showed ('GPU 0: GRACT 0.68 but SMACT 0.002')."""
+    smact, gract, smocc, dram, tensor = _means(gpu, MetricName.SM_ACTIVE, *ACTIVITY_NEEDS.values())
+    if smact is None:
+        return {}
+    where, out = gpu.device.label, {}
+    if gract is not None and gract >= settings.SMALL_KERNEL_GRACT.get() and smact < settings.SMALL_KERNEL_SMACT.get():
+        out[SMALL_KERNELS] = f"{where}: GRACT {gract:.2f} but SMACT {smact:.3f}"
+    if smocc is not None and smact >= settings.LOW_OCCUPANCY_SMACT.get() and smocc < settings.LOW_OCCUPANCY_SMOCC.get():
+        out[LOW_OCCUPANCY] = f"{where}: SMACT {smact:.2f} but SMOCC {smocc:.2f}"
+    if dram is not None and dram >= settings.MEMORY_BOUND_DRAM.get() and smact < settings.MEMORY_BOUND_SMACT.get():
+        out[MEMORY_BOUND] = f"{where}: DRAM activity {dram:.2f} with SMACT {smact:.2f}"
+    if tensor is not None and smact >= settings.TENSOR_SMACT.get() and tensor < settings.TENSOR_LEVEL.get():
+        if has_tensor_cores(gpu.model):
+            out[NO_TENSOR_CORES] = f"{where}: tensor activity {tensor:.3f} with SMACT {smact:.2f} on a {gpu.model}"
+        else:
+            result.lacking.append(f"{NO_TENSOR_CORES} ({gpu.model or 'GPU model unknown'}: no known tensor cores)")
+    return out
+
+
+def has_tensor_cores(model: str) -> bool:
+    """Whether a GPU of this name (NVML's, an exporter's modelName) has tensor cores: Volta and later; unknown: no."""
+    return bool(TENSOR_CORE_MODELS.search(model or "")) and not NO_TENSOR_CORE_MODELS.search(model or "")
 
 
 THROTTLE_REASONS = (
@@ -396,24 +427,31 @@ def _hardware_errors(evidence: Evidence, result: Diagnosis) -> None:
     if evidence.gpus and not any(n in g.series for g in evidence.gpus for n in names):
         result.lacking.append("hardware_errors (no XID or ECC series)")
         return
-    said, first = [], []
-    for gpu in evidence.gpus:
-        xid = gpu.series.get(MetricName.XID_ERROR)
-        if xid is not None:
-            hits = [(int(ms), int(h)) for ms, h in zip(xid.bucket_ms, xid.high) if math.isfinite(h) and h > 0]
-            if hits:
-                said.append(f"{gpu.device.label}: XID {', '.join(str(c) for c in sorted({c for _, c in hits}))} ({len(hits)} windows)")
-                first.append(hits[0][0])
-        ecc = gpu.series.get(MetricName.ECC_ERRORS_UNCORRECTED)
-        if ecc is not None:
-            values = [v for v in ecc.high if math.isfinite(v)]
-            lows = [v for v in ecc.low if math.isfinite(v)]
-            if values and lows and max(values) > min(lows):
-                said.append(f"{gpu.device.label}: {max(values) - min(lows):.0f} uncorrected ECC errors")
-                first.append(int(ecc.bucket_ms[0]))
-    if said:
-        span = (min(first), evidence.end_ms)
-        result.findings.append(Finding(HARDWARE_ERRORS, f"hardware errors ({'; '.join(said)}); {ACTIONS[HARDWARE_ERRORS]}", span))
+    found = [said for gpu in evidence.gpus for said in (_xids(gpu), _ecc(gpu)) if said is not None]
+    if found:
+        text = "; ".join(said for said, _ in found)
+        span = (min(first for _, first in found), evidence.end_ms)
+        result.findings.append(Finding(HARDWARE_ERRORS, f"hardware errors ({text}); {ACTIONS[HARDWARE_ERRORS]}", span))
+
+
+def _xids(gpu: GpuEvidence) -> tuple[str, int] | None:
+    """('GPU 0: XID 79 (1 windows)', the first window's ms) where the GPU reported XID events; else None."""
+    xid = gpu.series.get(MetricName.XID_ERROR)
+    hits = [(int(ms), int(h)) for ms, h in zip(xid.bucket_ms, xid.high) if math.isfinite(h) and h > 0] if xid else []
+    if not hits:
+        return None
+    codes = ", ".join(str(c) for c in sorted({c for _, c in hits}))
+    return f"{gpu.device.label}: XID {codes} ({len(hits)} windows)", hits[0][0]
+
+
+def _ecc(gpu: GpuEvidence) -> tuple[str, int] | None:
+    """('GPU 0: 2 uncorrected ECC errors', the series' first ms) where the volatile count rose during the run; else None."""
+    ecc = gpu.series.get(MetricName.ECC_ERRORS_UNCORRECTED)
+    highs = [v for v in ecc.high if math.isfinite(v)] if ecc else []
+    lows = [v for v in ecc.low if math.isfinite(v)] if ecc else []
+    if not highs or not lows or max(highs) <= min(lows):
+        return None
+    return f"{gpu.device.label}: {max(highs) - min(lows):.0f} uncorrected ECC errors", int(ecc.bucket_ms[0])
 
 
 def _straggler(evidence: Evidence, result: Diagnosis) -> None:
