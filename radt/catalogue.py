@@ -247,7 +247,15 @@ DCGM_TAGS: dict[str, tuple[str, float]] = {
     "TMPTR": ("temperature_celsius", 1.0),
     "SMCLK": ("sm_clock_mhz", 1.0),
     "FBUSD": ("memory_usage_megabytes", MIB),
+    # field 112's clock event reasons: a bitmask, split by clock_reason_series into the three clocks_* series (DCGM_CLOCK_REASON_TAGS)
+    "DVCCTR": (MetricName.CLOCKS_POWER_CAPPED, 1.0),
+    # the last XID DCGM saw, repeated in every row (and by dcgm-exporter at every scrape) until the next: the readers keep
+    # the row where it changes and write 0 where it repeats
+    "XIDER": (MetricName.XID_ERROR, 1.0),
+    "ESVTL": (MetricName.ECC_ERRORS_CORRECTED, 1.0),  # single-bit (corrected) volatile total
+    "EDVTL": (MetricName.ECC_ERRORS_UNCORRECTED, 1.0),  # double-bit (uncorrected) volatile total
 }
+DCGM_CLOCK_REASON_TAGS = frozenset({"DVCCTR"})  # dmon tags whose value is a clock event reasons bitmask, never stored as it is
 DCGM_FIELD_IDS: dict[int, str] = {
     150: "TMPTR",
     155: "POWER",
@@ -270,6 +278,10 @@ DCGM_FIELD_IDS: dict[int, str] = {
     1010: "PCIRX",
     1011: "NVLTX",
     1012: "NVLRX",
+    112: "DVCCTR",  # DCGM_FI_DEV_CLOCKS_EVENT_REASONS (older DCGM: DCGM_FI_DEV_CLOCK_THROTTLE_REASONS)
+    230: "XIDER",  # DCGM_FI_DEV_XID_ERRORS
+    310: "ESVTL",  # DCGM_FI_DEV_ECC_SBE_VOL_TOTAL
+    311: "EDVTL",  # DCGM_FI_DEV_ECC_DBE_VOL_TOTAL
 }
 # dcgm-exporter metric -> the `dcgmi dmon` tag of the same DCGM field (DCGM's field names), whose
 # catalogue entry gives the metric and scale (FB_USED comes in MiB, as dmon's FBUSD does).
@@ -292,13 +304,38 @@ DCGM_EXPORTER_TAGS: dict[str, str] = {
     "DCGM_FI_DEV_GPU_TEMP": "TMPTR",
     "DCGM_FI_DEV_SM_CLOCK": "SMCLK",
     "DCGM_FI_DEV_FB_USED": "FBUSD",
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": "DVCCTR",
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": "DVCCTR",  # newer exporters' name of the same field
+    "DCGM_FI_DEV_XID_ERRORS": "XIDER",
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": "ESVTL",
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": "EDVTL",
 }
 DCGM_EXPORTER_NAMES: dict[str, str] = {tag: name for name, tag in DCGM_EXPORTER_TAGS.items()}  # dmon tag -> exporter name
 DCGM_EXPORTER_FB_FREE = "DCGM_FI_DEV_FB_FREE"  # free framebuffer (MiB), read with FB_USED for a GPU's memory size, not stored
 DCGM_EXPORTER_METRICS: dict[str, tuple[str, float]] = {metric: DCGM_TAGS[tag] for metric, tag in DCGM_EXPORTER_TAGS.items()}
 # radT's field sets: the full profiling set, and the basic set it falls back to.
-DCGM_PROFILING_FIELDS = [155, 156, 200, 201, 203, 204, 252, 1001, 1002, 1003, 1004, 1005, 1006, 1007, 1008, 1009, 1010, 1011, 1012]
-DCGM_BASIC_FIELDS = [155, 156, 200, 201, 203, 204, 252]
+DCGM_PROFILING_FIELDS = [155, 156, 200, 201, 203, 204, 252, 1001, 1002, 1003, 1004, 1005, 1006, 1007, 1008, 1009, 1010, 1011, 1012, 112, 230, 310, 311]
+DCGM_BASIC_FIELDS = [155, 156, 200, 201, 203, 204, 252, 112, 230, 310, 311]
+
+# The clock event reasons bitmask (NVML's nvmlClocksEventReason*, DCGM's DCGM_CLOCKS_EVENT_REASON_*: the same bits) -> the
+# catalogue's 0/1 series. Idle 0x1, applications clocks 0x2, sync boost 0x10 and display clocks 0x100 are settings, not slowdowns.
+CLOCK_REASON_SW_POWER_CAP = 0x4
+CLOCK_REASON_HW_SLOWDOWN = 0x8
+CLOCK_REASON_SW_THERMAL = 0x20
+CLOCK_REASON_HW_THERMAL = 0x40
+CLOCK_REASON_HW_POWER_BRAKE = 0x80
+CLOCK_REASON_BITS: dict[str, int] = {
+    MetricName.CLOCKS_POWER_CAPPED: CLOCK_REASON_SW_POWER_CAP | CLOCK_REASON_HW_POWER_BRAKE,
+    MetricName.CLOCKS_THERMAL_SLOWDOWN: CLOCK_REASON_SW_THERMAL | CLOCK_REASON_HW_THERMAL,
+    MetricName.CLOCKS_HARDWARE_SLOWDOWN: CLOCK_REASON_HW_SLOWDOWN,
+}
+
+
+def clock_reason_series(bitmask: float) -> dict[str, float]:
+    """One clock event reasons bitmask (NVML, dcgmi dmon, dcgm-exporter) as the three series: 1.0 while a reason holds, else 0.0."""
+    bits = int(bitmask)
+    return {name: 1.0 if bits & mask else 0.0 for name, mask in CLOCK_REASON_BITS.items()}
+
 
 # `nvidia-smi --query-gpu=... --format=csv` columns -> (metric, scale); values come in the
 # column's own unit (MiB, %, W) which the scale converts.

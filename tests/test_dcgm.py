@@ -160,7 +160,62 @@ def test_values_are_the_recorded_lines(dcgmi, source, fixtures_dir):
     assert gpu3 and all("system/gpu_3_power_usage_watts" not in v and "system/gpu_3_energy_joules" not in v for v in gpu3)
     assert all("system/gpu_3_sm_active" in v for v in gpu3)
     assert not any(k.endswith("_nan") or v != v for s in samples for k, v in s.items())
-    assert src.fields[7:] == list(range(1001, 1013))
+    assert [f for f in src.fields if f > 1000] == list(range(1001, 1013))
+
+
+HEALTH_ROWS = [  # POWER, DVCCTR (field 112), XIDER (230), ESVTL (310), EDVTL (311)
+    ("100.0", "0", "N/A", "3", "0"),
+    ("101.0", "4", "N/A", "3", "0"),
+    ("102.0", "132", "79", "3", "1"),
+    ("103.0", "132", "79", "3", "1"),
+    ("104.0", "0", "79", "4", "1"),
+    ("105.0", "96", "79", "4", "1"),
+    ("106.0", "96", "79", "4", "1"),
+    ("107.0", "0", "79", "4", "1"),
+]
+
+
+def health_log(path: Path) -> Path:
+    """A dmon log of GPU 0 in dmon's own layout (DCGM 4.6's tags; DVCCTR is 20 wide, the others 5), one sample a line."""
+    widths = (18, 21, 6, 6, 6)
+
+    def line(entity: str, cells: tuple[str, ...]) -> str:
+        return entity.ljust(10) + "".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + "\n"
+
+    header = line("#Entity", ("POWER", "DVCCTR", "XIDER", "ESVTL", "EDVTL")) + line("ID", ("W", "", "", "", ""))
+    path.write_text(header + "".join(line("GPU 0", row) for row in HEALTH_ROWS))
+    return path
+
+
+def test_clock_reasons_xid_and_ecc_come_from_dmons_own_fields(dcgmi, source, monkeypatch, tmp_path):
+    """Field 112 is a bitmask (split into the three 0/1 series), 230 the last XID repeated in every row (one 79, however
+    often dmon repeats it), 310/311 the volatile ECC totals."""
+    monkeypatch.setenv("RADT_FAKE_DCGMI_LOG", str(health_log(tmp_path / "dmon.txt")))
+    src = source()
+    src.open(SamplingContext(interval=0.1))
+    assert {112, 230, 310, 311} <= {int(f) for f in dcgmi()[0][2].split(",")}
+    samples = collect(src, lambda s: len(s) >= 12)  # the log loops: past its end and into it again
+    g = "system/gpu_0_"
+    assert [v[g + "xid_error"] for v in samples if g + "xid_error" in v].count(79.0) == 1
+    assert {v[g + "clocks_power_capped"] for v in samples} == {0.0, 1.0}
+    assert {v[g + "clocks_thermal_slowdown"] for v in samples} == {0.0, 1.0}
+    assert {v[g + "clocks_hardware_slowdown"] for v in samples} == {0.0}
+    assert {v[g + "ecc_errors_corrected"] for v in samples} <= {3.0, 4.0} and {v[g + "ecc_errors_uncorrected"] for v in samples} <= {0.0, 1.0}
+
+
+def test_an_xid_is_not_lost_when_several_dmon_rows_come_between_two_ticks(dcgmi, source, monkeypatch, tmp_path):
+    """A tick slower than dmon's rows takes the newest of each value; the XID's row is an event and must survive the 0s after it."""
+    monkeypatch.setenv("RADT_FAKE_DCGMI_LOG", str(health_log(tmp_path / "dmon.txt")))
+    src = source()
+    src.open(SamplingContext(interval=0.1))
+    samples: list[dict[str, float]] = []
+
+    def ticked() -> bool:  # about five dmon rows a tick
+        samples.append(src.sample())
+        return len(samples) >= 6
+
+    wait_for(ticked, 15.0, what="six ticks", interval=0.5)
+    assert [v.get("system/gpu_0_xid_error") for v in samples].count(79.0) == 1
 
 
 def test_devices_are_passed_with_i(dcgmi, source):

@@ -7,6 +7,9 @@ A MIG slice the run uses (`SamplingContext.slices`) is its own series, `system/g
 `dcgmi discovery -c` names the slice's DCGM GPU-instance entity id, dmon is asked for it beside
 the GPUs (`-i 0,i:<id>`) and prints it as "GPU-I <id>". Where the hierarchy lacks the slice,
 `describe()` says why under "mig_activity" and the GPU-level series go on.
+
+Besides the activity, dmon is asked why the clocks are held down (field 112, a bitmask split into the three clocks_*
+series), the last XID (230: kept where it changes, see EnergyBaseline.new_xid) and the volatile ECC totals (310, 311).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import shutil
 import subprocess
 import threading
 
-from radt.catalogue import DCGM_BASIC_FIELDS, DCGM_PROFILING_FIELDS
+from radt.catalogue import DCGM_BASIC_FIELDS, DCGM_PROFILING_FIELDS, MetricName
 from radt.collectors.process.proctree import die_with_parent
 from radt.collectors.sources.base import MetricSource, SamplingContext, SourceUnavailable
 from radt.collectors.sources.parsers import DmonParser, dmon_error, parse_mig_hierarchy
@@ -24,6 +27,14 @@ from radt.collectors.sources.toolmetrics import EnergyBaseline, dmon_metrics
 START_TIMEOUT = 10.0  # seconds to wait for the first line of data before trying the next field set
 DISCOVERY_TIMEOUT = 5.0  # seconds for `dcgmi discovery -c`
 WHOLE = "the GPU-level series are the whole GPU's"
+
+
+def _merge(latest: dict[str, float], row: dict[str, float]) -> None:
+    """A new dmon row over the one not sampled yet; an XID waiting to be sampled is kept over a later row's 0 (an event, not a level)."""
+    for where, value in row.items():
+        if value == 0 and latest.get(where) and where.endswith(MetricName.XID_ERROR):
+            continue
+        latest[where] = value
 
 
 class DcgmSource(MetricSource):
@@ -115,7 +126,7 @@ class DcgmSource(MetricSource):
             if not metrics:
                 continue
             with self._lock:
-                self._latest.update(metrics)
+                _merge(self._latest, metrics)
             if not first.is_set():
                 ok["value"] = True
                 first.set()

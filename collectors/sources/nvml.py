@@ -8,17 +8,28 @@ its memory through its MIG device handle, its activity through GPM per MIG insta
 (nvmlGpmMigSampleGet). The GPU's basics (power, temperature, clocks) stay under the GPU's own keys:
 they are physically the whole GPU's. Where a slice's own activity cannot be read (no GPM, as on
 A100), `describe()` says why under "mig_activity" instead of passing the GPU's off as the slice's.
+
+Why the clocks are held down (the clock event reasons, split into the catalogue's three 0/1 series), the XID errors the
+driver reports (an event set polled each tick without waiting) and the volatile ECC counts are the whole GPU's too. A
+call the GPU does not support leaves its series out: never a 0 that looks like a reading.
 """
 
 from __future__ import annotations
 
+import ctypes
+
 import pynvml
 
-from radt.catalogue import GPM_METRICS, MetricName, key
+from radt.catalogue import GPM_METRICS, MetricName, clock_reason_series, key
 from radt.collectors.sources.base import MetricSource, SamplingContext, SourceUnavailable
 from radt.collectors.sources.gpus import Machine, NvmlUnavailable, gpm_supported, machine, mig_handle
 
 MB = 1e6
+MAX_EVENTS = 64  # events taken from the set in one tick at most: a storm of them never holds the tick up
+ECC_COUNTS = (
+    (MetricName.ECC_ERRORS_UNCORRECTED, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+    (MetricName.ECC_ERRORS_CORRECTED, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+)
 # Errors that mean "this call will never work on this GPU/driver": remembered, not retried every tick.
 _NEVER = tuple(
     getattr(pynvml, name)
@@ -98,6 +109,18 @@ def _free_sample(sample) -> None:
         pass
 
 
+def _address(pointer) -> int | None:
+    """A device handle's (or an event's device's) address: the same GPU whichever pointer object carries it."""
+    return ctypes.cast(pointer, ctypes.c_void_p).value
+
+
+def _free_events(events) -> None:
+    try:
+        pynvml.nvmlEventSetFree(events)
+    except Exception:
+        pass
+
+
 class NvmlSource(MetricSource):
     name = "nvml"
     gives = "gpu"
@@ -112,6 +135,8 @@ class NvmlSource(MetricSource):
         self._energy_base: dict[int, float] = {}
         self._unsupported: set[tuple[int, str]] = set()
         self._pids = lambda: []
+        self._events = None  # the event set the GPUs' XID errors come to
+        self._xid_gpus: dict[int | None, int] = {}  # device handle address -> GPU, for the GPUs registered with it
 
     def open(self, ctx: SamplingContext) -> None:
         try:
@@ -138,6 +163,24 @@ class NvmlSource(MetricSource):
         self._pids = ctx.pids
         for gpu, gi in ctx.slices:
             self._open_slice(gpu, gi)
+        self._open_events()
+
+    def _open_events(self) -> None:
+        """One event set for the GPUs' XID errors; a GPU that cannot register (NOT_SUPPORTED, no permission) has no xid_error series."""
+        try:
+            events = pynvml.nvmlEventSetCreate()
+        except pynvml.NVMLError:
+            return
+        for gpu, handle in self.handles.items():
+            try:
+                pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, events)
+            except pynvml.NVMLError:
+                continue
+            self._xid_gpus[_address(handle)] = gpu
+        if self._xid_gpus:
+            self._events = events
+        else:
+            _free_events(events)
 
     def _open_slice(self, gpu: int, gi: int) -> None:
         """Find the slice's MIG device and try a GPM snapshot of it; say why where its activity cannot be read."""
@@ -200,8 +243,46 @@ class NvmlSource(MetricSource):
                 return memory
         return self._read(gpu, "memory", pynvml.nvmlDeviceGetMemoryInfo, handle)
 
-    def sample(self) -> dict[str, float]:
+    def _clock_reasons(self, gpu: int, handle) -> int | None:
+        """The clock event reasons bitmask; an older driver, without the newer call, answers the older one."""
+        newer = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        if newer is not None and (gpu, "clock_events") not in self._unsupported:
+            reasons = self._read(gpu, "clock_events", newer, handle)
+            if reasons is not None or (gpu, "clock_events") not in self._unsupported:
+                return reasons
+        return self._read(gpu, "clock_throttle", pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
+
+    def _new_xids(self) -> dict[int, float]:
+        """The XID of the first error each registered GPU reported since the last tick, 0 where none; never waits (timeout 0)."""
+        found = dict.fromkeys(self._xid_gpus.values(), 0.0)
+        for _ in range(MAX_EVENTS if self._events is not None else 0):
+            try:
+                event = pynvml.nvmlEventSetWait(self._events, 0)
+            except pynvml.NVMLError as exc:
+                if getattr(exc, "value", None) in _NEVER:  # the set itself stopped working: no XID series from now on
+                    _free_events(self._events)
+                    self._events, self._xid_gpus = None, {}
+                    return {}
+                break  # NVML_ERROR_TIMEOUT: nothing (more) happened
+            gpu = self._xid_gpus.get(_address(event.device))
+            if gpu is not None and event.eventType & pynvml.nvmlEventTypeXidCriticalError and not found[gpu]:
+                found[gpu] = float(event.eventData)
+        return found
+
+    def _health(self, gpu: int, handle) -> dict[str, float]:
+        """Why the clocks are held down (three 0/1 series) and the volatile ECC counts, where the GPU answers."""
         out: dict[str, float] = {}
+        reasons = self._clock_reasons(gpu, handle)
+        if reasons is not None:
+            out.update({key(name, gpu): on for name, on in clock_reason_series(reasons).items()})
+        for name, kind in ECC_COUNTS:
+            count = self._read(gpu, name, pynvml.nvmlDeviceGetTotalEccErrors, handle, kind, pynvml.NVML_VOLATILE_ECC)
+            if count is not None:
+                out[key(name, gpu)] = float(count)
+        return out
+
+    def sample(self) -> dict[str, float]:
+        out: dict[str, float] = {key(MetricName.XID_ERROR, gpu): code for gpu, code in self._new_xids().items()}
         pids = None
         for gpu, handle in self.handles.items():
             util = self._read(gpu, "util", pynvml.nvmlDeviceGetUtilizationRates, handle)
@@ -232,6 +313,7 @@ class NvmlSource(MetricSource):
             pstate = self._read(gpu, MetricName.PSTATE, pynvml.nvmlDeviceGetPerformanceState, handle)
             if pstate is not None and pstate != pynvml.NVML_PSTATE_UNKNOWN:
                 out[key(MetricName.PSTATE, gpu)] = float(pstate)
+            out.update(self._health(gpu, handle))
             procs = self._read(gpu, "procs", pynvml.nvmlDeviceGetComputeRunningProcesses, handle)
             if procs is not None:
                 if pids is None:
@@ -317,6 +399,9 @@ class NvmlSource(MetricSource):
         for sample in self._gpm_prev.values():
             _free_sample(sample)
         self._gpm_prev.clear()
+        if self._events is not None:  # before nvmlShutdown, while the library still knows the set
+            _free_events(self._events)
+        self._events, self._xid_gpus = None, {}
         if self.handles:
             _shutdown()
         self.handles = {}

@@ -19,7 +19,17 @@ from typing import NamedTuple
 
 import requests
 
-from radt.catalogue import DCGM_EXPORTER_FB_FREE, DCGM_EXPORTER_METRICS, DCGM_EXPORTER_NAMES, EXPORTER_METRICS, key
+from radt.catalogue import (
+    CLOCK_REASON_BITS,
+    DCGM_CLOCK_REASON_TAGS,
+    DCGM_EXPORTER_FB_FREE,
+    DCGM_EXPORTER_METRICS,
+    DCGM_EXPORTER_NAMES,
+    DCGM_EXPORTER_TAGS,
+    EXPORTER_METRICS,
+    clock_reason_series,
+    key,
+)
 from radt.collectors.sources.gpus import OLD_MIG
 from radt.errors import UserError
 from radt.settings import LABEL_NAME, PROMETHEUS_HOST_LABEL, is_http_url
@@ -160,6 +170,8 @@ def _host_matcher(host: str, host_label: str) -> str:
 
 JOB_LABELS = ("jobid", "hpc_job")  # the Slurm job an exporter says uses a device (a prolog's mapping; dcgm-exporter's --hpc-job-mapping-dir)
 POD_LABELS = ("pod", "exported_pod")  # the Kubernetes pod dcgm-exporter says uses a device (exported_: renamed by a scrape of a pod)
+ERROR_LABELS = ("err_code", "err_msg")  # newer dcgm-exporters label the XID series with its code: still the device's one series
+XID_TAG = "XIDER"  # the XID field's dmon tag; its dcgm-exporter series holds the last XID (see _new_xids)
 
 
 class Labelled(NamedTuple):
@@ -295,37 +307,76 @@ def series_key(labels: Mapping[str, str], wanted: Wanted) -> tuple[str, float] |
     return key(name, place[0], mig=place[1]), scale
 
 
+def _keyed(series: Series, wanted: Wanted) -> list[tuple[str, list[tuple[int, float]]]]:
+    """(catalogue key, samples in the catalogue unit) of one watched series, NaN left out: one key, or the three clocks_*
+    series of a clock event reasons bitmask (clock_reason_series, as for dcgmi dmon's); none for a series not watched."""
+    named = series_key(series.labels, wanted)
+    if named is None:
+        return []
+    where, scale = named
+    samples = [(t, v * scale) for t, v in series.samples if not math.isnan(v)]
+    if DCGM_EXPORTER_TAGS.get(series.labels.get("__name__", "")) not in DCGM_CLOCK_REASON_TAGS:
+        return [(where, samples)]
+    place = wanted.place(series.labels)
+    split = [(t, clock_reason_series(v)) for t, v in samples]
+    return [(key(reason, place[0], mig=place[1]), [(t, on[reason]) for t, on in split]) for reason in CLOCK_REASON_BITS]
+
+
+def _new_xids(samples: list[tuple[int, float]], born: bool) -> list[tuple[int, float]]:
+    """dcgm-exporter's XID gauge holds the last XID until the exporter restarts: the code where it changes, 0 where it
+    repeats. Its first sample is new only where the series was `born` in the window (the device's other series were
+    scraped before it); otherwise it may come from before the window: 0. The same code twice in a row is one."""
+    out, last = [], None
+    for stamp, code in samples:
+        out.append((stamp, code if (born if last is None else code != last) else 0.0))
+        last = code
+    return out
+
+
 def keyed_samples(found: Iterable[Series], wanted: Wanted, conflicts: list[str] | None = None) -> dict[str, list[tuple[int, float]]]:
     """{catalogue key: [(timestamp ms, value in the catalogue unit)]} of the watched series; NaN samples left out.
 
     Two series of one device are one: an exporter adds a job's label (jobid, hpc_job, pod) while the job runs and drops it
     after, so a device's series changes its labels at a job's start and end; their samples are joined. Otherwise two series
     for one key are never merged: dcgm-exporter's is kept over radt monitor's (both on the node); two of one metric (a
-    host label that matches two nodes, two dcgm-exporters) keep the first and say the clash in `conflicts`."""
+    host label that matches two nodes, two dcgm-exporters) keep the first and say the clash in `conflicts`.
+    dcgm-exporter's clock event reasons bitmask becomes the three clocks_* series, its XID gauge the new XIDs (_new_xids)."""
     out: dict[str, list[tuple[int, float]]] = {}
     owner: dict[str, dict[str, str]] = {}
-    for series in sorted(found, key=lambda s: s.labels.get("__name__", "") not in DCGM_EXPORTER_METRICS):  # dcgm-exporter's first
-        named = series_key(series.labels, wanted)
-        if named is None:
-            continue
-        where, scale = named
-        samples = [(t, v * scale) for t, v in series.samples if not math.isnan(v)]
-        if where in owner:
-            if _device(owner[where]) == _device(series.labels):  # the same device before, during or after a job
-                joined = dict(out[where])
-                joined.update((t, v) for t, v in samples if t not in joined)
-                out[where] = sorted(joined.items())
-            elif conflicts is not None and owner[where].get("__name__") == series.labels.get("__name__"):  # not two exporters: two GPUs
-                conflicts.append(f"{where}: {_labels(owner[where])} and {_labels(series.labels)}")
-            continue
-        owner[where] = series.labels
-        out[where] = sorted(samples)
+    found = sorted(found, key=lambda s: s.labels.get("__name__", "") not in DCGM_EXPORTER_METRICS)  # dcgm-exporter's first
+    for series in found:
+        for where, samples in _keyed(series, wanted):
+            if where in owner:
+                if _device(owner[where]) == _device(series.labels):  # the same device before, during or after a job
+                    joined = dict(out[where])
+                    joined.update((t, v) for t, v in samples if t not in joined)
+                    out[where] = sorted(joined.items())
+                elif conflicts is not None and owner[where].get("__name__") == series.labels.get("__name__"):  # not two exporters: two GPUs
+                    conflicts.append(f"{where}: {_labels(owner[where])} and {_labels(series.labels)}")
+                continue
+            owner[where] = series.labels
+            out[where] = sorted(samples)
+    for where, labels in owner.items():
+        if labels.get("__name__") == DCGM_EXPORTER_NAMES[XID_TAG] and out[where]:
+            out[where] = _new_xids(out[where], born=out[where][0][0] > _first_scrape(found, labels, out[where][0][0]))
     return out
 
 
-def _device(labels: Mapping[str, str]) -> dict[str, str]:
-    """A series' labels without those naming who used the device (a job's, a pod's): what names the device itself."""
-    return {k: v for k, v in labels.items() if k not in JOB_LABELS and k not in POD_LABELS}
+def _first_scrape(found: list[Series], labels: Mapping[str, str], default: int) -> int:
+    """When the dcgm-exporter that published `labels` first scraped that device within the window asked for."""
+    return min((t for s in found if _same_exporter(s.labels, labels) for t, _ in s.samples[:1]), default=default)
+
+
+def _same_exporter(labels: Mapping[str, str], other: Mapping[str, str]) -> bool:
+    """Whether two series come from one dcgm-exporter's scrapes of one device (all its series share the scrape's time)."""
+    return labels.get("__name__", "") in DCGM_EXPORTER_METRICS and _device(labels, "__name__") == _device(other, "__name__")
+
+
+def _device(labels: Mapping[str, str], *also: str) -> dict[str, str]:
+    """A series' labels without those naming who used the device (a job's, a pod's) or the error it reports (and `also`):
+    what names the device itself."""
+    left_out = {*JOB_LABELS, *POD_LABELS, *ERROR_LABELS, *also}
+    return {k: v for k, v in labels.items() if k not in left_out}
 
 
 def _labels(labels: Mapping[str, str]) -> str:

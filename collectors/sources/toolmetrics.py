@@ -9,18 +9,30 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from radt.catalogue import DCGM_TAGS, SMI_COLUMNS, MetricName, key
+from radt.catalogue import DCGM_CLOCK_REASON_TAGS, DCGM_TAGS, SMI_COLUMNS, MetricName, clock_reason_series, key
 from radt.collectors.sources.parsers import DmonRow, SmiRow, TopFrame
 
 
 class EnergyBaseline:
-    """Makes cumulative energy counters relative to the first reading of each device (a GPU index, or (GPU, GPU instance id) for a MIG slice)."""
+    """Makes cumulative energy counters relative to the first reading of each device (a GPU index, or (GPU, GPU instance id) for a MIG slice),
+    and DCGM's repeated last XID into the new ones."""
 
     def __init__(self) -> None:
         self._first: dict[int | tuple[int, int], float] = {}
+        self._xid: dict[int | tuple[int, int], float] = {}
 
     def relative(self, device: int | tuple[int, int], joules: float) -> float:
         return joules - self._first.setdefault(device, joules)
+
+    def new_xid(self, device: int | tuple[int, int], code: float | None) -> float | None:
+        """DCGM repeats the last XID in every row (N/A before the first): the code where it changes, 0 where it repeats.
+
+        A code already there in the device's first row came before the recording: 0. N/A is no reading (None)."""
+        before = self._xid.setdefault(device, 0.0 if code is None else code)
+        if code is None:
+            return None
+        self._xid[device] = code
+        return code if code != before else 0.0
 
 
 # Tags that name the same metric as a better field: the profiling PCIe byte rates (1009/1010,
@@ -46,11 +58,18 @@ def dmon_metrics(row: DmonRow, energy: EnergyBaseline, gpu: int | None = None, i
         return {}
     out: dict[str, float] = {}
     for tag, value in row.values.items():
-        if value is None or tag not in DCGM_TAGS:
+        if tag not in DCGM_TAGS:
+            continue
+        name, scale = DCGM_TAGS[tag]
+        if name == MetricName.XID_ERROR:
+            value = energy.new_xid(index if mig is None else (index, mig), value)  # an N/A row counts: "no XID yet"
+        if value is None:
             continue
         if tag in SUPERSEDED_BY and row.values.get(SUPERSEDED_BY[tag]) is not None:
             continue
-        name, scale = DCGM_TAGS[tag]
+        if tag in DCGM_CLOCK_REASON_TAGS:
+            out.update({key(reason, index, mig=mig): on for reason, on in clock_reason_series(value).items()})
+            continue
         value *= scale
         if name == MetricName.ENERGY_JOULES:
             value = energy.relative(index if mig is None else (index, mig), value)

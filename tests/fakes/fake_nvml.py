@@ -28,13 +28,23 @@ Spec of one GPU (JSON-friendly dict; every key optional except name):
     profile ("1g.10gb"), uuid (default derived), load (0..1, the instance's own, for its GPM),
     memory_total, memory_used (bytes), multiprocessors, processes ([{"pid", "used"}] on this instance),
     processes_from (a file of pids, one a line, read at each query: a script writes its own pid there as it opens
-    its CUDA context on the instance, since a subprocess test cannot know the pid beforehand).
+    its CUDA context on the instance, since a subprocess test cannot know the pid beforehand),
+    clock_reasons (the clock event reasons bitmask, nvmlClocksEventReason*; or [[seconds, bitmask], ...]: each from that
+    many seconds after the fake starts; default: GpuIdle at load 0, none otherwise), ecc (ECC enabled; default: the
+    MIG-capable datacenter names; off: nvmlDeviceGetTotalEccErrors raises NOT_SUPPORTED, as with ECC disabled),
+    ecc_corrected, ecc_uncorrected (volatile counts), ecc_aggregate (added to both for the aggregate counters),
+    event_types (the nvmlEventType* mask the GPU supports; default XID, P-state, clock, and ECC where ECC is on),
+    xids ([[seconds, code], ...]: XID critical error events at those seconds after the fake starts).
+Events work as the driver's: nvmlEventSetCreate, nvmlDeviceRegisterEvents (NOT_SUPPORTED for a type the GPU lacks), an
+event reaches only the sets registered for it when it happens, nvmlEventSetWait hands one at a time as c_nvmlEventData_t
+and raises NVML_ERROR_TIMEOUT when none is pending (at once: the fake's clock is the test's), nvmlEventSetFree.
 In MIG mode, as on the hardware, the whole GPU's utilization and device-level GPM samples raise
 NOT_SUPPORTED; the MIG devices are reached with nvmlDeviceGetMigDeviceHandleByIndex (NOT_FOUND past
 the last one), their handles answer name ("<GPU name> MIG <profile>"), UUID, memory, attributes,
 instance ids and their own compute processes (gpuInstanceId/computeInstanceId set; the parent's
 handle lists every instance's), and nvmlGpmMigSampleGet(parent handle, gi, sample) snapshots one instance's activity.
-Configuration: a list of GPU specs; or {"driver": "550.54.15", "gpus": [...]}; or None / "null"
+Configuration: a list of GPU specs; or {"driver": "550.54.15", "gpus": [...], "lacks": [pynvml function names whose symbol the
+driver's library lacks: NVML_ERROR_FUNCTION_NOT_FOUND, as an older driver answers]}; or None / "null"
 (no NVML library: nvmlInit raises NVML_ERROR_LIBRARY_NOT_FOUND); or {"error": "driver_not_loaded"}.
 """
 
@@ -45,7 +55,7 @@ import json
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 
 DEFAULT_DRIVER = "550.54.15"
@@ -108,6 +118,8 @@ GPM_THROUGHPUT = {
 _HANDLE_BASE = 0x7E57_0000
 _MIG_HANDLE_STEP = 0x10  # a MIG device's handle: its GPU's handle + 0x10 * (1 + its MIG device index)
 _SAMPLE_BASE = 0x5A3D_0000
+_EVENT_SET_BASE = 0xE7E7_0000
+NO_INSTANCE = 0xFFFFFFFF  # an event's gpuInstanceId/computeInstanceId when no MIG instance is named
 # name fragment -> (compute capability, CUDA cores, SMs, max SM clock MHz); the first match wins
 _MODELS = (
     ("H100", ((9, 0), 16896, 132, 1980)),
@@ -165,6 +177,13 @@ class _Gpu:
         self.max_sm_clock_mhz = int(spec.get("max_sm_clock_mhz", model[3]))
         self.mig_capable = bool(spec.get("mig_capable", any(tag in name for tag in MIG_CAPABLE)))
         self.mig_mode = "mig" in spec
+        self.start = now
+        self.clock_reasons = spec.get("clock_reasons")  # None: GpuIdle at load 0, none otherwise
+        self.ecc = bool(spec.get("ecc", self.mig_capable))
+        self.ecc_counts = {"corrected": int(spec.get("ecc_corrected", 0)), "uncorrected": int(spec.get("ecc_uncorrected", 0))}
+        self.ecc_aggregate = int(spec.get("ecc_aggregate", 0))
+        self.event_types = spec.get("event_types")  # None: FakeNvml fills the default in from pynvml's constants
+        self.xids = sorted((now + float(at), int(code)) for at, code in spec.get("xids", []))  # (when, XID) not happened yet
         self.t = now
         self.mig = [_MigInstance(index, slot, self, instance, now) for slot, instance in enumerate(spec.get("mig") or [])]
         self.load_seconds = 0.0  # integral of load over time
@@ -178,6 +197,15 @@ class _Gpu:
             self.t = now
         for instance in self.mig:
             instance.advance(now)
+
+    def reasons(self, now: float) -> int:
+        """The clock event reasons bitmask at `now`: a fixed one, the step of a timeline, or GpuIdle while idle."""
+        if isinstance(self.clock_reasons, list):
+            steps = [int(mask) for at, mask in self.clock_reasons if self.start + float(at) <= now]
+            return steps[-1] if steps else 0
+        if self.clock_reasons is not None:
+            return int(self.clock_reasons)
+        return 0x1 if self.load == 0 else 0  # nvmlClocksEventReasonGpuIdle
 
     def power_mw(self) -> float:
         return self.idle_power_mw + (self.power_limit_mw * 0.8 - self.idle_power_mw) * self.load
@@ -225,6 +253,20 @@ class _MigInstance:
             self.t = now
 
 
+class _EventSet:
+    """One nvmlEventSet_t: the GPUs registered with it (index -> (event type mask, when)), and its pending events."""
+
+    def __init__(self) -> None:
+        self.registered: dict[int, tuple[int, float]] = {}
+        self.pending: deque[tuple[int, int, int]] = deque()  # (GPU index, event type, event data)
+
+    def offer(self, index: int, event_type: int, data: int, when: float) -> None:
+        """An event that happened at `when`: kept where this set was registered for its type by then."""
+        mask, since = self.registered.get(index, (0, when))
+        if mask & event_type and since <= when:
+            self.pending.append((index, event_type, data))
+
+
 class FakeNvml:
     """Simulated GPUs behind pynvml's function entry points; `functions()` gives them by name."""
 
@@ -247,6 +289,14 @@ class FakeNvml:
         self._lock = threading.RLock()
         self._gpm_ids = {getattr(nvml, name): coef for name, coef in GPM_ACTIVITY.items()}
         self._gpm_rates = {getattr(nvml, name): rate for name, rate in GPM_THROUGHPUT.items()}
+        self.lacks: set[str] = set()  # functions the driver's library has no symbol for
+        self.event_sets: dict[int, _EventSet] = {}  # live event sets by address
+        self._next_event_set = _EVENT_SET_BASE
+        self.wait_timeouts: list[int] = []  # the timeout (ms) of every nvmlEventSetWait call
+        for gpu in self.gpus:
+            if gpu.event_types is None:
+                ecc = nvml.nvmlEventTypeSingleBitEccError | nvml.nvmlEventTypeDoubleBitEccError if gpu.ecc else 0
+                gpu.event_types = nvml.nvmlEventTypeXidCriticalError | nvml.nvmlEventTypePState | nvml.nvmlEventTypeClock | ecc
 
     # --- configuration -------------------------------------------------------------------
 
@@ -264,7 +314,9 @@ class FakeNvml:
             import pynvml as nvml_module
         error = config.get("error")
         code = getattr(nvml_module, f"NVML_ERROR_{error.upper()}") if error else None
-        return cls(config.get("gpus", []), nvml=nvml, clock=clock, driver=config.get("driver", DEFAULT_DRIVER), error=code)
+        fake = cls(config.get("gpus", []), nvml=nvml, clock=clock, driver=config.get("driver", DEFAULT_DRIVER), error=code)
+        fake.lack(*config.get("lacks", []))
+        return fake
 
     def set_load(self, index: int, load: float, gi: int | None = None) -> None:
         """The load of GPU `index`, or of its MIG instance with GPU instance id `gi`."""
@@ -283,6 +335,28 @@ class FakeNvml:
     def set_unsupported(self, index: int, *functions: str) -> None:
         with self._lock:
             self.gpus[index].unsupported.update(functions)
+
+    def lack(self, *functions: str) -> None:
+        """The driver's library has no symbol for these functions (an older driver): NVML_ERROR_FUNCTION_NOT_FOUND."""
+        with self._lock:
+            self.lacks.update(functions)
+
+    def set_clock_reasons(self, index: int, bitmask: int) -> None:
+        """GPU `index`'s clock event reasons from now on (nvmlClocksEventReason* bits)."""
+        with self._lock:
+            self.gpus[index].clock_reasons = int(bitmask)
+
+    def inject_xid(self, index: int, code: int) -> None:
+        """An XID critical error on GPU `index` now, delivered to the event sets registered for it."""
+        with self._lock:
+            self._happen(index, self.nvml.nvmlEventTypeXidCriticalError, int(code), self.clock())
+
+    def add_ecc_errors(self, index: int, corrected: int = 0, uncorrected: int = 0) -> None:
+        """More ECC errors on GPU `index`: its volatile (and aggregate) counts rise."""
+        with self._lock:
+            counts = self.gpus[index].ecc_counts
+            counts["corrected"] += int(corrected)
+            counts["uncorrected"] += int(uncorrected)
 
     def count(self, function: str, index: int | None = None) -> int:
         """How often `function` was called (for one GPU, or in all)."""
@@ -310,6 +384,8 @@ class FakeNvml:
         self.calls[(function, index)] += 1
         if self.refcount <= 0:
             raise self._error(self.nvml.NVML_ERROR_UNINITIALIZED)
+        if function in self.lacks:
+            raise self._error(self.nvml.NVML_ERROR_FUNCTION_NOT_FOUND)
 
     def _device(self, function: str, handle) -> tuple[_Gpu, _MigInstance | None]:
         """The GPU behind a GPU or MIG device handle (and the MIG device), advanced to now; NOT_SUPPORTED where its spec says so."""
@@ -656,6 +732,90 @@ class FakeNvml:
                 else:
                     entry.nvmlReturn, entry.value = nvml.NVML_SUCCESS, self._gpm_rates[metric] * mean_load
             return request
+
+    # --- clock event reasons and ECC ------------------------------------------------------
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle) -> int:
+        with self._lock:
+            return self._gpu("nvmlDeviceGetCurrentClocksEventReasons", handle).reasons(self.clock())
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle) -> int:
+        """The older name of the same call (drivers before the clock event reasons were renamed)."""
+        with self._lock:
+            return self._gpu("nvmlDeviceGetCurrentClocksThrottleReasons", handle).reasons(self.clock())
+
+    def nvmlDeviceGetTotalEccErrors(self, handle, error_type: int, counter_type: int) -> int:
+        with self._lock:
+            gpu = self._gpu("nvmlDeviceGetTotalEccErrors", handle)
+            nvml = self.nvml
+            if not gpu.ecc:  # ECC disabled, or a GPU without it
+                raise self._error(nvml.NVML_ERROR_NOT_SUPPORTED)
+            kinds = {nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED: "corrected", nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED: "uncorrected"}
+            if error_type not in kinds or counter_type not in (nvml.NVML_VOLATILE_ECC, nvml.NVML_AGGREGATE_ECC):
+                raise self._error(nvml.NVML_ERROR_INVALID_ARGUMENT)
+            count = gpu.ecc_counts[kinds[error_type]]
+            return count + (gpu.ecc_aggregate if counter_type == nvml.NVML_AGGREGATE_ECC else 0)
+
+    # --- events --------------------------------------------------------------------------
+
+    def _happen(self, index: int, event_type: int, data: int, when: float) -> None:
+        for events in self.event_sets.values():
+            events.offer(index, event_type, data, when)
+
+    def _event_set(self, event_set) -> _EventSet:
+        address = ctypes.cast(event_set, ctypes.c_void_p).value if event_set else None
+        if address not in self.event_sets:
+            raise self._error(self.nvml.NVML_ERROR_INVALID_ARGUMENT)
+        return self.event_sets[address]
+
+    def nvmlEventSetCreate(self):
+        with self._lock:
+            self._enter("nvmlEventSetCreate")
+            address = self._next_event_set
+            self._next_event_set += 0x40
+            self.event_sets[address] = _EventSet()
+            return ctypes.cast(ctypes.c_void_p(address), self.nvml.c_nvmlEventSet_t)
+
+    def nvmlDeviceGetSupportedEventTypes(self, handle) -> int:
+        with self._lock:
+            return int(self._gpu("nvmlDeviceGetSupportedEventTypes", handle).event_types)
+
+    def nvmlDeviceRegisterEvents(self, handle, event_types: int, event_set) -> None:
+        with self._lock:
+            gpu = self._gpu("nvmlDeviceRegisterEvents", handle)
+            events = self._event_set(event_set)
+            if int(event_types) & ~int(gpu.event_types):  # "some of the requested event types" are not supported
+                raise self._error(self.nvml.NVML_ERROR_NOT_SUPPORTED)
+            mask, _ = events.registered.get(gpu.index, (0, 0.0))
+            events.registered[gpu.index] = (mask | int(event_types), self.clock())
+
+    def nvmlEventSetWait_v2(self, event_set, timeout_ms: int):
+        with self._lock:
+            self._enter("nvmlEventSetWait")
+            self.wait_timeouts.append(int(timeout_ms))
+            events = self._event_set(event_set)
+            now = self.clock()
+            for gpu in self.gpus:  # the spec's scheduled XIDs that have happened by now
+                while gpu.xids and gpu.xids[0][0] <= now:
+                    when, code = gpu.xids.pop(0)
+                    self._happen(gpu.index, self.nvml.nvmlEventTypeXidCriticalError, code, when)
+            if not events.pending:
+                raise self._error(self.nvml.NVML_ERROR_TIMEOUT)
+            index, event_type, data = events.pending.popleft()
+            event = self.nvml.c_nvmlEventData_t()
+            event.device = self._handle(index)
+            event.eventType, event.eventData = event_type, data
+            event.gpuInstanceId = event.computeInstanceId = NO_INSTANCE
+            return event
+
+    def nvmlEventSetWait(self, event_set, timeout_ms: int):
+        return self.nvmlEventSetWait_v2(event_set, timeout_ms)  # as the real pynvml does
+
+    def nvmlEventSetFree(self, event_set) -> None:
+        with self._lock:
+            self._enter("nvmlEventSetFree")
+            self._event_set(event_set)
+            del self.event_sets[ctypes.cast(event_set, ctypes.c_void_p).value]
 
 
 def install_fake(module, config, setattr_: Callable = setattr, **kwargs) -> FakeNvml:
