@@ -57,6 +57,30 @@ METRICS: dict[str, Metric] = {
         _m("memory_usage_megabytes", "GPU memory", "MB", True),
         _m("memory_usage_percentage", "GPU memory", "%", True, **_PCT),
         _m("process_memory_megabytes", "Run GPU memory", "MB", True, description="GPU memory of the run's processes"),
+        # The run's own share of a GPU it shares (NVML's per-process utilization samples, summed over the run's process tree).
+        _m(
+            "run_sm_utilization_percentage",
+            "Run SM util",
+            "%",
+            True,
+            **_PCT,
+            description="the share of time the run's own kernels ran on the GPU (NVML per-process smUtil, its processes summed)",
+        ),
+        _m(
+            "run_memory_utilization_percentage",
+            "Run mem util",
+            "%",
+            True,
+            **_PCT,
+            description="the run's own share of the memory controller (NVML per-process memUtil, its processes summed)",
+        ),
+        _m(
+            "run_power_watts",
+            "Run power (estimate)",
+            "W",
+            True,
+            description="an estimate: the GPU's power above idle split by the processes' SM shares, plus an equal share of idle",
+        ),
         _m("power_usage_watts", "Power", "W", True),
         _m("power_usage_percentage", "Power", "%", True, **_PCT, description="of the enforced power limit"),
         _m("energy_joules", "Energy", "J", True, description="consumed since recording began"),
@@ -116,6 +140,9 @@ class MetricName:
     MEMORY_USAGE_MEGABYTES = "memory_usage_megabytes"
     MEMORY_USAGE_PERCENTAGE = "memory_usage_percentage"
     PROCESS_MEMORY_MEGABYTES = "process_memory_megabytes"
+    RUN_SM_UTILIZATION_PERCENTAGE = "run_sm_utilization_percentage"
+    RUN_MEMORY_UTILIZATION_PERCENTAGE = "run_memory_utilization_percentage"
+    RUN_POWER_WATTS = "run_power_watts"
     POWER_USAGE_WATTS = "power_usage_watts"
     POWER_USAGE_PERCENTAGE = "power_usage_percentage"
     ENERGY_JOULES = "energy_joules"

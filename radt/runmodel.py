@@ -45,6 +45,7 @@ EXIT_CODE_TAG = "radt.exit_code"
 SCRIPT_START_TAG = "radt.script_start_ms"  # the script's own start (epoch ms): after radt's set-up and start gate
 SCRIPT_END_TAG = "radt.script_end_ms"  # the script's exit (epoch ms): before radt's flush, logs and pip freeze
 GPUS_TAG = "radt.gpus"  # JSON list, one entry per GPU series: {"series": "gpu_0" | "gpu_0_mig_3", "index", "name", "uuid", "pci_bus_id", ...}
+GPU_SHARE_TAG = "radt.gpu_share"  # why a run has no share series of its own (NVML gives no per-process figure there): "device only"
 MIG_ACTIVITY_TAG = "radt.mig_activity"  # why a MIG run's slice activity could not be read (its GPU series are the whole GPU's)
 EXPERIMENT_FILE_TAG = "radt.experiment_file"  # a CSV workload's parent: the CSV it came from
 RUNS_TAG = "radt.runs"  # a CSV workload's parent: how many runs it has
