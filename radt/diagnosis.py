@@ -109,6 +109,11 @@ class Window:
     low: Sequence[float]
     high: Sequence[float]
     mean: Sequence[float]
+    count: Sequence[int] = ()  # readings per bucket: the sampling interval is the bucket's width over the fullest one's
+
+    def interval_ms(self, width_ms: int) -> float:
+        """The series' sampling interval, from its fullest bucket (0 where the counts are not known)."""
+        return width_ms / max(self.count) if self.count and max(self.count) > 0 else 0.0
 
     def stats(self) -> Stats | None:
         """The series' mean (weighted by bucket), peak and p95 of the bucket means; None without a reading."""

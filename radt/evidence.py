@@ -133,7 +133,7 @@ def window(rows: Sequence[tuple], scale: float = 1.0) -> Window:
     low = [r[1] * scale if r[4] and r[1] is not None else math.nan for r in rows]
     high = [r[2] * scale if r[4] and r[2] is not None else math.nan for r in rows]
     mean = [r[3] / r[4] * scale if r[4] and r[3] is not None else math.nan for r in rows]
-    return Window(ms, low, high, mean)
+    return Window(ms, low, high, mean, [int(r[4] or 0) for r in rows])
 
 
 def _span(row: Mapping, tags: Mapping[str, str], now_ms: int) -> tuple[int, int]:

@@ -41,15 +41,19 @@ def basis() -> str:
 
 
 def gpu_energy_kwh(evidence: Evidence) -> float | None:
-    """The run's GPUs' energy: each bucket's mean power × the bucket's time, summed over the GPUs; None without power."""
+    """The run's GPUs' energy: each bucket's mean power × the part of the bucket inside the run's span (a run starts and
+    ends mid-bucket; its last sample stands for one interval after it), summed over the GPUs; None without power."""
     joules, seen = 0.0, False
+    width = evidence.bucket_s * 1000
     for gpu in evidence.gpus:
         window = gpu.series.get(MetricName.POWER_USAGE_WATTS)
         if window is None:
             continue
-        for mean in window.mean:
-            if math.isfinite(mean):
-                joules += mean * evidence.bucket_s
+        end = evidence.end_ms + window.interval_ms(width)
+        for start, mean in zip(window.bucket_ms, window.mean):
+            inside = min(start + width, end) - max(start, evidence.start_ms)
+            if math.isfinite(mean) and inside > 0:
+                joules += mean * inside / 1000
                 seen = True
     return joules / 3.6e6 if seen else None
 

@@ -16,7 +16,7 @@ from radt import mlflowdb
 from radt.diagnosis import VERSION, Diagnosis
 from radt.errors import UserError
 from radt.options import span_ms, store_parent
-from radt.runmodel import DIAGNOSIS_VERSION_TAG, ROLE_TAG, WORKLOAD_ROLE
+from radt.runmodel import DIAGNOSIS_VERSION_TAG, ROLE_TAG, SLURM_PREFIX, WORKLOAD_ROLE
 from radt.settings import display_uri, tracking_uri
 
 
@@ -36,9 +36,11 @@ def _client_and_engine(uri: str):
     return client, engine
 
 
-def select_runs(engine: sa.Engine, run_ids: Sequence[str], experiment: str | None, since: str | None) -> list[str]:
-    """The runs asked for (workload parents left out), oldest first; with no selection, those without a current diagnosis."""
+def select_runs(engine: sa.Engine, run_ids: Sequence[str], experiment: str | None, since: str | None, user: str | None = None) -> list[str]:
+    """The runs asked for (workload parents left out), oldest first; with no selection, those without a current diagnosis.
+    `user`: MLflow's user_id, or an imported Slurm job's radt.slurm.user."""
     r, e, t = mlflowdb.runs.c, mlflowdb.experiments.c, mlflowdb.tags.c
+    users = sa.or_(r.user_id == user, r.run_uuid.in_(sa.select(t.run_uuid).where(t.key == f"{SLURM_PREFIX}user", t.value == user)))
     query = sa.select(r.run_uuid).select_from(mlflowdb.runs.join(mlflowdb.experiments, e.experiment_id == r.experiment_id))
     query = query.where(r.lifecycle_stage == "active", e.lifecycle_stage == "active")
     parents = sa.select(t.run_uuid).where(t.key == ROLE_TAG, t.value == WORKLOAD_ROLE)
@@ -49,13 +51,17 @@ def select_runs(engine: sa.Engine, run_ids: Sequence[str], experiment: str | Non
         query = query.where(e.name == experiment)
     if since is not None:
         query = query.where(r.start_time >= int(time.time() * 1000) - span_ms(since, "--since"))
-    if not (run_ids or experiment or since):
+    if user is not None:
+        query = query.where(users)
+    if not (run_ids or experiment or since or user):
         current = sa.select(t.run_uuid).where(t.key == DIAGNOSIS_VERSION_TAG, t.value == str(VERSION))
         query = query.where(r.run_uuid.not_in(current))
     with engine.connect() as conn:
         found = list(conn.execute(query.order_by(r.start_time, r.run_uuid)).scalars())
         if experiment is not None and not conn.execute(sa.select(e.experiment_id).where(e.name == experiment)).first():
             raise DiagnoseError(f"no experiment named '{experiment}' in the store; give one the dashboard lists (or --store)")
+        if user is not None and not found and not conn.execute(sa.select(r.run_uuid).where(users).limit(1)).first():
+            raise DiagnoseError(f"no runs of user '{user}' in the store; give a user whose runs (or Slurm jobs) it holds (or --store)")
     missing = [run_id for run_id in run_ids if run_id not in found]
     if missing:
         raise DiagnoseError(f"run '{missing[0]}' not found in the store (or it is a workload's parent run); give a run id of that store (or --store)")
