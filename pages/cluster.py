@@ -1,8 +1,8 @@
 """The Cluster view: every Slurm job `radt import --slurm` made a run of, totalled by user, account or partition, with
-each job's efficiency verdict, the jobs that wasted the most GPU-hours first; a job opens in Explore like any run.
+each job's diagnosis, the jobs that left the most GPU-hours idle first; a job opens in Explore like any run.
 
-The URL holds the view (`/cluster?by=partition&user=alice`), so a link to one user's jobs can be passed on; the jobs
-listed stop at RADT_CLUSTER_ROWS, and the line above them says how many there are."""
+The URL holds the view (`/cluster?by=partition&user=alice&finding=input_starved`), so a link to one user's starved jobs
+can be passed on; the jobs listed stop at RADT_CLUSTER_ROWS, and the line above them says how many there are."""
 
 from __future__ import annotations
 
@@ -12,15 +12,20 @@ import dash
 from dash import html
 
 from radt import settings
-from radt.app.db.jobs import GROUPS, job_rows, narrow, totals
+from radt.app.db.jobs import FINDING, GROUPS, finding_counts, finding_sentences, job_rows, narrow, totals
 from radt.app.db.state import STATE
+from radt.diagnosis import CODES, LABELS
 from radt.pages.parts.unreadable import reads_store
 
 dash.register_page(__name__, path="/cluster", name="Cluster", title="radt · cluster", order=2)
 
-COLUMNS = ("job", "user", "account", "partition", "state", "GPUs", "hours", "SMACT mean", "wasted GPU-h", "verdict")
-TOTAL_COLUMNS = ("jobs", "GPU-hours", "wasted GPU-h", "SMACT mean", "without a verdict")
-NOTE = "Wasted GPU-hours: GPUs × hours × (1 − SMACT mean) over the job's own GPUs. Worst first."
+COLUMNS = ("job", "user", "account", "partition", "state", "GPUs", "hours", "GPU-h", "idle GPU-h", "diagnosis")
+TOTAL_COLUMNS = ("jobs", "GPU-hours", "idle GPU-h", "idle share", "no idle figure")
+NOTE = (
+    "Idle GPU-hours: each GPU's share of the job with its engine idle × the job's hours, summed over its GPUs "
+    "(radt.footprint.idle_gpu_hours; radt diagnose). Worst first."
+)
+CHOICES = (*GROUPS, FINDING)  # what the URL may narrow by
 
 
 def _explore(row: dict) -> str:
@@ -29,7 +34,7 @@ def _explore(row: dict) -> str:
 
 
 def _here(by: str, chosen: dict[str, str]) -> str:
-    """This page's URL for a grouping and a choice of user / account / partition."""
+    """This page's URL for a grouping and a choice of user / account / partition / finding."""
     query = {"by": by} if by != GROUPS[0] else {}
     query.update((k, v) for k, v in chosen.items() if v)
     return settings.dashboard_path("/cluster" + ("?" + urlencode(query) if query else ""))
@@ -46,8 +51,16 @@ def _number(value: float | None, digits: int) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
 
-def _cells(row: dict) -> list:
-    verdict = row.get("flags") or row.get("no_series") or ""
+def _diagnosis(row: dict, sentences: dict[str, str]) -> html.Td:
+    """The job's findings in words, each finding's sentence on hover; 'none' for a job diagnosed clean; for one never
+    diagnosed, why it has no series where the import said."""
+    if row["codes"]:
+        text = ", ".join(LABELS[c] for c in row["codes"])
+        return html.Td(text, className="diagnosis", title="\n".join(sentences.get(c) or LABELS[c] for c in row["codes"]))
+    return html.Td("none" if row["diagnosed"] else (row.get("no_series") or "not diagnosed"), className="diagnosis")
+
+
+def _cells(row: dict, sentences: dict[str, str]) -> list:
     return [
         html.Td(html.A(row["job"], href=_explore(row), className="job-link")),
         html.Td(row.get("user", "")),
@@ -56,9 +69,9 @@ def _cells(row: dict) -> list:
         html.Td(row.get("state", "")),
         html.Td("unknown" if row["gpus"] is None else str(row["gpus"]), className="num"),
         html.Td(f"{row['hours']:.2f}", className="num"),
-        html.Td(_number(row["smact_mean"], 3), className="num"),
-        html.Td(_number(row["wasted_gpu_hours"], 2), className="num"),
-        html.Td(verdict, className="verdict"),
+        html.Td(_number(row["gpu_hours"], 2), className="num"),
+        html.Td(_number(row["idle_gpu_hours"], 2), className="num"),
+        _diagnosis(row, sentences),
     ]
 
 
@@ -69,15 +82,16 @@ def _totals(rows: list[dict], by: str, chosen: dict[str, str]) -> html.Div:
     for group in totals(rows, by):
         name = group["name"]
         label = html.A(name, href=_here(by, {**chosen, by: name}), className="group-link") if name else html.I("(none)")
+        share = group["idle_share"]
         body.append(
             html.Tr(
                 [
                     html.Td(label),
                     html.Td(f"{group['jobs']:,}", className="num"),
                     _gpu_hours(group),
-                    html.Td(f"{group['wasted_gpu_hours']:.2f}", className="num"),
-                    html.Td(_number(group["smact_mean"], 3), className="num"),
-                    html.Td(f"{group['jobs'] - group['judged']:,}", className="num"),
+                    html.Td(_number(group["idle_gpu_hours"], 2), className="num"),
+                    html.Td("" if share is None else f"{share:.0%}", className="num"),
+                    html.Td(f"{group['jobs'] - group['ranked']:,}", className="num"),
                 ],
                 className="total-row",
             )
@@ -94,11 +108,41 @@ def _gpu_hours(group: dict) -> html.Td:
     return html.Td(f"≥ {group['gpu_hours']:.2f}", className="num", title=f"without the {unknown:,} job{'s' if unknown != 1 else ''} whose GPUs are not known")
 
 
+def _findings(rows: list[dict], by: str, chosen: dict[str, str]) -> html.P:
+    """The jobs per finding (of those the user / account / partition choice leaves), each a link narrowing to it."""
+    counts = finding_counts(rows)
+    if not counts:
+        return html.P("No job has a finding.", id="cluster-findings", className="note")
+    picked = chosen.get(FINDING, "")
+    links: list = ["Jobs by finding: "]
+    for i, (code, count) in enumerate(counts):
+        links += [" · "] if i else []
+        links.append(
+            html.A(
+                f"{LABELS[code]} {count:,}",
+                href=_here(by, {**chosen, FINDING: code}),
+                className="finding-link" + (" chosen" if code == picked else ""),
+                **{"data-code": code},
+            )
+        )
+    if picked:
+        links += [" — ", html.A("every finding", href=_here(by, {k: v for k, v in chosen.items() if k != FINDING}), id="cluster-every-finding")]
+    return html.P(links, id="cluster-findings")
+
+
 def _chosen_line(by: str, chosen: dict[str, str]) -> html.P | None:
     if not chosen:
         return None
-    parts = [f"{k} {v}" for k, v in chosen.items()]
+    parts = [f"{k} {LABELS[v] if k == FINDING else v}" for k, v in chosen.items()]
     return html.P(["Jobs of " + " · ".join(parts) + " — ", html.A("all jobs", href=_here(by, {}), id="cluster-all")], id="cluster-chosen")
+
+
+def _choices(query: dict) -> dict[str, str]:
+    """The user / account / partition / finding the URL names; a finding that is no code is no choice."""
+    chosen = {g: _text(query.get(g)) for g in CHOICES if _text(query.get(g))}
+    if chosen.get(FINDING) not in (None, *CODES):
+        chosen.pop(FINDING)
+    return chosen
 
 
 @reads_store
@@ -114,19 +158,22 @@ def layout(by=None, **query):
         )
     by = _text(by)
     by = by if by in GROUPS else GROUPS[0]
-    chosen = {g: _text(query.get(g)) for g in GROUPS if _text(query.get(g))}
-    rows = narrow(rows, chosen)
+    chosen = _choices(query)
+    in_groups = narrow(rows, {k: v for k, v in chosen.items() if k != FINDING})  # the counts per finding: of every finding
+    rows = narrow(in_groups, chosen)
     shown = rows[: settings.CLUSTER_ROWS.get()]
+    sentences = finding_sentences(STATE.engine, [row["run_id"] for row in shown if row["codes"]])
     count = f"{len(rows):,} job{'s' if len(rows) != 1 else ''}"
     if len(shown) < len(rows):
-        count = f"The {len(shown):,} most wasteful of {count}; narrow by {', '.join(GROUPS)} above to see the others ({settings.CLUSTER_ROWS.name})."
+        count = f"The {len(shown):,} with the most idle GPU-hours of {count}; narrow by {', '.join(GROUPS)} or finding above to see the others ({settings.CLUSTER_ROWS.name})."
     head = html.Thead(html.Tr([html.Th(c) for c in COLUMNS]))
-    body = html.Tbody([html.Tr(_cells(row), className="job-row") for row in shown])
+    body = html.Tbody([html.Tr(_cells(row, sentences.get(row["run_id"], {})), className="job-row", **{"data-run": row["run_id"]}) for row in shown])
     return html.Div(
         [
             html.H2("Cluster"),
             html.P(NOTE, className="note"),
             _chosen_line(by, chosen),
+            _findings(in_groups, by, chosen),
             _totals(rows, by, chosen),
             html.P(count, id="cluster-count", className="note"),
             html.Table([head, body], id="cluster-jobs", className="jobs"),

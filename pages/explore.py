@@ -4,7 +4,8 @@ The whole view (experiments, runs, metrics, axis, grouping, smoothing, log scale
 the URL's query string, so a reload or a shared link shows the same charts; each change is a history entry
 (back and forward step through views, assets/page.js). The sidebar and the HTML legend stay in view while the charts
 scroll (the legend over the charts only, in a fifth of the window at most: assets/page.css), and a view with a running
-run is drawn again every few seconds.
+run is drawn again every few seconds. Under the charts each drawn run's diagnosis (pages/parts/findings.py): its findings,
+each with a button that zooms the charts to the span it covers, and its footprint.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from radt.app.view.data import DEFAULT_METRICS
 from radt.app.view.views import View, in_added_order
 from radt.app.web import responses
 from radt.catalogue import METRICS, Metric, display_name, resolve, unit_text
-from radt.pages.parts import comparison, export_panel, ids, legend, run_picker, summary_table
+from radt.pages.parts import comparison, export_panel, findings, ids, legend, run_picker, summary_table
 from radt.pages.parts.unreadable import reads_store
 
 dash.register_page(__name__, path="/", name="Explore", title="radt · explore", order=0)
@@ -196,6 +197,7 @@ def layout(
                         ],
                         className="chart-section",
                     ),
+                    *findings.layout(),
                     *export_panel.layout(),
                     *summary_table.layout(),
                     *comparison.layout(),
@@ -307,5 +309,6 @@ def follow_running(view_data, _tick):
 
 run_picker.register()
 summary_table.register()
+findings.register()
 comparison.register()
 export_panel.register()  # Dash runs this file once per dashboard it builds: the panel's callbacks once each

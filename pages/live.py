@@ -2,8 +2,9 @@
 
 Each run is a card: its status, its name and what tells its command apart from the other cards' (a sweep's
 "--lr 0.3"; the whole command on hover), the newest values of its own metrics (loss, accuracy) and per GPU
-(coloured by level), stall and idle flags, and a chart of the last minutes that grows by Plotly's
-extendData with only the points newer than the browser's cursor (no full redraw); its CPU axis
+(coloured by level), stall and idle flags, a running run's findings over its last minutes (radt/diagnosis.py's rules
+over the 10-second rollups, app/db/live.py's recent_diagnoses, judged anew as each bucket fills), and a chart of the
+last minutes that grows by Plotly's extendData with only the points newer than the browser's cursor (no full redraw); its CPU axis
 grows past 100 % (a process tree on several cores), and assets/page.js puts the cards of one
 workload (collocated runs) on one time range. Cards are rebuilt only when the set of runs or a
 status changes.
@@ -34,6 +35,7 @@ from radt.app.view.cache import RUNNING_TIMEOUT
 from radt.app.view.data import cached
 from radt.app.web import inputs
 from radt.catalogue import MetricName
+from radt.diagnosis import LABELS, Diagnosis
 from radt.pages.parts import ids, unreadable
 
 dash.register_page(__name__, path="/live", name="Live", title="radt · live", order=1)
@@ -91,6 +93,15 @@ def _new_points(run_id: str, after: dict[str, int]) -> dict:
         RUNNING_TIMEOUT,
         lambda: live.new_points(STATE.engine, {run_id: after}, {run_id: keys}).get(run_id, {}),
     )
+
+
+def _diagnoses(running: list[str], now_ms: int) -> dict[str, Diagnosis]:
+    """The running runs' findings over their last minutes (live.recent_diagnoses), judged once per rollup bucket for every tab."""
+    if not running:
+        return {}
+    bucket = live.FINDINGS_REFRESH_S * 1000
+    parts = ("live-diagnosis", now_ms // bucket, *sorted(running))
+    return cached(parts, live.FINDINGS_REFRESH_S, lambda: live.recent_diagnoses(STATE.engine, running, now_ms // bucket * bucket))
 
 
 def _idle(running: dict[str, list[str]], now_ms: int) -> dict[str, list[int]]:
@@ -210,6 +221,7 @@ def _card(run: pd.Series, traces: list[live.Trace], window_min: int, now_ms: int
             html.Header(title),
             html.Div(id=ids.card(ids.LIVE_VALUES, run.run_id), className="values"),
             html.Div(id=ids.card(ids.LIVE_FLAGS, run.run_id), className="flags"),
+            html.Div(id=ids.card(ids.LIVE_FINDINGS, run.run_id), className="flags live-findings"),
             dcc.Graph(
                 id=ids.card(ids.LIVE_CHART, run.run_id),
                 figure=_figure(traces, series, _waiting_text(traces, window_min)),
@@ -360,11 +372,25 @@ def _flags(cursor: dict, values: dict, idle: list[int], now_ms: int) -> list:
     return flags
 
 
+def _findings(diagnosis: Diagnosis | None) -> list:
+    """A running run's findings over its last minutes: each code in words, its sentence on hover; what it lacked, on hover."""
+    minutes = f"{live.findings_window_ms() / 60_000:g} min"
+    if diagnosis is None:
+        return []
+    lacking = {"title": f"not judged, for lack of series: {'; '.join(diagnosis.lacking)}"} if diagnosis.lacking else {}
+    head = html.Span(f"last {minutes}:", className="where", **lacking)
+    if not diagnosis.findings:
+        return [head, html.Span(" nothing found", className="hint no-finding")]
+    chips = [html.Span(LABELS[f.code], className="flag flag-finding", title=f.sentence, **{"data-code": f.code}) for f in diagnosis.findings]
+    return [head, *chips]
+
+
 @callback(
     Output(ids.card(ids.LIVE_CHART, ALL), "extendData"),
     Output(ids.card(ids.LIVE_CURSOR, ALL), "data"),
     Output(ids.card(ids.LIVE_VALUES, ALL), "children"),
     Output(ids.card(ids.LIVE_FLAGS, ALL), "children"),
+    Output(ids.card(ids.LIVE_FINDINGS, ALL), "children"),
     Output(ids.LIVE_CLOCK, "children"),
     Output(ids.LIVE_TICKED, "data"),
     Input(ids.LIVE_DONE, "data"),
@@ -373,15 +399,15 @@ def _flags(cursor: dict, values: dict, idle: list[int], now_ms: int) -> list:
     State(ids.LIVE_WINDOW, "value"),
 )
 def tick(_done, cursors, cursor_ids, window_min):
-    """Append the points newer than each chart's cursor; refresh the numbers and the flags."""
+    """Append the points newer than each chart's cursor; refresh the numbers, the flags and a running run's findings."""
     now_ms = int(time.time() * 1000)
     clock = f"updated {time.strftime('%H:%M:%S', time.gmtime(now_ms / 1000))} UTC"
-    cards = dash.ctx.outputs_list[:4]  # per card on the page: its chart, cursor, values and flags, one answer each
+    cards = dash.ctx.outputs_list[:5]  # per card on the page: its chart, cursor, values, flags and findings, one answer each
     window_min = inputs.choice(window_min, WINDOWS, 5)  # a request may carry anything: not a window is the default
     kept = _cursors(cursor_ids, cursors, now_ms)
     answers = {} if store_error() or not kept else _answers(kept, window_min, now_ms)
     ticked = time.time()  # a new value each answer: the gate's callback fires and lets the next poll go
-    return *([answers.get(_run_of(o), (no_update,) * 4)[k] for o in out] for k, out in enumerate(cards)), clock, ticked
+    return *([answers.get(_run_of(o), (no_update,) * 5)[k] for o in out] for k, out in enumerate(cards)), clock, ticked
 
 
 def _cursors(cursor_ids: object, cursors: object, now_ms: int) -> dict[str, dict]:
@@ -393,13 +419,16 @@ def _cursors(cursor_ids: object, cursors: object, now_ms: int) -> dict[str, dict
 
 
 def _answers(kept: dict[str, dict], window_min: int, now_ms: int) -> dict[str, tuple]:
-    """Per run: its chart's new points, its cursor after them, its current values and its flags."""
+    """Per run: its chart's new points, its cursor after them, its current values, its flags and (running) its findings."""
     latest = _latest(list(kept), now_ms)
-    idle = _idle({r: c["keys"] for r, c in kept.items() if c["status"] in LIVE_STATUSES}, now_ms)
+    running = {r: c["keys"] for r, c in kept.items() if c["status"] in LIVE_STATUSES}
+    idle = _idle(running, now_ms)
+    diagnoses = _diagnoses(sorted(running), now_ms)
     out = {}
     for run_id, cursor in kept.items():
         run_values = latest.get(run_id, {})
-        out[run_id] = (*_advance(run_id, cursor, window_min), _value_row(run_values), _flags(cursor, run_values, idle.get(run_id, []), now_ms))
+        findings = _findings(diagnoses.get(run_id)) if run_id in running else no_update  # an ended run keeps its last
+        out[run_id] = (*_advance(run_id, cursor, window_min), _value_row(run_values), _flags(cursor, run_values, idle.get(run_id, []), now_ms), findings)
     return out
 
 

@@ -596,6 +596,16 @@ LIVE_REDRAW = Setting(
     high=3600,
     unit="seconds",
 )
+LIVE_FINDINGS_WINDOW = Setting(
+    "RADT_LIVE_FINDINGS_WINDOW",
+    float,
+    5.0,
+    "minutes of a running run that Live's findings are over: long enough for the rules' shares (30 ten-second rollup buckets), "
+    "short enough to say what the run does now",
+    low=1,
+    high=24 * 60,
+    unit="minutes",
+)
 
 # --- dashboard: its cache -----------------------------------------------------------------------------------------
 FINISHED_TIMEOUT = 3600  # seconds a finished run's cached series live: they never change

@@ -445,12 +445,14 @@ def test_activity_view_of_the_recorded_microbenchmark(store_uri, fixtures_dir, m
 
 def test_a_clusters_jobs_compare_by_partition_and_user_across_the_users_experiments(store_uri):
     """radt import --slurm makes an experiment per user; "SMACT CDF per partition" is one line per partition over all of them."""
+    from radt import settings
     from radt.collectors.cluster import slurmimport
+    from radt.collectors.diagnose.stored import diagnose_and_store
     from radt.collectors.slurm import slurmacct
     from radt.collectors.store.tracking import connect
 
-    jobs = {  # job -> (user, partition, SMACT)
-        "201": ("alice", "a100", 0.10),
+    jobs = {  # job -> (user, partition, SMACT): 201's GPU idle all along
+        "201": ("alice", "a100", 0.0),
         "202": ("alice", "a100", 0.30),
         "203": ("bob", "a100", 0.50),
         "204": ("bob", "h100", 0.80),
@@ -468,18 +470,22 @@ def test_a_clusters_jobs_compare_by_partition_and_user_across_the_users_experime
         run_id = runs[job.job_id] = importer.job(job).run_id
         writer.write(run_id, [Point("system/gpu_0_sm_active", jobs[job.job_id][2], job.start_ms + 1000 * i, i) for i in range(10)])
     writer.close()
-    client.set_tag(runs["201"], "radt.verdict.flags", "SMACT < 0.1 for 100% of the time (mean 0.100, p95 0.100)")
+    diagnose_and_store(client, [runs["201"], runs["205"]])  # as radt import --slurm does for the jobs it found series of
     _open_store(store_uri)
     experiments = sorted({r.info.experiment_id for r in (client.get_run(i) for i in runs.values())})
     assert len(experiments) == 3, "one experiment per user"
     table = comparison_table(View(experiments, list(runs.values())))
     by_run = table[table["kind"] == "run"].set_index("run_id")
-    assert by_run.loc[runs["201"], ["partition", "user", "flags"]].tolist() == ["a100", "alice", "SMACT < 0.1 for 100% of the time (mean 0.100, p95 0.100)"]
-    assert by_run.loc[runs["205"], "flags"] == "", "the summary table's verdict column: the job's flags, blank where it has none"
+    assert by_run.loc[runs["201"], ["partition", "user", "diagnosis"]].tolist() == ["a100", "alice", "idle_gpus"]
+    assert by_run.loc[runs["205"], "diagnosis"] == "none" and by_run.loc[runs["204"], "diagnosis"] == "", "diagnosed and clean; never diagnosed"
+    # the footprint: its one GPU idle through the job's hour (1 GPU-hour held, all idle), no power series (no energy)
+    assert by_run.loc[runs["201"], ["idle_gpu_hours", "cost"]].tolist() == pytest.approx([1.0, settings.GPU_HOUR_PRICE.get()], rel=1e-3)
+    assert np.isnan(by_run.loc[runs["201"], "energy_kwh"]) and np.isnan(by_run.loc[runs["204"], "cost"])
+    assert by_run.loc[runs["201"], "footprint_basis"].startswith(f"{settings.GRID_INTENSITY.get():g} gCO2eq/kWh")
     figure = cdf_figure(table, "smact_mean", "partition")
     lines_drawn = {t.name: sorted(t.x) for t in figure.data}
     assert set(lines_drawn) == {"a100 (3)", "h100 (2)"}, "a line per partition, each over every user's jobs"
-    assert lines_drawn["a100 (3)"] == pytest.approx([0.1, 0.3, 0.5]) and lines_drawn["h100 (2)"] == pytest.approx([0.6, 0.8])
+    assert lines_drawn["a100 (3)"] == pytest.approx([0.0, 0.3, 0.5]) and lines_drawn["h100 (2)"] == pytest.approx([0.6, 0.8])
     bars = bar_figure(table, "smact_mean", "user").data
     assert len(bars) == 1 and list(bars[0].x) == ["alice", "bob", "carol"], "one series over every user's experiment"
-    assert list(bars[0].y) == pytest.approx([0.2, 0.65, 0.6])
+    assert list(bars[0].y) == pytest.approx([0.15, 0.65, 0.6])

@@ -1,6 +1,7 @@
-"""The Cluster view in Chromium: every imported Slurm job with its verdict, the most wasted GPU-hours first, names shown
-as text (a hostile account name stays text), a job's link opening its run in Explore, totals per user / account /
-partition that narrow the page, and a cap on the jobs listed that says how many there are."""
+"""The Cluster view in Chromium: every imported Slurm job with its diagnosis, the most idle GPU-hours first, names shown
+as text (a hostile account name stays text), a job's link opening its run in Explore, the jobs counted by finding with a
+link narrowing to one, totals per user / account / partition that narrow the page, and a cap on the jobs listed that
+says how many there are."""
 
 from __future__ import annotations
 
@@ -9,12 +10,9 @@ from urllib.parse import urlencode
 
 import pytest
 
-from radt.collectors.cluster import slurmimport
-from radt.collectors.cluster.verdicts import judge
-from radt.collectors.slurm import slurmacct
-from radt.collectors.store.tracking import connect, set_tags
 from tests.support import state
 from tests.support.browser import dashboard, screenshot
+from tests.support.diagnosed import import_jobs
 from tests.support.radtproc import radt_env
 
 HOSTILE = '<img src=x onerror="document.title=1">'
@@ -29,22 +27,13 @@ SACCT = (
 )
 
 
-def _series(gpus: list[int], value: float, start_ms: int) -> dict:
-    return {f"system/gpu_{g}_sm_active": [(start_ms + i * 1000, value) for i in range(60)] for g in gpus}
-
-
 @pytest.fixture(scope="module")
 def cluster_store(tmp_path_factory, sqlite_template):
     home = tmp_path_factory.mktemp("cluster")
     with state.sqlite_home(home, sqlite_template) as uri:
-        client = connect(uri)
-        runs = {}
-        importer = slurmimport.JobImporter(client, uri)
-        for job in slurmacct.parse_sacct(SACCT):  # the importer's own path, facts only (no Prometheus here)
-            runs[job.job_id] = importer.job(job).run_id
-        # the verdicts radt import --slurm computes from the series (collectors/verdicts.judge), 4 idle-ish GPUs and 1 busy one
-        set_tags(client, runs["101"], judge(_series([0, 1, 2, 3], 0.04, 0), [0, 1, 2, 3]).tags())
-        set_tags(client, runs["102"], judge(_series([2], 0.9, 0), [2]).tags())
+        # the importer's own path (facts, no Prometheus here), the GPUs' SMACT written, then diagnosed as the import does:
+        # 101's GPU 0 busy and GPUs 1-3 idle, 102's one GPU busy
+        runs = import_jobs(uri, SACCT, {"101": [0, 1, 2, 3], "102": [2]}, {"101": [0], "102": [2]})
     with dashboard(uri, {**radt_env(home), "RADT_CLUSTER_ROWS": "2"}) as base:  # 3 jobs: the cap cuts one
         yield base, runs
 
@@ -54,16 +43,18 @@ def _rows(page, table: str) -> list[list[str]]:
     return page.eval_on_selector_all(f"#{table} tbody tr", "rows => rows.map(r => Array.from(r.cells).map(c => c.textContent))")
 
 
-def test_jobs_come_worst_waste_first_with_their_verdict_and_open_in_explore(page, cluster_store):
+def test_jobs_come_most_idle_first_with_their_diagnosis_and_open_in_explore(page, cluster_store):
     base, runs = cluster_store
     page.goto(base + "cluster")
     rows = _rows(page, "cluster-jobs")
     screenshot(page, "cluster-jobs")
-    assert [r[0] for r in rows] == ["101", "102"], rows  # 4 × 2 h × 0.96 = 7.68 wasted GPU-h, then 0.1; 103 (no verdict) is past the cap
-    assert rows[0][5:9] == ["4", "2.00", "0.040", "7.68"] and rows[1][5:9] == ["1", "1.00", "0.900", "0.10"], rows
-    assert rows[0][9].startswith("SMACT < 0.1 for 100% of the time"), rows
+    assert [r[0] for r in rows] == ["101", "102"], rows  # 3 idle GPUs × 2 h = 6 idle GPU-h, then 0; 103 (no diagnosis) is past the cap
+    assert rows[0][5:9] == ["4", "2.00", "8.00", "6.00"] and rows[1][5:9] == ["1", "1.00", "1.00", "0.00"], rows
+    assert rows[0][9] == "idle gpus" and rows[1][9] == "none", rows
+    sentence = page.locator("#cluster-jobs tbody tr").first.locator("td.diagnosis").get_attribute("title")
+    assert sentence.startswith("3 of 4 GPUs idle"), "the finding's sentence on hover"
     count = page.locator("#cluster-count").text_content()
-    assert count.startswith("The 2 most wasteful of 3 jobs") and "RADT_CLUSTER_ROWS" in count, count
+    assert count.startswith("The 2 with the most idle GPU-hours of 3 jobs") and "RADT_CLUSTER_ROWS" in count, count
     assert rows[1][2] == HOSTILE and page.locator("#cluster-jobs img, #cluster-totals img").count() == 0, "an account name is text, never markup"
     assert page.title() != "1"
     page.locator("#cluster-jobs a.job-link", has_text="101").click()
@@ -71,12 +62,29 @@ def test_jobs_come_worst_waste_first_with_their_verdict_and_open_in_explore(page
     page.locator("#run-filter").wait_for()  # Explore's run picker: the run's experiment is open
 
 
+def test_jobs_are_counted_by_finding_and_narrow_to_one(page, cluster_store):
+    base, _runs = cluster_store
+    page.goto(base + "cluster")
+    link = page.locator("#cluster-findings a.finding-link[data-code=idle_gpus]")
+    assert link.text_content() == "idle gpus 1" and page.locator("#cluster-findings a.finding-link").count() == 1
+    link.click()
+    page.wait_for_url(lambda url: url.endswith("/cluster?finding=idle_gpus"))
+    page.locator("#cluster-every-finding").wait_for()
+    assert [r[0] for r in _rows(page, "cluster-jobs")] == ["101"] and page.locator("#cluster-count").text_content() == "1 job"
+    assert "finding idle gpus" in page.locator("#cluster-chosen").text_content()
+    assert _rows(page, "cluster-totals") == [["alice", "1", "8.00", "6.00", "75%", "0"]], "the totals of the jobs with that finding"
+    page.locator("#cluster-every-finding").click()
+    page.wait_for_url(lambda url: url.endswith("/cluster"))
+    page.locator("#cluster-every-finding").wait_for(state="detached")
+    assert [r[0] for r in _rows(page, "cluster-jobs")] == ["101", "102"]
+
+
 def test_totals_per_user_account_and_partition_narrow_the_jobs(page, cluster_store):
     base, _runs = cluster_store
     page.goto(base + "cluster")
     totals = _rows(page, "cluster-totals")
-    # alice: 101 (4 GPUs × 2 h, SMACT 0.04) and 103 (no GPU, no verdict); bob: 102 (1 GPU × 1 h, SMACT 0.9)
-    assert totals == [["alice", "2", "8.00", "7.68", "0.040", "1"], ["bob", "1", "1.00", "0.10", "0.900", "0"]], totals
+    # alice: 101 (4 GPUs × 2 h, 3 idle) and 103 (no GPU, no diagnosis); bob: 102 (1 GPU × 1 h, busy)
+    assert totals == [["alice", "2", "8.00", "6.00", "75%", "1"], ["bob", "1", "1.00", "0.00", "0%", "0"]], totals
     page.locator("#cluster-totals a.group-link", has_text="alice").click()
     page.wait_for_url(lambda url: url.endswith("/cluster?user=alice"))
     page.locator("#cluster-chosen").wait_for()
@@ -91,7 +99,7 @@ def test_totals_per_user_account_and_partition_narrow_the_jobs(page, cluster_sto
     page.wait_for_url(lambda url: url.endswith("/cluster?by=partition"))
     page.locator("#cluster-chosen").wait_for(state="detached")
     assert [r[0] for r in _rows(page, "cluster-totals")] == ["gpu", "cpu"]
-    assert _rows(page, "cluster-totals")[0][1:4] == ["2", "9.00", "7.78"]
+    assert _rows(page, "cluster-totals")[0][1:4] == ["2", "9.00", "6.00"]
 
 
 def test_a_hostile_query_is_no_choice_and_no_markup(page, cluster_store):

@@ -13,6 +13,8 @@ from mlflow.entities import Metric, Param, RunTag
 
 from radt.app.view.filters import FilterError, Query, narrow, parse
 from radt.app.view.filters import apply as apply_filter
+from radt.diagnosis import Diagnosis, Finding
+from radt.footprint import Footprint
 from tests.support.state import dashboard_reads
 
 pytestmark = pytest.mark.dialects  # the SQL radt issues differs per dialect: SQLite and the real PostgreSQL
@@ -36,9 +38,18 @@ RUNS = {
     "r4": ("128", "MPS", "RUNNING", None, None, None, [0.5, 0.3], 2),
     "r5": ("64", "MIG", "KILLED", 60, np.linspace(0.0, 1.0, 60), 0.3, [1.5, 1.2], 99),
 }
-JOBS = {  # two runs imported from Slurm (radt import --slurm's tags)
-    "r1": {"radt.slurm.job_id": "7001", "radt.slurm.partition": "a100", "radt.verdict.flags": "1 of 2 GPUs idle (GPU 1: SMACT never reached 0.01)"},
-    "r5": {"radt.slurm.job_id": "7002", "radt.slurm.partition": "h100", "radt.verdict.flags": "SMACT < 0.1 for 80% of the time (mean 0.050, p95 0.090)"},
+BASIS = "400 gCO2eq/kWh, PUE 1.2, 2 USD per GPU-hour"
+
+
+def _diagnosed(codes: list[str], footprint: Footprint) -> dict[str, str]:
+    """The tags radt's diagnosis and footprint write on a run (Diagnosis.tags, Footprint.tags)."""
+    return Diagnosis([Finding(code, f"{code}: the numbers; the action", (BASE, BASE + MINUTE)) for code in codes]).tags() | footprint.tags()
+
+
+JOBS = {  # two runs imported from Slurm (radt import --slurm's tags), and the diagnosis and footprint of three runs
+    "r1": {"radt.slurm.job_id": "7001", "radt.slurm.partition": "a100"} | _diagnosed(["idle_gpus", "input_starved"], Footprint(4.0, 1.5, 2.5, 1.2, 8.0, BASIS)),
+    "r2": _diagnosed([], Footprint(0.08, 0.0, None, None, 0.17, BASIS)),  # diagnosed, nothing found; no power series: no energy
+    "r5": {"radt.slurm.job_id": "7002", "radt.slurm.partition": "h100"} | _diagnosed(["throttled"], Footprint(1.0, 0.0, 0.4, 0.19, 2.0, BASIS)),
 }
 NAMES = {"r1": "resnet-128-mps", "r2": "resnet-128-alone", "r3": "resnet-256-mps", "r4": "bert-128-mps", "r5": "ResNet-64-mig"}
 
@@ -104,7 +115,8 @@ MLFLOW_FILTERS = {
     "params.batch_size IS NOT NULL": {"r1", "r2", "r3", "r4", "r5"},
     "params.lr IS NULL": {"r1", "r2", "r3", "r4", "r5"},
     f"attributes.start_time >= {BASE} and metrics.loss < 1": {"r1", "r2", "r4"},
-    "tags.`radt.verdict.flags` LIKE '%idle%'": {"r1"},
+    "tags.`radt.diagnosis` LIKE '%input_starved%'": {"r1"},
+    "tags.`radt.diagnosis` = ''": {"r2"},
 }
 
 
@@ -140,9 +152,20 @@ RADT_FILTERS = {
     "status NOT IN ('FAILED', 'KILLED') and params.batch_size IN ('128')": {"r1", "r2", "r4"},
     "resnet and status = 'FAILED'": {"r3"},
     "status=FINISHED metrics.loss<0.5": {"r1"},
-    "flags LIKE '%idle%'": {"r1"},  # radt's words for a Slurm job's tags
-    "flags ILIKE '%smact < 0.1%'": {"r5"},
-    "flags IS NOT NULL and partition = 'h100'": {"r5"},
+    "diagnosis LIKE '%input_starved%'": {"r1"},  # radt's words for tags: the diagnosis' codes, a Slurm job's
+    "diagnosis LIKE '%idle%'": {"r1"},
+    "diagnosis = ''": {"r2"},  # diagnosed, nothing found
+    "diagnosis IS NULL": {"r3", "r4"},  # never diagnosed
+    "diagnosis ILIKE '%THROTTLED%' and partition = 'h100'": {"r5"},
+    "energy.kwh > 1": {"r1"},  # the footprint (radt.footprint.*): r2 has no energy, which passes no comparison
+    "energy.kwh >= 400wh": {"r1", "r5"},
+    "energy.kwh != 0": {"r1", "r5"},
+    "co2.kg < 1": {"r5"},
+    "co2.kg > 500g": {"r1"},
+    "cost >= 2": {"r1", "r5"},
+    "idle.gpu_hours > 1h": {"r1"},
+    "idle.gpu_hours = 0 and gpu_hours <= 1": {"r2", "r5"},
+    "idle.gpu_hours > 0 and diagnosis LIKE '%throttled%'": set(),
     "job IN ('7001', '7002') and smact.mean < 0.3": {"r1"},
     "": {"r1", "r2", "r3", "r4", "r5"},
 }
@@ -165,6 +188,8 @@ def test_summaries_are_read_only_for_the_runs_the_cheaper_terms_left(store, monk
     assert asked == [{store.runs["r3"]}], "the summary of one run, not of five"
     asked.clear()
     assert filters.apply(runs, "status = 'nothing' and smact.mean < 0.3").empty and asked == [], "nothing left: no summary at all"
+    assert list(filters.apply(runs, "energy.kwh > 1")["run_id"]) == [store.runs["r1"]]
+    assert asked == [], "the footprint is in the run list (its tags): no summary read for it"
 
 
 def test_a_case_that_differs_says_how_to_match_it(store):
@@ -206,7 +231,11 @@ def test_a_filter_that_cannot_be_read_keeps_every_run_and_says_why(store):
 
 ERRORS = {
     "foo.bar = 1": "unknown field 'foo.bar': use params., tags., attributes., metrics. or one of smact.mean, smact.p95, smact.busiest, smocc.mean, "
-    "smocc.p95, gract.mean, power.mean, gpus.used, duration, steps, throughput, memory.peak, memory.run_peak, energy, cpu.mean, letter",
+    "smocc.p95, gract.mean, power.mean, gpus.used, duration, steps, throughput, memory.peak, memory.run_peak, energy, cpu.mean, energy.kwh, co2.kg, "
+    "cost, gpu_hours, idle.gpu_hours, letter, diagnosis, partition, job",
+    "energy.kwh > 3x": "energy.kwh > 3x: expected a number (kWh, Wh or MWh)",
+    "diagnosis < 'a'": "diagnosis: '<' is not one of =, !=, LIKE, ILIKE, IN, NOT IN, IS NULL, IS NOT NULL",
+    "flags LIKE '%idle%'": "unknown field 'flags'",  # the verdict's flags are gone: the diagnosis replaced them
     "foo < 3": "unknown field 'foo': use params.",
     "params.batch_size < '3'": "params.batch_size: '<' is not one of =, !=, LIKE, ILIKE, IN, NOT IN, IS NULL, IS NOT NULL (params and tags are text",
     "metrics.loss LIKE '1%'": "metrics.loss: 'LIKE' is not one of =, !=, <, <=, >, >=",

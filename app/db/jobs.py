@@ -1,19 +1,33 @@
-"""The Cluster view's rows: every run `radt import --slurm` made, with its job's facts and verdict, worst waste first.
+"""The Cluster view's rows: every run `radt import --slurm` made, with its job's facts and diagnosis, the most idle
+GPU-hours first.
 
-Waste is the GPU-hours the job held but did not use: GPUs × hours × (1 − SMACT mean), SMACT being the share of time
-the SMs were active (dcgm-exporter's DCGM_FI_PROF_SM_ACTIVE). Jobs without a verdict come last, the newest first.
+Idle GPU-hours and GPU-hours are the job's footprint (radt.footprint.idle_gpu_hours and gpu_hours: each GPU's share of the
+job with its engine idle × the job's hours, radt/diagnosis.py's idle_numbers); the order is radt/footprint.py's rank_key,
+the one ranking of jobs and of totals. Jobs without idle GPU-hours (never diagnosed, no activity series) come last, the
+newest first. A job's findings are its radt.diagnosis codes.
 """
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import sqlalchemy as sa
 
-from radt.app.db.store import ACTIVE, EXPERIMENTS, RUNS, TAGS
-from radt.runmodel import NO_SERIES_TAG, SLURM_EXPERIMENT_PREFIX, SLURM_JOB_TAG, SLURM_PARTITION_TAG, SLURM_PREFIX, VERDICT_PREFIX, gpus_in_tag
+from radt.app.db.store import ACTIVE, EXPERIMENTS, RUNS, TAGS, chunks, plain_rows
+from radt.diagnosis import CODES, codes_of
+from radt.footprint import figures_of, rank_key
+from radt.runmodel import (
+    DIAGNOSIS_TAG,
+    FOOTPRINT_PREFIX,
+    NO_SERIES_TAG,
+    SLURM_EXPERIMENT_PREFIX,
+    SLURM_JOB_TAG,
+    SLURM_PARTITION_TAG,
+    SLURM_PREFIX,
+    diagnosis_tag,
+    gpus_in_tag,
+)
 
 TAG_KEYS = {
     SLURM_JOB_TAG: "job",
@@ -23,10 +37,12 @@ TAG_KEYS = {
     f"{SLURM_PREFIX}state": "state",
     f"{SLURM_PREFIX}gpus_requested": "gpus_requested",
     f"{SLURM_PREFIX}gpus_used": "gpus_used",
-    f"{VERDICT_PREFIX}smact_mean": "smact_mean",
-    f"{VERDICT_PREFIX}flags": "flags",
     NO_SERIES_TAG: "no_series",
 }
+FIGURE_TAGS = (f"{FOOTPRINT_PREFIX}gpu_hours", f"{FOOTPRINT_PREFIX}idle_gpu_hours")  # what the ranking reads (rank_key)
+READ_TAGS = (*TAG_KEYS, DIAGNOSIS_TAG, *FIGURE_TAGS)
+GROUPS = ("user", "account", "partition")  # what the Cluster view totals and narrows by
+FINDING = "finding"  # the query key that narrows the view to the jobs with one finding (a radt.diagnosis code)
 
 
 def _gpus(row: dict) -> int | None:
@@ -36,16 +52,16 @@ def _gpus(row: dict) -> int | None:
     return count or (int(requested) if requested.isdigit() else None)
 
 
-def _float(text: str | None) -> float | None:
-    try:
-        value = float(text) if text else None
-    except ValueError:
-        return None
-    return value if value is not None and math.isfinite(value) else None
+def _figures(row: dict, tags: Mapping[str, str]) -> dict[str, float]:
+    """The job's footprint figures; GPU-hours held from Slurm's facts (GPUs × hours) where no footprint gives them."""
+    figures = figures_of(tags)
+    if "gpu_hours" not in figures and row["gpus"] is not None:
+        figures["gpu_hours"] = row["gpus"] * row["hours"]
+    return figures
 
 
 def job_rows(engine: sa.Engine, now_ms: int | None = None) -> list[dict]:
-    """One dict per imported job (its run id and experiment id beside its facts), worst waste first."""
+    """One dict per imported job (its run id and experiment id beside its facts, codes and figures), worst first."""
     e, r, t = EXPERIMENTS, RUNS, TAGS
     stmt = (
         sa.select(r.c.run_uuid, r.c.experiment_id, r.c.start_time, r.c.end_time, t.c.key, t.c.value)
@@ -54,64 +70,83 @@ def job_rows(engine: sa.Engine, now_ms: int | None = None) -> list[dict]:
             e.c.name.startswith(SLURM_EXPERIMENT_PREFIX, autoescape=True),
             e.c.lifecycle_stage == ACTIVE,
             r.c.lifecycle_stage == ACTIVE,
-            t.c.key.in_(list(TAG_KEYS)),
+            t.c.key.in_(list(READ_TAGS)),
         )
     )
     runs: dict[str, dict] = {}
+    tags: dict[str, dict[str, str]] = {}
     with engine.connect() as conn:
         for run_id, experiment_id, start, end, key, value in conn.execute(stmt):
-            row = runs.setdefault(run_id, {"run_id": run_id, "experiment_id": str(experiment_id), "start_ms": start, "end_ms": end})
-            row[TAG_KEYS[key]] = value
+            runs.setdefault(run_id, {"run_id": run_id, "experiment_id": str(experiment_id), "start_ms": start, "end_ms": end})
+            tags.setdefault(run_id, {})[key] = value or ""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     out = []
-    for row in runs.values():
+    for run_id, row in runs.items():
+        held = tags[run_id]
+        row.update((name, held[key]) for key, name in TAG_KEYS.items() if key in held)
         if "job" not in row:
             continue  # a workload parent, or a run made otherwise
         row["gpus"] = _gpus(row)
         row["hours"] = max(0.0, ((row["end_ms"] or now_ms) - (row["start_ms"] or now_ms)) / 3_600_000)
-        row["smact_mean"] = _float(row.get("smact_mean"))
-        smact = row["smact_mean"]
-        row["wasted_gpu_hours"] = None if smact is None or row["gpus"] is None else row["gpus"] * row["hours"] * (1 - min(1.0, max(0.0, smact)))
+        row["diagnosed"] = DIAGNOSIS_TAG in held
+        row["codes"] = codes_of(held)
+        row["figures"] = _figures(row, held)
+        row["gpu_hours"] = row["figures"].get("gpu_hours")
+        row["idle_gpu_hours"] = row["figures"].get("idle_gpu_hours")
         out.append(row)
-    # the most wasted GPU-hours first; jobs without a verdict after them, the newest first (job ids sort as text: 10 < 9)
-    out.sort(key=lambda x: (x["wasted_gpu_hours"] is None, -(x["wasted_gpu_hours"] or 0), -(x["start_ms"] or 0), x["job"]))
+    # the worst first (rank_key); the unranked after them, the newest first (job ids sort as text: 10 < 9)
+    out.sort(key=lambda x: (rank_key(x["figures"]), -(x["start_ms"] or 0), x["job"]))
     return out
 
 
-GROUPS = ("user", "account", "partition")  # what the Cluster view totals and narrows by
-
-
 def narrow(rows: list[dict], chosen: Mapping[str, str]) -> list[dict]:
-    """The rows whose user / account / partition equal the chosen ones (compared as text; the order kept)."""
+    """The rows whose user / account / partition equal the chosen ones (compared as text) and that hold the chosen
+    finding (a radt.diagnosis code); the order kept."""
     wanted = {k: v for k, v in chosen.items() if k in GROUPS and v}
-    return [row for row in rows if all(row.get(k, "") == v for k, v in wanted.items())]
+    finding = chosen.get(FINDING) or ""
+    return [row for row in rows if all(row.get(k, "") == v for k, v in wanted.items()) and (not finding or finding in row["codes"])]
+
+
+def finding_counts(rows: Sequence[dict]) -> list[tuple[str, int]]:
+    """(code, jobs with that finding) for every code some job has, the most frequent first (then the catalogue's order)."""
+    counts = {code: sum(code in row["codes"] for row in rows) for code in CODES}
+    return sorted(((c, n) for c, n in counts.items() if n), key=lambda item: (-item[1], CODES.index(item[0])))
 
 
 def totals(rows: list[dict], by: str) -> list[dict]:
-    """Per user / account / partition: jobs, GPU-hours held, wasted GPU-hours and the SMACT mean weighted by GPU-hours,
-    the last two over the jobs that have a verdict (`judged`); the most wasted first. `gpus_unknown`: the jobs whose GPUs
-    are not known, whose GPU-hours the total lacks."""
+    """Per user / account / partition: jobs, GPU-hours held, idle GPU-hours and the idle share of the GPU-hours of the
+    jobs that have idle GPU-hours (`ranked`); worst first by the same rank_key as the jobs. `gpus_unknown`: the jobs whose
+    GPU-hours are not known, which the total lacks."""
     groups: dict[str, dict] = {}
     for row in rows:
         name = row.get(by, "") or ""
-        group = groups.setdefault(
-            name, {"name": name, "jobs": 0, "judged": 0, "gpus_unknown": 0, "gpu_hours": 0.0, "wasted_gpu_hours": 0.0, "_busy": 0.0, "_held": 0.0}
-        )
+        group = groups.setdefault(name, {"name": name, "jobs": 0, "ranked": 0, "gpus_unknown": 0, "gpu_hours": 0.0, "idle_gpu_hours": None, "_held": 0.0})
         group["jobs"] += 1
-        if row["gpus"] is None:
+        held, idle = row["gpu_hours"], row["idle_gpu_hours"]
+        if held is None:
             group["gpus_unknown"] += 1
-            continue
-        held = row["gpus"] * row["hours"]
-        group["gpu_hours"] += held
-        if row["wasted_gpu_hours"] is not None:
-            group["judged"] += 1
-            group["wasted_gpu_hours"] += row["wasted_gpu_hours"]
-            group["_held"] += held
-            group["_busy"] += held - row["wasted_gpu_hours"]
+        else:
+            group["gpu_hours"] += held
+        if idle is not None:
+            group["ranked"] += 1
+            group["idle_gpu_hours"] = (group["idle_gpu_hours"] or 0.0) + idle
+            group["_held"] += held or 0.0
     out = []
     for group in groups.values():
-        held, busy = group.pop("_held"), group.pop("_busy")
-        group["smact_mean"] = busy / held if held > 0 else None
+        held = group.pop("_held")
+        group["idle_share"] = group["idle_gpu_hours"] / held if group["idle_gpu_hours"] is not None and held > 0 else None
         out.append(group)
-    out.sort(key=lambda g: (-g["wasted_gpu_hours"], -g["gpu_hours"], g["name"]))
+    out.sort(key=lambda g: (rank_key({"idle_gpu_hours": g["idle_gpu_hours"], "gpu_hours": g["gpu_hours"]}), g["name"]))
+    return out
+
+
+def finding_sentences(engine: sa.Engine, run_ids: Sequence[str]) -> dict[str, dict[str, str]]:
+    """run id -> code -> the finding's sentence (radt.diagnosis.<code>), for the jobs shown only."""
+    keys = [diagnosis_tag(code) for code in CODES]
+    out: dict[str, dict[str, str]] = {}
+    with engine.connect() as conn:
+        for chunk in chunks(list(run_ids)):
+            stmt = sa.select(TAGS.c.run_uuid, TAGS.c.key, TAGS.c.value).where(TAGS.c.run_uuid.in_(chunk), TAGS.c.key.in_(keys))
+            for run_id, key, value in plain_rows(conn, stmt):
+                out.setdefault(run_id, {})[key[len(diagnosis_tag("")) :]] = value or ""
     return out

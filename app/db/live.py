@@ -16,16 +16,19 @@ import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
-from radt import catalogue, settings
+from radt import catalogue, evidence, settings
+from radt.app.db import rollupseries
 from radt.app.db.runs import describe_runs, run_rows
 from radt.app.db.store import EXPERIMENTS, LATEST, METRICS, Series, chunks, plain_rows
 from radt.catalogue import MetricName
+from radt.diagnosis import Diagnosis, diagnose
 from radt.runmodel import HOST_TAG, INTERVAL_TAG
 
 LINGER_MS = 120_000  # an ended run stays on the Live tab this long, with its final status
 STALE_INTERVALS = 3  # no sample for this many sampling intervals: the run is marked stale
 IDLE_MS = 60_000  # GPU activity near zero this long while RUNNING: flagged
 IDLE_RATIO = 0.05  # "near zero" for activity ratios (GPU util: 5 %)
+FINDINGS_REFRESH_S = evidence.RESOLUTION  # the findings change only as a 10-second rollup bucket fills: judged anew once per bucket
 
 # What a run's live chart draws, in this order: GPU activity on the left axis (0-1), CPU on the right (%).
 CHART_METRICS = [
@@ -226,3 +229,28 @@ def level(metric: catalogue.Metric, value: float) -> str:
         ratio = value / 100.0 if metric.unit == "%" else value
         return "value-low" if ratio < 0.2 else ("value-mid" if ratio < 0.5 else "value-high")
     return "value-plain"
+
+
+def findings_window_ms() -> int:
+    """RADT_LIVE_FINDINGS_WINDOW in milliseconds: the span of a running run that Live's findings are over."""
+    return int(settings.LIVE_FINDINGS_WINDOW.get() * 60_000)
+
+
+def recent_diagnoses(engine: sa.Engine, run_ids: Sequence[str], now_ms: int, window_ms: int | None = None) -> dict[str, Diagnosis]:
+    """run id -> radt/diagnosis.py's findings over the run's last `window_ms`, from the 10-second rollups only (no raw
+    point): the window's buckets are the evidence, and its span starts with the window, so every share, sentence and
+    span is the window's, not the whole run's. Nothing while the store's rollups are unavailable (rollupseries)."""
+    if not run_ids or not rollupseries.available(engine):
+        return {}
+    since = now_ms - (window_ms if window_ms is not None else findings_window_ms())
+    try:  # the rollups' tables made and stale series rebuilt as a chart's read does: through its read-write engine
+        found = evidence.gather(rollupseries.writable(engine), run_ids, since_ms=since, now_ms=now_ms)
+    except sa.exc.SQLAlchemyError as exc:  # as a chart does: one line in the log, the cards without findings a while
+        rollupseries.give_up(engine, exc)
+        return {}
+    out = {}
+    for run_id, ev in found.items():
+        ev.start_ms = max(ev.start_ms, since)
+        ev.end_ms = max(ev.end_ms, ev.start_ms)
+        out[run_id] = diagnose(ev)
+    return out

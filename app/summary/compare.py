@@ -22,6 +22,9 @@ Every figure can be recomputed from the columns shown:
 - command: what the run trained, as a reader names it (``command_text``): the script and its arguments, or radT's
   model and params, after the profiler that wrapped it (``ncu train.py``: a profiled run is never another's alone
   baseline); the comparison figures compare runs of one command (app/export/aggregates.py).
+- diagnosis: the run's finding codes as its radt.diagnosis tag holds them ("none": diagnosed, nothing found; blank:
+  never diagnosed), and idle_gpu_hours, energy_kwh, co2_kg, cost with footprint_basis (the intensity, PUE and price
+  they used), as its radt.footprint.* tags hold them (app/summary/findings.py).
 
 A together group's row ("workload", its run_id the workload's id): steps_per_h and normalised are the sums of its runs' (normalised
 only where every run has an alone baseline; above 1 the runs together did more work per hour than the
@@ -29,7 +32,8 @@ same runs one after another); duration from the first script start to the last e
 GPU (every process on it) the highest of its runs'; the runs' own peaks are not summed into one (they need not coincide); energy per step the group's energy over its runs' steps summed; energy per physical GPU the largest of the runs that recorded that GPU
 (collocated runs read the same GPU's counter), summed over distinct GPUs (``summaries.gpu_identity``:
 UUID, else host and index), and only where every run has an energy figure. Steps, alone steps/h and the
-activity and CPU means are left empty there: no sum or mean of them would be the group's.
+activity and CPU means are left empty there: no sum or mean of them would be the group's, nor the diagnosis and the
+footprint (collocated runs measured the same GPUs: their energy summed would count a GPU twice).
 """
 
 from __future__ import annotations
@@ -42,13 +46,14 @@ from collections.abc import Iterable
 import pandas as pd
 
 from radt.app.summary.caveats import profiled_by
+from radt.app.summary.findings import FOOTPRINT_COLUMNS, codes_text, footprint_cells
 from radt.collocation import from_tag
-from radt.runmodel import COLLOCATION_TAG, SLURM_PARTITION_TAG, SLURM_PREFIX, UNGROUPED, USER_TAG, VERDICT_PREFIX, script_span, together
+from radt.runmodel import COLLOCATION_TAG, SLURM_PARTITION_TAG, SLURM_PREFIX, UNGROUPED, USER_TAG, script_span, together
 
 RUN_COLUMNS = ["kind", "experiment_id", "workload", "run", "command", "letter", "status", "together", "steps", "duration_min", "steps_per_h", "alone_runs",
                "alone_steps_per_h", "normalised", "gpus_text", "smact_mean", "smact_p95", "smact_busiest", "smocc_mean", "smocc_p95", "gract_mean",
                "power_mean_w", "peak_memory_per_gpu_mb", "run_memory_peak_mb", "energy_kj", "cpu_mean", "energy_per_step_j", "collocation", "gpus_used", "gpus_watched",
-               "gpu_basis", "partition", "user", "flags", "run_id"]  # fmt: skip
+               "gpu_basis", "partition", "user", "diagnosis", *FOOTPRINT_COLUMNS, "footprint_basis", "run_id"]  # fmt: skip
 # a run's GPU figures, over the GPUs it used (summaries.run_summary), as the summary gives them; a together group's row has none
 GPU_COLUMNS = ("gpus_text", "smact_mean", "smact_p95", "smact_busiest", "smocc_mean", "smocc_p95", "gract_mean", "power_mean_w", "gpus_used", "gpus_watched",
                "gpu_basis")  # fmt: skip
@@ -203,6 +208,8 @@ def comparison(runs: pd.DataFrame, summary: pd.DataFrame, library: pd.DataFrame 
             "energy_per_step_j": energy / steps if steps == steps and steps > 0 else math.nan,
             "collocation": collocation_method(getattr(row, "tags", None), row.params, sizes[row.run_id]),
             **_job_of(getattr(row, "tags", None) or {}),
+            "diagnosis": codes_text(getattr(row, "tags", None)),
+            **footprint_cells(getattr(row, "tags", None)),
             "run_id": row.run_id,
         }
 
@@ -216,12 +223,8 @@ def comparison(runs: pd.DataFrame, summary: pd.DataFrame, library: pd.DataFrame 
 
 
 def _job_of(tags: dict) -> dict[str, str]:
-    """A Slurm job's partition, user and verdict flags (radt import --slurm's tags); the user is MLflow's for any other run."""
-    return {
-        "partition": tags.get(SLURM_PARTITION_TAG, ""),
-        "user": tags.get(f"{SLURM_PREFIX}user") or tags.get(USER_TAG, ""),
-        "flags": tags.get(f"{VERDICT_PREFIX}flags", ""),
-    }
+    """A Slurm job's partition and user (radt import --slurm's tags); the user is MLflow's for any other run."""
+    return {"partition": tags.get(SLURM_PARTITION_TAG, ""), "user": tags.get(f"{SLURM_PREFIX}user") or tags.get(USER_TAG, "")}
 
 
 def _group_row(members: list, figures: list[dict], stats: pd.DataFrame) -> dict:

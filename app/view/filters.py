@@ -1,6 +1,6 @@
 """The run filter: one line that narrows a long run list to the runs worth comparing.
 
-Three kinds of term, joined by AND (or only by spaces):
+Four kinds of term, joined by AND (or only by spaces):
 
 - words, as the filter always read them: ``resnet mps batch=256`` keeps the runs whose name, workload,
   letter, status or ``param=value`` pairs contain every word;
@@ -8,7 +8,10 @@ Three kinds of term, joined by AND (or only by spaces):
   (mlflow/utils/search_utils.py): ``params.batch_size = '128'``, ``tags.`mlflow.runName` LIKE 'r%'``,
   ``attributes.status IN ('FINISHED', 'RUNNING')``, ``metrics.loss < 0.5`` (the latest value);
 - radt's own per-run figures: ``smact.mean < 0.3``, ``duration > 10m``, ``throughput >= 1200`` and the
-  other ``FIELDS``, from app/summary/summaries.py's summary (through data.summary's cache).
+  other ``FIELDS``, from app/summary/summaries.py's summary (through data.summary's cache), and the footprint
+  (``energy.kwh > 1``, ``idle.gpu_hours >= 2``) from the run's radt.footprint.* tags;
+- radt's words for tags (``TAG_FIELDS``): ``diagnosis LIKE '%input_starved%'`` reads the run's finding codes
+  (radt.diagnosis), ``partition = 'a100'`` and ``job`` a Slurm job's.
 
 ``parse`` turns the text into terms or raises FilterError, one line saying what to change; ``apply``
 keeps the rows of a data.runs() frame that pass every term, reading latest metrics and summaries only
@@ -41,7 +44,8 @@ from radt.app.view import data
 from radt.app.view.cache import LISTING_TIMEOUT
 from radt.catalogue import METRICS, MetricName, unit_text
 from radt.errors import UserError
-from radt.runmodel import SLURM_JOB_TAG, SLURM_PARTITION_TAG, VERDICT_PREFIX
+from radt.footprint import figures_of
+from radt.runmodel import DIAGNOSIS_TAG, SLURM_JOB_TAG, SLURM_PARTITION_TAG
 
 
 class FilterError(UserError, ValueError):
@@ -75,8 +79,8 @@ UNREAD_ATTRIBUTES = ("user_id", "artifact_uri")  # searchable in MLflow, not in 
 class Field:
     """One of radt's figures of a run: where it comes from, and the units a value may carry (factor to the stored unit)."""
 
-    column: str  # a data.runs column, a data.summary column, or "throughput"
-    source: str  # "runs" (the run list, free) or "summary" (data.summary, computed once per run and cached)
+    column: str  # a data.runs column, a data.summary column, "throughput", or a radt.footprint.<figure>
+    source: str  # "runs" (the run list, free), "footprint" (the run's radt.footprint.* tags, in the run list: free) or "summary" (data.summary, computed once per run and cached)
     units: dict[str, float]
     unit_text: str  # how the help names the units
 
@@ -101,10 +105,17 @@ FIELDS = {  # the GPU figures are over the GPUs the run used (summaries.run_summ
     "memory.run_peak": Field("run_memory_peak_mb", "summary", {"": 1.0, "mb": 1.0, "gb": 1000.0}, "MB or GB"),  # the run's own processes'
     "energy": Field("energy_j", "summary", {"": 1000.0, "j": 1.0, "kj": 1000.0, "mj": 1e6, "wh": 3600.0, "kwh": 3.6e6}, "kJ, J, MJ, Wh or kWh"),
     "cpu.mean": Field("cpu_mean", "summary", {"": 1.0, "%": 1.0}, unit_text(METRICS[MetricName.CPU_UTILIZATION_PERCENTAGE])),  # the host's
+    # the run's footprint (radt/footprint.py, radt.footprint.* tags: `radt diagnose`, a run's end, an import)
+    "energy.kwh": Field("energy_kwh", "footprint", {"": 1.0, "kwh": 1.0, "wh": 0.001, "mwh": 1000.0}, "kWh, Wh or MWh"),
+    "co2.kg": Field("co2_kg", "footprint", {"": 1.0, "kg": 1.0, "g": 0.001, "t": 1000.0}, "kg, g or t"),
+    "cost": Field("cost", "footprint", _PLAIN, "the currency of RADT_CURRENCY"),
+    "gpu_hours": Field("gpu_hours", "footprint", {"": 1.0, "h": 1.0}, "GPU-hours"),
+    "idle.gpu_hours": Field("idle_gpu_hours", "footprint", {"": 1.0, "h": 1.0}, "GPU-hours"),
 }
+LISTED = ("runs", "footprint")  # the sources the run list holds: read row by row, before any summary
 TEXT_FIELDS = {"letter": "letter"}  # radt's own words for a run (its radt.letter tag or radT's letter param), compared like attributes
-TAG_FIELDS = {  # radt's words for the tags of a Slurm job's run (radt import --slurm): `flags LIKE '%idle%'`, `partition = 'a100'`
-    "flags": f"{VERDICT_PREFIX}flags",
+TAG_FIELDS = {  # radt's words for tags: the diagnosis' codes (`diagnosis LIKE '%input_starved%'`), a Slurm job's (`partition = 'a100'`)
+    "diagnosis": DIAGNOSIS_TAG,
     "partition": SLURM_PARTITION_TAG,
     "job": SLURM_JOB_TAG,
 }
@@ -485,6 +496,8 @@ def _plain(row, term: Term) -> bool:
         return _text_test(term, (row.tags or {}).get(term.key))
     if term.kind in ("attribute", "text"):
         return _text_test(term, None if getattr(row, term.key) is None else str(getattr(row, term.key)))
+    if term.kind == "field" and FIELDS[term.key].source == "footprint":
+        return _number_test(term, figures_of(row.tags or {}).get(FIELDS[term.key].column))
     number = getattr(row, term.key if term.kind == "number_attribute" else FIELDS[term.key].column)
     return _number_test(term, _present(number))
 
@@ -541,7 +554,7 @@ def apply(runs: pd.DataFrame, query: Query | str) -> pd.DataFrame:
     query = parse(query) if isinstance(query, str) else query
     if not query.terms or runs.empty:
         return runs
-    plain = [t for t in query.terms if t.kind not in ("metric", "field") or (t.kind == "field" and FIELDS[t.key].source == "runs")]
+    plain = [t for t in query.terms if t.kind not in ("metric", "field") or (t.kind == "field" and FIELDS[t.key].source in LISTED)]
     words, others = [t.key for t in plain if t.kind == "word"], [t for t in plain if t.kind != "word"]
     kept = runs[[_passes(row, others, words) for row in runs.itertuples()]] if plain else runs
     metric_terms = [t for t in query.terms if t.kind == "metric"]

@@ -271,6 +271,17 @@ def x_range(view: View) -> tuple | None:
     return _x_limits(view.zoom, view.axis) if view.zoom else None
 
 
+def span_zoom(span: tuple[int, int], start_ms: float, x: str, mode: str) -> tuple[str, str]:
+    """The x axis and zoom ("low,high", as View.zoom holds it) that show `span` (epoch ms, a finding's) of a run that
+    started at `start_ms`: minutes since its start on "since start", UTC times on the wall clock. No time maps onto the
+    step axis: it gives way to "since start"."""
+    x = "relative" if x not in X_MODES or x == "step" else x
+    low, high = sorted(span)
+    if x == "wall" and mode != "grouped":  # a grouped view draws the wall clock as time since start (View.axis)
+        return x, ",".join(pd.Timestamp(ms, unit="ms").strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] for ms in (low, high))
+    return x, ",".join(f"{(ms - start_ms) / 60_000:.6g}" for ms in (low, high))
+
+
 @dataclass
 class Rendered:
     figure: object  # plotly Figure

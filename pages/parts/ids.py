@@ -76,6 +76,12 @@ COMPARE_RUN = "compare-run"  # the run of the activity figure
 COMPARE_FIGURE = "compare-figure"
 EXPORT_HEIGHT = "export-height"  # the export panel's figure height in inches (empty: fit 9 in)
 
+# --- explore: the runs' diagnosis (issue #54: pages/parts/findings.py) -----------------------------------------------
+
+FINDINGS = "run-findings"  # each drawn run's findings, what it lacked, its footprint
+FINDING_ZOOM = "finding-zoom"  # pattern type: a finding's button that zooms the charts to the span it covers
+CODE_KEY = "code"  # the finding's code in that pattern (with RUN_KEY, the run's id)
+
 # --- live -----------------------------------------------------------------------------------------
 
 LIVE_WINDOW = "live-window"
@@ -91,6 +97,7 @@ LIVE_VALUES = "live-values"  # pattern type: a run card's current values
 LIVE_FLAGS = "live-flags"  # pattern type: a run card's stale and idle flags
 LIVE_CHART = "live-chart"  # pattern type: a run card's chart
 LIVE_CURSOR = "live-cursor"  # pattern type: a run card's newest timestamp, keys, status
+LIVE_FINDINGS = "live-findings"  # pattern type: a run card's findings over its last minutes (radt/diagnosis.py)
 RUN_KEY = "run"  # the run id in the live patterns
 
 
@@ -115,5 +122,10 @@ def export_button(fmt: object) -> dict:
 
 
 def card(kind: str, run: object) -> dict:
-    """A run card's part (LIVE_VALUES, LIVE_FLAGS, LIVE_CHART, LIVE_CURSOR) for a run id, or a wildcard."""
+    """A run card's part (LIVE_VALUES, LIVE_FLAGS, LIVE_FINDINGS, LIVE_CHART, LIVE_CURSOR) for a run id, or a wildcard."""
     return {"type": kind, RUN_KEY: run}
+
+
+def finding_zoom(run: object, code: object) -> dict:
+    """A finding's zoom button: its run's id and its code, or wildcards."""
+    return {"type": FINDING_ZOOM, RUN_KEY: run, CODE_KEY: code}

@@ -19,6 +19,7 @@ from radt.app.view import data
 from radt.app.view.filters import FIELDS, LIKE_PATTERN_LIMIT, Narrowed, narrow
 from radt.app.view.views import View, experiment_names
 from radt.app.web import inputs
+from radt.diagnosis import CODES
 from radt.pages.parts import ids
 from radt.pages.parts.summary_table import duration_text  # the table and the tree write a duration the same way
 
@@ -31,7 +32,8 @@ HELP = (
     "Words match a run's name, workload, letter, status or param=value. Or MLflow's search syntax, joined by and: "
     "params.batch_size = '128', tags.radt.collocation = 'mps', attributes.status IN ('FINISHED', 'RUNNING'), "
     f"attributes.run_name LIKE '%resnet%' (ILIKE ignores case; a pattern of at most {LIKE_PATTERN_LIMIT} characters), metrics.loss < 0.5 (latest value); "
-    f"and radt's figures of a run: {', '.join(FIELDS)} (duration > 10m; units s, m, h; ratios 0-1 or %)."
+    f"and radt's figures of a run: {', '.join(FIELDS)} (duration > 10m; units s, m, h; ratios 0-1 or %); "
+    f"its diagnosis: diagnosis LIKE '%input_starved%' (codes {', '.join(CODES)}; diagnosis = '' for a run diagnosed with no finding)."
 )
 
 

@@ -19,6 +19,7 @@ from dash.dash_table.Format import Format, Scheme
 
 from radt.app.db.state import store_error
 from radt.app.summary.compare import RUN_COLUMNS
+from radt.app.summary.findings import readable
 from radt.app.view.views import View, view_runs
 from radt.catalogue import METRICS, MetricName, unit_text
 from radt.pages.parts import ids
@@ -86,6 +87,13 @@ COLUMNS = [
     ),
     Column("J/step", "energy_per_step_j", "Energy per step: the energy of the run's GPUs (J, summed) ÷ steps. Lower is better.", 0, True),
     Column("colloc.", "collocation", "How the run shared its GPU: alone, same GPU (time-sliced, ran together), MPS or MIG (radt.collocation tag).", shown=True),
+    Column(
+        "diagnosis",
+        "diagnosis",
+        "What held the run back (radt.diagnosis: radt diagnose, a run's end, an import): idle GPUs, input starved, small kernels, ... "
+        "'none': diagnosed, nothing found; empty: never diagnosed. Each finding's sentence is in the Diagnosis section under the charts. "
+        "Filter with diagnosis LIKE '%input_starved%'.",
+    ),  # not in the default set: the 1440 px screen has no room left (tests/test_page_hygiene_browser.py)
     Column("status", "status", None, shown=True),
     Column("duration", "duration", "The script's own time, start to exit (not radt's set-up). Sorted on the number of minutes.", shown=True),
     Column("logs", "logs", "The run's logs and reports (stdout, stderr, nsys/ncu), read from its artifact location.", shown=True),
@@ -113,22 +121,21 @@ COLUMNS = [
     Column("letter", "letter", None),
     Column("partition", "partition", "The Slurm partition of a job radt import --slurm made a run of (radt.slurm.partition)."),
     Column("user", "user", "Who ran it: a Slurm job's user (radt.slurm.user), else MLflow's (mlflow.user)."),
-    Column(
-        "verdict",
-        "flags",
-        "A Slurm job's efficiency flags, each with its numbers (radt.verdict.flags; radt import --slurm): idle GPUs, low SMACT, "
-        "a MIG slice that would hold it, a job it could share a GPU with under MPS. Filter with flags LIKE '%idle%'.",
-    ),
+    Column("idle GPU-h", "idle_gpu_hours", "GPU-hours the run held with a GPU's engine idle (radt.footprint.idle_gpu_hours; radt diagnose).", 2),
+    Column("energy kWh", "energy_kwh", "The GPUs' energy (kWh) from their recorded power (radt.footprint.energy_kwh); filter with energy.kwh > 1.", 3),
+    Column("CO2 kg", "co2_kg", "The energy's carbon (kg CO2eq): kWh × PUE × the grid's intensity, as the footprint basis says (radt.footprint.co2_kg).", 3),
+    Column("cost", "cost", "GPU-hours held × the price per GPU-hour the footprint basis names (radt.footprint.cost).", 2),
+    Column("footprint basis", "footprint_basis", "The grid intensity, PUE and price the run's footprint used (radt.footprint.basis)."),
 ]
 SORT_KEYS = {"duration": "duration_min"}  # a text column sorts on the number beside it
 MARKDOWN = {"logs"}
-NAMES = ("run", "command", "workload", "flags")  # cut with an ellipsis, whole in their tooltip
+NAMES = ("run", "command", "workload", "diagnosis", "footprint_basis")  # cut with an ellipsis, whole in their tooltip
 LEFT = (*NAMES, "collocation", "status", "letter", "gpus_text", "partition", "user")
 # Widths (px) that keep the default columns within 1440 px (1,064 px beside the sidebar) whatever the names: a name is cut
 # with an ellipsis; the other columns are as wide as their header (wrapped) or their widest number. The command's 124 px hold
 # "train_imagenet.py" whole (110 cut it to "train_imagene…"); from 1600 px it takes the room the others leave (table.css).
 WIDTHS = {"run": 160}
-MAX_WIDTHS = {"command": 124, "workload": 130, "gpus_text": 84, "collocation": 76, "status": 72, "flags": 260}
+MAX_WIDTHS = {"command": 124, "workload": 130, "gpus_text": 84, "collocation": 76, "status": 72, "diagnosis": 130, "footprint_basis": 200}
 
 
 def present(columns: list[Column] = COLUMNS) -> list[Column]:
@@ -261,6 +268,7 @@ def table_rows(table: pd.DataFrame) -> list[dict]:
         if row.get("command"):
             row["command_whole"] = row["command"]
             row["command"] = short.get(str(row["command"]), row["command"])
+        row["diagnosis"] = readable(row.get("diagnosis")) or None  # the codes in words ('none' stays 'none')
         minutes = row.get("duration_min")
         row["duration"] = duration_text(None if minutes is None else minutes * 60)
         # a workload's row ("2 runs together") has no logs of its own: an empty cell (a missing one reads "undefined")
