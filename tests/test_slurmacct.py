@@ -132,6 +132,6 @@ def test_a_job_whose_gpus_are_not_known_is_not_listed_as_a_job_without_gpu(store
     assert tags["radt.slurm.gpus_requested"] == "unknown" and "AccountingStorageTRES" in tags["radt.slurm.no_gpu_series"], tags
     assert client.get_run(runs["71"]).data.tags["radt.slurm.gpus_requested"] == "1"
     rows = {row["job"]: row for row in job_rows(make_read_engine(store_uri))}
-    assert rows["71"]["gpus"] == 1 and rows["72"]["gpus"] is None and rows["72"]["wasted_gpu_hours"] is None, rows
+    assert rows["71"]["gpus"] == 1 and rows["72"]["gpus"] is None and rows["72"]["idle_gpu_hours"] is None, rows
     (alice,) = totals(list(rows.values()), "user")
     assert alice["jobs"] == 2 and alice["gpu_hours"] == pytest.approx(1.0) and alice["gpus_unknown"] == 1, alice
