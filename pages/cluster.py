@@ -12,7 +12,7 @@ import dash
 from dash import html
 
 from radt import settings
-from radt.app.db.jobs import FINDING, GROUPS, finding_counts, finding_sentences, job_rows, narrow, totals
+from radt.app.db.jobs import FINDING, GROUPS, SUMMED, finding_counts, finding_sentences, job_rows, narrow, totals
 from radt.app.db.state import STATE
 from radt.diagnosis import CODES, LABELS
 from radt.pages.parts.unreadable import reads_store
@@ -20,7 +20,7 @@ from radt.pages.parts.unreadable import reads_store
 dash.register_page(__name__, path="/cluster", name="Cluster", title="radt · cluster", order=2)
 
 COLUMNS = ("job", "user", "account", "partition", "state", "GPUs", "hours", "GPU-h", "idle GPU-h", "diagnosis")
-TOTAL_COLUMNS = ("jobs", "GPU-hours", "idle GPU-h", "idle share", "no idle figure")
+TOTAL_COLUMNS = ("jobs", "GPU-hours", "idle GPU-h", "idle share", "no idle figure", "energy kWh", "CO₂eq kg", "cost")
 NOTE = (
     "Idle GPU-hours: each GPU's share of the job with its engine idle × the job's hours, summed over its GPUs "
     "(radt.footprint.idle_gpu_hours; radt diagnose). Worst first."
@@ -92,12 +92,15 @@ def _totals(rows: list[dict], by: str, chosen: dict[str, str]) -> html.Div:
                     html.Td(_number(group["idle_gpu_hours"], 2), className="num"),
                     html.Td("" if share is None else f"{share:.0%}", className="num"),
                     html.Td(f"{group['jobs'] - group['ranked']:,}", className="num"),
+                    *(html.Td(_number(group[name], 3), className="num") for name in SUMMED),
                 ],
                 className="total-row",
             )
         )
     head = html.Thead(html.Tr([html.Th(by)] + [html.Th(c) for c in TOTAL_COLUMNS]))
-    return html.Div([html.P(switch, className="group-switch"), html.Table([head, html.Tbody(body)], id="cluster-totals", className="jobs")])
+    bases = sorted({row["basis"] for row in rows if row.get("basis")})
+    said = html.P(f"Energy, CO₂eq and cost as each job's diagnosis figured them: {'; '.join(bases)}.", id="cluster-basis", className="note") if bases else None
+    return html.Div([html.P(switch, className="group-switch"), html.Table([head, html.Tbody(body)], id="cluster-totals", className="jobs"), said])
 
 
 def _gpu_hours(group: dict) -> html.Td:

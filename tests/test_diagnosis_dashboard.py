@@ -128,6 +128,8 @@ def test_the_clusters_jobs_rank_by_idle_gpu_hours_and_count_by_finding(store_uri
     assert [g["idle_gpu_hours"] for g in by_user] == pytest.approx([6.0, 1.0, 0.0], rel=1e-3)
     assert by_user[0]["idle_share"] == pytest.approx(0.75, rel=1e-3) and by_user[1]["idle_share"] == pytest.approx(0.5, rel=1e-3)
     assert [g["name"] for g in jobs.totals(rows, "account")] == ["proj", "other"], "proj: 7 idle GPU-hours; other: none"
+    price = settings.GPU_HOUR_PRICE.get()
+    assert [g["cost"] for g in by_user] == pytest.approx([8 * price, 2 * price, 1 * price], rel=1e-3), "cost per user: its jobs' GPU-hours × the price"
 
     sentences = jobs.finding_sentences(engine, [runs["101"], runs["102"]])
     assert set(sentences) == {runs["101"]} and sentences[runs["101"]]["idle_gpus"].startswith("3 of 4 GPUs idle")

@@ -40,7 +40,9 @@ TAG_KEYS = {
     NO_SERIES_TAG: "no_series",
 }
 FIGURE_TAGS = (f"{FOOTPRINT_PREFIX}gpu_hours", f"{FOOTPRINT_PREFIX}idle_gpu_hours")  # what the ranking reads (rank_key)
-READ_TAGS = (*TAG_KEYS, DIAGNOSIS_TAG, *FIGURE_TAGS)
+SUMMED = ("energy_kwh", "co2_kg", "cost")  # footprint figures the totals add up (each job's as its diagnosis figured it)
+BASIS_TAG = f"{FOOTPRINT_PREFIX}basis"
+READ_TAGS = (*TAG_KEYS, DIAGNOSIS_TAG, *FIGURE_TAGS, *(f"{FOOTPRINT_PREFIX}{name}" for name in SUMMED), BASIS_TAG)
 GROUPS = ("user", "account", "partition")  # what the Cluster view totals and narrows by
 FINDING = "finding"  # the query key that narrows the view to the jobs with one finding (a radt.diagnosis code)
 
@@ -93,6 +95,7 @@ def job_rows(engine: sa.Engine, now_ms: int | None = None) -> list[dict]:
         row["figures"] = _figures(row, held)
         row["gpu_hours"] = row["figures"].get("gpu_hours")
         row["idle_gpu_hours"] = row["figures"].get("idle_gpu_hours")
+        row["basis"] = held.get(BASIS_TAG, "")
         out.append(row)
     # the worst first (rank_key); the unranked after them, the newest first (job ids sort as text: 10 < 9)
     out.sort(key=lambda x: (rank_key(x["figures"]), -(x["start_ms"] or 0), x["job"]))
@@ -120,7 +123,9 @@ def totals(rows: list[dict], by: str) -> list[dict]:
     groups: dict[str, dict] = {}
     for row in rows:
         name = row.get(by, "") or ""
-        group = groups.setdefault(name, {"name": name, "jobs": 0, "ranked": 0, "gpus_unknown": 0, "gpu_hours": 0.0, "idle_gpu_hours": None, "_held": 0.0})
+        group = groups.setdefault(
+            name, {"name": name, "jobs": 0, "ranked": 0, "gpus_unknown": 0, "gpu_hours": 0.0, "idle_gpu_hours": None, "_held": 0.0} | dict.fromkeys(SUMMED)
+        )
         group["jobs"] += 1
         held, idle = row["gpu_hours"], row["idle_gpu_hours"]
         if held is None:
@@ -131,6 +136,9 @@ def totals(rows: list[dict], by: str) -> list[dict]:
             group["ranked"] += 1
             group["idle_gpu_hours"] = (group["idle_gpu_hours"] or 0.0) + idle
             group["_held"] += held or 0.0
+        for name in SUMMED:
+            if name in row["figures"]:
+                group[name] = (group[name] or 0.0) + row["figures"][name]
     out = []
     for group in groups.values():
         held = group.pop("_held")
