@@ -109,6 +109,11 @@ def test_nvml_gpu_metrics_of_the_chosen_gpu_reach_mlflow(store_uri, radt_home, t
     assert "CUDA_VISIBLE_DEVICES=0" in _artifact(client, run_id, "radt/stdout.log", tmp_path)
     sources = json.loads(_artifact(client, run_id, "radt/radt-sources.json", tmp_path))
     assert sources["nvml"] == {"gpm": {"0": True}}
+    tags = client.get_run(run_id).data.tags  # diagnosed as it ended (issue 54): a busy GPU using its tensor pipes, nothing found
+    assert tags["radt.diagnosis.version"] == "1" and tags["radt.diagnosis"] == "", tags.get("radt.diagnosis")
+    assert float(tags["radt.footprint.energy_kwh"]) > 0 and float(tags["radt.footprint.gpu_hours"]) > 0
+    entry = json.loads(tags["radt.gpus"])[0]
+    assert entry["memory_total_mb"] == round(H100["memory_total"] / 1e6), "the GPU's size, which fits_smaller says a slice against"
 
 
 @pytest.mark.parametrize("store_uri", ["sqlite"], indirect=True)

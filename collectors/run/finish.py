@@ -251,9 +251,11 @@ def complete_run(client, run_dir: Path, run_id: str, pending: dict) -> None:
         pending = {**pending, "status": status, "tags": run_tags_of_nodes(tags)}
     set_tags(client, run_id, pending["tags"])
     client.set_terminated(run_id, status=pending["status"], end_time=pending["end_time"])
-    from radt.collectors.diagnose.stored import diagnose_ended  # here: a run's start never loads the diagnosis
+    from radt.collectors.diagnose.stored import diagnose_ended, said  # here: a run's start never loads the diagnosis
 
-    diagnose_ended(client, run_id)
+    diagnosis = diagnose_ended(client, run_id)
+    if diagnosis is not None and diagnosis.findings:
+        report(f"radt: {said(run_id, diagnosis)}")
     parent_id = pending.get("parent_id")
     if parent_id:  # a -w workload: RUNNING while a run of it runs, then the worst of its runs (FAILED > KILLED > FINISHED)
         experiment = [client.get_run(parent_id).info.experiment_id]
