@@ -340,3 +340,18 @@ def pytest_sessionfinish(session, exitstatus):
         postgres.drop_run_databases()
     except Exception:
         pass  # PostgreSQL unreachable: the tests that needed it have said so
+
+
+@pytest.fixture
+def nvml(monkeypatch):
+    """install(config) -> FakeNvml answering pynvml's functions (tests/fakes/fake_nvml.py), on a clock the test moves."""
+    import pynvml
+
+    from tests.fakes.fake_nvml import FakeNvml, ManualClock
+
+    def install(config) -> FakeNvml:
+        fake = FakeNvml.from_config(config, nvml=pynvml, clock=ManualClock())
+        fake.install(pynvml, monkeypatch.setattr)
+        return fake
+
+    return install

@@ -15,7 +15,7 @@ from radt.collectors.sources.nvml import NvmlSource
 from radt.collectors.sources.parsers import parse_dcgmi_dmon
 from radt.collectors.sources.promql import Series, Wanted, keyed_samples, selector
 from radt.collectors.sources.toolmetrics import EnergyBaseline, dmon_metrics
-from tests.fakes.fake_nvml import A100, H100, FakeNvml, ManualClock, mig_gpu
+from tests.fakes.fake_nvml import A100, H100, FakeNvml, mig_gpu
 
 POWER, THERMAL, HARDWARE = "clocks_power_capped", "clocks_thermal_slowdown", "clocks_hardware_slowdown"
 REASONS = (POWER, THERMAL, HARDWARE)
@@ -29,18 +29,6 @@ HW_THERMAL = pynvml.nvmlClocksEventReasonHwThermalSlowdown
 POWER_BRAKE = pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
 DISPLAY = pynvml.nvmlClocksEventReasonDisplayClockSetting
 NOT_SLOWDOWNS = IDLE | APP_CLOCKS | SYNC_BOOST | DISPLAY
-
-
-@pytest.fixture
-def nvml(monkeypatch):
-    """install(config) -> FakeNvml answering pynvml's functions, on a clock the test moves."""
-
-    def install(config) -> FakeNvml:
-        fake = FakeNvml.from_config(config, nvml=pynvml, clock=ManualClock())
-        fake.install(pynvml, monkeypatch.setattr)
-        return fake
-
-    return install
 
 
 @pytest.fixture

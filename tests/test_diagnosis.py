@@ -10,7 +10,6 @@ import csv
 import io
 import math
 
-import pynvml
 import pytest
 from mlflow import MlflowClient
 
@@ -35,7 +34,7 @@ from radt.diagnosis import (
 )
 from radt.points import Point
 from radt.runmodel import DIAGNOSIS_LACKING_TAG, DIAGNOSIS_TAG, DIAGNOSIS_VERSION_TAG, diagnosis_tag
-from tests.fakes.fake_nvml import H100, FakeNvml, ManualClock
+from tests.fakes.fake_nvml import H100, FakeNvml
 from tests.support.paths import FIXTURES
 from tests.support.runs import radt_run
 
@@ -90,16 +89,6 @@ def test_the_real_logs_are_diagnosed_as_their_numbers_say_when_imported(store_ur
 
 
 # --- runs recorded through the fake NVML ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def nvml(monkeypatch):
-    def install(config) -> FakeNvml:
-        fake = FakeNvml.from_config(config, nvml=pynvml, clock=ManualClock())
-        fake.install(pynvml, monkeypatch.setattr)
-        return fake
-
-    return install
 
 
 def _record(fake: FakeNvml, loads, seconds: int, extra=lambda t: {}) -> list[Point]:

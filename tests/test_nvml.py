@@ -19,18 +19,6 @@ from tests.fakes.fake_nvml import A100, H100, FakeNvml, ManualClock, mig_gpu
 MIB = 1024 * 1024
 
 
-@pytest.fixture
-def nvml(monkeypatch):
-    """install(config) -> FakeNvml answering pynvml's functions, on a clock the test moves."""
-
-    def install(config) -> FakeNvml:
-        fake = FakeNvml.from_config(config, nvml=pynvml, clock=ManualClock())
-        fake.install(pynvml, monkeypatch.setattr)
-        return fake
-
-    return install
-
-
 def gpu(base: dict, **overrides) -> dict:
     return {**base, **overrides}
 
