@@ -199,6 +199,7 @@ def _entry(spec: dict, index: int, cuda: int | None, mig: dict | None = None) ->
         "mig_profile": mig["profile"] if mig else None,
         "gpu_instance": mig["gi"] if mig else None,
         "cuda": cuda,
+        "memory_total_mb": round((mig or spec).get("memory_total", 10 * 1024**3 if mig else 85899345920) / 1e6),  # the fake's defaults
     }
 
 

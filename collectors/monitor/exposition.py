@@ -5,6 +5,9 @@ monitor's own run and the training run(s) RUNNING on that GPU of this host (run_
 experiment, workload; "" when none), so a cluster's Grafana can show which run uses which GPU.
 The GPU -> run mapping comes from the store's radt.gpus tags, refreshed every REFRESH seconds,
 never per scrape. Samples carry their own timestamps, so Prometheus holds the values radt wrote.
+Each process on a GPU has its own gauges too (radt_process_sm_utilization_percentage and
+radt_process_memory_utilization_percentage: NVML's per-process smUtil and memUtil at its last read), labelled with its
+pid and, where radt knows the process is a training run's (the run's process tree as its radt records it), the run's id.
 prometheus_client writes the text (escaping, timestamps) and serves it; radt gives it a collector.
 """
 
@@ -28,12 +31,20 @@ from prometheus_client.registry import Collector
 from radt import catalogue
 from radt import mlflowdb as db
 from radt.collectors._common import UsageError, first_line
+from radt.collectors.process.proctree import descendants
+from radt.collectors.process.watchdog import is_same, read_record
+from radt.collectors.sources.gpushare import ProcessRow
 from radt.collectors.store.sqltracking import SqlTracking
 from radt.collectors.store.tracking import find_runs
 from radt.points import Point
-from radt.runmodel import DEVICES_TAG, HOST_TAG, MONITOR_TAG, ROLE_TAG, RUN_ROLE, WORKLOAD_TAG, gpu_entries, node_statuses, node_tag
+from radt.runmodel import DEVICES_TAG, HOST_TAG, MONITOR_TAG, PID_TAG, ROLE_TAG, RUN_ROLE, WORKLOAD_TAG, gpu_entries, node_statuses, node_tag
+from radt.settings import runs_dir
 
 REFRESH = 10.0  # seconds between looks in the store for the training runs on this host's GPUs
+PROCESS_GAUGES = (  # name, ProcessRow field, help: one process's own share of its GPU
+    ("radt_process_sm_utilization_percentage", "sm", "Process SM util: the share of time its kernels ran on the GPU (NVML per-process smUtil) (%)"),
+    ("radt_process_memory_utilization_percentage", "mem", "Process mem util: its share of the memory controller (NVML per-process memUtil) (%)"),
+)
 
 
 class Training(NamedTuple):
@@ -44,6 +55,18 @@ class Training(NamedTuple):
     experiment: str
     workload: str
     entries: list[dict]  # radt.gpus entries: {"series", "index", "uuid", "gpu_instance", ...}
+    pids: frozenset[int] = frozenset()  # its processes on this host, where radt knows them
+
+
+def run_pids(run_id: str, tags: dict[str, str], node: str | None = None) -> frozenset[int]:
+    """A training run's processes on this host: its process tree as its radt records it in the run folder (this
+    RADT_HOME; a pid reused since is not the run's), with the descendants of its radt (radt.pid: the tree's subreaper)."""
+    record = read_record(runs_dir() / (f"{run_id}@{node}" if node else run_id)) or {}
+    found = {int(pid) for pid, start in record.get("processes", []) if is_same(int(pid), int(start))}
+    radt = tags.get(node_tag(node, "pid") if node else PID_TAG, "")
+    if radt.isdigit():
+        found.update(pid for pid in descendants(int(radt)) if pid != int(radt))
+    return frozenset(found)
 
 
 def _experiment_ids(client) -> list[str]:
@@ -68,16 +91,18 @@ def training_runs(client, host: str, names: dict[str, str] | None = None) -> lis
         parts = [n for n, status in nodes.items() if status == "RUNNING" and tags.get(node_tag(n, "host")) == host]
         if parts:
             entries = [entry for node in parts for entry in gpu_entries(tags, node)]
+            pids = frozenset().union(*(run_pids(run.info.run_id, tags, node) for node in parts))
         elif tags.get(HOST_TAG) == host and not nodes:
             entries = gpu_entries(tags)
             if not entries:  # recorded without NVML: the indices of -d, as radt.devices says them
                 entries = [{"index": int(i)} for i in tags.get(DEVICES_TAG, "").split("+") if i.isdigit()]
+            pids = run_pids(run.info.run_id, tags)
         else:
             continue
         experiment = run.info.experiment_id
         if experiment not in names:
             names[experiment] = client.get_experiment(experiment).name
-        found.append(Training(run.info.run_id, run.info.run_name or "", names[experiment], tags.get(WORKLOAD_TAG, ""), entries))
+        found.append(Training(run.info.run_id, run.info.run_name or "", names[experiment], tags.get(WORKLOAD_TAG, ""), entries, pids))
     return found
 
 
@@ -102,6 +127,7 @@ class Exposition(Collector):
         self.report = report
         self.devices: dict[str, str] = {}  # series ("gpu_0", "gpu_0_mig_3") -> UUID, from the monitor's plan
         self.monitor_run: Callable[[], str] = lambda: ""
+        self.processes: Callable[[], list[ProcessRow]] = list  # each process on a GPU at the last read (the nvml listener's)
         self._latest: dict[str, tuple[float, int]] = {}
         self._runs: list[Training] = []
         self._lock = threading.Lock()
@@ -127,10 +153,18 @@ class Exposition(Collector):
 
     # -- serving -------------------------------------------------------------------------------
 
-    def start(self, find: Callable[[], list[Training]], monitor_run: Callable[[], str], devices: dict[str, str]) -> Exposition:
-        """Serve /metrics and refresh the GPU -> training run mapping with `find` every REFRESH seconds."""
+    def start(
+        self,
+        find: Callable[[], list[Training]],
+        monitor_run: Callable[[], str],
+        devices: dict[str, str],
+        processes: Callable[[], list[ProcessRow]] = list,
+    ) -> Exposition:
+        """Serve /metrics and refresh the GPU -> training run mapping with `find` every REFRESH seconds; `processes`
+        gives each GPU's processes for their own gauges."""
         self.monitor_run = monitor_run
         self.devices = devices
+        self.processes = processes
         self._refresh(find)
         for target, args in ((self.server.serve_forever, ()), (self._refresh_loop, (find,))):
             thread = threading.Thread(target=target, args=args, daemon=True, name="radt-exposition")
@@ -183,6 +217,27 @@ class Exposition(Collector):
                 # add_sample, not add_metric: one family's samples carry different label names (GPU_I_ID on a slice, node)
                 family.add_sample(name, labels, value, _seconds(timestamp))
         yield from families.values()
+        yield from self._process_families(runs, monitor_run)
+
+    def _process_families(self, runs: list[Training], monitor_run: str) -> Iterator[GaugeMetricFamily]:
+        """One gauge per process on a GPU, labelled with its pid and the training run it belongs to ("" where radt knows none)."""
+        rows = self.processes()
+        if not rows:
+            return
+        owner = {pid: t.run_id for t in runs for pid in t.pids}
+        for name, field, help_text in PROCESS_GAUGES:
+            family = GaugeMetricFamily(name, help_text)
+            for row in rows:
+                labels = {
+                    "Hostname": self.hostname,
+                    "monitor_run": monitor_run,
+                    "gpu": str(row.gpu),
+                    "UUID": self.devices.get(f"gpu_{row.gpu}", ""),
+                    "pid": str(row.pid),
+                    "run_id": owner.get(row.pid, ""),
+                }
+                family.add_sample(name, labels, getattr(row, field), _seconds(row.stamp_ms))
+            yield family
 
     def _label_sets(self, resolved: catalogue.Resolved, runs: list[Training], monitor_run: str) -> list[dict[str, str]]:
         base = {"Hostname": self.hostname, "monitor_run": monitor_run}

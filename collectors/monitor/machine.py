@@ -241,7 +241,15 @@ class Monitor:
         if self.exposition is not None:
             names: dict[str, str] = {}
             devices = {e["series"]: e["uuid"] for e in gpus.series_entries(self.plan.watched)} if self.plan and self.plan.watched else {}
-            self.exposition.start(lambda: training_runs(self.client, self.host, names), lambda: self.current.run_id if self.current else "", devices)
+            self.exposition.start(
+                lambda: training_runs(self.client, self.host, names), lambda: self.current.run_id if self.current else "", devices, self.process_rows
+            )
+
+    def process_rows(self) -> list:
+        """Each process on each GPU at the nvml listener's last read, for the exposition's per-process gauges."""
+        recording = self.current
+        sources = recording.sources if recording is not None else []
+        return [row for source in sources if hasattr(source, "process_rows") for row in source.process_rows()]
 
     def roll(self) -> bool:
         """End the current run FINISHED and record into a new one; while the store is away, keep the current run."""

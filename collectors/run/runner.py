@@ -38,7 +38,7 @@ from radt.collectors.store.tracking import ADDED_ENV, NewRun, check_parent, conn
 from radt.collocation import SHARED
 from radt.errors import report
 from radt.rundir import CONTEXT_FILE, LOGS_DIR, STARTED_FILE, STOP_REASON_FILE
-from radt.runmodel import GPUS_TAG, INTERVAL_TAG, MIG_ACTIVITY_TAG, PROMETHEUS_GAP_TAG
+from radt.runmodel import GPU_SHARE_TAG, GPUS_TAG, INTERVAL_TAG, MIG_ACTIVITY_TAG, PROMETHEUS_GAP_TAG
 from radt.settings import POINTS_LOST_EXIT, display_uri, radt_home
 
 STOP_GRACE = 30.0  # seconds between SIGINT and SIGTERM, and SIGTERM and SIGKILL, at --max-time
@@ -104,7 +104,19 @@ def gpu_tags(plan: gpus.Plan, sources: list) -> dict[str, str]:
             tags[MIG_ACTIVITY_TAG] = "unavailable: neither the nvml nor the dcgm listener is running; no series of the slice's own activity"
         elif all(reasons.values()):
             tags[MIG_ACTIVITY_TAG] = "; ".join(reasons.values()) if len(reasons) == 1 else "; ".join(f"{n}: {r}" for n, r in reasons.items())
-    return tags
+    return tags | share_tag(sources) if plan.watched else tags
+
+
+def share_tag(sources: list, at_end: bool = False) -> dict[str, str]:
+    """radt.gpu_share, why the run has no share series of its own on a GPU ("device only"), said once: at the start
+    what the nvml listener found opening, at the end again only where a reason turned up while sampling (MPS)."""
+    nvml = next((s for s in sources if s.name == "nvml"), None)
+    if nvml is None:
+        return {} if at_end else {GPU_SHARE_TAG: "device only: the nvml listener is not running, and only NVML gives per-process figures"}
+    if at_end and not nvml.share_found_later:
+        return {}
+    reason = nvml.share_reason()
+    return {GPU_SHARE_TAG: reason} if reason else {}
 
 
 def child_environment(
@@ -545,7 +557,7 @@ def _follow(rec: Recording, opts: RunOptions, run: Prepared, child: subprocess.P
         opts.interval,
         put,
         start_gate=started_flag.exists if opts.manual else None,
-        late=lambda sampler: _prometheus_final(sampler, script_start_ms, _script_end_ms(rec), put, gpu_plan),
+        late=lambda sampler: share_tag(sampler.sources, at_end=True) | _prometheus_final(sampler, script_start_ms, _script_end_ms(rec), put, gpu_plan),
     )
     writer = rec.writer
     rec.script_log = ScriptLog(part.run_dir, part.run_id, run.client, writer.put, report).start(lambda: writer.healthy)  # the script's radt.run() calls

@@ -9,6 +9,14 @@ its memory through its MIG device handle, its activity through GPM per MIG insta
 they are physically the whole GPU's. Where a slice's own activity cannot be read (no GPM, as on
 A100), `describe()` says why under "mig_activity" instead of passing the GPU's off as the slice's.
 
+The run's own share of each whole GPU it uses (run_sm_utilization_percentage, run_memory_utilization_percentage and
+run_power_watts, an estimate) comes from NVML's per-process utilization samples, read since the last read's newest and
+written at their own timestamps (gpushare.py). On a MIG slice the slice is the run's: its share series are the slice's
+own activity (GPM per instance: the graphics engine's busy time as run_sm_utilization_percentage, as NVML's smUtil is
+the time a process's kernels ran; DRAM activity as run_memory_utilization_percentage), without a power estimate, as a
+slice's share of the GPU's power would need every other slice's activity. Where there is no per-process figure,
+`describe()` says why under "gpu_share" (the runner's radt.gpu_share tag: "device only").
+
 Why the clocks are held down (the clock event reasons, split into the catalogue's three 0/1 series), the XID errors the
 driver reports (an event set polled each tick without waiting) and the volatile ECC counts are the whole GPU's too. A
 call the GPU does not support leaves its series out: never a 0 that looks like a reading.
@@ -17,12 +25,14 @@ call the GPU does not support leaves its series out: never a 0 that looks like a
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import pynvml
 
 from radt.catalogue import GPM_METRICS, MetricName, clock_reason_series, key
-from radt.collectors.sources.base import MetricSource, SamplingContext, SourceUnavailable
+from radt.collectors.sources.base import MetricSource, Reading, SamplingContext, SourceUnavailable
 from radt.collectors.sources.gpus import Machine, NvmlUnavailable, gpm_supported, machine, mig_handle
+from radt.collectors.sources.gpushare import NEVER, GpuShare, ProcessRow, Seen, open_share
 
 MB = 1e6
 MAX_EVENTS = 64  # events taken from the set in one tick at most: a storm of them never holds the tick up
@@ -30,12 +40,7 @@ ECC_COUNTS = (
     (MetricName.ECC_ERRORS_UNCORRECTED, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
     (MetricName.ECC_ERRORS_CORRECTED, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
 )
-# Errors that mean "this call will never work on this GPU/driver": remembered, not retried every tick.
-_NEVER = tuple(
-    getattr(pynvml, name)
-    for name in ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_ARGUMENT_VERSION_MISMATCH")
-    if hasattr(pynvml, name)
-)
+_NEVER = NEVER  # errors that mean "this call will never work on this GPU/driver": remembered, not retried every tick
 
 
 def gpu_inventory(found: Machine | None = None, watched: list[dict] | None = None) -> dict:
@@ -114,6 +119,26 @@ def _address(pointer) -> int | None:
     return ctypes.cast(pointer, ctypes.c_void_p).value
 
 
+@functools.cache
+def _share_keys(gpu: int) -> tuple[str, str, str]:
+    """The run's share series of a whole GPU (made once: every tick writes them)."""
+    names = (MetricName.RUN_SM_UTILIZATION_PERCENTAGE, MetricName.RUN_MEMORY_UTILIZATION_PERCENTAGE, MetricName.RUN_POWER_WATTS)
+    return tuple(key(name, gpu) for name in names)
+
+
+def _slice_share(out: dict[str, float], gpu: int, gi: int) -> dict[str, float]:
+    """A MIG slice's share series: the slice is the run's, so they are its own activity, in percent."""
+    found = {}
+    for share, activity in (
+        (MetricName.RUN_SM_UTILIZATION_PERCENTAGE, MetricName.GR_ENGINE_ACTIVE),
+        (MetricName.RUN_MEMORY_UTILIZATION_PERCENTAGE, MetricName.DRAM_ACTIVE),
+    ):
+        value = out.get(key(activity, gpu, mig=gi))
+        if value is not None:
+            found[key(share, gpu, mig=gi)] = 100.0 * value
+    return found
+
+
 def _free_events(events) -> None:
     try:
         pynvml.nvmlEventSetFree(events)
@@ -137,6 +162,11 @@ class NvmlSource(MetricSource):
         self._pids = lambda: []
         self._events = None  # the event set the GPUs' XID errors come to
         self._xid_gpus: dict[int | None, int] = {}  # device handle address -> GPU, for the GPUs registered with it
+        self.shares: dict[int, GpuShare] = {}  # per whole GPU: its per-process reads (gpushare.py)
+        self._share_reasons: dict[str, str] = {}  # GPU (or GPU/slice) -> why it has no share series of the run's own
+        self._reasons_at_open: frozenset[str] = frozenset()
+        self._seen: dict[int, tuple[float | None, float | None, frozenset[int]]] = {}  # GPU -> this tick's power, util, pids on it
+        self._run_pids: frozenset[int] = frozenset()
 
     def open(self, ctx: SamplingContext) -> None:
         try:
@@ -163,7 +193,26 @@ class NvmlSource(MetricSource):
         self._pids = ctx.pids
         for gpu, gi in ctx.slices:
             self._open_slice(gpu, gi)
+        self._open_shares(ctx.slices)
         self._open_events()
+
+    def _open_shares(self, slices: list[tuple[int, int]]) -> None:
+        """Each whole GPU's per-process reads, or why it has none (said once); a GPU whose slices are watched has its
+        slices' own activity instead (in MIG mode NVML has no per-process utilization)."""
+        for gpu, gi in slices:
+            if (gpu, gi) not in self.slices:
+                self._share_reasons[f"{gpu}/{gi}"] = f"GPU {gpu} MIG slice {gi}: NVML has no such slice (radt.mig_activity says why)"
+        for gpu, handle in self.handles.items():
+            if gpu in {g for g, _ in slices}:
+                continue
+            name = _text(self._read(gpu, "name", pynvml.nvmlDeviceGetName, handle) or f"GPU {gpu}")
+            opened = open_share(gpu, handle, name)
+            if isinstance(opened, str):
+                self._share_reasons[str(gpu)] = opened
+            else:
+                self.shares[gpu] = opened
+        self.share_reason()  # a slice without its own activity too
+        self._reasons_at_open = frozenset(self._share_reasons)
 
     def _open_events(self) -> None:
         """One event set for the GPUs' XID errors; a GPU that cannot register (NOT_SUPPORTED, no permission) has no xid_error series."""
@@ -216,7 +265,32 @@ class NvmlSource(MetricSource):
             facts["mig_gpm"] = {f"{gpu}/{gi}": ok for (gpu, gi), ok in self.mig_gpm.items()}
         if self.mig_activity:
             facts["mig_activity"] = self.mig_activity
+        if self.share_reason():
+            facts["gpu_share"] = self.share_reason()
         return facts
+
+    def share_reason(self) -> str | None:
+        """Why the run has no share series of its own on some GPU (the radt.gpu_share tag), or None."""
+        for gpu, share in self.shares.items():
+            if share.reason:
+                self._share_reasons.setdefault(str(gpu), share.reason)
+        for (gpu, gi), readable in self.mig_gpm.items():
+            if not readable:
+                why = f"GPU {gpu} MIG slice {gi}: the slice's own activity cannot be read (radt.mig_activity says why)"
+                self._share_reasons.setdefault(f"{gpu}/{gi}", why)
+        if not self._share_reasons:
+            return None
+        return "device only: " + "; ".join(self._share_reasons[where] for where in sorted(self._share_reasons))
+
+    @property
+    def share_found_later(self) -> bool:
+        """A reason turned up while sampling (an MPS server NVML names, a call that stopped working): the tag is said again."""
+        self.share_reason()
+        return bool(set(self._share_reasons) - self._reasons_at_open)
+
+    def process_rows(self) -> list[ProcessRow]:
+        """Each process on each whole GPU at the last read, with its smUtil and memUtil (radt monitor's per-process gauges)."""
+        return [row for share in self.shares.values() for row in share.rows()]
 
     def _read(self, gpu: int, what: str, call, *args):
         """One NVML call; a call the device does not support is remembered and not retried."""
@@ -281,11 +355,34 @@ class NvmlSource(MetricSource):
                 out[key(name, gpu)] = float(count)
         return out
 
+    def readings(self, now_ms: int) -> list[Reading]:
+        """The tick's values at the tick's time, and the run's share of each GPU at the times NVML sampled it."""
+        out = super().readings(now_ms)
+        for gpu, share in self.shares.items():
+            power, util, on_gpu = self._seen.get(gpu, (None, None, frozenset()))
+            try:
+                got = share.read(Seen(now_ms, self._run_pids, on_gpu, power, util))
+            except Exception as exc:  # the GPU's device series go on whatever the per-process reads do
+                share.reason = f"GPU {gpu}: reading per-process utilization failed ({type(exc).__name__}: {exc})"
+                got = None
+            if share.reason:
+                self._share_reasons.setdefault(str(gpu), share.reason)
+            if got is None:
+                continue
+            sm_key, mem_key, power_key = _share_keys(gpu)
+            out.append(Reading(sm_key, got.sm, got.stamp_ms))
+            out.append(Reading(mem_key, got.mem, got.stamp_ms))
+            if got.power is not None:
+                out.append(Reading(power_key, got.power, got.stamp_ms))
+        return out
+
     def sample(self) -> dict[str, float]:
         out: dict[str, float] = {key(MetricName.XID_ERROR, gpu): code for gpu, code in self._new_xids().items()}
-        pids = None
+        pids = self._run_pids = frozenset(p.pid for p in self._pids())
+        self._seen = {}
         for gpu, handle in self.handles.items():
             util = self._read(gpu, "util", pynvml.nvmlDeviceGetUtilizationRates, handle)
+            watts = None
             if util is not None:
                 out[key(MetricName.UTILIZATION_PERCENTAGE, gpu)] = float(util.gpu)
                 out[key(MetricName.MEMORY_UTILIZATION_PERCENTAGE, gpu)] = float(util.memory)
@@ -296,7 +393,7 @@ class NvmlSource(MetricSource):
                     out[key(MetricName.MEMORY_USAGE_PERCENTAGE, gpu)] = 100.0 * memory.used / memory.total
             power = self._read(gpu, "power", pynvml.nvmlDeviceGetPowerUsage, handle)
             if power is not None:
-                out[key(MetricName.POWER_USAGE_WATTS, gpu)] = power / 1000.0
+                watts = out[key(MetricName.POWER_USAGE_WATTS, gpu)] = power / 1000.0
                 limit = self._read(gpu, "power_limit", pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
                 if limit:
                     out[key(MetricName.POWER_USAGE_PERCENTAGE, gpu)] = 100.0 * power / limit
@@ -315,12 +412,10 @@ class NvmlSource(MetricSource):
                 out[key(MetricName.PSTATE, gpu)] = float(pstate)
             out.update(self._health(gpu, handle))
             procs = self._read(gpu, "procs", pynvml.nvmlDeviceGetComputeRunningProcesses, handle)
-            if procs is not None:
-                if pids is None:
-                    pids = {p.pid for p in self._pids()}
-                if pids:  # no run processes (radt monitor): nothing to attribute, no series of zeros
-                    used = sum((p.usedGpuMemory or 0) for p in procs if p.pid in pids)
-                    out[key(MetricName.PROCESS_MEMORY_MEGABYTES, gpu)] = used / MB
+            if procs is not None and pids:  # no run processes (radt monitor): nothing to attribute, no series of zeros
+                used = sum((p.usedGpuMemory or 0) for p in procs if p.pid in pids)
+                out[key(MetricName.PROCESS_MEMORY_MEGABYTES, gpu)] = used / MB
+            self._seen[gpu] = (watts, float(util.gpu) if util is not None else None, frozenset(p.pid for p in procs or ()))
             if self.gpm.get(gpu):
                 out.update(self._sample_gpm(gpu, lambda sample, handle=handle: pynvml.nvmlGpmSampleGet(handle, sample), gpu))
             else:  # GPM gives PCIe bytes itself; this call costs 20 ms of driver time per direction
@@ -343,6 +438,8 @@ class NvmlSource(MetricSource):
         if self.mig_gpm.get((gpu, gi)):
             parent = self.handles[gpu]
             out.update(self._sample_gpm((gpu, gi), lambda sample: pynvml.nvmlGpmMigSampleGet(parent, gi, sample), gpu, gi))
+            if self._run_pids:
+                out.update(_slice_share(out, gpu, gi))
         return out
 
     def _sample_gpm(self, slot: int | tuple[int, int], take, gpu: int, mig: int | None = None) -> dict[str, float]:
@@ -396,6 +493,7 @@ class NvmlSource(MetricSource):
             _free_sample(previous)
 
     def close(self) -> None:
+        self.share_reason()  # what the reads found, kept for the run's tag at its end
         for sample in self._gpm_prev.values():
             _free_sample(sample)
         self._gpm_prev.clear()
@@ -406,3 +504,4 @@ class NvmlSource(MetricSource):
             _shutdown()
         self.handles = {}
         self.slices = {}
+        self.shares = {}

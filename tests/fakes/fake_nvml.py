@@ -15,9 +15,13 @@ The instantaneous basics follow the load too (see `_Gpu` for the exact formulas)
 Spec of one GPU (JSON-friendly dict; every key optional except name):
     name, uuid, gpm (default: Hopper/Blackwell names), memory_total (bytes), memory_used (bytes),
     load (0..1), pstate (fixed P-state; 32 = NVML_PSTATE_UNKNOWN), power_limit_mw, idle_power_mw, energy_start_mj, pcie_kbps (at load 1),
-    processes ([{"pid": int, "used": bytes or null}]), unsupported ([pynvml function names
-    that raise NOT_SUPPORTED on this GPU]), gpm_unsupported ([GPM metric ids reported
-    NOT_SUPPORTED]),
+    processes ([{"pid": int, "used": bytes or null, "sm": percent, "mem": percent}]: "sm"/"mem" the process's own
+    load, see below), unsupported ([pynvml function names that raise NOT_SUPPORTED on this GPU]), gpm_unsupported
+    ([GPM metric ids reported NOT_SUPPORTED]),
+    process_loads_from (a file of "pid sm mem" lines, read at each query: processes a subprocess test starts, with their
+    loads), mps_server (a pid: the processes run as MPS clients and NVML names this server for all of them, as drivers
+    that do not split MPS clients do), process_sample_period (seconds between a process's utilization samples, 0.5),
+    process_samples_kept (the ring's size, 1024),
     pci_bus_id ("00000000:07:00.0"; default one bus per index in index order, as NVML numbers GPUs),
     compute_capability ([major, minor]; default from the name: 9.0 Hopper, 10.0 Blackwell, 8.0 otherwise),
     cores (CUDA cores, nvmlDeviceGetNumGpuCores), multiprocessors (SMs), max_sm_clock_mhz (defaults
@@ -35,6 +39,15 @@ Spec of one GPU (JSON-friendly dict; every key optional except name):
     ecc_corrected, ecc_uncorrected (volatile counts), ecc_aggregate (added to both for the aggregate counters),
     event_types (the nvmlEventType* mask the GPU supports; default XID, P-state, clock, and ECC where ECC is on),
     xids ([[seconds, code], ...]: XID critical error events at those seconds after the fake starts).
+Per-process utilization works as the driver's: each process with a load (`set_process_load`, the spec's "sm"/"mem",
+process_loads_from) gets a sample every process_sample_period at its own moment in the period (one of 16, in the order
+the processes came: two processes' samples do not share a stamp, as on a real GPU), stamped in microseconds since the epoch on the fake's clock,
+in a ring of process_samples_kept. nvmlDeviceGetProcessUtilization(handle, lastSeenTimeStamp) answers one
+c_nvmlProcessUtilizationSample_t per process with samples newer than lastSeenTimeStamp (their mean, at the newest one's
+stamp), NVML_ERROR_NOT_FOUND where none is newer; nvmlDeviceGetProcessesUtilizationInfo the same through the v1 struct
+(c_nvmlProcessesUtilizationInfo_v1_t, procUtilArray of c_nvmlProcessUtilizationInfo_v1_t), FUNCTION_NOT_FOUND where
+`lacks` names it (an older driver). Both raise NOT_SUPPORTED in MIG mode, on a MIG device, and where `unsupported`
+names them. The device's utilization is never below the sum of its processes' (`load` rises to it).
 Events work as the driver's: nvmlEventSetCreate, nvmlDeviceRegisterEvents (NOT_SUPPORTED for a type the GPU lacks), an
 event reaches only the sets registered for it when it happens, nvmlEventSetWait hands one at a time as c_nvmlEventData_t
 and raises NVML_ERROR_TIMEOUT when none is pending (at once: the fake's clock is the test's), nvmlEventSetFree.
@@ -52,6 +65,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import threading
 import time
 import uuid
@@ -161,7 +175,7 @@ class _Gpu:
         self.gpm = bool(spec.get("gpm", any(tag in name for tag in GPM_NAMES)))
         self.memory_total = int(spec.get("memory_total", 85899345920 if self.gpm else 42949672960))
         self.memory_used = spec.get("memory_used")  # None: 512 MiB plus the processes' memory
-        self.load = float(spec.get("load", 0.5))
+        self.load = self.base_load = float(spec.get("load", 0.5))  # load: never below its processes' sum (sync_load)
         self.power_limit_mw = int(spec.get("power_limit_mw", 700000 if self.gpm else 400000))
         self.idle_power_mw = int(spec.get("idle_power_mw", 60000))
         self.pcie_kbps = float(spec.get("pcie_kbps", 2_000_000.0))
@@ -188,6 +202,17 @@ class _Gpu:
         self.mig = [_MigInstance(index, slot, self, instance, now) for slot, instance in enumerate(spec.get("mig") or [])]
         self.load_seconds = 0.0  # integral of load over time
         self.energy_mj = float(spec.get("energy_start_mj", 1_265_183_027 + 1_000_000 * index))
+        loaded = [p for p in spec.get("processes", []) if "sm" in p or "mem" in p]
+        self.process_loads = {int(p["pid"]): (float(p.get("sm", 0)), float(p.get("mem", 0))) for p in loaded}
+        self.process_loads_from = spec.get("process_loads_from")
+        self.mps_server = spec.get("mps_server")
+        self.sample_period = float(spec.get("process_sample_period", 0.5))
+        self.ring: deque[tuple[int, int, int, int]] = deque(maxlen=int(spec.get("process_samples_kept", 1024)))  # (stamp us, pid, sm, mem)
+        self.ring_to = now  # the ring holds every sample up to this time
+        self.epoch = time.time() - now  # the fake's clock + epoch = seconds since the epoch, NVML's stamps
+        self.handed: Counter = Counter()  # (stamp us, pid) of a ring sample -> the answers it was in
+        self.phases: dict[int, int] = {}  # pid -> its slot in the sample period, in the order the processes came
+        self.sync_load()
 
     def advance(self, now: float) -> None:
         dt = now - self.t
@@ -214,6 +239,61 @@ class _Gpu:
         if self.memory_used is not None:
             return int(self.memory_used)
         return 512 * 1024 * 1024 + sum(int(used or 0) for _, used in self.processes)
+
+    def loads(self) -> dict[int, tuple[float, float]]:
+        """Each process's (smUtil, memUtil): the spec's and set_process_load's, then process_loads_from's lines."""
+        found = dict(self.process_loads)
+        try:
+            with open(self.process_loads_from or "", encoding="utf-8") as lines:
+                for line in lines.read().splitlines():
+                    parts = line.split()
+                    if len(parts) == 3 and parts[0].isdigit():
+                        found[int(parts[0])] = (float(parts[1]), float(parts[2]))
+        except OSError:
+            pass
+        return found
+
+    def running(self) -> list[tuple[int, int | None]]:
+        """Its processes: the spec's, and those process_loads_from names."""
+        listed = {pid for pid, _ in self.processes}
+        return list(self.processes) + [(pid, None) for pid in self.loads() if pid not in listed]
+
+    def sync_load(self) -> None:
+        """The GPU is at least as busy as its processes together (a process's smUtil is its share of the GPU's time)."""
+        total = sum(sm for sm, _ in self.loads().values())
+        self.load = max(self.base_load, min(1.0, total / 100.0))
+
+    def fill(self, now: float) -> None:
+        """Each process's samples from the ring's end up to `now`, one a period at its own moment in it; under MPS one
+        sample a period for the server, the clients' loads summed."""
+        loads = self.loads()
+        if self.mps_server is not None and loads:
+            loads = {int(self.mps_server): (sum(v[0] for v in loads.values()), sum(v[1] for v in loads.values()))}
+        new = []
+        for pid, (sm, mem) in loads.items():
+            if sm <= 0 and mem <= 0:  # NVML lists only processes that ran
+                continue
+            slot = self.phases.setdefault(pid, len(self.phases))  # the process's own moment in the period, kept for good
+            phase = self.sample_period * (slot % 16 + 1) / 17
+            t = (math.floor((self.ring_to - phase) / self.sample_period) + 1) * self.sample_period + phase
+            while t <= now:
+                new.append((round((t + self.epoch) * 1e6), pid, round(min(sm, 100)), round(min(mem, 100))))
+                t += self.sample_period
+        self.ring.extend(sorted(new))
+        self.ring_to = max(self.ring_to, now)
+
+    def process_entries(self, since_us: int) -> list[tuple[int, int, int, int]]:
+        """(pid, stamp us, smUtil, memUtil) per process over its samples newer than `since_us`, as the driver answers."""
+        grouped: dict[int, list[tuple[int, int, int, int]]] = {}
+        for sample in reversed(self.ring):  # the ring is in time order: the newer samples at its end
+            if sample[0] <= since_us:
+                break
+            grouped.setdefault(sample[1], []).append(sample)
+            self.handed[(sample[0], sample[1])] += 1
+        return [
+            (pid, max(s[0] for s in got), round(sum(s[2] for s in got) / len(got)), round(sum(s[3] for s in got) / len(got)))
+            for pid, got in sorted(grouped.items())
+        ]
 
 
 class _MigInstance:
@@ -319,18 +399,39 @@ class FakeNvml:
         return fake
 
     def set_load(self, index: int, load: float, gi: int | None = None) -> None:
-        """The load of GPU `index`, or of its MIG instance with GPU instance id `gi`."""
+        """The load of GPU `index` (never below its processes' sum), or of its MIG instance with GPU instance id `gi`."""
         with self._lock:
             gpu = self.gpus[index]
             gpu.advance(self.clock())
             if gi is None:
-                gpu.load = float(load)
+                gpu.base_load = float(load)
+                gpu.sync_load()
             else:
                 next(i for i in gpu.mig if i.gi == gi).load = float(load)
 
     def set_processes(self, index: int, processes: list[tuple[int, int | None]]) -> None:
         with self._lock:
             self.gpus[index].processes = list(processes)
+
+    def set_process_load(self, index: int, pid: int, sm: float, mem: float = 0.0) -> None:
+        """Process `pid` on GPU `index` from now on runs kernels `sm` % of the time and keeps the memory controller busy
+        `mem` % (0, 0: it stops running); it holds a context there (listed by nvmlDeviceGetComputeRunningProcesses)."""
+        with self._lock:
+            gpu = self.gpus[index]
+            now = self.clock()
+            gpu.advance(now)
+            gpu.fill(now)  # the samples so far at the loads so far
+            gpu.process_loads[int(pid)] = (float(sm), float(mem))
+            if all(p != int(pid) for p, _ in gpu.processes):
+                gpu.processes.append((int(pid), None))
+            gpu.sync_load()
+
+    def process_samples(self, index: int) -> list[tuple[int, int, int, int]]:
+        """GPU `index`'s ring up to now: (stamp us, pid, smUtil, memUtil), oldest first."""
+        with self._lock:
+            gpu = self.gpus[index]
+            gpu.fill(self.clock())
+            return list(gpu.ring)
 
     def set_unsupported(self, index: int, *functions: str) -> None:
         with self._lock:
@@ -403,6 +504,8 @@ class FakeNvml:
         if function in gpu.unsupported:
             raise self._error(self.nvml.NVML_ERROR_NOT_SUPPORTED)
         gpu.advance(self.clock())
+        if gpu.process_loads_from:  # a subprocess test's processes come and go: the load follows them
+            gpu.sync_load()
         return gpu, gpu.mig[slot - 1] if slot else None
 
     def _gpu(self, function: str, handle) -> _Gpu:
@@ -588,7 +691,7 @@ class FakeNvml:
                 raise self._error(self.nvml.NVML_ERROR_NOT_SUPPORTED)
             util = self.nvml.c_nvmlUtilization_t()
             util.gpu = round(100 * gpu.load)
-            util.memory = round(40 * gpu.load)
+            util.memory = round(min(100.0, max(40 * gpu.load, sum(mem for _, mem in gpu.loads().values()))))
             return util
 
     def nvmlDeviceGetPowerUsage(self, handle) -> int:
@@ -632,7 +735,7 @@ class FakeNvml:
     def nvmlDeviceGetComputeRunningProcesses(self, handle) -> list:
         with self._lock:
             gpu, instance = self._device("nvmlDeviceGetComputeRunningProcesses", handle)
-            listed = [(pid, used, None) for pid, used in gpu.processes] if instance is None else []
+            listed = [(pid, used, None) for pid, used in gpu.running()] if instance is None else []
             for mig in [instance] if instance is not None else gpu.mig:  # a MIG device's own; the parent's: every instance's
                 listed += [(pid, used, mig) for pid, used in mig.running()]
             out = []
@@ -655,6 +758,44 @@ class FakeNvml:
             if counter == self.nvml.NVML_PCIE_UTIL_RX_BYTES:
                 return int(round(2 * gpu.pcie_kbps * gpu.load))
             raise self._error(self.nvml.NVML_ERROR_INVALID_ARGUMENT)
+
+    # --- per-process utilization ---------------------------------------------------------
+
+    def _per_process(self, function: str, handle, since_us: int) -> list[tuple[int, int, int, int]]:
+        """The entries newer than `since_us`; NOT_SUPPORTED in MIG mode and on a MIG device, NOT_FOUND where none."""
+        gpu, instance = self._device(function, handle)
+        if instance is not None or gpu.mig_mode:
+            raise self._error(self.nvml.NVML_ERROR_NOT_SUPPORTED)
+        gpu.fill(self.clock())
+        entries = gpu.process_entries(int(since_us))
+        if not entries:
+            raise self._error(self.nvml.NVML_ERROR_NOT_FOUND)
+        return entries
+
+    def nvmlDeviceGetProcessUtilization(self, handle, timeStamp: int) -> list:
+        with self._lock:
+            entries = self._per_process("nvmlDeviceGetProcessUtilization", handle, timeStamp)
+            samples = (self.nvml.c_nvmlProcessUtilizationSample_t * len(entries))()
+            for sample, (pid, stamp, sm, mem) in zip(samples, entries, strict=True):
+                sample.pid, sample.timeStamp, sample.smUtil, sample.memUtil, sample.encUtil, sample.decUtil = pid, stamp, sm, mem, 0, 0
+            return samples[0 : len(entries)]  # as the real pynvml slices its array
+
+    def nvmlDeviceGetProcessesUtilizationInfo(self, handle, timeStamp: int) -> list:
+        with self._lock:
+            nvml = self.nvml
+            info = nvml.c_nvmlProcessesUtilizationInfo_v1_t(0)  # as the real pynvml fills it in
+            info.version = nvml.ProcessesUtilizationInfo_v1
+            info.lastSeenTimeStamp = int(timeStamp)
+            entries = self._per_process("nvmlDeviceGetProcessesUtilizationInfo", handle, info.lastSeenTimeStamp)
+            if info.version != nvml.ProcessesUtilizationInfo_v1:
+                raise self._error(nvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+            samples = (nvml.c_nvmlProcessUtilizationInfo_v1_t * len(entries))()
+            for sample, (pid, stamp, sm, mem) in zip(samples, entries, strict=True):
+                sample.timeStamp, sample.pid, sample.smUtil, sample.memUtil = stamp, pid, sm, mem
+                sample.encUtil = sample.decUtil = sample.jpgUtil = sample.ofaUtil = 0
+            info.processSamplesCount = len(entries)
+            info.procUtilArray = samples
+            return samples[0 : info.processSamplesCount]
 
     # --- GPM -----------------------------------------------------------------------------
 
