@@ -31,7 +31,7 @@ from radt.collectors.sources.base import SamplingContext
 from radt.collectors.sources.gpushare import ProcessRow, power_estimate
 from radt.collectors.sources.nvml import NvmlSource
 from radt.runmodel import GPU_SHARE_TAG, PID_TAG
-from tests.fakes.fake_nvml import A100, H100, FakeNvml, ManualClock, mig_gpu
+from tests.fakes.fake_nvml import A100, H100, FakeNvml, mig_gpu
 from tests.support.polling import wait_for
 from tests.support.ports import free_port
 from tests.support.radtproc import LiveRadt, radt_env, run_radt
@@ -43,18 +43,6 @@ RUN_POWER = "system/gpu_0_run_power_watts"
 SHARE_KEYS = (RUN_SM, RUN_MEM, RUN_POWER)
 OUTSIDER = 4_000_000  # another user's training: a pid only NVML knows (another container's)
 BOTH = ("nvmlDeviceGetProcessesUtilizationInfo", "nvmlDeviceGetProcessUtilization")
-
-
-@pytest.fixture
-def nvml(monkeypatch):
-    """install(config) -> FakeNvml answering pynvml's functions, on a clock the test moves."""
-
-    def install(config) -> FakeNvml:
-        fake = FakeNvml.from_config(config, nvml=pynvml, clock=ManualClock())
-        fake.install(pynvml, monkeypatch.setattr)
-        return fake
-
-    return install
 
 
 def _family(workers: int, started, stop) -> None:
