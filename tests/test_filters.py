@@ -231,7 +231,7 @@ def test_a_filter_that_cannot_be_read_keeps_every_run_and_says_why(store):
 
 ERRORS = {
     "foo.bar = 1": "unknown field 'foo.bar': use params., tags., attributes., metrics. or one of smact.mean, smact.p95, smact.busiest, smocc.mean, "
-    "smocc.p95, gract.mean, power.mean, gpus.used, duration, steps, throughput, memory.peak, memory.run_peak, energy, cpu.mean, energy.kwh, co2.kg, "
+    "smocc.p95, gract.mean, power.mean, gpus.used, share.sm, duration, steps, throughput, memory.peak, memory.run_peak, energy, cpu.mean, energy.kwh, co2.kg, "
     "cost, gpu_hours, idle.gpu_hours, letter, diagnosis, partition, job",
     "energy.kwh > 3x": "energy.kwh > 3x: expected a number (kWh, Wh or MWh)",
     "diagnosis < 'a'": "diagnosis: '<' is not one of =, !=, LIKE, ILIKE, IN, NOT IN, IS NULL, IS NOT NULL",

@@ -18,10 +18,11 @@ from plotly.subplots import make_subplots
 
 from radt.app.db.downsample import Envelope, coarser, swings
 from radt.app.figures.palette import SCREEN, colors, dash_of, run_colors, themed
+from radt.app.figures.share import SharedGpu, draw_share
 from radt.app.figures.words import counted
 from radt.app.summary.caveats import profiled_by, series_caveats
 from radt.catalogue import Device, Metric, unit_text
-from radt.runmodel import gpu_entries
+from radt.runmodel import GPU_SHARE_TAG, gpu_entries
 
 GROUP_GRID = 600  # points of a workload's mean and band
 X_TITLES = {"relative": "time since run start (min)", "wall": "wall clock (UTC)", "step": "step"}
@@ -90,6 +91,7 @@ class Panel:
     metric: Metric
     series: dict[str, dict[Device, Series | Envelope]]
     placed: bool = False
+    share: SharedGpu | None = None  # a "GPU share" chart: the runs that shared this GPU, stacked (app/figures/share.py)
 
 
 def trace_id(run_id: str, device: Device) -> str:
@@ -226,7 +228,9 @@ def overlay_figure(panels: list[Panel], runs: pd.DataFrame, choices: ChartChoice
     drawing = _Drawing(fig, runs, x_mode, smoothing, gpu_mode, per_minute, line_trace, run_colour, wl_colors, dashes, set(), labels, cols)
     for index, panel in enumerate(panels):
         cell = {"row": index // cols + 1, "col": index % cols + 1}
-        if grouped:
+        if panel.share is not None:
+            _draw_shared(drawing, panel, cell, index)
+        elif grouped:
             _draw_workloads(drawing, panel, cell)
         else:
             _draw_runs(drawing, panel, cell)
@@ -297,6 +301,22 @@ def _draw_workloads(d: _Drawing, panel: Panel, cell: dict) -> None:
         band_meta = {"workload_id": workload_id, "name": f"{label} ({what})", "device": "", "dash": "solid"} | look
         band = Band(workload_id, plain(f"{label} ({what})"), d.wl_colors[workload_id], band_meta, GROUP_BAND_ALPHA, True)
         _add_band(d, found, cell, band)
+
+
+def _draw_shared(d: _Drawing, panel: Panel, cell: dict, index: int) -> None:
+    """A GPU share chart: its runs' shares stacked with the idle remainder, x from the first of them to start."""
+    shared = panel.share
+    present = [r for r in shared.shares if r in d.runs.index]
+    origin = min((float(d.runs.loc[r, "start_time"]) for r in present), default=0.0)
+    names = {r: legend_name(d.runs.loc[r]) for r in present}
+
+    def chart_x(grid: np.ndarray):
+        xs = x_values(grid, origin, "wall" if d.x_mode == "wall" else "relative")
+        return xs if d.x_mode == "wall" else _compact(np.asarray(xs, dtype=np.float64) * d.per_minute)
+
+    labels = {r: str(d.runs.loc[r, "run_name"]) for r in present}
+    chart = {"cell": cell, "x": chart_x, "colour": d.run_colour, "name": names, "label": labels, "stack": f"share{index}"}
+    draw_share(d.fig, shared, chart, _value_look(panel.metric))
 
 
 def _devices_counted(devices: Mapping) -> str:
@@ -372,9 +392,12 @@ def _legible(values: Series | Envelope, room: _Room, smoothing: float) -> Series
 
 def legend_name(meta: pd.Series) -> str:
     """A run's name in a legend, as Plotly text; a profiled run's with its profiler ('bert-1 (under ncu)'), so a figure
-    exported without the dashboard around it still says which of its lines are profiling's."""
-    by = profiled_by(meta.get("tags"))
-    return plain(f"{meta['run_name']} (under {by})" if by else meta["run_name"])
+    exported without the dashboard around it still says which of its lines are profiling's; a run whose GPU gave no
+    per-process figure (radt.gpu_share) says "device only": its GPU lines are the whole device's, not its own share."""
+    tags = meta.get("tags")
+    by = profiled_by(tags)
+    name = f"{meta['run_name']} (under {by})" if by else str(meta["run_name"])
+    return plain(f"{name} (device only)" if isinstance(tags, dict) and tags.get(GPU_SHARE_TAG) else name)
 
 
 def _draw_line(d: _Drawing, run_id: str, meta: pd.Series, device, values, look: dict, cell: dict) -> None:

@@ -52,7 +52,7 @@ from radt.runmodel import COLLOCATION_TAG, SLURM_PARTITION_TAG, SLURM_PREFIX, UN
 
 RUN_COLUMNS = ["kind", "experiment_id", "workload", "run", "command", "letter", "status", "together", "steps", "duration_min", "steps_per_h", "alone_runs",
                "alone_steps_per_h", "normalised", "gpus_text", "smact_mean", "smact_p95", "smact_busiest", "smocc_mean", "smocc_p95", "gract_mean",
-               "power_mean_w", "peak_memory_per_gpu_mb", "run_memory_peak_mb", "energy_kj", "cpu_mean", "energy_per_step_j", "collocation", "gpus_used", "gpus_watched",
+               "power_mean_w", "peak_memory_per_gpu_mb", "run_memory_peak_mb", "run_sm_share", "energy_kj", "cpu_mean", "energy_per_step_j", "collocation", "gpus_used", "gpus_watched",
                "gpu_basis", "partition", "user", "diagnosis", *FOOTPRINT_COLUMNS, "footprint_basis", "run_id"]  # fmt: skip
 # a run's GPU figures, over the GPUs it used (summaries.run_summary), as the summary gives them; a together group's row has none
 GPU_COLUMNS = ("gpus_text", "smact_mean", "smact_p95", "smact_busiest", "smocc_mean", "smocc_p95", "gract_mean", "power_mean_w", "gpus_used", "gpus_watched",
@@ -204,6 +204,7 @@ def comparison(runs: pd.DataFrame, summary: pd.DataFrame, library: pd.DataFrame 
             **{c: stat(row.run_id, c) for c in GPU_COLUMNS + ("cpu_mean",)},
             "peak_memory_per_gpu_mb": stat(row.run_id, "gpu_memory_peak_mb"),
             "run_memory_peak_mb": stat(row.run_id, "run_memory_peak_mb"),
+            "run_sm_share": stat(row.run_id, "run_sm_share"),
             "energy_kj": energy / 1000,
             "energy_per_step_j": energy / steps if steps == steps and steps > 0 else math.nan,
             "collocation": collocation_method(getattr(row, "tags", None), row.params, sizes[row.run_id]),

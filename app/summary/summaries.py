@@ -37,6 +37,7 @@ SUMMARY_COLUMNS = [
     "gpus_text",  # "1 of 5 used", "5 watched", "2 of 4 used · node-a"
     "gpu_memory_peak_mb",  # a used GPU's (its MIG slice's) with every process on it, the run's and any other's
     "run_memory_peak_mb",  # the run's own processes' on one GPU (NVML's per-process lists); NaN where radt could not see them
+    "run_sm_share",  # the run's own SM share of its GPUs (% of a GPU, NVML's per-process smUtil); NaN where NVML gave none
     "energy_j",
     "cpu_mean",
     "process_cpu_mean",
@@ -45,8 +46,8 @@ SUMMARY_COLUMNS = [
 ]
 TEXT_COLUMNS = ("run_id", "gpu_basis", "gpus_text")
 COUNT_COLUMNS = ("gpus_used", "gpus_watched")
-SUMMARY_VERSION = 4  # part of the summaries' cache key (data.summary): a shared cache never serves rows of an older definition
-ADDED_IN = {3: ("run_memory_peak_mb",)}  # columns a version only added: an older stored row's figures still hold (summarystore)
+SUMMARY_VERSION = 5  # part of the summaries' cache key (data.summary): a shared cache never serves rows of an older definition
+ADDED_IN = {3: ("run_memory_peak_mb",), 5: ("run_sm_share",)}  # columns a version only added: an older stored row's figures still hold (summarystore)
 # columns a version defined anew, the others as before: an older stored row holds but for them (summarystore shows them empty).
 # 4: gpu_memory_peak_mb over the used GPUs, a MIG slice's own memory (it was every watched GPU's, the whole GPU's for a slice)
 # 4: own_steps no longer + 1 where a script logs its steps from 1 (10 epochs logged 1..10 were 11 steps)
@@ -118,6 +119,7 @@ def run_summary(engine: sa.Engine, run_ids: list[str], *, now_ms: int | None = N
       the run recorded its slice), of every process on it: beside another run on the same GPU it holds both runs' memory;
     - run_memory_peak_mb: the highest peak of the run's own processes on a single GPU (process_memory_megabytes, from
       NVML's per-process lists), the figure to quote for the run; NaN where those lists never showed its processes;
+    - run_sm_share: the run's own SM share (% of a GPU, run_sm_utilization_percentage) over every point of its GPUs;
     - energy_j: the sum over the run's GPUs of each GPU's energy (``gpu_energy_j``);
     - gpu_energy_j: {physical GPU (``gpu_identity``): joules} per whole GPU: energy_joules' last value, else radT's
       counter (last minus first), else power integrated over time;
@@ -137,7 +139,8 @@ def run_summary(engine: sa.Engine, run_ids: list[str], *, now_ms: int | None = N
     _activity(engine, {r: [kr for m in ACTIVITY for d, kr in own_devices(keys.get(r, ()), m).items() if use[r].counts(d)] for r in run_ids}, rows)
     gract = {r: {d: kr for d, kr in own_devices(keys.get(r, ()), MetricName.GR_ENGINE_ACTIVE).items() if use[r].counts(d)} for r in run_ids}
     watts = {r: {d: kr for d, kr in power[r].items() if use[r].counts(d)} for r in run_ids}
-    _means(engine, {"gract_mean": gract, "power_mean_w": watts}, power_series, rows)
+    share = {r: whole_gpus(keys.get(r, ()), MetricName.RUN_SM_UTILIZATION_PERCENTAGE) for r in run_ids}  # where its processes ran
+    _means(engine, {"gract_mean": gract, "power_mean_w": watts, "run_sm_share": share}, power_series, rows)
     _own_steps(engine, run_ids, rows)
     frame = pd.DataFrame([rows[r] for r in run_ids], columns=SUMMARY_COLUMNS)
     return frame.astype({c: _dtype(c) for c in SUMMARY_COLUMNS if _dtype(c) != "object"})  # text keeps the dtype pandas gives it

@@ -98,6 +98,7 @@ FIELDS = {  # the GPU figures are over the GPUs the run used (summaries.run_summ
     "gract.mean": Field("gract_mean", "summary", _RATIO, _RATIO_TEXT),
     "power.mean": Field("power_mean_w", "summary", {"": 1.0, "w": 1.0, "kw": 1000.0}, f"{unit_text(METRICS[MetricName.POWER_USAGE_WATTS])} or kW"),
     "gpus.used": Field("gpus_used", "summary", _PLAIN, "GPUs or MIG slices"),
+    "share.sm": Field("run_sm_share", "summary", {"": 1.0, "%": 1.0}, "% of a GPU"),  # the run's own SM share (NVML per-process)
     "duration": Field("duration_s", "runs", _SECONDS, "s, m or h"),  # the run's time, as the run tree shows it
     "steps": Field("own_steps", "summary", _PLAIN, "the steps the script's metrics count (its highest step, + 1 from step 0)"),
     "throughput": Field("throughput", "summary", _PLAIN, "steps/h"),

@@ -17,9 +17,10 @@ import pandas as pd
 
 from radt.app.db import deadline
 from radt.app.figures.figures import GPU_MODES, MAX_COLUMNS, ChartChoices, Panel, overlay_figure
+from radt.app.figures.share import share_metric, shared_gpus
 from radt.app.view import data
 from radt.app.view.data import DEFAULT_METRICS, X_MODES, spec_metric
-from radt.catalogue import METRICS, MetricName
+from radt.catalogue import METRICS, Device, MetricName
 from radt.errors import UserError
 
 VIEW_VERSION = 1
@@ -330,6 +331,8 @@ def render(view: View, budget: int = SCREEN_BUDGET, runs: pd.DataFrame | None = 
         if found:
             panels.append(Panel(spec_metric(spec), found, placed=view.x == "step" and data.hardware(spec)))
     grouped = view.mode == "grouped"
+    if not grouped and view.x != "step":
+        panels += _share_panels(view, runs, panels, (windows, budget))
     deadline.check()
     names = experiment_names() if grouped and len(set(runs["experiment_id"])) > 1 else {}  # two experiments' "ungrouped" told apart
     choices = ChartChoices(
@@ -338,6 +341,18 @@ def render(view: View, budget: int = SCREEN_BUDGET, runs: pd.DataFrame | None = 
     )  # fmt: skip
     figure = overlay_figure(panels, runs, choices)
     return Rendered(figure, runs, panels, missing, _step_notes(view, runs))
+
+
+def _share_panels(view: View, runs: pd.DataFrame, panels: list[Panel], reads: tuple) -> list[Panel]:
+    """A "GPU share" chart per GPU the drawn runs shared, when the view shows the runs' own SM share (Run SM util)."""
+    shares = next((p.series for p in panels if p.metric.name == MetricName.RUN_SM_UTILIZATION_PERCENTAGE and p.share is None), None)
+    if not shares or len(shares) < 2:
+        return []
+    windows, budget = reads
+    sharing = runs[runs["run_id"].isin(list(shares))]
+    device = data.series(f"cat:{MetricName.UTILIZATION_PERCENTAGE}", sharing, windows, budget=budget, gpus=view.gpus, shape="envelope")
+    found = shared_gpus(sharing, shares, device)
+    return [Panel(share_metric(s), {r: {Device(gpu=s.gpu): v} for r, v in s.shares.items()}, share=s) for s in found]
 
 
 def experiment_names(experiments: list[dict] | None = None) -> dict[str, str]:

@@ -106,6 +106,13 @@ COLUMNS = [
     Column("SMOCC", "smocc_mean", f"Mean SM occupancy ({RATIO}) {USED}.", 3),
     Column("SMOCC p95", "smocc_p95", f"95th percentile of SM occupancy ({RATIO}) {USED}.", 3),
     Column("GRACT", "gract_mean", f"Mean graphics engine activity ({RATIO}) {USED}.", 3),
+    Column(
+        "run SM share",
+        "run_sm_share",
+        "The run's own share of its GPUs' time (% of a GPU: NVML's per-process SM utilization of its processes, the mean over "
+        "its GPUs): its part beside others on a shared GPU. Empty where NVML gave no per-process figure (device only). Filter with share.sm.",
+        1,
+    ),
     Column("power W", "power_mean_w", f"Mean power of one GPU (W) {USED}: every point of each of those GPUs.", 0),
     Column(
         "energy kJ", "energy_kj", "Energy of the run's GPUs (kJ, summed): energy counter, else power integrated over time. Together: each GPU counted once.", 1
