@@ -44,6 +44,7 @@ renamed "<name> (replaced <time> <id>)" and then deleted; `mlflow gc` frees thei
 from __future__ import annotations
 
 import getpass
+import json
 import math
 import os
 import sys
@@ -71,6 +72,7 @@ from radt.points import Point
 from radt.runmodel import (
     DEMO_TAG,
     EXIT_CODE_TAG,
+    GPUS_TAG,
     HOST_TAG,
     INTERVAL_TAG,
     NOTE_TAG,
@@ -88,6 +90,8 @@ COMPLETE_TAG = "radt.demo.complete"
 HOST = "demo-h100-01"
 GPU = 0
 GPU_TOTAL_MB = 81_559 * MIB  # H100 80GB HBM3 as NVML reports it
+GPU_NAME = "NVIDIA H100 80GB HBM3"
+DEMO_UUID = "GPU-d3e0d3e0-0000-4000-8000-000000000000"  # made up, as everything here
 IDLE_W = 70.0
 CONTEXT_W = 28.0  # extra draw of an idle GPU that holds a CUDA context
 POWER_CAP_W = 570.0  # the enforced power limit the demo's GPU is held to (an H100 SXM's 700 W capped by its site): MPS runs reach it
@@ -129,7 +133,12 @@ ACTIVITY = [
     MetricName.DRAM_ACTIVE,
     MetricName.TENSOR_ACTIVE,
 ]  # GPM's, per device or per MIG slice
-DEVICE_ONLY = [MetricName.POWER_USAGE_WATTS, MetricName.ENERGY_JOULES, MetricName.TEMPERATURE_CELSIUS, MetricName.CLOCKS_POWER_CAPPED]  # physically the whole GPU's, also under MIG
+DEVICE_ONLY = [
+    MetricName.POWER_USAGE_WATTS,
+    MetricName.ENERGY_JOULES,
+    MetricName.TEMPERATURE_CELSIUS,
+    MetricName.CLOCKS_POWER_CAPPED,
+]  # physically the whole GPU's, also under MIG
 HARDWARE_KEYS = [key(name, GPU) for name in GPU_METRICS] + [key(name) for name in HOST_METRICS]
 
 
@@ -517,6 +526,17 @@ def record_gpu(rng: np.random.Generator, workload: WorkloadSpec, runs: list[RunD
         run.series = {k: recorded[k] if k in recorded else run.series[k] for k in hardware_keys(run.spec)}
 
 
+def _gpu_entries(run: RunSpec, workload: WorkloadSpec) -> list[dict]:
+    """The run's radt.gpus entries as the nvml listener writes them: the H100, and its MIG slice where it ran in one."""
+    gpu = {"series": f"gpu_{GPU}", "index": GPU, "name": GPU_NAME, "uuid": DEMO_UUID, "pci_bus_id": "00000000:18:00.0", "mig_profile": None,
+           "gpu_instance": None, "cuda": None if run.mig is not None else 0, "memory_total_mb": round(GPU_TOTAL_MB)}  # fmt: skip
+    if run.mig is None:
+        return [gpu]
+    profile = workload.collocation
+    mig = gpu | {"series": f"gpu_{GPU}_mig_{run.mig}", "uuid": f"MIG-{DEMO_UUID[4:]}-{run.mig}", "mig_profile": profile, "gpu_instance": run.mig, "cuda": 0}
+    return [gpu, mig | {"memory_total_mb": round(workload.memory_cap_mb)}]
+
+
 def run_points(data: RunData, first_ms: int, rng: np.random.Generator) -> tuple[list[Point], list[int]]:
     """The run's points (steps 0.., a few ms of sampling jitter) and the sample timestamps."""
     stamps = (first_ms + np.arange(data.samples) * INTERVAL_S * 1000 + rng.integers(0, 15, data.samples)).tolist()
@@ -695,6 +715,7 @@ def _write_workload(
         end_ms = max(end_ms, run_end)
         tags = {DEMO_TAG: "true", HOST_TAG: HOST, PID_TAG: str(20_000 + zlib.crc32(run_id.encode()) % 40_000), POINTS_TAG: str(len(points))}
         tags[EXIT_CODE_TAG] = "1" if data.failed else "0"
+        tags[GPUS_TAG] = json.dumps(_gpu_entries(run, workload))
         set_tags(client, run_id, tags)
         if data.failed:
             client.log_text(run_id, OOM_LOG, "radt/stderr.log")

@@ -367,7 +367,7 @@ def test_the_demos_runs_show_several_findings_and_its_stalled_bert_run_is_input_
         for run in client.search_runs([experiment.experiment_id], filter_string="tags.`radt.role` = 'run'"):
             found[(experiment.name, run.info.run_name)] = run.data.tags
     assert found and all("radt.diagnosis.version" in tags for tags in found.values())
-    assert found[("demo: bert fine-tuning", "bert-base 1A")]["radt.diagnosis"] == "input_starved"
+    assert found[("demo: bert fine-tuning", "bert-base 1A")]["radt.diagnosis"].split(",")[0] == "input_starved"  # (and it fits a slice)
     codes = {code for tags in found.values() for code in tags["radt.diagnosis"].split(",") if code}
     assert {"input_starved", "throttled"} <= codes
     assert "throttled" in found[("demo: resnet50 collocation", "resnet50 3A")]["radt.diagnosis"]

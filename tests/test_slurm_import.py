@@ -308,7 +308,6 @@ def test_a_job_on_two_nodes_gets_each_nodes_own_gpus_under_its_node(served, stor
     importer = JobImporter(client, store_uri, url=server.url, fill=prometheus_main)
     done = importer.job(job)
     assert done.reason is None and done.filled
-    run = client.get_run(done.run_id)
     expected = {k: v for node, gpu in ((host, 1), (host, 3), (OTHER_NODE, 1)) for k, v in held(server, node, gpu, job.start_ms, job.end_ms, node=node).items()}
     assert in_run(MlflowClient(store_uri), done.run_id) == expected and expected, "each node's own GPUs, point for point, under the node's keys"
     importer.diagnose()
