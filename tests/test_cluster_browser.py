@@ -10,6 +10,7 @@ from urllib.parse import urlencode
 
 import pytest
 
+from radt import settings
 from tests.support import state
 from tests.support.browser import dashboard, screenshot
 from tests.support.diagnosed import import_jobs
@@ -72,7 +73,9 @@ def test_jobs_are_counted_by_finding_and_narrow_to_one(page, cluster_store):
     page.locator("#cluster-every-finding").wait_for()
     assert [r[0] for r in _rows(page, "cluster-jobs")] == ["101"] and page.locator("#cluster-count").text_content() == "1 job"
     assert "finding idle gpus" in page.locator("#cluster-chosen").text_content()
-    assert _rows(page, "cluster-totals") == [["alice", "1", "8.00", "6.00", "75%", "0"]], "the totals of the jobs with that finding"
+    (alice,) = _rows(page, "cluster-totals")
+    assert alice[:6] == ["alice", "1", "8.00", "6.00", "75%", "0"], "the totals of the jobs with that finding"
+    assert float(alice[8]) == pytest.approx(8 * settings.GPU_HOUR_PRICE.get()), "its cost: 8 GPU-hours at the price"
     page.locator("#cluster-every-finding").click()
     page.wait_for_url(lambda url: url.endswith("/cluster"))
     page.locator("#cluster-every-finding").wait_for(state="detached")
@@ -84,7 +87,7 @@ def test_totals_per_user_account_and_partition_narrow_the_jobs(page, cluster_sto
     page.goto(base + "cluster")
     totals = _rows(page, "cluster-totals")
     # alice: 101 (4 GPUs × 2 h, 3 idle) and 103 (no GPU, no diagnosis); bob: 102 (1 GPU × 1 h, busy)
-    assert totals == [["alice", "2", "8.00", "6.00", "75%", "1"], ["bob", "1", "1.00", "0.00", "0%", "0"]], totals
+    assert [row[:6] for row in totals] == [["alice", "2", "8.00", "6.00", "75%", "1"], ["bob", "1", "1.00", "0.00", "0%", "0"]], totals
     page.locator("#cluster-totals a.group-link", has_text="alice").click()
     page.wait_for_url(lambda url: url.endswith("/cluster?user=alice"))
     page.locator("#cluster-chosen").wait_for()

@@ -130,7 +130,8 @@ def test_radt_alone_says_what_to_give_and_version_says_what_runs(tmp_path):
     alone = subprocess.run([sys.executable, "-m", "radt"], capture_output=True, text=True, env=env, timeout=60)
     assert alone.returncode == 2 and alone.stderr.splitlines() == [
         "radt: give a training script or an experiment CSV: radt train.py --batch-size 256, radt experiment.csv; "
-        "or a command: radt dashboard, radt demo, radt monitor, radt sync, radt import, radt export, radt rollup, radt retain (see 'radt --help')"
+        "or a command: radt dashboard, radt demo, radt monitor, radt sync, radt import, radt export, radt rollup, radt diagnose, radt report, radt retain "
+        "(see 'radt --help')"
     ]
     python = ".".join(map(str, sys.version_info[:3]))
     expected = f"radt {metadata.version('radt')} (MLflow {metadata.version('mlflow')}, SQLAlchemy {metadata.version('sqlalchemy')}, Python {python} at {sys.executable})"
