@@ -133,3 +133,20 @@ def test_a_card_shows_the_runs_own_gpu_memory_beside_the_gpus():
         (1, "memory_usage_megabytes", 1_000.0),
         (None, "cpu_utilization_percentage", 40.0),
     ]
+
+
+def test_a_card_shows_the_runs_own_share_of_a_shared_gpu_beside_the_devices():
+    """Issue 55: a running run's card shows its own SM share and power estimate right after the device's figures."""
+    values = {
+        "system/gpu_0_power_usage_watts": (400.0, NOW),
+        "system/gpu_0_run_power_watts": (150.0, NOW),
+        "system/gpu_0_utilization_percentage": (90.0, NOW),
+        "system/gpu_0_run_sm_utilization_percentage": (30.0, NOW),
+    }
+    shown = [(metric.name, value) for _device, metric, value in live.card_values(values)]
+    assert shown == [
+        ("utilization_percentage", 90.0),
+        ("run_sm_utilization_percentage", 30.0),
+        ("power_usage_watts", 400.0),
+        ("run_power_watts", 150.0),
+    ]

@@ -46,9 +46,11 @@ VALUE_METRICS = [
     MetricName.GR_ENGINE_ACTIVE,
     MetricName.DRAM_ACTIVE,
     MetricName.UTILIZATION_PERCENTAGE,
+    MetricName.RUN_SM_UTILIZATION_PERCENTAGE,  # the run's own share of the GPU's time (NVML's per-process samples), beside the device's
     MetricName.MEMORY_USAGE_MEGABYTES,
     MetricName.PROCESS_MEMORY_MEGABYTES,  # the run's own processes' (NVML's per-process lists): beside a collocated run, its part of the GPU's
     MetricName.POWER_USAGE_WATTS,
+    MetricName.RUN_POWER_WATTS,  # an estimate of the run's own part of the GPU's power
     MetricName.CPU_UTILIZATION_PERCENTAGE,
     MetricName.PROCESS_CPU_UTILIZATION_PERCENTAGE,
     MetricName.SYSTEM_MEMORY_USAGE_MEGABYTES,
