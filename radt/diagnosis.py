@@ -270,9 +270,14 @@ class Starved:
     cores: float
 
 
+def _working(evidence: Evidence) -> list[GpuEvidence]:
+    """The GPUs that work: idle less than RADT_IDLE_SHARE of the run (or with no activity series to tell)."""
+    return [g for g in evidence.gpus if (idle_share(g) or 0.0) < settings.IDLE_SHARE.get()]
+
+
 def _working_with(evidence: Evidence, name: str) -> list[GpuEvidence]:
-    """The GPUs that work (idle less than RADT_IDLE_SHARE of the run) and have the series `name`."""
-    return [g for g in evidence.gpus if name in g.series and (idle_share(g) or 0.0) < settings.IDLE_SHARE.get()]
+    """The GPUs that work and have the series `name`."""
+    return [g for g in _working(evidence) if name in g.series]
 
 
 def _input_starved(evidence: Evidence, result: Diagnosis) -> None:
@@ -359,7 +364,7 @@ ACTIVITY_WHAT = {
 
 def _activity(evidence: Evidence, result: Diagnosis) -> None:
     """small_kernels, low_occupancy, memory_bound and no_tensor_cores, from each working GPU's activity means."""
-    working = [g for g in evidence.gpus if (idle_share(g) or 0.0) < settings.IDLE_SHARE.get()]
+    working = _working(evidence)
     if not working:
         return
     if not any(MetricName.SM_ACTIVE in g.series for g in working):
@@ -461,7 +466,7 @@ def _ecc(gpu: GpuEvidence) -> tuple[str, int] | None:
 
 def _straggler(evidence: Evidence, result: Diagnosis) -> None:
     """In a run of several working GPUs, the one whose SMACT lags the median of the others by RADT_STRAGGLER_LAG or more."""
-    working = [g for g in evidence.gpus if (idle_share(g) or 0.0) < settings.IDLE_SHARE.get() and g.used is not False]
+    working = [g for g in _working(evidence) if g.used is not False]
     means = {g.device: m for g in working if (m := _means(g, MetricName.SM_ACTIVE)[0]) is not None}
     if len(means) < 2:
         return
@@ -511,7 +516,7 @@ def _fits_smaller(evidence: Evidence, result: Diagnosis) -> None:
     """Every working GPU's peak memory and SM activity fit a smaller MIG slice of that GPU model."""
     if any(g.device.mig is not None for g in evidence.gpus):
         return  # already in a slice
-    working = [g for g in evidence.gpus if (idle_share(g) or 0.0) < settings.IDLE_SHARE.get()]
+    working = _working(evidence)
     said = []
     for gpu in working:
         peak = _peak_memory(gpu)
