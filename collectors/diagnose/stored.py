@@ -7,7 +7,7 @@ writes. A run diagnosed anew loses the findings it no longer has.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
 
@@ -33,12 +33,18 @@ def diagnoses(
 ) -> tuple[dict[str, Diagnosis], dict[str, dict[str, str]]]:
     """(run id -> its diagnosis, run id -> its footprint tags), `BATCH` runs read at a time from `source` (an engine or a
     client); `each` is called with every run's diagnosis and footprint as its batch is done, before could_share is known."""
+    ids = list(dict.fromkeys(run_ids))
+    return judge((evidence_of(source, ids[start : start + BATCH]) for start in range(0, len(ids), BATCH)), each)
+
+
+def judge(
+    batches: Iterable[Mapping[str, Evidence]], each: Callable[[str, Diagnosis, dict[str, str]], None] | None = None
+) -> tuple[dict[str, Diagnosis], dict[str, dict[str, str]]]:
+    """The diagnoses and footprint tags of evidence already read, a batch at a time; could_share pairs among all of them."""
     found: dict[str, Diagnosis] = {}
     figures: dict[str, dict[str, str]] = {}
     sharers: list[Sharer] = []
-    ids = list(dict.fromkeys(run_ids))
-    for start in range(0, len(ids), BATCH):
-        evidence = evidence_of(source, ids[start : start + BATCH])
+    for evidence in batches:
         for run_id, ev in evidence.items():
             found[run_id], figures[run_id] = diagnose(ev), footprint(ev).tags()
             if (candidate := sharer(ev)) is not None:
