@@ -12,7 +12,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import sqlalchemy as sa
 
 from radt import mlflowdb
+from radt.collectors._common import first_line
+from radt.collectors.store.tracking import set_tags
 from radt.diagnosis import COULD_SHARE, Diagnosis, Evidence, Sharer, diagnose, share_partners, sharer
+from radt.errors import report
 from radt.evidence import gather, gather_from_client
 from radt.footprint import footprint
 from radt.runmodel import DIAGNOSIS_TAG, diagnosis_tag
@@ -58,8 +61,6 @@ def judge(
 
 def store(client, run_id: str, diagnosis: Diagnosis, figures: dict[str, str]) -> None:
     """Write a run's diagnosis and footprint tags, and delete the findings it had before and has no longer."""
-    from radt.collectors.store.tracking import set_tags
-
     set_tags(client, run_id, diagnosis.tags() | figures)
     engine = getattr(client, "engine", None)
     if engine is not None:  # radt's SQL client: one DELETE, no read of the run (half of a fill's time went to get_run)
@@ -76,8 +77,6 @@ def store(client, run_id: str, diagnosis: Diagnosis, figures: dict[str, str]) ->
 def diagnose_and_store(client, run_ids: Sequence[str]) -> dict[str, Diagnosis]:
     """Diagnose the runs and keep each result on its run as its batch is done; could_share, known at the end, is added then."""
     found, _ = diagnoses(client, run_ids, lambda run_id, diagnosis, figures: store(client, run_id, diagnosis, figures))
-    from radt.collectors.store.tracking import set_tags
-
     for run_id, diagnosis in found.items():
         shared = next((f for f in diagnosis.findings if f.code == COULD_SHARE), None)
         if shared is not None:
@@ -87,9 +86,6 @@ def diagnose_and_store(client, run_ids: Sequence[str]) -> dict[str, Diagnosis]:
 
 def diagnose_ended(client, run_id: str) -> Diagnosis | None:
     """A run's diagnosis as it ends (None where it failed); a failure never fails the run: it says how to diagnose it later."""
-    from radt.collectors._common import first_line
-    from radt.errors import report
-
     try:
         return diagnose_and_store(client, [run_id]).get(run_id)
     except Exception as exc:  # the run has ended and its points are stored: only its diagnosis waits
