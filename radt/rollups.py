@@ -94,6 +94,9 @@ VALUE_COLUMNS = ("min", "max", "sum", "count", "nans", "min_ms", "max_ms", "last
 _NO_READING = dict.fromkeys(("min", "max", "sum", "min_ms", "max_ms", "last_value", "last_ms", "last_step"))
 
 
+CREATE_TRIES = 5  # a loser's tries while the winner of a race to make radt's tables is still making them
+
+
 def ensure_table(engine: sa.Engine) -> None:
     """Create radt's rollup tables where they are missing; nothing else in the store is created or changed."""
     create_missing(engine, (rollups, series_state))
@@ -102,19 +105,34 @@ def ensure_table(engine: sa.Engine) -> None:
 def create_missing(bind: sa.Engine | sa.Connection, tables: Sequence[sa.Table]) -> None:
     """Create radt's `tables` where they are missing. Processes may race to create them (radts started together, writers
     of several nodes, two dashboards): a loser's CREATE fails (PostgreSQL: its catalog's unique key; SQLite: "already
-    exists", once the winner committed) and it finds them made; any other failure is raised."""
-    try:
-        tables[0].metadata.create_all(bind, tables=list(tables), checkfirst=True)
-    except sa.exc.DBAPIError:
-        if not _all_exist(bind, tables):
-            raise
+    exists", once the winner committed) and it finds them made, or tries again for those the winner has not made yet
+    (SQLite commits each CREATE alone, so a loser can fail on the first table before the second exists); any other
+    failure, or one that lasts CREATE_TRIES tries, is raised."""
+    for attempt in range(CREATE_TRIES):
+        try:
+            tables[0].metadata.create_all(bind, tables=list(tables), checkfirst=True)
+            return
+        except sa.exc.DBAPIError:
+            if _all_exist(bind, tables):
+                return
+            if attempt == CREATE_TRIES - 1 or not _any_exist(bind, tables):
+                raise
+
+
+def _existing(bind: sa.Engine | sa.Connection, tables: Sequence[sa.Table]) -> list[bool]:
+    if isinstance(bind, sa.Engine):
+        with bind.connect() as conn:
+            return _existing(conn, tables)
+    return [sa.inspect(bind).has_table(t.name) for t in tables]
 
 
 def _all_exist(bind: sa.Engine | sa.Connection, tables: Sequence[sa.Table]) -> bool:
-    if isinstance(bind, sa.Engine):
-        with bind.connect() as conn:
-            return _all_exist(conn, tables)
-    return all(sa.inspect(bind).has_table(t.name) for t in tables)
+    return all(_existing(bind, tables))
+
+
+def _any_exist(bind: sa.Engine | sa.Connection, tables: Sequence[sa.Table]) -> bool:
+    """Whether another process has begun making them (a failure with none made is not a race)."""
+    return any(_existing(bind, tables))
 
 
 # --- computing -----------------------------------------------------------------------------------

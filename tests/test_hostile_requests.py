@@ -11,6 +11,7 @@ requests of a kind run at once, another user's `/` answers in under a second, an
 from __future__ import annotations
 
 import os
+import time
 import urllib.parse
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +26,7 @@ from tests.support.many_runs import fill_runs
 from tests.support.radtproc import radt_env, run_radt
 
 pytestmark = pytest.mark.e2e
-HOME_LIMIT_S = 1.0  # another user's `/` while the hostile requests run
+HOME_LIMIT_S = 1.0  # another user's `/` while the hostile requests run, on an idle machine (see _home_limit)
 TWO_WORKERS = ("-w", "2", "--timeout", "30")  # the README's command with the issue's two workers
 PARAMS, KEY_TAIL = 2000, 199  # 2,000 params named param_NNNN_ + 199 characters (210)
 HOSTILE_KEY = "param_9999_" + "k" * 188  # 199 characters: difflib junks nothing in a word under 200 (its quadratic case)
@@ -41,10 +42,19 @@ def _home_page_while(base: str, hostile: list[Callable[[], object]]) -> tuple[li
         return took, [f.result() for f in futures]
 
 
-def _warm(base: str, search: str) -> None:
-    """Each worker's first pages (imports, caches), before the clock matters."""
+def _warm(base: str, search: str) -> float:
+    """Each worker's first pages (imports, caches), before the clock matters; then the limit on `/` (_home_limit)."""
     with ThreadPoolExecutor(4) as pool:
         assert all(status == 200 for status, _ in pool.map(lambda _: served.page(base, search, 120), range(8)))
+    return _home_limit(base, search)
+
+
+def _home_limit(base: str, search: str) -> float:
+    """HOME_LIMIT_S, plus what the machine's load adds: with sync workers all busy, `/` may wait for one ordinary page in
+    each (the suite's other processes share these two cores; CI once took 1.6 s so). The old code's 62 s stays far past it."""
+    began = time.monotonic()
+    assert served.page(base, search, 120)[0] == 200
+    return HOME_LIMIT_S + 2 * (time.monotonic() - began)
 
 
 def _many_params(uri: str) -> str:
@@ -65,9 +75,9 @@ def test_four_hint_links_leave_the_home_page_answering(pg_uri, radt_home):
     hostile = "?" + urllib.parse.urlencode({"exp": experiment, "q": f"params.`{HOSTILE_KEY}` = 'x'"})
     assert len(f"params.`{HOSTILE_KEY}` = 'x'") == 214, "the issue's link"
     with served.gunicorn(radt_env(radt_home, pg_uri), *TWO_WORKERS) as base:
-        _warm(base, plain)
+        limit = _warm(base, plain)
         took, answers = _home_page_while(base, [lambda: served.page(base, hostile, 60) for _ in range(4)])
-    assert max(took) < HOME_LIMIT_S, f"/ took {max(took):.2f} s while four hint links ran ({len(took)} GETs)"
+    assert max(took) < limit, f"/ took {max(took):.2f} s (limit {limit:.2f} s) while four hint links ran ({len(took)} GETs)"
     for status, page in answers:
         assert status == 200 and "No run here has the param 'param_9999_kkk" in page and "did you mean params.param_" in page, (status, page[:300])
 
@@ -93,10 +103,10 @@ def test_four_listings_of_100000_files_leave_the_home_page_answering(pg_uri, rad
     engine.dispose()
     env = radt_env(radt_home, pg_uri, extra={"RADT_ARTIFACT_ROOTS": str(shared)})
     with served.gunicorn(env, *TWO_WORKERS) as base:
-        _warm(base, "?" + urllib.parse.urlencode({"exp": experiment}))
+        limit = _warm(base, "?" + urllib.parse.urlencode({"exp": experiment}))
         listings = [lambda run=run: served.fetch(f"{base}runs/{run}/artifacts", 60) for run in (hostile, big) * 2]
         took, answers = _home_page_while(base, listings)
-    assert max(took) < HOME_LIMIT_S, f"/ took {max(took):.2f} s while four listings ran ({len(took)} GETs)"
+    assert max(took) < limit, f"/ took {max(took):.2f} s (limit {limit:.2f} s) while four listings ran ({len(took)} GETs)"
     for (status, page), run in zip(answers, (hostile, big) * 2, strict=True):
         if run == hostile:
             assert status == 404 and "not its own" in page and "step-" not in page, (status, page[:300])

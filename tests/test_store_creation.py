@@ -126,6 +126,25 @@ def _make_together(make, uri: str, tmp_path: Path) -> None:
     assert not failed, f"{len(failed)} of {TOGETHER} failed: {failed}"
 
 
+def test_a_loser_that_fails_on_the_first_table_before_the_winner_made_the_second_makes_it(tmp_path):
+    """The race CI met (3 of 8 failed): SQLite commits each CREATE alone, so the winner had made radt_rollups but not yet
+    radt_series_state when a loser's CREATE of radt_rollups failed; the loser raised instead of making the second table."""
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    winner, loser = sa.create_engine(uri), sa.create_engine(uri)
+
+    def winner_commits_first_table(target, connection, **kw):  # between the loser's check and its CREATE
+        with winner.begin() as conn:
+            conn.execute(sa.schema.CreateTable(rollups.rollups))
+
+    sa.event.listen(rollups.rollups, "before_create", winner_commits_first_table, once=True)
+    try:
+        rollups.ensure_table(loser)
+    finally:
+        if sa.event.contains(rollups.rollups, "before_create", winner_commits_first_table):
+            sa.event.remove(rollups.rollups, "before_create", winner_commits_first_table)
+    assert {"radt_rollups", "radt_rollup_series"} <= set(sa.inspect(loser).get_table_names())
+
+
 def test_a_radt_that_waits_past_the_deadline_for_another_creating_the_store_says_so_in_one_line(radt_home, tmp_path):
     """A creator that hangs (its lock held, no schema yet): the waiter looks again at its deadline, then one line, exit 2."""
     (tmp_path / "tiny.py").write_text("print('tiny')\n")
