@@ -84,13 +84,14 @@ def layout(
     gpuagg: str | None = None,
     cols: str | None = None,
     q: str | None = None,
+    dev: str | None = None,
     **_ignored,
 ):
     experiments = list_experiments(STATE.engine)
     # the link is typed, pasted, edited: View.from_dict keeps what it can use and says what it ignored
     view = View.from_dict(
         {"exp": exp, "runs": runs, "metrics": metrics, "x": x, "mode": mode, "smooth": smooth, "log": log, "xr": xr, "gpu": gpu, "gpuagg": gpuagg, "cols": cols}
-        | {"q": q}
+        | {"q": q, "dev": dev}
     )
     exp_ids = [e for e in view.experiments if e in {str(x["experiment_id"]) for x in experiments}]
     table = _runs(exp_ids)
@@ -142,7 +143,12 @@ def layout(
                                 ],
                                 className="smoothing",
                             ),
-                            dcc.Checklist(id=ids.LOG_Y, options=[{"label": "log scale", "value": "log"}], value=["log"] if view.log_y else [], inline=True),
+                            dcc.Checklist(
+                                id=ids.LOG_Y,
+                                options=[{"label": "log scale", "value": "log"}, {"label": "device line on shared GPUs", "value": "dev"}],
+                                value=(["log"] if view.log_y else []) + (["dev"] if view.device else []),
+                                inline=True,
+                            ),
                             html.Span(
                                 [
                                     html.Span("charts per row", className="label"),
@@ -259,7 +265,12 @@ def draw(run_groups, metric_specs, x_mode, group_mode, smoothing, log_y, zoom_st
     zoom = zoom_state.get("range") if zoom_state.get("axis") == f"{x_mode}-{group_mode}" else None
     picked = [m for m in metric_specs if isinstance(m, str)] if isinstance(metric_specs, list) else []
     raw = {"exp": experiment_ids, "runs": run_ids, "metrics": picked, "x": x_mode, "mode": group_mode, "smooth": smoothing, "xr": zoom}
-    view = View.from_dict(raw | {"log": "1" if log_y else "0", "gpu": gpu_filter, "gpuagg": gpu_mode, "cols": columns, "q": query})
+    chart_options = log_y if isinstance(log_y, list) else []  # the checklist: "log" (log scale), "dev" (device lines)
+    view = View.from_dict(
+        raw
+        | {"log": "1" if "log" in chart_options else "0", "dev": "1" if "dev" in chart_options else "0", "gpu": gpu_filter, "gpuagg": gpu_mode}
+        | {"cols": columns, "q": query}
+    )
     if not picked:
         view.metrics = []  # the picker emptied (a link without metrics means the default ones)
     note = _notes(view.notes)

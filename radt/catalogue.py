@@ -177,6 +177,14 @@ class MetricName:
     SMI_CLOCK_SECONDS = "smi_clock_seconds"
 
 
+# a device metric -> the run's own share of it, where NVML splits it per process: on a GPU runs shared, the dashboard draws
+# each run's own share in the device metric's chart (the device's line, the same for every run, once on demand)
+OWN_SHARE = {
+    MetricName.UTILIZATION_PERCENTAGE: MetricName.RUN_SM_UTILIZATION_PERCENTAGE,
+    MetricName.MEMORY_UTILIZATION_PERCENTAGE: MetricName.RUN_MEMORY_UTILIZATION_PERCENTAGE,
+    MetricName.POWER_USAGE_WATTS: MetricName.RUN_POWER_WATTS,
+}
+
 PREFIX = "system/"
 # system/[<node>/][gpu_<i>_[mig_<gi>_]]<name>; a node id is anything without a slash
 _SYSTEM_KEY = re.compile(r"^system/(?:(?P<node>[^/]+)/)?(?:gpu_(?P<gpu>\d+)_(?:mig_(?P<mig>\d+)_)?)?(?P<name>[^/]+)$")

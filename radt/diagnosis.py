@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from radt import settings
 from radt.catalogue import Device, MetricName
 from radt.runmodel import DIAGNOSIS_LACKING_TAG, DIAGNOSIS_SPANS_TAG, DIAGNOSIS_TAG, DIAGNOSIS_VERSION_TAG, diagnosis_tag
+from radt.throughput import Gain
 
 VERSION = 1  # part of the tags: `radt diagnose` fills runs diagnosed by an older rule set anew
 
@@ -561,10 +562,12 @@ def sharer(evidence: Evidence) -> Sharer | None:
     return Sharer(evidence.run_id, evidence.name, evidence.user, smact.mean, smact.p95, peak, gpu.memory_total_mb, evidence.command)
 
 
-def share_partners(runs: Sequence[Sharer], measured: Mapping[str, float] | None = None) -> dict[str, Finding]:
-    """run id -> its could_share finding, for each one-GPU run under RADT_SHARE_BELOW with a partner whose SMACT p95 and
-    memory peak fit beside its own on the same size of GPU; the partner that keeps the GPU busiest. `measured`: command ->
-    the collocation gain the store measured for it (throughput together ÷ alone), said instead of the estimate where known."""
+def share_partners(runs: Sequence[Sharer], measured: Mapping[str, Gain] | None = None) -> dict[str, Finding]:
+    """run id -> its could_share finding, for each one-GPU run under RADT_SHARE_BELOW. `measured`: run id -> the collocation
+    gain the store measured for its command (throughput.command_gains): where there is one it decides (above 1: the runs
+    did more work per hour together than one after another; at or below 1 no finding), else the estimate does (a partner
+    whose SMACT p95 and memory peak fit beside its own on the same size of GPU). The partner named is the one that fits
+    and keeps the GPU busiest."""
     below = settings.SHARE_BELOW.get()
     found: dict[str, Finding] = {}
     for run in runs:
@@ -578,19 +581,37 @@ def share_partners(runs: Sequence[Sharer], measured: Mapping[str, float] | None 
             and run.smact_p95 + o.smact_p95 <= SHARE_SMACT
             and run.memory_peak_mb + o.memory_peak_mb <= SHARE_MEMORY * run.memory_total_mb
         ]
-        if not fits:
+        gain = (measured or {}).get(run.run_id)
+        if gain.gain <= 1 if gain is not None else not fits:
             continue
-        best = max(fits, key=lambda o: (o.smact_mean, o.run_id))
-        gain = (measured or {}).get(run.command)
-        basis = (
-            f"measured: this command ran {gain:.2f}× as fast collocated as alone in this store"
-            if gain is not None
-            else "estimated from the two runs' own figures"
+        best = max(fits, key=lambda o: (o.smact_mean, o.run_id)) if fits else None
+        found[run.run_id] = Finding(
+            COULD_SHARE, _share_sentence(run, best, gain, looked=measured is not None), None, {"partner_smact_mean": best.smact_mean} if best else {}
         )
-        sentence = (
-            f"could share one GPU with {best.name or best.run_id} ({best.user or 'unknown user'}): SMACT p95 {run.smact_p95:.2f} + {best.smact_p95:.2f}, "
-            f"memory {run.memory_peak_mb / 1000:.1f} + {best.memory_peak_mb / 1000:.1f} GB of {run.memory_total_mb / 1000:.0f} GB ({basis}); "
-            f"{ACTIONS[COULD_SHARE]}"
-        )
-        found[run.run_id] = Finding(COULD_SHARE, sentence, None, {"partner_smact_mean": best.smact_mean})
     return found
+
+
+def _share_sentence(run: Sharer, best: Sharer | None, gain: Gain | None, looked: bool) -> str:
+    """could_share's sentence: with whom and the figures that fit, and whether the store measured it or radt estimated it
+    (`looked`: whether the store's measured figures were read at all; through an MLflow server they are not)."""
+    groups = f"{gain.groups} collocated group{'s' if gain.groups != 1 else ''}" if gain else ""
+    basis = (
+        f"measured: runs of this command did {gain.gain:.2f}× the work per hour together as alone ({groups} in this store)"
+        if gain is not None
+        else "estimated from the two runs' own figures; "
+        + (
+            "no collocated run of this command is measured in this store"
+            if looked
+            else "measured figures are read where radt reads the store itself, not through a server"
+        )
+    )
+    if best is None:
+        return (
+            f"could share its GPU: SMACT p95 {run.smact_p95:.2f}, memory {run.memory_peak_mb / 1000:.1f} GB of {run.memory_total_mb / 1000:.0f} GB "
+            f"({basis}); run it beside another run of this command on one GPU (MPS) and free a GPU"
+        )
+    return (
+        f"could share one GPU with {best.name or best.run_id} ({best.user or 'unknown user'}): SMACT p95 {run.smact_p95:.2f} + {best.smact_p95:.2f}, "
+        f"memory {run.memory_peak_mb / 1000:.1f} + {best.memory_peak_mb / 1000:.1f} GB of {run.memory_total_mb / 1000:.0f} GB ({basis}); "
+        f"{ACTIONS[COULD_SHARE]}"
+    )

@@ -100,3 +100,99 @@ def test_the_summary_table_offers_the_runs_own_sm_share_and_the_filter_reads_it(
     assert kept == {"right", "apart"} and percent == {made["left"]}, "a run without a share passes no share.sm test"
     column = next(c for c in COLUMNS if c.id == "run_sm_share")
     assert column in present(COLUMNS) and not column.shown, "offered by the columns control, not in the default set (1440 px)"
+
+
+def _lines(rendered) -> dict[str, list]:
+    """The GPU util chart's lines by the run (or device) they belong to: their y values."""
+    return {t.meta["run_id"]: list(np.asarray(t.y, dtype=float)) for t in rendered.figure.data if isinstance(t.meta, dict) and t.meta.get("metric") == "GPU util"}
+
+
+def test_runs_that_shared_a_gpu_draw_their_own_share_in_the_gpu_util_chart_and_the_device_line_once_on_demand(store_uri, monkeypatch):
+    """Two runs on node-a's GPU 0 stored the same device series (80 %): drawn as it is they hid each other. Each now draws
+    its own share (30 and 50), said in the title and tooltip; 'apart' (another GPU) keeps its device line; dev=1 adds
+    node-a's GPU 0 once, grey, not once per run."""
+    from radt.app.view.views import View, render
+
+    made = shared_store(store_uri, START)
+    util = f"cat:{MetricName.UTILIZATION_PERCENTAGE}"
+    view = {"exp": made["experiment"], "runs": [made[n] for n in ("left", "right", "old")], "metrics": [util]}
+    with dashboard_reads(store_uri, monkeypatch):
+        plain = render(View.from_dict(view))
+        with_device = render(View.from_dict(view | {"dev": "1"}))
+    lines = _lines(plain)
+    assert set(lines[made["left"]]) == {SHARES["left"]} and set(lines[made["right"]]) == {SHARES["right"]}, "each run its own share"
+    assert set(lines[made["old"]]) == {60.0}, "a GPU nobody shared: the device's line"
+    assert plain.figure.layout.annotations[0].text.endswith("each run's own share where runs shared a GPU")
+    left = next(t for t in plain.figure.data if t.meta.get("run_id") == made["left"])
+    assert "own share" in left.meta["where"]
+    device = [t for t in with_device.figure.data if str(t.meta.get("run_id", "")).startswith("device:")]
+    assert len(device) == 1 and device[0].name == "node-a · GPU 0 (device)" and set(np.asarray(device[0].y, dtype=float)) == {DEVICE}
+    assert View.from_dict(view | {"dev": "1"}).to_dict()["dev"] == "1" and "dev" not in View.from_dict(view).to_dict()
+
+
+def test_each_runs_own_energy_is_its_power_estimate_over_time(store_uri, monkeypatch):
+    from radt.app.export.paper import comparison_table
+    from radt.app.view.views import View
+
+    made = shared_store(store_uri, START)
+    with dashboard_reads(store_uri, monkeypatch):
+        table = comparison_table(View([made["experiment"]], [made[n] for n in ("left", "right", "old")])).set_index("run_id")
+    # one point each 10 s for 10 minutes (0..590 s) of 2 × its share in watts
+    assert [table.loc[made[n], "run_energy_kj"] for n in ("left", "right")] == pytest.approx([60 * 590 / 1000, 100 * 590 / 1000])
+    assert np.isnan(table.loc[made["old"], "run_energy_kj"]), "no estimate: no own energy"
+
+
+def test_energy_per_step_of_runs_together_is_their_own_share_and_alone_the_gpus():
+    """Two runs together on one GPU each read the whole GPU's 100 kJ: J/step from it counted the GPU twice. Together a run's
+    J/step is its own energy (30 and 70 kJ over 10 steps); alone it stays the GPU's."""
+    import pandas as pd
+
+    from radt.app.summary.compare import comparison
+
+    base = {"experiment_id": "1", "status": "FINISHED", "params": {"command": "train.py"}, "tags": {}, "letter": "", "duration_s": 600.0}
+    rows = [
+        base | {"run_id": "a", "run_name": "a", "workload_id": "w", "workload_label": "workload w", "start_time": 0.0},
+        base | {"run_id": "b", "run_name": "b", "workload_id": "w", "workload_label": "workload w", "start_time": 0.0},
+        base | {"run_id": "c", "run_name": "c", "workload_id": "ungrouped:1", "workload_label": "ungrouped", "start_time": 0.0},
+    ]
+    runs = pd.DataFrame(rows)
+    own = {"a": 30_000.0, "b": 70_000.0, "c": 50_000.0}
+    from radt.app.summary.summaries import SUMMARY_COLUMNS
+
+    figures = {"own_steps": 10.0, "duration_s": 600.0, "energy_j": 100_000.0}
+    summary = pd.DataFrame([dict.fromkeys(SUMMARY_COLUMNS, np.nan) | figures | {"run_id": r, "run_energy_j": own[r]} for r in own])
+    table = comparison(runs, summary).set_index("run_id")
+    assert [table.loc[r, "energy_per_step_j"] for r in ("a", "b", "c")] == pytest.approx([3_000.0, 7_000.0, 10_000.0])
+    assert table.loc["a", "together"] == 2 and table.loc["c", "together"] == 1
+
+
+def test_a_paper_figure_of_a_collocation_keeps_the_stacked_share_and_the_estimate_label(store_uri, monkeypatch):
+    from radt.app.export.exportoptions import ExportStyle
+    from radt.app.export.paper import figure_for
+    from radt.app.view.views import View
+
+    made = shared_store(store_uri, START)
+    view = View.from_dict({"exp": made["experiment"], "runs": [made["left"], made["right"]], "metrics": [SHARE_SPEC, f"cat:{MetricName.RUN_POWER_WATTS}"]})
+    with dashboard_reads(store_uri, monkeypatch):
+        figure, _missing = figure_for(view, ExportStyle())
+    stacked = [t for t in figure.data if isinstance(t.meta, dict) and t.meta.get("share")]
+    assert len(stacked) == 2 and len({t.stackgroup for t in stacked}) == 1, "the stacked GPU share survives the paper style"
+    titles = [a.text for a in figure.layout.annotations]
+    assert any("GPU share · node-a · GPU 0" in t for t in titles) and any("Run power (estimate)" in t for t in titles), titles
+
+
+def test_the_data_export_keeps_each_runs_share_series_and_says_the_power_is_an_estimate(store_uri, monkeypatch):
+    import csv
+    import io
+
+    from radt.app.export.tables import data_csv
+    from radt.app.view.views import View
+
+    made = shared_store(store_uri, START)
+    view = View.from_dict({"exp": made["experiment"], "runs": [made["left"], made["right"]], "metrics": [SHARE_SPEC, f"cat:{MetricName.RUN_POWER_WATTS}"]})
+    with dashboard_reads(store_uri, monkeypatch):
+        text, _missing = data_csv(view)
+    rows = list(csv.DictReader(io.StringIO(text)))
+    share = {r["run_name"]: float(r["value"]) for r in rows if r["metric"] == MetricName.RUN_SM_UTILIZATION_PERCENTAGE}
+    assert share == {"left": SHARES["left"], "right": SHARES["right"]}
+    assert {r["label"] for r in rows if r["metric"] == MetricName.RUN_POWER_WATTS} == {"Run power (estimate)"}

@@ -39,6 +39,8 @@ STATS = {
     "steps_per_h": ("throughput", "steps/h"),
     "normalised": ("normalised throughput", "× alone"),
     "energy_kj": ("energy", "kJ"),
+    "run_energy_kj": ("the run's own energy (estimate)", "kJ"),
+    "run_sm_share": ("the run's own SM share", "% of a GPU"),
     "energy_per_step_j": ("energy per step", "J/step"),
     "peak_memory_per_gpu_mb": ("peak memory per GPU, every process", "MB"),
     "run_memory_peak_mb": ("the run's own peak GPU memory", "MB"),

@@ -10,6 +10,7 @@ import pandas as pd
 
 from radt.app.export.paper import chosen_runs
 from radt.app.view import data
+from radt.app.view.data import spec_metric
 from radt.app.view.views import View, x_range
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet runs a cell that begins so as a formula (OWASP's CSV injection)
@@ -41,8 +42,22 @@ def data_csv(view: View, charts: list[str] | None = None) -> tuple[str, dict[str
     buffer = io.StringIO()
     out = csv.writer(buffer, lineterminator="\n")
     out.writerow(
-        ["run_id", "run_name", "experiment_id", "workload", "letter", "node", "gpu", "mig_instance", "metric", "timestamp_ms", "seconds_since_start", "value"]
-    )
+        [
+            "run_id",
+            "run_name",
+            "experiment_id",
+            "workload",
+            "letter",
+            "node",
+            "gpu",
+            "mig_instance",
+            "metric",
+            "timestamp_ms",
+            "seconds_since_start",
+            "value",
+            "label",
+        ]
+    )  # label: the catalogue's name, which says what a figure is ("Run power (estimate)")
     missing: dict[str, list[str]] = {}
     meta = runs.set_index("run_id", drop=False)
     for spec in charts or view.metrics:
@@ -50,7 +65,7 @@ def data_csv(view: View, charts: list[str] | None = None) -> tuple[str, dict[str
         lacking = [meta.loc[r, "run_name"] for r in runs["run_id"] if r not in found]
         if lacking:
             missing[spec] = lacking
-        name = spec.partition(":")[2]
+        name, label = spec.partition(":")[2], cell_text(spec_metric(spec).label)
         for run_id, devices in found.items():
             row = meta.loc[run_id]
             for device, (ts, ys) in devices.items():
@@ -59,5 +74,5 @@ def data_csv(view: View, charts: list[str] | None = None) -> tuple[str, dict[str
                 texts = [cell_text(row["run_name"]), row["experiment_id"], cell_text(row["workload_label"]), cell_text(row["letter"])]
                 head = [run_id, *texts, *map(cell_text, where), cell_text(name)]  # the same for each point of this series
                 for t, y in zip(ts.tolist(), ys.tolist(), strict=False):
-                    out.writerow([*head, int(t), f"{(t - start) / 1000:.3f}", repr(float(y))])
+                    out.writerow([*head, int(t), f"{(t - start) / 1000:.3f}", repr(float(y)), label])
     return buffer.getvalue(), missing

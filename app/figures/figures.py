@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -29,6 +29,9 @@ X_TITLES = {"relative": "time since run start (min)", "wall": "wall clock (UTC)"
 X_HOVERFORMAT = {"relative": ".2f", "wall": "%Y-%m-%d %H:%M:%S", "step": ",.1f"}  # the x value under the crosshair
 SECONDS_BELOW_MIN = 2.0  # "since start" in seconds when every shown run is shorter than this many minutes
 X_SECONDS_TITLE = "time since run start (s)"
+OWN_SHARE_TITLE = " · each run's own share where runs shared a GPU"  # catalogue.OWN_SHARE: drawn instead of the device's line
+OWN_SHARE_NOTE = "the run's own share of a GPU it shared (NVML per process)"
+DEVICE_LINE_COLOUR = "#7f7f7f"  # a shared GPU's device line: no run's colour
 IDLE_MARGIN = 0.02  # share of an axis below 0: a series at 0 (an idle GPU) is drawn above the axis line, not on it
 X_STEP_PLACED = "training step (hardware samples placed by time)"  # hardware samples on the run's own logged steps
 MAX_COLUMNS = 3  # charts side by side
@@ -92,6 +95,22 @@ class Panel:
     series: dict[str, dict[Device, Series | Envelope]]
     placed: bool = False
     share: SharedGpu | None = None  # a "GPU share" chart: the runs that shared this GPU, stacked (app/figures/share.py)
+    own: frozenset[tuple[str, Device]] = frozenset()  # (run, GPU) drawn as the run's own share of a GPU runs shared
+    devices: list[DeviceLine] = field(default_factory=list)  # a shared GPU's device line, drawn once (not once per run)
+
+    @property
+    def title(self) -> str:
+        """The chart's title: its metric and unit, and where runs shared a GPU, that their lines are their own shares."""
+        return unit_label(self.metric) + (OWN_SHARE_TITLE if self.own else "")
+
+
+@dataclass
+class DeviceLine:
+    """A GPU's own series where runs shared it: the same for every run, so drawn once, grey, named by host and GPU."""
+
+    name: str
+    values: Series | Envelope
+    start_ms: float  # the first sharing run's start: where "since start" counts from
 
 
 def trace_id(run_id: str, device: Device) -> str:
@@ -215,7 +234,7 @@ def overlay_figure(panels: list[Panel], runs: pd.DataFrame, choices: ChartChoice
         shared_xaxes="all",
         vertical_spacing=spacing,
         horizontal_spacing=0.07 if cols > 1 else 0.0,
-        subplot_titles=[plain(unit_label(p.metric)) for p in panels],
+        subplot_titles=[plain(p.title) for p in panels],
     )
     runs = runs.set_index("run_id", drop=False) if "run_id" in runs else runs
     run_colour = run_colors(runs)
@@ -345,7 +364,32 @@ def _draw_runs(d: _Drawing, panel: Panel, cell: dict) -> None:
             continue
         for device, values in devices.items():
             if len(values[0]):
-                _draw_line(d, run_id, meta, device, _legible(values, room, d.smoothing), look, cell)
+                own = {"own": True} if (run_id, device) in panel.own else {}
+                _draw_line(d, run_id, meta, device, _legible(values, room, d.smoothing), look | own, cell)
+    for line in panel.devices:
+        _draw_device_line(d, line, _legible(line.values, room, d.smoothing), look, cell)
+
+
+def _draw_device_line(d: _Drawing, line: DeviceLine, values, look: dict, cell: dict) -> None:
+    """A shared GPU's device series, once: grey and dotted, in the legend by its host and GPU."""
+    xs = x_values(values[0], line.start_ms, d.x_mode)
+    xs = xs * d.per_minute if d.per_minute != 1 else xs
+    group = f"device:{line.name}"
+    d.fig.add_trace(
+        d.line_trace(
+            x=_compact(xs),
+            y=_compact(ema(values[1], d.smoothing)),
+            mode="lines",
+            name=line.name,
+            legendgroup=group,
+            showlegend=group not in d.in_legend,
+            line={"color": DEVICE_LINE_COLOUR, "width": LINE_WIDTH, "dash": "dot"},
+            hoverinfo="none",
+            meta={"run_id": group, "name": line.name, "device": "the whole GPU, every run on it", "dash": "dot"} | look,
+        ),
+        **cell,
+    )
+    d.in_legend.add(group)
 
 
 class _Room(NamedTuple):
@@ -405,7 +449,7 @@ def _draw_line(d: _Drawing, run_id: str, meta: pd.Series, device, values, look: 
     run_name, colour = legend_name(meta), d.run_colour[run_id]
     dash = d.dashes.get(device, "solid")
     trace_meta = {"run_id": run_id, "name": str(meta["run_name"]), "device": device.label, "dash": dash} | look
-    where = [gpu_identity(meta, device), *series_caveats(meta.get("tags"), device)]
+    where = [gpu_identity(meta, device), *series_caveats(meta.get("tags"), device), OWN_SHARE_NOTE if look.get("own") else ""]
     if any(where):
         trace_meta["where"] = " · ".join(w for w in where if w)
     xs = x_values(values[0], meta["start_time"], d.x_mode)

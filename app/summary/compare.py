@@ -17,7 +17,9 @@ Every figure can be recomputed from the columns shown:
   (ungrouped, a workload of their own, a ``-w`` workload whose runs did not overlap); for a run alone too (the collocation
   figure draws it against the same baseline: the table left it blank while the figure drew it at 1, issue 52);
 - normalised = steps_per_h / alone_steps_per_h (1 for the only alone run of its command);
-- energy_per_step_j = energy / steps (joules per step of the run's own progress);
+- energy_per_step_j = energy / steps (joules per step of the run's own progress); for a run that ran together with others,
+  its own energy (run_energy_kj: its run_power_watts estimate integrated, its share of the GPUs it shared) where it has
+  one, since each collocated run's GPU energy is the whole GPU's;
 - collocation: how the run shared its GPU (``collocation_method``): alone, same GPU, MPS or MIG.
 - command: what the run trained, as a reader names it (``command_text``): the script and its arguments, or radT's
   model and params, after the profiler that wrapped it (``ncu train.py``: a profiled run is never another's alone
@@ -48,11 +50,13 @@ import pandas as pd
 from radt.app.summary.caveats import profiled_by
 from radt.app.summary.findings import FOOTPRINT_COLUMNS, codes_text, footprint_cells
 from radt.collocation import from_tag
-from radt.runmodel import COLLOCATION_TAG, SLURM_PARTITION_TAG, SLURM_PREFIX, UNGROUPED, USER_TAG, script_span, together
+from radt.runmodel import COLLOCATION_TAG, SLURM_PARTITION_TAG, SLURM_PREFIX, USER_TAG, script_span
+from radt.throughput import Work, alone_baselines, command_key, group_sizes, normalised
+from radt.throughput import together_groups as throughput_groups
 
 RUN_COLUMNS = ["kind", "experiment_id", "workload", "run", "command", "letter", "status", "together", "steps", "duration_min", "steps_per_h", "alone_runs",
                "alone_steps_per_h", "normalised", "gpus_text", "smact_mean", "smact_p95", "smact_busiest", "smocc_mean", "smocc_p95", "gract_mean",
-               "power_mean_w", "peak_memory_per_gpu_mb", "run_memory_peak_mb", "run_sm_share", "energy_kj", "cpu_mean", "energy_per_step_j", "collocation", "gpus_used", "gpus_watched",
+               "power_mean_w", "peak_memory_per_gpu_mb", "run_memory_peak_mb", "run_sm_share", "energy_kj", "run_energy_kj", "cpu_mean", "energy_per_step_j", "collocation", "gpus_used", "gpus_watched",
                "gpu_basis", "partition", "user", "diagnosis", *FOOTPRINT_COLUMNS, "footprint_basis", "run_id"]  # fmt: skip
 # a run's GPU figures, over the GPUs it used (summaries.run_summary), as the summary gives them; a together group's row has none
 GPU_COLUMNS = ("gpus_text", "smact_mean", "smact_p95", "smact_busiest", "smocc_mean", "smocc_p95", "gract_mean", "power_mean_w", "gpus_used", "gpus_watched",
@@ -66,12 +70,8 @@ def _params(row) -> dict:
 
 
 def _command(row) -> tuple:
-    """What makes two runs (list_runs rows) the same training: radt's command, or radT's model and params, and the
-    profiler that wrapped it (a run under ncu is no baseline for one without)."""
-    params, by = _params(row), profiled_by(getattr(row, "tags", None))
-    if params.get("command"):
-        return ("command", params["command"], by)
-    return ("radT", params.get("model"), params.get("params"), by)
+    """throughput.command_key of a list_runs row."""
+    return command_key(_params(row), getattr(row, "tags", None))
 
 
 def run_command(row) -> str:
@@ -108,24 +108,21 @@ def _span(row) -> tuple[float, float]:
     return script_span(row.start_time, row.duration_s, getattr(row, "tags", None) or {})
 
 
+def _work(row, stats: pd.DataFrame | None = None) -> Work:
+    """A list_runs row as throughput's rule reads it; its steps and script duration from `stats` (run_summary) where given."""
+    start, end = _span(row)
+    steps, seconds = (_stat(stats, row.run_id, column) for column in ("own_steps", "duration_s")) if stats is not None else (math.nan, math.nan)
+    return Work(row.run_id, row.experiment_id, _command(row), str(row.workload_id), start, end, row.status == "FINISHED", steps, seconds)
+
+
+def _stat(stats: pd.DataFrame, run_id: str, column: str) -> float:
+    value = stats.at[run_id, column] if run_id in stats.index else math.nan
+    return math.nan if value is None else value
+
+
 def together_groups(library: pd.DataFrame) -> dict[str, str]:
-    """run_id -> its group: the first run id of its cluster of overlapping script times within its workload
-    (a run alone is its own group). Ungrouped runs, and runs without a start, are always alone."""
-    group: dict[str, str] = {}
-    for workload_id, members in library.groupby("workload_id", sort=False):
-        spans = [(*_span(row), row.run_id) for row in members.itertuples()]
-        if str(workload_id).startswith(UNGROUPED):
-            group.update({run_id: run_id for _s, _e, run_id in spans})
-        else:
-            group.update(together(spans))
-    return group
-
-
-def _sizes(group: dict[str, str]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for g in group.values():
-        counts[g] = counts.get(g, 0) + 1
-    return {run_id: counts[g] for run_id, g in group.items()}
+    """run_id -> its group (throughput.together_groups) for the runs of a list_runs frame."""
+    return throughput_groups(_work(row) for row in library.itertuples())
 
 
 def _with(library: pd.DataFrame | None, runs: pd.DataFrame) -> pd.DataFrame:
@@ -141,7 +138,7 @@ def related_runs(runs: pd.DataFrame, library: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return library.iloc[0:0]
     group = together_groups(library)
-    sizes = _sizes(group)
+    sizes = group_sizes(group)
     chosen = set(runs["run_id"])
     mates = {group[r] for r in chosen if sizes.get(r, 1) > 1}
     wanted = {(row.experiment_id, _command(row)) for row in runs.itertuples()}
@@ -163,29 +160,21 @@ def comparison(runs: pd.DataFrame, summary: pd.DataFrame, library: pd.DataFrame 
     library = _with(library, runs)
     stats = pd.concat([s for s in (summary, library_summary) if s is not None and not s.empty] or [summary])
     stats = stats.drop_duplicates("run_id").set_index("run_id")
-    group = together_groups(library)
-    sizes = _sizes(group)
+    works = {row.run_id: _work(row, stats) for row in library.itertuples()}
+    group = throughput_groups(works.values())
+    sizes = group_sizes(group)
     rows_by_id = {row.run_id: row for row in library.itertuples()}
+    alone = alone_baselines(works.values(), sizes)
 
     def stat(run_id: str, column: str) -> float:
-        value = stats.at[run_id, column] if run_id in stats.index else math.nan
-        return math.nan if value is None else value
-
-    def per_hour(run_id: str) -> float:
-        steps, seconds = stat(run_id, "own_steps"), stat(run_id, "duration_s")
-        return steps / seconds * 3600 if steps == steps and seconds == seconds and seconds > 0 else math.nan
-
-    alone: dict[tuple, list[float]] = {}
-    for row in library.itertuples():
-        value = per_hour(row.run_id)
-        if sizes[row.run_id] == 1 and row.status == "FINISHED" and not math.isnan(value):
-            alone.setdefault((row.experiment_id, _command(row)), []).append(value)
+        return _stat(stats, run_id, column)
 
     def run_row(row) -> dict:
-        mine = per_hour(row.run_id)
-        partners = alone.get((row.experiment_id, _command(row)), [])  # a run alone is set against them too: 1 where it is the only one
+        work = works[row.run_id]
+        partners = alone.get((row.experiment_id, work.command), [])  # a run alone is set against them too: 1 where it is the only one
         baseline = sum(partners) / len(partners) if partners else math.nan
-        steps, energy = stat(row.run_id, "own_steps"), stat(row.run_id, "energy_j")
+        steps, energy, own = stat(row.run_id, "own_steps"), stat(row.run_id, "energy_j"), stat(row.run_id, "run_energy_j")
+        per_step = own if sizes[row.run_id] > 1 and own == own else energy  # together: its own share, not the GPU's whole
         return {
             "kind": "run",
             "experiment_id": row.experiment_id,
@@ -197,16 +186,17 @@ def comparison(runs: pd.DataFrame, summary: pd.DataFrame, library: pd.DataFrame 
             "together": sizes[row.run_id],
             "steps": stat(row.run_id, "own_steps"),
             "duration_min": stat(row.run_id, "duration_s") / 60,
-            "steps_per_h": mine,
+            "steps_per_h": work.per_hour,
             "alone_runs": len(partners),
             "alone_steps_per_h": baseline,
-            "normalised": mine / baseline if baseline == baseline and baseline else math.nan,
+            "normalised": normalised(work, alone),
             **{c: stat(row.run_id, c) for c in GPU_COLUMNS + ("cpu_mean",)},
             "peak_memory_per_gpu_mb": stat(row.run_id, "gpu_memory_peak_mb"),
             "run_memory_peak_mb": stat(row.run_id, "run_memory_peak_mb"),
             "run_sm_share": stat(row.run_id, "run_sm_share"),
             "energy_kj": energy / 1000,
-            "energy_per_step_j": energy / steps if steps == steps and steps > 0 else math.nan,
+            "run_energy_kj": own / 1000,
+            "energy_per_step_j": per_step / steps if steps == steps and steps > 0 else math.nan,
             "collocation": collocation_method(getattr(row, "tags", None), row.params, sizes[row.run_id]),
             **_job_of(getattr(row, "tags", None) or {}),
             "diagnosis": codes_text(getattr(row, "tags", None)),

@@ -20,6 +20,7 @@ from radt.app.db.series import raw_by_pair
 from radt.app.db.store import LATEST, METRICS, RUNS, TAGS, Series, chunks, not_nan, plain_rows, unique
 from radt.catalogue import MetricName
 from radt.runmodel import GPUS_TAG, HOST_TAG, NODE_TAG, SCRIPT_END_TAG, SCRIPT_START_TAG, gpu_entries, script_span
+from radt.throughput import own_steps
 
 SUMMARY_COLUMNS = [
     "run_id",
@@ -39,6 +40,7 @@ SUMMARY_COLUMNS = [
     "run_memory_peak_mb",  # the run's own processes' on one GPU (NVML's per-process lists); NaN where radt could not see them
     "run_sm_share",  # the run's own SM share of its GPUs (% of a GPU, NVML's per-process smUtil); NaN where NVML gave none
     "energy_j",
+    "run_energy_j",  # the run's own share of its GPUs' energy: its power estimate (run_power_watts) over time; NaN without one
     "cpu_mean",
     "process_cpu_mean",
     "own_steps",  # the steps the run's own metrics count (its loss per epoch...): the work it did (_own_steps)
@@ -46,8 +48,12 @@ SUMMARY_COLUMNS = [
 ]
 TEXT_COLUMNS = ("run_id", "gpu_basis", "gpus_text")
 COUNT_COLUMNS = ("gpus_used", "gpus_watched")
-SUMMARY_VERSION = 5  # part of the summaries' cache key (data.summary): a shared cache never serves rows of an older definition
-ADDED_IN = {3: ("run_memory_peak_mb",), 5: ("run_sm_share",)}  # columns a version only added: an older stored row's figures still hold (summarystore)
+SUMMARY_VERSION = 6  # part of the summaries' cache key (data.summary): a shared cache never serves rows of an older definition
+ADDED_IN = {
+    3: ("run_memory_peak_mb",),
+    5: ("run_sm_share",),
+    6: ("run_energy_j",),
+}  # columns a version only added: an older stored row's figures still hold (summarystore)
 # columns a version defined anew, the others as before: an older stored row holds but for them (summarystore shows them empty).
 # 4: gpu_memory_peak_mb over the used GPUs, a MIG slice's own memory (it was every watched GPU's, the whole GPU's for a slice)
 # 4: own_steps no longer + 1 where a script logs its steps from 1 (10 epochs logged 1..10 were 11 steps)
@@ -121,6 +127,7 @@ def run_summary(engine: sa.Engine, run_ids: list[str], *, now_ms: int | None = N
       NVML's per-process lists), the figure to quote for the run; NaN where those lists never showed its processes;
     - run_sm_share: the run's own SM share (% of a GPU, run_sm_utilization_percentage) over every point of its GPUs;
     - energy_j: the sum over the run's GPUs of each GPU's energy (``gpu_energy_j``);
+    - run_energy_j: the run's own share of it, an estimate: its run_power_watts integrated over time, summed over its GPUs;
     - gpu_energy_j: {physical GPU (``gpu_identity``): joules} per whole GPU: energy_joules' last value, else radT's
       counter (last minus first), else power integrated over time;
     - cpu_mean: the host's CPU in % of all cores; process_cpu_mean: the run's processes in % of one core (radT's TOP key);
@@ -141,6 +148,7 @@ def run_summary(engine: sa.Engine, run_ids: list[str], *, now_ms: int | None = N
     watts = {r: {d: kr for d, kr in power[r].items() if use[r].counts(d)} for r in run_ids}
     share = {r: whole_gpus(keys.get(r, ()), MetricName.RUN_SM_UTILIZATION_PERCENTAGE) for r in run_ids}  # where its processes ran
     _means(engine, {"gract_mean": gract, "power_mean_w": watts, "run_sm_share": share}, power_series, rows)
+    _own_energy(engine, {r: whole_gpus(keys.get(r, ()), MetricName.RUN_POWER_WATTS) for r in run_ids}, rows)
     _own_steps(engine, run_ids, rows)
     frame = pd.DataFrame([rows[r] for r in run_ids], columns=SUMMARY_COLUMNS)
     return frame.astype({c: _dtype(c) for c in SUMMARY_COLUMNS if _dtype(c) != "object"})  # text keeps the dtype pandas gives it
@@ -204,6 +212,15 @@ def _energy(engine: sa.Engine, keys: Mapping[str, Sequence[str]], power: Mapping
             rows[run_id]["energy_j"] = float(sum(per_device.values()))
             rows[run_id]["gpu_energy_j"] = {gpu_identity(d, tags.get(run_id, {})): j for d, j in per_device.items()}
     return power_series
+
+
+def _own_energy(engine: sa.Engine, power: Mapping[str, dict], rows: dict[str, dict]) -> None:
+    """run_energy_j: the run's power estimate (run_power_watts, its share of each GPU it shared) integrated over time."""
+    joules: dict[str, dict[catalogue.Device, float]] = {r: {} for r in power}
+    _power_energy(engine, {(r, d): kr for r, found in power.items() for d, kr in found.items()}, joules)
+    for run_id, per_device in joules.items():
+        if per_device:
+            rows[run_id]["run_energy_j"] = float(sum(per_device.values()))
 
 
 def _dtype(column: str) -> str:
@@ -341,34 +358,10 @@ def _means(
 
 
 def _own_steps(engine: sa.Engine, run_ids: list[str], rows: dict[str, dict]) -> None:
-    """The run's progress in its own units, from the metrics its script logged (not system/..., not radT's hardware keys):
-    its highest step + 1 where its first logged step is 0 (`for epoch in range(n)` logs 0..n-1), its highest step where
-    the first is 1 or more (a count of steps done: epoch + 1, Hugging Face's global_step; the demo's epochs 1..n). The
-    highest + 1 in both cases read 11 steps for 10 epochs logged 1..10."""
-    highest: dict[str, float] = {}
-    keys: set[str] = set()
+    """The run's progress in its own units (throughput.own_steps: the rule the comparison and could_share share)."""
     with engine.connect() as conn:
-        for chunk in chunks(run_ids):
-            stmt = sa.select(LATEST.c.run_uuid, LATEST.c.key, LATEST.c.step).where(
-                LATEST.c.run_uuid.in_(chunk), sa.not_(LATEST.c.key.startswith("system/", autoescape=True))
-            )
-            for run_id, key, step in plain_rows(conn, stmt):
-                if catalogue.resolve(key) is None and step is not None:  # radT's hardware keys are not progress
-                    highest[run_id] = max(float(step), highest.get(run_id, -math.inf))
-                    keys.add(key)
-        lowest: dict[str, float] = {}
-        for chunk in chunks(list(highest)):
-            for key_chunk in chunks(sorted(keys)):  # one index range per run and key (index_metrics_run_uuid_key_step)
-                stmt = (
-                    sa.select(METRICS.c.run_uuid, sa.func.min(METRICS.c.step))
-                    .where(METRICS.c.run_uuid.in_(chunk), METRICS.c.key.in_(key_chunk))
-                    .group_by(METRICS.c.run_uuid)
-                )
-                for run_id, step in plain_rows(conn, stmt):
-                    if step is not None:
-                        lowest[run_id] = min(float(step), lowest.get(run_id, math.inf))
-    for run_id, top in highest.items():
-        rows[run_id]["own_steps"] = max(top, 0.0) + (1.0 if lowest.get(run_id, 0.0) <= 0 else 0.0)
+        for run_id, steps in own_steps(conn, run_ids).items():
+            rows[run_id]["own_steps"] = steps
 
 
 # --- energy ---------------------------------------------------------------------------------------

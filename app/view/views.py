@@ -7,6 +7,7 @@ same traces as the screen, only at a larger point budget.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -16,11 +17,11 @@ from pathlib import Path
 import pandas as pd
 
 from radt.app.db import deadline
-from radt.app.figures.figures import GPU_MODES, MAX_COLUMNS, ChartChoices, Panel, overlay_figure
+from radt.app.figures.figures import GPU_MODES, MAX_COLUMNS, ChartChoices, DeviceLine, Panel, overlay_figure
 from radt.app.figures.share import share_metric, shared_gpus
 from radt.app.view import data
 from radt.app.view.data import DEFAULT_METRICS, X_MODES, spec_metric
-from radt.catalogue import METRICS, Device, MetricName
+from radt.catalogue import METRICS, OWN_SHARE, Device, MetricName
 from radt.errors import UserError
 
 VIEW_VERSION = 1
@@ -197,6 +198,7 @@ class View:
     gpu_mode: str = "each"  # "each": a trace per GPU; "mean": per run the mean across its GPUs, with a min-max band
     cols: int | None = None  # charts side by side (URL key cols, 1-3); None: the link did not say (DEFAULT_COLUMNS, or the screen's)
     query: str = ""  # the run filter (URL key q): words, or MLflow's search syntax and radt's summaries (app/view/filters.py)
+    device: bool = False  # URL key dev: on a GPU runs shared, the device's line too (once), beside each run's own share
     notes: list[str] = field(default_factory=list, compare=False)  # what from_dict left out of the link, said on the page
 
     @classmethod
@@ -220,6 +222,7 @@ class View:
         view.zoom = _zoom(raw.get("xr"), view.axis, notes)
         view.cols = _cols(raw.get("cols"), notes)
         view.query = _query(raw.get("q"), notes)
+        view.device = _one(raw.get("dev")) in ("1", "true", "True")
         view.notes = notes
         return view
 
@@ -236,6 +239,8 @@ class View:
             out["cols"] = str(self.cols)
         if self.query:
             out["q"] = self.query
+        if self.device:
+            out["dev"] = "1"
         return out
 
     @property
@@ -329,7 +334,8 @@ def render(view: View, budget: int = SCREEN_BUDGET, runs: pd.DataFrame | None = 
         if lacking:
             missing[spec] = lacking
         if found:
-            panels.append(Panel(spec_metric(spec), found, placed=view.x == "step" and data.hardware(spec)))
+            panel = Panel(spec_metric(spec), found, placed=view.x == "step" and data.hardware(spec))
+            panels.append(_own_shares(view, runs, panel, (windows, budget)))
     grouped = view.mode == "grouped"
     if not grouped and view.x != "step":
         panels += _share_panels(view, runs, panels, (windows, budget))
@@ -341,6 +347,32 @@ def render(view: View, budget: int = SCREEN_BUDGET, runs: pd.DataFrame | None = 
     )  # fmt: skip
     figure = overlay_figure(panels, runs, choices)
     return Rendered(figure, runs, panels, missing, _step_notes(view, runs))
+
+
+def _own_shares(view: View, runs: pd.DataFrame, panel: Panel, reads: tuple) -> Panel:
+    """A device metric's chart where drawn runs shared a GPU (catalogue.OWN_SHARE: GPU util, mem util, power): each sharing
+    run's line is its own share, not the device's line that is the same for all of them; with view.device the device's
+    line is drawn too, once per GPU. Grouped and step views keep the device's lines."""
+    own_name = OWN_SHARE.get(panel.metric.name)
+    if own_name is None or view.mode == "grouped" or view.x == "step" or len(panel.series) < 2:
+        return panel
+    windows, budget = reads
+    sharing = runs[runs["run_id"].isin(list(panel.series))]
+    shares = data.series(f"cat:{own_name}", sharing, windows, budget=budget, gpus=view.gpus, shape="envelope")
+    own: set[tuple[str, Device]] = set()
+    devices: list[DeviceLine] = []
+    series = {run_id: dict(found) for run_id, found in panel.series.items()}  # the cache's dicts stay as they are
+    starts = dict(zip(sharing["run_id"], sharing["start_time"].astype(float), strict=True))
+    for gpu in shared_gpus(sharing, shares, {}):
+        device = Device(gpu=gpu.gpu)
+        members = [r for r in series if device in shares.get(r, {}) and r in gpu.shares]  # in the view's order
+        line = next((series[r][device] for r in members if device in series[r]), None)
+        for run_id in members:
+            series[run_id][device] = shares[run_id][device]
+            own.add((run_id, device))
+        if view.device and line is not None:
+            devices.append(DeviceLine(f"{gpu.host} · GPU {gpu.gpu} (device)", line, min(starts[r] for r in members)))
+    return dataclasses.replace(panel, series=series, own=frozenset(own), devices=devices) if own else panel
 
 
 def _share_panels(view: View, runs: pd.DataFrame, panels: list[Panel], reads: tuple) -> list[Panel]:

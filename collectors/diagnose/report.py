@@ -164,14 +164,14 @@ def stored_diagnosis(tags: Mapping[str, str]) -> Diagnosis | None:
 
 def build(engine: sa.Engine, run_ids: Sequence[str]) -> list[RunReport]:
     """Each run's report, in the order given: stored diagnoses as they are, the others diagnosed now (nothing written)."""
-    from radt.collectors.diagnose.stored import judge
+    from radt.collectors.diagnose.stored import judge, measured_gains
     from radt.footprint import footprint
 
     facts = read_facts(engine, run_ids)
     evidence = gather(engine, run_ids)
     stored = {run_id: d for run_id in run_ids if (d := stored_diagnosis(facts[run_id].tags)) is not None}
     missing = [run_id for run_id in run_ids if run_id not in stored]
-    fresh, fresh_figures = judge([{r: evidence[r] for r in missing if r in evidence}])  # read once; could_share pairs among these
+    fresh, fresh_figures = judge([{r: evidence[r] for r in missing if r in evidence}], None, measured_gains(engine, missing))  # read once
     out = []
     for run_id in run_ids:
         tags = facts[run_id].tags if run_id in stored else fresh_figures.get(run_id, {})

@@ -19,6 +19,7 @@ from radt.errors import report
 from radt.evidence import gather, gather_from_client
 from radt.footprint import footprint
 from radt.runmodel import DIAGNOSIS_TAG, diagnosis_tag
+from radt.throughput import Gain, command_gains, read_work
 
 BATCH = 250  # runs read at a time (evidence.CHUNK: one query per batch): memory stays bounded on any store, and a long fill keeps what it did
 
@@ -37,13 +38,34 @@ def diagnoses(
     """(run id -> its diagnosis, run id -> its footprint tags), `BATCH` runs read at a time from `source` (an engine or a
     client); `each` is called with every run's diagnosis and footprint as its batch is done, before could_share is known."""
     ids = list(dict.fromkeys(run_ids))
-    return judge((evidence_of(source, ids[start : start + BATCH]) for start in range(0, len(ids), BATCH)), each)
+    batches = (evidence_of(source, ids[start : start + BATCH]) for start in range(0, len(ids), BATCH))
+    return judge(batches, each, measured_gains(source, ids))
+
+
+def measured_gains(source, run_ids: Sequence[str]) -> dict[str, Gain] | None:
+    """run id -> the collocation gain the store measured for its command in its experiment (throughput.command_gains), read
+    with SQL where radt reads the store so (an MLflow server's client: None, and could_share estimates, saying so)."""
+    engine = getattr(source, "engine", None)
+    if engine is None:
+        return None
+    r = mlflowdb.runs.c
+    experiments: dict[str, str] = {}
+    with engine.connect() as conn:
+        for start in range(0, len(run_ids), BATCH):
+            query = sa.select(r.run_uuid, r.experiment_id).where(r.run_uuid.in_(run_ids[start : start + BATCH]))
+            experiments.update({run_id: str(experiment) for run_id, experiment in conn.execute(query)})
+    works = read_work(engine, set(experiments.values()))
+    gains = command_gains(works)
+    return {w.run_id: gains[(w.experiment_id, w.command)] for w in works if w.run_id in experiments and (w.experiment_id, w.command) in gains}
 
 
 def judge(
-    batches: Iterable[Mapping[str, Evidence]], each: Callable[[str, Diagnosis, dict[str, str]], None] | None = None
+    batches: Iterable[Mapping[str, Evidence]],
+    each: Callable[[str, Diagnosis, dict[str, str]], None] | None = None,
+    measured: Mapping[str, Gain] | None = None,
 ) -> tuple[dict[str, Diagnosis], dict[str, dict[str, str]]]:
-    """The diagnoses and footprint tags of evidence already read, a batch at a time; could_share pairs among all of them."""
+    """The diagnoses and footprint tags of evidence already read, a batch at a time; could_share pairs among all of them,
+    decided by `measured` (run id -> its command's measured collocation gain) where known."""
     found: dict[str, Diagnosis] = {}
     figures: dict[str, dict[str, str]] = {}
     sharers: list[Sharer] = []
@@ -54,7 +76,7 @@ def judge(
                 sharers.append(candidate)
             if each is not None:
                 each(run_id, found[run_id], figures[run_id])
-    for run_id, finding in share_partners(sharers).items():
+    for run_id, finding in share_partners(sharers, measured).items():
         found[run_id].findings.append(finding)
     return found, figures
 

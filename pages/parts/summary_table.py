@@ -85,7 +85,14 @@ COLUMNS = [
         0,
         True,
     ),
-    Column("J/step", "energy_per_step_j", "Energy per step: the energy of the run's GPUs (J, summed) ÷ steps. Lower is better.", 0, True),
+    Column(
+        "J/step",
+        "energy_per_step_j",
+        "Energy per step: the energy of the run's GPUs (J, summed) ÷ steps; for a run that ran together with others, its own "
+        "share (run energy, an estimate) where it has one. Lower is better.",
+        0,
+        True,
+    ),
     Column("colloc.", "collocation", "How the run shared its GPU: alone, same GPU (time-sliced, ran together), MPS or MIG (radt.collocation tag).", shown=True),
     Column(
         "diagnosis",
@@ -116,6 +123,13 @@ COLUMNS = [
     Column("power W", "power_mean_w", f"Mean power of one GPU (W) {USED}: every point of each of those GPUs.", 0),
     Column(
         "energy kJ", "energy_kj", "Energy of the run's GPUs (kJ, summed): energy counter, else power integrated over time. Together: each GPU counted once.", 1
+    ),
+    Column(
+        "run kJ",
+        "run_energy_kj",
+        "The run's own share of its GPUs' energy (kJ), an estimate: its Run power (estimate) over time — the GPU's power above "
+        "idle split by the runs' SM shares, plus an equal share of idle. Empty where NVML gave no per-process figure.",
+        1,
     ),
     Column(f"CPU {CPU}", "cpu_mean", f"Mean host CPU utilisation, in {CPU} (100 = every core of the host busy).", 1),
     Column(
