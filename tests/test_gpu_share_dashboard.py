@@ -104,7 +104,9 @@ def test_the_summary_table_offers_the_runs_own_sm_share_and_the_filter_reads_it(
 
 def _lines(rendered) -> dict[str, list]:
     """The GPU util chart's lines by the run (or device) they belong to: their y values."""
-    return {t.meta["run_id"]: list(np.asarray(t.y, dtype=float)) for t in rendered.figure.data if isinstance(t.meta, dict) and t.meta.get("metric") == "GPU util"}
+    return {
+        t.meta["run_id"]: list(np.asarray(t.y, dtype=float)) for t in rendered.figure.data if isinstance(t.meta, dict) and t.meta.get("metric") == "GPU util"
+    }
 
 
 def test_runs_that_shared_a_gpu_draw_their_own_share_in_the_gpu_util_chart_and_the_device_line_once_on_demand(store_uri, monkeypatch):
@@ -127,6 +129,8 @@ def test_runs_that_shared_a_gpu_draw_their_own_share_in_the_gpu_util_chart_and_t
     assert "own share" in left.meta["where"]
     device = [t for t in with_device.figure.data if str(t.meta.get("run_id", "")).startswith("device:")]
     assert len(device) == 1 and device[0].name == "node-a · GPU 0 (device)" and set(np.asarray(device[0].y, dtype=float)) == {DEVICE}
+    entry = next(e for e in _legend(with_device) if e["id"] == "device:node-a · GPU 0 (device)")
+    assert entry["stats"][0]["mean"] == pytest.approx(DEVICE) and entry["stats"][0]["last"] == pytest.approx(DEVICE), "the legend's figures"
     assert View.from_dict(view | {"dev": "1"}).to_dict()["dev"] == "1" and "dev" not in View.from_dict(view).to_dict()
 
 

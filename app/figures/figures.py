@@ -568,7 +568,7 @@ def _run_stats(panels: list[Panel], run_id: str, dashes: dict[Device, str]) -> t
     stats, devices = [], {}
     for panel in panels:
         look = _value_look(panel.metric)
-        found = panel.series.get(run_id) or {}
+        found = panel.series.get(run_id) or {Device(): line.values for line in panel.devices if f"device:{line.name}" == run_id}
         per = {d: window_stats(v) for d, v in found.items() if len(v[0])}
         cell = {"metric": look["metric"], "unit": look["unit"], "fmt": look["fmt"]}
         if per:
