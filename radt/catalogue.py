@@ -234,11 +234,86 @@ def unit_text(metric: Metric) -> str:
     return metric.unit
 
 
-def exposition_name(metric: Metric) -> str:
-    """Its name in Prometheus (`radt monitor --prometheus-port`): radt_<name>, a per-GPU metric whose name does not say so
-    itself with gpu_ (radt_sm_active, radt_gpu_power_usage_watts); the prometheus listener reads these back too."""
+# --- radt monitor's exposition (`radt monitor --prometheus-port`, collectors/monitor/exposition.py) ---
+
+# A catalogue unit Prometheus names otherwise -> (its suffix in the catalogue's name, Prometheus' base unit's suffix, the
+# scale from one to the other): Prometheus' convention is base units, bytes (MLflow's megabytes are 10^6 bytes, not MiB),
+# 0–1 ratios and hertz (`promtool check metrics` refuses megabytes).
+BASE_UNITS: dict[str, tuple[str, str, float]] = {
+    "MB": ("_megabytes", "_bytes", 1e6),
+    "%": ("_percentage", "_ratio", 0.01),
+    "MHz": ("_mhz", "_hertz", 1e6),
+}
+# Metrics that only grow while their source runs (since the recording began, or since the driver loaded): Prometheus
+# counters, named _total, so that rate() and increase() apply (a restart is a counter reset, which both allow for).
+EXPOSED_COUNTERS = frozenset(
+    {
+        MetricName.ENERGY_JOULES,
+        MetricName.NETWORK_RECEIVE_MEGABYTES,
+        MetricName.NETWORK_TRANSMIT_MEGABYTES,
+        MetricName.ECC_ERRORS_CORRECTED,
+        MetricName.ECC_ERRORS_UNCORRECTED,
+    }
+)
+_UNIT_WORDS = {"W": "watts", "J": "joules", "°C": "degrees Celsius", "B/s": "bytes per second", "s": "seconds"}
+
+
+@dataclass(frozen=True)
+class Exposed:
+    """A catalogue metric as radt monitor serves it to Prometheus: a gauge or a counter, in Prometheus' base unit."""
+
+    name: str  # its samples' name: radt_sm_active, radt_gpu_memory_usage_bytes, radt_gpu_energy_joules_total
+    counter: bool
+    scale: float  # the served value: the stored value times this
+    unit: str  # the served unit in words: "bytes", "0–1", "1 = one core"
+    help: str  # HELP: "GPU memory (bytes)", "SMACT: SMs with at least one warp (0–1)"
+
+    def serve(self, value: float) -> float:
+        """A stored value in the served unit: a scale below 1 divides (35 / 100 is 0.35, where 35 * 0.01 is not)."""
+        return value * self.scale if self.scale >= 1 else value / (1 / self.scale)
+
+    @property
+    def family(self) -> str:
+        """The family's name as prometheus_client takes it: a counter's without its _total."""
+        return self.name.removesuffix("_total") if self.counter else self.name
+
+
+def _radt_name(metric: Metric, name: str) -> str:
+    """radt_<name>, a per-GPU metric whose name does not say so itself with gpu_ (radt_sm_active, radt_gpu_power_usage_watts)."""
     gpu = metric.per_gpu and not metric.name.endswith(("_active", "_occupancy")) and not metric.name.startswith("gpu_")
-    return "radt_" + ("gpu_" if gpu else "") + metric.name
+    return "radt_" + ("gpu_" if gpu else "") + name
+
+
+def exposed(metric: Metric) -> Exposed:
+    """How `radt monitor --prometheus-port` serves a metric: the catalogue's name with Prometheus' base unit."""
+    suffix, base, scale = BASE_UNITS.get(metric.unit, ("", "", 1.0))
+    counter = metric.name in EXPOSED_COUNTERS
+    name = _radt_name(metric, metric.name.removesuffix(suffix) + base) + ("_total" if counter else "")
+    unit = _served_unit(metric)
+    # a percentage's description may say what 100 is ("100 = one core"): served as a ratio, its unit says what 1 is
+    description = re.sub(r"[;,]? *100 = [^;,]*", "", metric.description) if metric.unit == "%" else metric.description
+    return Exposed(name, counter, scale, unit, metric.label + (f": {description}" if description else "") + f" ({unit})")
+
+
+def _served_unit(metric: Metric) -> str:
+    """The served unit in words: 'bytes', '0–1' (a percentage served as a ratio: '1 = one core' for a process tree's CPU)."""
+    text = unit_text(metric)
+    if metric.unit == "%":
+        return {ONE_CORE: "1 = one core", ALL_CORES: "1 = every core"}.get(text, "0–1")
+    if metric.unit in BASE_UNITS:
+        return BASE_UNITS[metric.unit][1].removeprefix("_")
+    return _UNIT_WORDS.get(text, text)
+
+
+def exposition_name(metric: Metric) -> str:
+    """Its samples' name in Prometheus (`radt monitor --prometheus-port`); the prometheus listener reads these back too."""
+    return exposed(metric).name
+
+
+def former_exposition_name(metric: Metric) -> str:
+    """Its name in radt's exposition before it took Prometheus' base units (#56: radt_gpu_memory_usage_megabytes, in MB):
+    a Prometheus may hold series scraped under it, which the prometheus listener and `radt import` still read."""
+    return _radt_name(metric, metric.name)
 
 
 def key(name: str, gpu: int | None = None, *, mig: int | None = None, node: str | None = None) -> str:
@@ -348,6 +423,38 @@ DCGM_EXPORTER_TAGS: dict[str, str] = {
 DCGM_EXPORTER_NAMES: dict[str, str] = {tag: name for name, tag in DCGM_EXPORTER_TAGS.items()}  # dmon tag -> exporter name
 DCGM_EXPORTER_FB_FREE = "DCGM_FI_DEV_FB_FREE"  # free framebuffer (MiB), read with FB_USED for a GPU's memory size, not stored
 DCGM_EXPORTER_METRICS: dict[str, tuple[str, float]] = {metric: DCGM_TAGS[tag] for metric, tag in DCGM_EXPORTER_TAGS.items()}
+
+# Princeton's jobstats runs two exporters of its own on each node. plazonic/nvidia_gpu_prometheus_exporter (NVML; port
+# 9445) publishes one series per GPU and MIG slice, labelled ordinal (NVML's index), minor_number (/dev/nvidia<N>), uuid,
+# name (the model), GPU_I_ID (a slice's GPU instance id), and jobid, userid (the Slurm job its prolog wrote in
+# /run/gpustat; since September 2025). Its GPM series (Hopper and newer) hold NVML's percent / 100: 0-1 despite _percent.
+NVIDIA_GPU_EXPORTER_METRICS: dict[str, tuple[str, float]] = {
+    "nvidia_gpu_duty_cycle": (MetricName.UTILIZATION_PERCENTAGE, 1.0),  # nvmlDeviceGetUtilizationRates().gpu: nvidia-smi's, not SMACT
+    "nvidia_gpu_memory_used_bytes": (MetricName.MEMORY_USAGE_MEGABYTES, 1e-6),
+    "nvidia_gpu_power_usage_milliwatts": (MetricName.POWER_USAGE_WATTS, 1e-3),
+    "nvidia_gpu_temperature_celsius": (MetricName.TEMPERATURE_CELSIUS, 1.0),
+    "nvidia_gpu_graphics_util_percent": (MetricName.GR_ENGINE_ACTIVE, 1.0),
+    "nvidia_gpu_sm_util_percent": (MetricName.SM_ACTIVE, 1.0),
+    "nvidia_gpu_sm_occupancy_percent": (MetricName.SM_OCCUPANCY, 1.0),
+    "nvidia_gpu_integer_util": (MetricName.INTEGER_ACTIVE, 1.0),
+    "nvidia_gpu_any_tensor_util_percent": (MetricName.TENSOR_ACTIVE, 1.0),
+    "nvidia_gpu_dram_bw_util_percent": (MetricName.DRAM_ACTIVE, 1.0),
+    "nvidia_gpu_fp64_util_percent": (MetricName.FP64_ACTIVE, 1.0),
+    "nvidia_gpu_fp32_util_percent": (MetricName.FP32_ACTIVE, 1.0),
+    "nvidia_gpu_fp16_util_percent": (MetricName.FP16_ACTIVE, 1.0),
+    "nvidia_gpu_pcie_tx_per_sec": (MetricName.PCIE_TX_BYTES_PER_SECOND, 1.0),  # bytes/s (GPM's MiB/s times 2^20)
+    "nvidia_gpu_pcie_rx_per_sec": (MetricName.PCIE_RX_BYTES_PER_SECOND, 1.0),
+    "nvidia_gpu_nvlink_total_tx_per_sec": (MetricName.NVLINK_TX_BYTES_PER_SECOND, 1.0),
+    "nvidia_gpu_nvlink_total_rx_per_sec": (MetricName.NVLINK_RX_BYTES_PER_SECOND, 1.0),
+}
+NVIDIA_GPU_EXPORTER_MEMORY_TOTAL = "nvidia_gpu_memory_total_bytes"  # a GPU's memory (bytes), read with its `name` for its size, not stored
+# plazonic/cgroup_exporter (port 9306): a Slurm job's cgroup on a node, labelled jobid, step and task ("" and "": the whole
+# job; each step's besides with --collect.fullslurm). Its CPU seconds grow while the job runs: read as their rate.
+CGROUP_EXPORTER_METRICS: dict[str, tuple[str, float]] = {
+    "cgroup_cpu_total_seconds": (MetricName.PROCESS_CPU_UTILIZATION_PERCENTAGE, 100.0),  # CPU seconds a second, x100: % of one core
+    "cgroup_memory_rss_bytes": (MetricName.PROCESS_MEMORY_RSS_MEGABYTES, 1e-6),
+}
+EXPORTER_COUNTERS = frozenset({"cgroup_cpu_total_seconds"})  # cumulative: stored as its rise per second between two scrapes, times the scale
 # radT's field sets: the full profiling set, and the basic set it falls back to.
 DCGM_PROFILING_FIELDS = [155, 156, 200, 201, 203, 204, 252, 1001, 1002, 1003, 1004, 1005, 1006, 1007, 1008, 1009, 1010, 1011, 1012, 112, 230, 310, 311]
 DCGM_BASIC_FIELDS = [155, 156, 200, 201, 203, 204, 252, 112, 230, 310, 311]
@@ -512,7 +619,37 @@ def display_name(stored_key: str) -> str:
     return f"{resolved.metric.label} ({where})" if where else resolved.metric.label
 
 
-# radt monitor's own exposition (collectors/monitor/exposition.py), an NVML/GPM exporter: per-GPU catalogue metrics, unit as stored
-RADT_EXPORTER_METRICS: dict[str, tuple[str, float]] = {exposition_name(m): (m.name, 1.0) for m in METRICS.values() if m.per_gpu}
-# every exporter metric name radt reads from a Prometheus -> (catalogue metric, scale)
-EXPORTER_METRICS: dict[str, tuple[str, float]] = DCGM_EXPORTER_METRICS | RADT_EXPORTER_METRICS
+# radt monitor's own exposition (collectors/monitor/exposition.py), an NVML/GPM exporter: per-GPU catalogue metrics, back
+# from Prometheus' base units to the catalogue's; and under their former names (#56), in the catalogue's units as they were
+RADT_EXPORTER_METRICS: dict[str, tuple[str, float]] = {former_exposition_name(m): (m.name, 1.0) for m in METRICS.values() if m.per_gpu} | {
+    exposed(m).name: (m.name, 1.0 / exposed(m).scale) for m in METRICS.values() if m.per_gpu
+}
+# every exporter metric name radt reads from a Prometheus for a GPU -> (catalogue metric, scale)
+EXPORTER_METRICS: dict[str, tuple[str, float]] = DCGM_EXPORTER_METRICS | NVIDIA_GPU_EXPORTER_METRICS | RADT_EXPORTER_METRICS
+
+
+@dataclass(frozen=True, eq=False)  # one of each: compared and hashed as itself
+class ExporterFamily:
+    """An exporter radt reads from a Prometheus: its name in radt's lines, its metrics, the series whose presence says a
+    cluster runs it (asked of Prometheus, never configured), and whether its series name their node in a label of their
+    own (dcgm-exporter's Hostname) or only by their scrape target (`instance`, node:port)."""
+
+    name: str
+    metrics: dict[str, tuple[str, float]]
+    markers: tuple[str, ...]
+    node_label: bool
+
+
+def exporter_names(metrics: dict[str, tuple[str, float]], *names: str) -> tuple[str, ...]:
+    """An exporter's names (`metrics`: one of its tables) of the catalogue metrics `names`, in their order."""
+    return tuple(exported for name in names for exported, (metric, _) in metrics.items() if metric == name)
+
+
+EXPORTER_FAMILIES: tuple[ExporterFamily, ...] = (  # in the order preferred where a node has two: DCGM's fields first
+    ExporterFamily("dcgm-exporter", DCGM_EXPORTER_METRICS, exporter_names(DCGM_EXPORTER_METRICS, MetricName.UTILIZATION_PERCENTAGE), True),
+    ExporterFamily(
+        "nvidia_gpu_prometheus_exporter", NVIDIA_GPU_EXPORTER_METRICS, exporter_names(NVIDIA_GPU_EXPORTER_METRICS, MetricName.UTILIZATION_PERCENTAGE), False
+    ),
+    ExporterFamily("radt monitor", RADT_EXPORTER_METRICS, exporter_names(RADT_EXPORTER_METRICS, MetricName.UTILIZATION_PERCENTAGE), True),
+    ExporterFamily("cgroup_exporter", CGROUP_EXPORTER_METRICS, exporter_names(CGROUP_EXPORTER_METRICS, MetricName.PROCESS_CPU_UTILIZATION_PERCENTAGE), False),
+)

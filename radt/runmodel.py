@@ -67,6 +67,9 @@ SLURM_PREFIX = "radt.slurm."  # radt.slurm.<fact>: user, account, state, exit_co
 SLURM_EXPERIMENT_PREFIX = "slurm-"  # its experiments: slurm-<user> or slurm-<account>
 GPUS_FROM_TAG = "radt.slurm.gpus_from"  # where a job's GPU indices came from: "exporter label hpc_job" (or jobid), "AdminComment"
 NO_SERIES_TAG = "radt.slurm.no_gpu_series"  # why a job's run has no GPU series: never another job's GPU instead
+# a job's summary another tool kept (jobstats' AdminComment, JS1:): this tag says where from and that its figures are one
+# per GPU and node over the whole job, not series; radt.slurm.summary.<node> = that node's figures (JSON). Never metrics.
+SLURM_SUMMARY_TAG = "radt.slurm.summary"
 # the diagnosis (radt/diagnosis.py): radt.diagnosis = its codes, comma-separated ('' when nothing is wrong); one
 # radt.diagnosis.<code> per finding with its sentence; the metrics it lacked, the spans findings cover, its rules' version
 DIAGNOSIS_TAG = "radt.diagnosis"

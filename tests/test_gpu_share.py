@@ -130,6 +130,26 @@ def test_two_runs_and_an_outsider_on_one_gpu_each_run_holds_its_own_processes_sh
             source.close()
 
 
+def test_a_run_whose_processes_nvml_never_lists_while_it_lists_another_namespaces_says_why_at_its_end(nvml):
+    """radt in a container of its own pid namespace: NVML names the host's pids, so the run's pids are never among them and
+    the run had neither share series nor a tag. Said once the run ends, never while its CUDA context may still come."""
+    fake = nvml([{**H100, "load": 0.05}])
+    with trained() as (mine,):
+        fake.set_process_load(0, OUTSIDER, 40, 10)  # the run's own process, as the host names it: not a pid of ours
+        source = opened(processes(mine))
+        started(fake, source)
+        for _ in range(4):
+            assert RUN_SM not in read(fake, source)[0]
+        assert "gpu_share" not in source.describe(), "not yet: the run's context may still come"
+        read(fake, source)
+        assert share_tag([source])[GPU_SHARE_TAG] == (
+            f"device only: GPU 0: none of the run's processes was among NVML's on it (pids {OUTSIDER}, none of them in this pid "
+            "namespace): the run did not use this GPU, or it ran in a container with its own pid namespace (NVML names the "
+            "host's pids; run the container with --pid=host for the run's own share)"
+        )
+        source.close()
+
+
 def test_a_run_whose_dataloader_workers_hold_cuda_contexts_sums_them(nvml):
     fake = nvml([{**H100, "load": 0.0}])
     with trained(workers=2) as (root, first, second):
@@ -374,10 +394,10 @@ def _scrape(exposition: Exposition) -> str:
 def test_radt_monitor_serves_each_process_share_labelled_by_pid_and_its_run(exposition):
     text = _scrape(exposition)
     samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
-    sm = {s.labels["pid"]: s for s in samples if s.name == "radt_process_sm_utilization_percentage"}
-    mem = {s.labels["pid"]: s.value for s in samples if s.name == "radt_process_memory_utilization_percentage"}
-    assert {pid: s.value for pid, s in sm.items()} == {"111": 35.0, "112": 10.0, str(OUTSIDER): 25.0}
-    assert mem == {"111": 12.0, "112": 2.0, str(OUTSIDER): 4.0}
+    sm = {s.labels["pid"]: s for s in samples if s.name == "radt_process_sm_utilization_ratio"}
+    mem = {s.labels["pid"]: s.value for s in samples if s.name == "radt_process_memory_utilization_ratio"}
+    assert {pid: s.value for pid, s in sm.items()} == {"111": 0.35, "112": 0.1, str(OUTSIDER): 0.25}  # NVML's percentages as ratios
+    assert mem == {"111": 0.12, "112": 0.02, str(OUTSIDER): 0.04}
     assert sm["111"].labels == {"Hostname": "node-7", "monitor_run": "monitor-run", "gpu": "0", "UUID": UUID0, "pid": "111", "run_id": "run-1"}
     assert sm["112"].labels["run_id"] == "run-1" and sm[str(OUTSIDER)].labels["run_id"] == ""  # no run radt knows
     assert all(line.endswith(f" {NOW_MS}") for line in text.splitlines() if line.startswith("radt_process_"))  # at the read's own time
@@ -402,17 +422,15 @@ def test_radt_monitor_labels_each_process_on_a_gpu_with_the_training_run_it_belo
 
             def both() -> dict | None:
                 text = _scrape(served)
-                found = {
-                    s.labels["pid"]: s for f in text_string_to_metric_families(text) for s in f.samples if s.name == "radt_process_sm_utilization_percentage"
-                }
+                found = {s.labels["pid"]: s for f in text_string_to_metric_families(text) for s in f.samples if s.name == "radt_process_sm_utilization_ratio"}
                 return found if {str(worker), str(OUTSIDER)} <= found.keys() and found[str(worker)].value else None
 
             found = wait_for(both, timeout=30, what="both processes' gauges")
         finally:
             assert monitor.end("stopped")
             served.stop()
-    assert found[str(worker)].value == 35.0 and found[str(worker)].labels["run_id"] == training
-    assert found[str(OUTSIDER)].value == 25.0 and found[str(OUTSIDER)].labels["run_id"] == ""
+    assert found[str(worker)].value == 0.35 and found[str(worker)].labels["run_id"] == training
+    assert found[str(OUTSIDER)].value == 0.25 and found[str(OUTSIDER)].labels["run_id"] == ""
 
 
 def test_promtool_accepts_the_exposition_with_the_process_gauges(exposition):

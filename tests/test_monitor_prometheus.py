@@ -98,8 +98,8 @@ def test_prometheus_scrapes_the_monitor_with_the_training_run_on_each_gpu(store_
         gpu0 = wait_for(
             lambda: _series(server, f'{SMACT}{{gpu="0",run_id="{training}"}}'), timeout=30, what="GPU 0's SMACT with the training run", process=proc
         )
-        gpu1 = wait_for(lambda: _series(server, 'radt_gpu_utilization_percentage{gpu="1"}'), timeout=30, what="GPU 1's utilization", process=proc)
-        host = wait_for(lambda: _series(server, "radt_system_memory_usage_megabytes"), timeout=30, what="host memory", process=proc)
+        gpu1 = wait_for(lambda: _series(server, 'radt_gpu_utilization_ratio{gpu="1"}'), timeout=30, what="GPU 1's utilization", process=proc)
+        host = wait_for(lambda: _series(server, "radt_system_memory_usage_bytes"), timeout=30, what="host memory", process=proc)
         # the raw samples Prometheus holds for GPU 0, at the timestamps radt gave them
         held = wait_for(lambda: _raw(server, f'{SMACT}{{gpu="0"}}[1m]', 3), timeout=30, what="3 of GPU 0's raw samples", process=proc)
         # radt monitor as a node's NVML/GPM exporter: the prometheus listener and `radt import` read its series back
@@ -146,7 +146,7 @@ def test_prometheus_scrapes_the_monitor_with_the_training_run_on_each_gpu(store_
     assert not [p for p in back if not p.key.startswith("system/gpu_0_")]  # GPU 1 and the host's series are not asked for
 
     assert content_type.startswith("text/plain; version=0.0.4")
-    assert f"# TYPE {SMACT} gauge" in text and "# HELP radt_gpu_utilization_percentage GPU util" in text
+    assert f"# TYPE {SMACT} gauge" in text and "# HELP radt_gpu_utilization_ratio GPU util" in text
     assert 'run_name="resnet \\"A\\" \\\\ 1"' in text
     # radt writes GPU 1's run labels empty (Prometheus above holds them as none)
     gpu1_text = [s.labels for f in text_string_to_metric_families(text) for s in f.samples if s.labels.get("gpu") == "1"]

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
 
-from radt.catalogue import MIB
+from radt.catalogue import MIB, ExporterFamily
 from radt.collectors.slurm.slurmacct import (
     SCONTROL,
     AccountingError,
@@ -31,7 +31,18 @@ from radt.collectors.slurm.slurmacct import (
     sacct,
     scontrol_jobs,
 )
-from radt.collectors.sources.promql import GpuMemory, PromError, gpu_memory, host_labels, labelled_gpus
+from radt.collectors.sources.exporters import (
+    GPU_FAMILIES,
+    JOB_FAMILIES,
+    GpuMemory,
+    JobSpan,
+    gpu_memory,
+    labelled_gpus,
+    node_labels,
+    present,
+    unlabelled,
+)
+from radt.collectors.sources.promql import PromError, host_labels
 from radt.collectors.store.tracking import connect, find_or_create_workload, find_runs, resolve_experiment, set_tags
 from radt.options import store_parent
 from radt.runmodel import (
@@ -47,6 +58,7 @@ from radt.runmodel import (
     SLURM_JOB_TAG,
     SLURM_PARTITION_TAG,
     SLURM_PREFIX,
+    SLURM_SUMMARY_TAG,
     USER_TAG,
     WORKLOAD_TAG,
     gpus_of_tag,
@@ -63,8 +75,9 @@ WHOLE_NODE = "whole node"  # radt.slurm.gpus_from of a job that had every GPU of
 UNKNOWN = "unknown"  # radt.slurm.gpus_requested of a job whose GPUs no source counted
 HELD_S = 600  # how long after its end slurmctld may still hold a job (MinJobAge, 300 s by default) and say what it asked for
 UNCOUNTED = (
-    "Slurm counts no GPU in its jobs' TRES here (AccountingStorageTRES lacks gres/gpu) and neither radt's prolog nor slurmctld "
-    "said which GPUs the job had; add gres/gpu to AccountingStorageTRES or install examples/slurm/radt-gres-prolog.sh as PrologSlurmctld"
+    "Slurm counts no GPU in its jobs' TRES here (AccountingStorageTRES lacks gres/gpu) and neither the job's AdminComment (radt's prolog, "
+    "Slurm's GRES, jobstats' summary) nor slurmctld said which GPUs the job had; add gres/gpu to AccountingStorageTRES or install "
+    "examples/slurm/radt-gres-prolog.sh as PrologSlurmctld"
 )
 
 
@@ -142,8 +155,9 @@ def _counted(job: Job) -> Job:
     return job
 
 
-def why_no_series(job: Job) -> str | None:
-    """Why the job's GPU series cannot be taken (None: they can): radt takes a job's own GPUs or none."""
+def why_no_series(job: Job, looked: Callable[[list[str]], str] | None = None) -> str | None:
+    """Why the job's GPU series cannot be taken (None: they can): radt takes a job's own GPUs or none. `looked`: what the
+    exporters were asked for and held on the nodes whose GPUs are unknown (': looked for ...; found ...')."""
     if job.gpus_requested == 0 and not any((job.gpus or {}).values()):
         return "the job had no GPU"
     if job.gpus_requested is None and not any((job.gpus or {}).values()):
@@ -151,19 +165,39 @@ def why_no_series(job: Job) -> str | None:
     unknown = [node for node in job.nodes if not (job.gpus or {}).get(node)]
     if unknown:
         where = f" of node {', '.join(unknown)}" if len(job.nodes) > 1 else ""
+        held = job.admin_note if job.admin_note and not job.gpus else f"the job's AdminComment names no GPU{where}"
         return (
-            f"no exporter series is labelled with the job (jobid, hpc_job), Slurm's accounting keeps no GPU index and the job's "
-            f"AdminComment holds none{where}; install examples/slurm/radt-gres-prolog.sh as PrologSlurmctld"
+            f"no exporter series is labelled with the job{looked(unknown) if looked else ' (jobid, hpc_job)'}, Slurm's accounting keeps no GPU index and {held}; "
+            "install examples/slurm/radt-gres-prolog.sh as PrologSlurmctld"
         )
     return None
+
+
+def summary_tags(job: Job) -> dict[str, str]:
+    """jobstats' summary of the job (its AdminComment) as run tags: SLURM_SUMMARY_TAG says where the figures come from and
+    that each is one value over the whole job; radt.slurm.summary.<node> holds the node's (JSON). Never metrics: a
+    series' reader would take one mean for a whole series."""
+    summary = job.summary
+    if summary is None:
+        return {}
+    seconds = f" of {summary.seconds:g} s" if summary.seconds is not None else ""
+    tags = {SLURM_SUMMARY_TAG: f"jobstats' AdminComment summary (JS1:), not series: one figure per GPU and node over the job's run{seconds}"}
+    for node, figures in summary.nodes.items():
+        gpus = {str(g): f._asdict() for g, f in figures.gpus.items()}
+        entry = {"cpus": figures.cpus, "cpu_seconds": figures.cpu_seconds, "cpu_utilization_pct": summary.cpu_utilization_pct(node)}
+        entry |= {"memory_used_bytes": figures.memory_used_bytes, "memory_total_bytes": figures.memory_total_bytes, "gpus": gpus}
+        tags[f"{SLURM_SUMMARY_TAG}.{node}"] = json.dumps(entry, sort_keys=True)
+    return tags
 
 
 Fill = Callable[[list[str]], int]  # `radt import --prometheus`'s main (importer.prometheus_main), passed in: no import cycle
 
 
-def _fill(fill: Fill, uri: str, run_id: str, job: Job, url: str) -> int:
-    """The job's GPU series from Prometheus into its run (radt import --prometheus's backfill); its exit code."""
-    argv = ["--prometheus", url, "--run", run_id, "--store", uri, "--no-diagnosis"]
+def _fill(fill: Fill, uri: str, run_id: str, job: Job, url: str, labels: tuple[str, ...], job_series: bool) -> int:
+    """The job's GPU series from Prometheus into its run (radt import --prometheus's backfill), its node found by `labels`,
+    and with `job_series` its own CPU and memory (jobstats' cgroup exporter); its exit code."""
+    argv = ["--prometheus", url, "--run", run_id, "--store", uri, "--no-diagnosis", "--host-label", ",".join(labels)]
+    argv += ["--job-series"] if job_series else []
     if len(job.nodes) == 1:  # several nodes: each node's host and GPUs are in the run's radt.node.<node>/ tags
         argv += ["--gpus", "+".join(map(str, job.gpus[job.nodes[0]]))]  # type: ignore[index]
     with contextlib.redirect_stdout(io.StringIO()):  # it prints the run id; this command prints a line per job
@@ -188,6 +222,8 @@ class JobImporter:
         self._experiments: dict[str, str] = {}
         self._workloads: dict[tuple[str, str], str] = {}
         self.host_labels = host_labels(PROMETHEUS_HOST_LABEL.get())
+        self.asked = False  # whether Prometheus was asked which exporters it holds (labels())
+        self.families: tuple[ExporterFamily, ...] = ()  # those it holds
         self.filled: list[str] = []  # this import's runs with GPU series, diagnosed together at the end (could_share pairs them)
 
     def job(self, job: Job) -> Imported:
@@ -199,14 +235,15 @@ class JobImporter:
         run_id, created = self._put(job, experiment, found)
         if job.status != "RUNNING":  # before the series: the backfill reads the run's own span
             client.set_terminated(run_id, status=job.status, end_time=job.end_ms)
-        reason = why_no_series(job) or (None if self.url else "no Prometheus given (--prometheus or RADT_PROMETHEUS_URL)")
+        reason = why_no_series(job, self._looked(job) if self.url else None)
+        reason = reason or (None if self.url else "no Prometheus given (--prometheus or RADT_PROMETHEUS_URL)")
         if reason:
             set_tags(client, run_id, {NO_SERIES_TAG: reason})
             return Imported(run_id, created, reason, True)
         if NO_SERIES_TAG in before:  # an earlier import had no Prometheus to ask (or could not tell the GPUs)
             client.delete_tag(run_id, NO_SERIES_TAG)
         assert self.fill is not None, "a Prometheus URL needs the backfill"
-        filled = _fill(self.fill, self.uri, run_id, job, self.url) == 0
+        filled = _fill(self.fill, self.uri, run_id, job, self.url, self.labels(), bool(set(self.families) & set(JOB_FAMILIES))) == 0
         memory = self._memory(job)
         if memory is not None:  # what fits_smaller says a MIG slice against: the exporter's modelName and FB_FREE + FB_USED
             set_tags(client, run_id, {GPU_MODEL_TAG: memory.model, GPU_MEMORY_TAG: f"{memory.total_mib * MIB:.0f}"})
@@ -215,7 +252,8 @@ class JobImporter:
 
     def _gpus_of(self, job: Job, before: dict[str, str]) -> Job:
         """The job with the GPUs it had and where they come from (gpus_from), in this order: the GPUs its exporter
-        labelled with its id (jobid, hpc_job) over its time; its AdminComment's (radt's prolog); scontrol's while it runs;
+        labelled with its id (jobid, hpc_job) over its time; its AdminComment's (radt's prolog, Slurm's GRES text a site's
+        prolog copied, jobstats' summary: admincomment.read); scontrol's while it runs;
         what an import took from scontrol while it ran (the run's gpus_used tag); every GPU of its nodes where it had them
         all. gpus_from '' where none says."""
         if self.url and job.nodes and job.start_ms is not None:
@@ -223,7 +261,8 @@ class JobImporter:
             labelled = {}
             try:
                 for node in job.nodes:
-                    found = labelled_gpus(self.url, node, self.host_labels, (job.job_id, job.raw_id), job.start_ms, end_ms)
+                    span = JobSpan((job.job_id, job.raw_id), job.start_ms, end_ms)
+                    found = labelled_gpus(self.url, node, self.labels(), span, families=self.families or None)
                     if found is None:
                         break
                     labelled[node] = found
@@ -246,6 +285,33 @@ class JobImporter:
             return job._replace(gpus=whole, gpus_from=WHOLE_NODE)
         return job._replace(gpus_from="")
 
+    def labels(self) -> tuple[str, ...]:
+        """The labels a node's series are found by: RADT_PROMETHEUS_HOST_LABEL's, and `instance` where Prometheus holds an
+        exporter that names its node only by its scrape target (jobstats'; first where no other names it). Which exporters
+        it holds (self.families) is asked once an import, over all it holds; not again where it did not answer (each
+        job's backfill says so)."""
+        if not self.asked and self.url:
+            self.asked = True
+            try:
+                self.families = present(self.url)
+            except PromError:
+                self.families = ()
+            self.host_labels = node_labels(self.host_labels, (f for f in self.families if f in GPU_FAMILIES))
+        return self.host_labels
+
+    def _looked(self, job: Job) -> Callable[[list[str]], str]:
+        """What the exporters were asked for and held on `nodes` over the job's time, for why_no_series' line."""
+
+        def said(nodes: list[str]) -> str:
+            if job.start_ms is None:
+                return " (jobid, hpc_job)"
+            try:
+                return unlabelled(self.url, nodes, self.labels(), JobSpan((job.job_id, job.raw_id), job.start_ms, _until_ms(job)))
+            except PromError:
+                return " (jobid, hpc_job)"
+
+        return said
+
     def diagnose(self) -> int:
         """Diagnose this import's jobs with GPU series (radt/diagnosis.py, the rules every run gets) and keep the findings on
         their runs; how many could share a GPU with another of them."""
@@ -261,7 +327,7 @@ class JobImporter:
         sizes = []
         for node, gpus in (job.gpus or {}).items():
             try:
-                found = gpu_memory(self.url, node, self.host_labels, gpus, job.start_ms, _until_ms(job)) if gpus else None  # type: ignore[arg-type]
+                found = gpu_memory(self.url, node, self.labels(), gpus, job.start_ms, _until_ms(job)) if gpus else None  # type: ignore[arg-type]
             except PromError:
                 return None
             if found is not None:
@@ -279,7 +345,7 @@ class JobImporter:
 
     def _put(self, job: Job, experiment: str, found) -> tuple[str, bool]:
         """The job's facts on its run (`found`), or a new run of them at the job's start; (run id, created)."""
-        tags = job_tags(job)
+        tags = job_tags(job) | summary_tags(job)
         if job.gpus_from:
             tags[GPUS_FROM_TAG] = job.gpus_from
         if job.array_job:

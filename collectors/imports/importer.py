@@ -45,6 +45,7 @@ from radt.runmodel import (
     SCRIPT_END_TAG,
     SCRIPT_START_TAG,
     SLURM_JOB_TAG,
+    SLURM_PREFIX,
     gpu_entries,
     node_statuses,
     node_tag,
@@ -303,10 +304,11 @@ def _unmapped(tags: dict[str, str], node: str | None) -> tuple[list[int] | None,
 
 
 def _job_labels(tags: dict[str, str], node: str | None) -> dict[str, str]:
-    """The exporter labels naming the run's Slurm job (its radt.slurm.job_id tag): another job's series are never the run's."""
+    """The exporter labels naming the run's Slurm job (its radt.slurm.job_id tag; an array task's own id, radt.slurm.raw_id,
+    which its prolog gave the exporters as SLURM_JOB_ID): another job's series are never the run's."""
     from radt.collectors.sources.promql import JOB_LABELS
 
-    job = tags.get(node_tag(node, "slurm_job_id") if node else SLURM_JOB_TAG, "").strip()
+    job = tags.get(f"{SLURM_PREFIX}raw_id", "").strip() or tags.get(node_tag(node, "slurm_job_id") if node else SLURM_JOB_TAG, "").strip()
     return dict.fromkeys(JOB_LABELS, job) if job else {}
 
 
@@ -382,24 +384,26 @@ def _existing(client, run_id: str, keys: set[str]) -> set[tuple[str, int]]:
     return {(k, m.timestamp) for k in keys for m in client.get_metric_history(run_id, k)}
 
 
-def _missing(points: list[Point], part: Part, url: str, labels: tuple[str, ...]) -> str | None:
-    """One line when the part's host or one of its GPUs has no series in Prometheus over the run; it names the node labels
-    tried (the one that matched, where one did) and the host looked for."""
+def _missing(points: list[Point], part: Part, url: str, labels: tuple[str, ...], exporter: str = "dcgm-exporter") -> str | None:
+    """One line when the part's host or one of its GPUs has no series in Prometheus over the run; it names the exporter
+    looked for (the one read, else those Prometheus holds), the node labels tried (the one that matched, where one did)
+    and the host looked for."""
     from radt.catalogue import resolve
     from radt.collectors.sources.promql import looked_for
 
     where = looked_for(part.host, labels) + (f" (node {part.node})" if part.node else "")
+    points = [p for p in points if resolve(p.key).gpu is not None]  # the job's own CPU and memory (--job-series) say no GPU
     if not points:
         which = "any GPU" if part.gpus is None else "GPU " + ", ".join(map(str, part.gpus))
         if part.mig_gpus:
             which += " or the MIG slices of GPU " + ", ".join(map(str, part.mig_gpus))
         if part.given:
             which = " or ".join([*([which] if part.gpus else []), f"{', '.join(part.given)} (no label proves a series is it)"])
-        return f"no dcgm-exporter series for {which} of {where} at {url} over the run"
+        return f"no {exporter} series for {which} of {where} at {url} over the run"
     places = {(resolve(p.key).gpu, resolve(p.key).mig) for p in points}
     lost = [f"GPU {g}" for g in sorted(set(part.gpus or []) - {gpu for gpu, _ in places})]
     lost += [f"GPU {gpu} MIG slice {gi} (GPU_I_ID={gi})" for gpu, gi in part.slices if (gpu, gi) not in places]
-    return f"no dcgm-exporter series for {', '.join(lost)} of {where} at {url} over the run" if lost else None
+    return f"no {exporter} series for {', '.join(lost)} of {where} at {url} over the run" if lost else None
 
 
 def _diagnose(client, run_id: str) -> None:
@@ -416,7 +420,7 @@ def prometheus_main(argv: list[str]) -> int:
 
     Each node of a multi-node run is read for its own host and GPUs into its system/<node>/ keys; a point already in
     the run is not added again, and a gap tag an earlier import left goes once the series are all there."""
-    from radt.collectors.sources.prometheus import Backfill, backfill
+    from radt.collectors.sources.prometheus import Backfill, Looked, backfill
     from radt.collectors.sources.promql import PromError, check_url, host_labels
     from radt.collectors.store.nodes import node_key
     from radt.settings import PROMETHEUS_HOST_LABEL
@@ -443,16 +447,17 @@ def prometheus_main(argv: list[str]) -> int:
     gaps: dict[str | None, str] = {}
     for part in parts:
         matched: list[str] = []
+        looked = Looked()
         try:
             job = Backfill(url, part.host, part.gpus, part.start_ms, part.end_ms, step_s if step_s > 0 else 1.0,
                            slices=part.slices, uuids=part.uuids, host_label=labels,
-                           given=part.given, owners=part.owners, mig_gpus=part.mig_gpus)  # fmt: skip
-            found = backfill(job, matched=matched)
+                           given=part.given, owners=part.owners, mig_gpus=part.mig_gpus, job_series=args.job_series)  # fmt: skip
+            found = backfill(job, matched=matched, looked=looked)
         except PromError as exc:
             set_tags(client, args.run, {PROMETHEUS_GAP_TAG: str(exc)})
             print(f"radt import: {exc}; check --prometheus and that the server runs, then import again", file=sys.stderr)
             return 1
-        gap = _missing(found, part, url, tuple(matched) or labels)
+        gap = _missing(found, part, url, tuple(matched) or tuple(looked.labels) or labels, looked.exporter)
         if gap:
             gaps[part.node] = gap
             print(f"radt import: {gap}", file=sys.stderr)
@@ -542,6 +547,8 @@ def _prometheus_parser() -> OneLineParser:
         "instance: the scrape target)",
     )
     parser.add_argument("--no-diagnosis", action="store_true", help=argparse.SUPPRESS)  # `radt import --slurm` diagnoses its jobs together
+    # `radt import --slurm`: the job's own CPU and memory from its cgroup too (jobstats' cgroup exporter), in a run radt did not record
+    parser.add_argument("--job-series", action="store_true", help=argparse.SUPPRESS)
     return parser
 
 

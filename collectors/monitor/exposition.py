@@ -1,12 +1,14 @@
 """`radt monitor --prometheus-port`: radt's latest samples in Prometheus' text format at /metrics.
 
-One gauge per catalogue metric, labelled with the GPU (index, UUID, MIG slice), the host, the
+One family per catalogue metric, labelled with the GPU (index, UUID, MIG slice), the host, the
 monitor's own run and the training run(s) RUNNING on that GPU of this host (run_id, run_name,
 experiment, workload; "" when none), so a cluster's Grafana can show which run uses which GPU.
 The GPU -> run mapping comes from the store's radt.gpus tags, refreshed every REFRESH seconds,
-never per scrape. Samples carry their own timestamps, so Prometheus holds the values radt wrote.
-Each process on a GPU has its own gauges too (radt_process_sm_utilization_percentage and
-radt_process_memory_utilization_percentage: NVML's per-process smUtil and memUtil at its last read), labelled with its
+never per scrape. Samples carry their own timestamps, so Prometheus holds the values radt wrote. Names and values follow
+Prometheus' conventions (catalogue.exposed): base units (bytes, not the stored megabytes; 0–1 ratios, not percentages;
+hertz), counters named _total, HELP and TYPE on every family; `promtool check metrics` finds nothing to say.
+Each process on a GPU has its own gauges too (radt_process_sm_utilization_ratio and
+radt_process_memory_utilization_ratio: NVML's per-process smUtil and memUtil at its last read, as 0–1), labelled with its
 pid and, where radt knows the process is a training run's (the run's process tree as its radt records it), the run's id.
 prometheus_client writes the text (escaping, timestamps) and serves it; radt gives it a collector.
 """
@@ -25,7 +27,7 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 import sqlalchemy as sa
 from prometheus_client import CollectorRegistry, make_wsgi_app
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from radt import catalogue
@@ -41,9 +43,9 @@ from radt.runmodel import DEVICES_TAG, HOST_TAG, MONITOR_TAG, PID_TAG, ROLE_TAG,
 from radt.settings import runs_dir
 
 REFRESH = 10.0  # seconds between looks in the store for the training runs on this host's GPUs
-PROCESS_GAUGES = (  # name, ProcessRow field, help: one process's own share of its GPU
-    ("radt_process_sm_utilization_percentage", "sm", "Process SM util: the share of time its kernels ran on the GPU (NVML per-process smUtil) (%)"),
-    ("radt_process_memory_utilization_percentage", "mem", "Process mem util: its share of the memory controller (NVML per-process memUtil) (%)"),
+PROCESS_GAUGES = (  # name, ProcessRow field (a percentage, served as a 0–1 ratio), help: one process's own share of its GPU
+    ("radt_process_sm_utilization_ratio", "sm", "Process SM util: the share of time its kernels ran on the GPU (NVML per-process smUtil) (0–1)"),
+    ("radt_process_memory_utilization_ratio", "mem", "Process mem util: its share of the memory controller (NVML per-process memUtil) (0–1)"),
 )
 
 
@@ -193,9 +195,10 @@ class Exposition(Collector):
         with self._lock:
             self._runs = runs
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        """prometheus_client calls this per scrape: one gauge per metric, one sample per device and training run on it,
-        each at its own timestamp (the mapping to runs is the last refresh's, never looked up here)."""
+    def collect(self) -> Iterator[Metric]:
+        """prometheus_client calls this per scrape: one family per metric (a gauge, or a counter where it only grows), one
+        sample per device and training run on it, each at its own timestamp (the mapping to runs is the last refresh's,
+        never looked up here), in Prometheus' base unit."""
         with self._lock:
             latest = dict(self._latest)
             runs = list(self._runs)
@@ -205,14 +208,14 @@ class Exposition(Collector):
             resolved = catalogue.resolve(key)
             if resolved is None:
                 continue
-            rows.append((catalogue.exposition_name(resolved.metric), resolved.device.sort_key(), resolved, value * resolved.scale, timestamp))
-        families: dict[str, GaugeMetricFamily] = {}
-        for name, _order, resolved, value, timestamp in sorted(rows, key=lambda row: row[:2]):
+            served = catalogue.exposed(resolved.metric)
+            rows.append((served.name, resolved.device.sort_key(), resolved, served, served.serve(value * resolved.scale), timestamp))
+        families: dict[str, Metric] = {}
+        for name, _order, resolved, served, value, timestamp in sorted(rows, key=lambda row: row[:2]):
             family = families.get(name)
             if family is None:
-                metric = resolved.metric
-                help_text = f"{metric.label}" + (f": {metric.description}" if metric.description else "") + f" ({metric.unit})"
-                family = families[name] = GaugeMetricFamily(name, help_text)
+                kind = CounterMetricFamily if served.counter else GaugeMetricFamily
+                family = families[name] = kind(served.family, served.help)
             for labels in self._label_sets(resolved, runs, monitor_run):
                 # add_sample, not add_metric: one family's samples carry different label names (GPU_I_ID on a slice, node)
                 family.add_sample(name, labels, value, _seconds(timestamp))
@@ -236,7 +239,7 @@ class Exposition(Collector):
                     "pid": str(row.pid),
                     "run_id": owner.get(row.pid, ""),
                 }
-                family.add_sample(name, labels, getattr(row, field), _seconds(row.stamp_ms))
+                family.add_sample(name, labels, getattr(row, field) / 100, _seconds(row.stamp_ms))  # a percentage as a ratio
             yield family
 
     def _label_sets(self, resolved: catalogue.Resolved, runs: list[Training], monitor_run: str) -> list[dict[str, str]]:

@@ -1,7 +1,9 @@
 """Slurm's accounting as radt reads it: `sacct --parsable2` rows into Jobs, and which GPUs each job had.
 
-sacct keeps no GPU index; radt's PrologSlurmctld (examples/slurm/radt-gres-prolog.sh) copies them into the job's
-AdminComment as `radt-gres=NODES>GRES;...`, which is read here, and `scontrol show job -d` gives them while a job runs.
+sacct keeps no GPU index; `scontrol show job -d` gives them while a job runs, and a job's AdminComment, which sacct keeps,
+may hold them: radt's PrologSlurmctld (examples/slurm/radt-gres-prolog.sh) writes `radt-gres=NODES>GRES;...`, a site's
+prolog may copy Slurm's own `GRES=gpu:2(IDX:0-1)` there, and Princeton's jobstats replaces it at the job's end with its
+summary (JS1:), which names each node's GPUs and their figures over the job (admincomment.py reads all three).
 Where Slurm keeps no accounting (no slurmdbd), `scontrol -o -d show job` gives the jobs slurmctld still holds: those
 running, and those ended within its MinJobAge.
 """
@@ -14,6 +16,8 @@ import subprocess
 from datetime import datetime
 from typing import NamedTuple
 
+from radt.collectors.slurm.admincomment import RADT_GRES, Summary, gpu_indices, hostlist
+from radt.collectors.slurm.admincomment import read as read_admin
 from radt.errors import UserError
 
 FIELDS = (
@@ -34,10 +38,9 @@ FIELDS = (
 )
 ENDED = {"COMPLETED": "FINISHED", "FAILED": "FAILED", "TIMEOUT": "FAILED", "OUT_OF_MEMORY": "FAILED", "NODE_FAIL": "FAILED", "BOOT_FAIL": "FAILED",
          "DEADLINE": "FAILED", "PREEMPTED": "KILLED", "CANCELLED": "KILLED", "REVOKED": "KILLED"}  # fmt: skip
-_IDX = re.compile(r"IDX:([0-9,\-]*)\)")
 
 
-ADMIN_COMMENT = "AdminComment"  # Job.gpus_from: radt's prolog wrote the GPUs into the job's AdminComment
+ADMIN_COMMENT = RADT_GRES  # Job.gpus_from: radt's prolog wrote the GPUs into the job's AdminComment (admincomment.py: the others)
 SCONTROL = "scontrol"  # Job.gpus_from: scontrol's GRES of each node while the job runs
 
 
@@ -66,9 +69,11 @@ class Job(NamedTuple):
     signal: int
     nodes: tuple[str, ...]
     gpus_requested: int | None  # None: not known (Slurm's TRES count no GPU here, and nothing else said how many)
-    gpus: dict[str, tuple[int, ...]] | None  # node -> GPU indices; None: not known (no radt-gres in AdminComment)
-    gpus_from: str = ""  # where `gpus` came from: ADMIN_COMMENT, SCONTROL, or what radt import --slurm found them by
+    gpus: dict[str, tuple[int, ...]] | None  # node -> GPU indices; None: not known (none in its AdminComment, not running)
+    gpus_from: str = ""  # where `gpus` came from: ADMIN_COMMENT (or admincomment.py's others), SCONTROL, or what radt import --slurm found them by
     unread: str = ""  # why scontrol's record gave no GPUs though it may hold some (its name or comment holds Slurm's field names)
+    summary: Summary | None = None  # jobstats' summary in its AdminComment: figures over the whole job, not series
+    admin_note: str = ""  # where its AdminComment gave no GPU: what was looked for there and what it held
 
     @property
     def array_job(self) -> str | None:
@@ -90,41 +95,13 @@ def _time_ms(text: str) -> int | None:
 
 def expand_hostlist(text: str) -> tuple[str, ...]:
     """Slurm's hostlist: 'gpu[01-03,07],login1' -> ('gpu01', 'gpu02', 'gpu03', 'gpu07', 'login1')."""
-    hosts: list[str] = []
-    for prefix, ranges, suffix, plain in re.findall(r"([^,\[]*)\[([^\]]*)\]([^,]*)|([^,\[\]]+)", text):
-        if plain:
-            hosts.append(plain)
-            continue
-        for part in ranges.split(","):
-            lo, _, hi = part.partition("-")
-            if not lo.isdigit() or (hi and not hi.isdigit()):
-                raise AccountingError(f"node list '{text}' is not a Slurm hostlist radt can read")
-            for n in range(int(lo), int(hi or lo) + 1):
-                hosts.append(f"{prefix}{n:0{len(lo)}d}{suffix}")
-    return tuple(h for h in hosts if h and h != "None")
+    try:
+        return hostlist(text)
+    except ValueError as exc:
+        raise AccountingError(str(exc)) from None
 
 
-def _indices(text: str) -> tuple[int, ...]:
-    """'gpu:2(IDX:0-1),gpu:1g.10gb:1(IDX:3)' -> (0, 1, 3); '' or 'gpu:0(IDX:)' -> ()."""
-    found: set[int] = set()
-    for group in _IDX.findall(text):
-        for part in filter(None, group.split(",")):
-            lo, _, hi = part.partition("-")
-            found.update(range(int(lo), int(hi or lo) + 1))
-    return tuple(sorted(found))
-
-
-def gres_indices(comment: str) -> dict[str, tuple[int, ...]] | None:
-    """node -> GPU indices from radt's `radt-gres=NODES>GRES;...` in an AdminComment; None where it holds none."""
-    match = re.search(r"radt-gres=(\S*)", comment or "")
-    if not match:
-        return None
-    out: dict[str, tuple[int, ...]] = {}
-    for entry in filter(None, match.group(1).split(";")):
-        nodes, _, gres = entry.partition(">")
-        for node in expand_hostlist(nodes):
-            out[node] = tuple(sorted(set(out.get(node, ())) | set(_indices(gres))))
-    return out
+_indices = gpu_indices  # 'gpu:2(IDX:0-1),gpu:1g.10gb:1(IDX:3)' -> (0, 1, 3): Slurm's GRES text of a node
 
 
 def _tres_gpus(tres: str) -> int | None:
@@ -172,7 +149,8 @@ def parse_sacct(text: str, delimiter: str = "|", gpus_counted: bool | None = Tru
         try:
             if not row["JobIDRaw"].isdigit():
                 raise ValueError(f"JobIDRaw {row['JobIDRaw'][:40]!r} is not a number")
-            gpus = gres_indices(row["AdminComment"])
+            nodes = expand_hostlist(row["NodeList"])
+            admin = read_admin(row["AdminComment"], nodes)
             job = Job(
                 job_id=row["JobID"],
                 raw_id=row["JobIDRaw"],
@@ -186,10 +164,12 @@ def parse_sacct(text: str, delimiter: str = "|", gpus_counted: bool | None = Tru
                 state=(row["State"].split() or ["UNKNOWN"])[0],
                 exit_code=int(code or 0),
                 signal=int(sig or 0),
-                nodes=expand_hostlist(row["NodeList"]),
-                gpus_requested=_requested(row["AllocTRES"], gpus, gpus_counted),
-                gpus=gpus,
-                gpus_from=ADMIN_COMMENT if gpus else "",
+                nodes=nodes,
+                gpus_requested=_requested(row["AllocTRES"], admin.gpus, gpus_counted),
+                gpus=admin.gpus,
+                gpus_from=admin.source if admin.gpus else "",
+                summary=admin.summary,
+                admin_note=admin.note,
             )
         except ValueError as exc:
             raise AccountingError(f"sacct's job {number} cannot be read ({exc}): '{delimiter.join(row.values())[:120]}'") from None
@@ -212,6 +192,8 @@ def _records(text: str, delimiter: str) -> list[dict[str, str]]:
             end, _, first = last.rpartition("\n")
             records.append(dict(zip(FIELDS, [*cells, end], strict=True)))
             cells, last = [first], None
+    if len(cells) == 1 and last is None and records:  # no job's id: the last job's AdminComment went on past a line break
+        records[-1]["AdminComment"] += f"\n{cells.pop()}"
     if cells:
         if len(cells) < len(FIELDS) - 1 or last is None:
             line = delimiter.join(cells)[:120]
@@ -370,8 +352,28 @@ def _record(text: str, held: Held | None = None) -> _Record:
     return _Record(head, name, middle, tail, forged)
 
 
+_DETAIL = {key.lower() for key in DETAIL_KEYS}
+
+
+def _admin_comments(tail: list[tuple[str, str]]) -> list[str]:
+    """The text of each AdminComment= in a record's tail, with the fields of a node's detail that follow it: a site's prolog
+    may copy scontrol -d's `Nodes=n1 CPU_IDs=0-3 Mem=1024 GRES=gpu:2(IDX:0-1)` there, which _pairs cut into fields of their
+    own, and Slurm prints none of those after the AdminComment (SystemComment, Comment, StdErr ... follow it)."""
+    found: list[str] = []
+    inside = False
+    for key, value in tail:
+        if key == "AdminComment":
+            found.append(value)
+            inside = True
+        elif inside and key.lower() in _DETAIL:
+            found[-1] = f"{found[-1]} {key}={value}"
+        else:
+            inside = False
+    return found
+
+
 def _inconsistent(commented: dict[str, tuple[int, ...]] | None, nodes: tuple[str, ...], gpus: int) -> str:
-    """Why an AdminComment's radt-gres, read from scontrol's text, cannot be the job's: a node the job did not run on, or
+    """Why an AdminComment's GPUs, read from scontrol's text, cannot be the job's: a node the job did not run on, or
     another number of GPUs than Slurm gave it (its TRES, else its request). (On a cluster without radt's prolog there is no real AdminComment, and one
     in the job's folder name or comment would be read as if it were.)"""
     if not commented:
@@ -383,7 +385,7 @@ def _inconsistent(commented: dict[str, tuple[int, ...]] | None, nodes: tuple[str
 
 def parse_scontrol(line: str, held: Held | None = None) -> Job:
     """A Job from `scontrol -o -d show job`'s record of one job: its GPU indices per node from the GRES of each node's
-    detail (while it runs), else from radt's AdminComment; how many from its TRES, else those indices, else its request
+    detail (while it runs), else from its AdminComment (admincomment.read); how many from its TRES, else those indices, else its request
     (`held`, squeue's: a Slurm whose TRES count no GPU gave every job 0).
 
     The record is read where the job's owner cannot write (_record): a name or comment holding `Nodes=... GRES=...` once
@@ -405,8 +407,9 @@ def parse_scontrol(line: str, held: Held | None = None) -> Job:
     code, _, sig = fields.get("ExitCode", "0:0").partition(":")
     listed, tres = expand_hostlist(fields.get("NodeList", "")), _tres_gpus(fields.get("TRES", ""))
     asked = held.gpus if held is not None else None  # squeue's, where the TRES count no GPU
-    comments = [value for key, value in record.tail if key == "AdminComment"]
-    commented = gres_indices(comments[0]) if len(comments) == 1 else None
+    comments = _admin_comments(record.tail)
+    admin = read_admin(comments[0] if len(comments) == 1 else "", listed)
+    commented = admin.gpus if len(comments) == 1 else None
     forged = record.forged
     if not forged and not any(gpus.values()):  # the nodes' GRES while it runs win; after it, only a consistent AdminComment
         if len(comments) > 1:
@@ -414,7 +417,7 @@ def parse_scontrol(line: str, held: Held | None = None) -> Job:
         else:
             forged = _inconsistent(commented, listed, (tres if tres is not None else asked) or 0)
     if forged:
-        gpus, commented = {}, None
+        gpus, commented, admin = {}, None, admin._replace(summary=None)
     given = gpus if any(gpus.values()) else commented or {}
     requested = tres if tres is not None else sum(len(found) for found in given.values()) or asked
     try:
@@ -434,8 +437,10 @@ def parse_scontrol(line: str, held: Held | None = None) -> Job:
             nodes=listed,
             gpus_requested=requested,
             gpus=gpus if any(gpus.values()) else commented,
-            gpus_from=SCONTROL if any(gpus.values()) else ADMIN_COMMENT if commented else "",
+            gpus_from=SCONTROL if any(gpus.values()) else admin.source if commented else "",
             unread=forged,
+            summary=admin.summary,
+            admin_note="" if any(gpus.values()) or commented else admin.note,
         )
     except ValueError as exc:
         raise AccountingError(f"scontrol's line for job {raw or '?'} cannot be read ({exc}): '{line[:120]}'") from None

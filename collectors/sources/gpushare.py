@@ -33,6 +33,7 @@ OLDER = "nvmlDeviceGetProcessUtilization"
 # NVML samples utilization every 1/6 s to 1 s (by product): a read covering at least 1 s has an entry of each process
 # that kept running, so a shorter interval (radt monitor's 0.1 s) reads every second, not a 0 between two samples.
 WINDOW_MS = 1000
+FOREIGN_READS = 5  # reads (one a second at most) that show only another pid namespace's processes before the run's end says so
 MPS_SERVER = "nvidia-cuda-mps"  # the MPS server's process name (nvidia-cuda-mps-server; the kernel's comm keeps 15 characters)
 
 
@@ -159,6 +160,8 @@ class GpuShare:
     idle: IdlePower = field(default_factory=IdlePower)
     last: tuple[int, dict[int, tuple[float, float]], frozenset[int]] = (0, {}, frozenset())  # the last read: stamp, values, pids on the GPU
     reason: str | None = None  # why NVML gives this GPU no per-process figure; set once, the reads stop
+    foreign: frozenset[int] = frozenset()  # NVML's pids on the GPU while none was the run's and none is in this pid namespace
+    foreign_reads: int = 0  # reads that saw only such pids, the run's never (a container's own pid namespace?)
 
     def read(self, seen: Seen) -> Share | None:
         """The run's share since the last read, or None (no run process here yet, a failed read, or no per-process figure)."""
@@ -185,10 +188,25 @@ class GpuShare:
             return None
         on_gpu = seen.gpu_pids | values.keys()
         self.used = self.used or bool(seen.run_pids & on_gpu)
+        if not self.used and on_gpu and not any(psutil.pid_exists(pid) for pid in on_gpu):
+            self.foreign, self.foreign_reads = self.foreign | on_gpu, self.foreign_reads + 1
         if not self.used or self._under_mps(seen, values) or (not entries and stamp_ms <= self.written_ms):
             return None  # nobody ran since a sample stamped after this tick: nothing new to say
         self.written_ms = max(self.written_ms, stamp_ms)
         return self._share(seen, values, stamp_ms)
+
+    @property
+    def unmatched(self) -> str | None:
+        """Why the run, which never had a process among NVML's on this GPU while NVML listed only pids of another pid
+        namespace (FOREIGN_READS reads or more), has no share: said at its end, never guessed while it may still start."""
+        if self.used or self.foreign_reads < FOREIGN_READS:
+            return None
+        pids = ", ".join(map(str, sorted(self.foreign)[:5])) + (" ..." if len(self.foreign) > 5 else "")
+        return (
+            f"GPU {self.gpu}: none of the run's processes was among NVML's on it (pids {pids}, none of them in this pid "
+            "namespace): the run did not use this GPU, or it ran in a container with its own pid namespace (NVML names the "
+            "host's pids; run the container with --pid=host for the run's own share)"
+        )
 
     def rows(self) -> list[ProcessRow]:
         """Each process on the GPU at the last read (those without an entry did not run since: 0)."""

@@ -272,8 +272,8 @@ class NvmlSource(MetricSource):
     def share_reason(self) -> str | None:
         """Why the run has no share series of its own on some GPU (the radt.gpu_share tag), or None."""
         for gpu, share in self.shares.items():
-            if share.reason:
-                self._share_reasons.setdefault(str(gpu), share.reason)
+            if share.reason or share.unmatched:
+                self._share_reasons.setdefault(str(gpu), share.reason or share.unmatched)
         for (gpu, gi), readable in self.mig_gpm.items():
             if not readable:
                 why = f"GPU {gpu} MIG slice {gi}: the slice's own activity cannot be read (radt.mig_activity says why)"

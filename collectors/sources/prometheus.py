@@ -1,10 +1,12 @@
-"""GPU metrics the cluster's dcgm-exporter already records, read back from its Prometheus server.
+"""GPU metrics the cluster's exporter already records (dcgm-exporter, jobstats' NVML exporter, radt monitor), read
+back from its Prometheus server.
 
 Where a second DCGM client is unwelcome, the node's own exporter is the source: each tick reads the
 raw samples of this node's series for the run's GPUs (and MIG slices) scraped since the last tick,
 at the scrapes' own timestamps, and names them with the catalogue keys radt's nvml/dcgm sources
 write. Prometheus away, a query refused, a GPU's series missing: one line each, the values simply
-missing; `final_backfill` reads at the run's end what was scraped after the last tick.
+missing; `final_backfill` reads at the run's end what was scraped after the last tick. Which exporter the
+cluster runs is asked of Prometheus where the node's own labels find nothing (exporters.present).
 """
 
 from __future__ import annotations
@@ -12,15 +14,20 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from radt import settings
-from radt.catalogue import DCGM_EXPORTER_METRICS, EXPORTER_METRICS, RADT_EXPORTER_METRICS, resolve
+from radt.catalogue import CGROUP_EXPORTER_METRICS, DCGM_EXPORTER_METRICS, EXPORTER_METRICS, ExporterFamily, resolve
 from radt.collectors.sources.base import MetricSource, Reading, SamplingContext, SourceUnavailable
+from radt.collectors.sources.exporters import GPU_FAMILIES, exporter_word, node_labels, present
 from radt.collectors.sources.promql import (
     CHUNK_S,
     DEFAULT_HOST_LABELS,
+    INSTANCE,
+    JOBID,
+    STEP_LABELS,
     TIMEOUT,
     PromError,
     Series,
@@ -32,6 +39,8 @@ from radt.collectors.sources.promql import (
     owners,
     query,
     selector,
+    series_key,
+    string_literal,
 )
 from radt.points import Point
 
@@ -101,6 +110,7 @@ class PrometheusSource(MetricSource):
         self.host_labels: tuple[str, ...] = DEFAULT_HOST_LABELS
         self.host_label = host_label.split(",")[0].strip() or DEFAULT_HOST_LABELS[0]  # the label read: the first until one matched
         self.matched = False  # a label of host_labels has named this node's series: only it is asked from then on
+        self.families: tuple[ExporterFamily, ...] | None = None  # the exporters Prometheus holds, asked where no label matched
         self.report = report
         self.timeout = timeout
         self._uuids = uuids
@@ -148,13 +158,25 @@ class PrometheusSource(MetricSource):
 
     def _query(self, span_ms: int) -> list[Series]:
         """This node's raw samples of the last `span_ms`; until a label has named its series, each of host_labels in turn
-        (Hostname, then hostname), and the one that did is kept."""
+        (Hostname, then hostname, and `instance` where the cluster's exporter names its node only so), and the one that
+        did is kept."""
         for label in self._tried():
             found = query(self.url, f"{selector(self.host, label)}[{span_ms}ms]", timeout=self.timeout)
             if found:
                 self.host_label, self.selector, self.matched = label, selector(self.host, label), True
                 return found
-        return []
+        return self._query(span_ms) if self._widened() else []
+
+    def _widened(self) -> bool:
+        """Ask Prometheus which exporters it holds (until it holds one) and add `instance` to the labels tried where one
+        names its node only by its scrape target (jobstats'); whether labels were added."""
+        if self.matched or self.families:
+            return False
+        now_ms = int(time.time() * 1000)
+        self.families = present(self.url, now_ms - self.window * 1000, now_ms, timeout=self.timeout)
+        labels = node_labels(self.host_labels, (f for f in self.families if f in GPU_FAMILIES))
+        widened, self.host_labels = labels != self.host_labels, labels
+        return widened
 
     def _tried(self) -> tuple[str, ...]:
         """The labels asked for this node: the one that matched, else every one of host_labels."""
@@ -248,14 +270,19 @@ class PrometheusSource(MetricSource):
         elif not self.keys:
             self._once(
                 "missing",
-                f"radt: listener 'prometheus': no dcgm-exporter series for {self._where()} at {self.url}; "
+                f"radt: listener 'prometheus': no {self._exporter()} series for {self._where()} at {self.url}; "
                 "give the node's name as the exporter labels it with --host NAME (or RADT_HOST), the label with RADT_PROMETHEUS_HOST_LABEL",
             )
         elif gpus - seen:
             missing = ", ".join(str(g) for g in sorted(gpus - seen))
-            self._once("missing", f"radt: listener 'prometheus': no dcgm-exporter series for GPU {missing} on {self.host} at {self.url}")
+            self._once("missing", f"radt: listener 'prometheus': no {self._exporter()} series for GPU {missing} on {self.host} at {self.url}")
         elif lost_slices:
-            self._once("missing", f"radt: listener 'prometheus': no dcgm-exporter series for {', '.join(lost_slices)} on {self.host} at {self.url}")
+            self._once("missing", f"radt: listener 'prometheus': no {self._exporter()} series for {', '.join(lost_slices)} on {self.host} at {self.url}")
+
+    def _exporter(self) -> str:
+        """The exporters a "no series" line names: those read for the run, else those Prometheus holds (where asked)."""
+        read = [f.name for f in GPU_FAMILIES if self.read & set(f.metrics)]
+        return exporter_word(read or (None if self.families is None else [f.name for f in self.families if f in GPU_FAMILIES]))
 
     def _where(self) -> str:
         gpus = "every GPU" if self.wanted.gpus is None else "GPU " + ", ".join(map(str, self.wanted.gpus))
@@ -264,8 +291,9 @@ class PrometheusSource(MetricSource):
         return f"{gpus} of {looked_for(self.host, self._tried())}"
 
     def _family(self) -> dict[str, tuple[str, float]]:
-        """The exporter this node runs, by what was read: radt monitor's names where only those came, else dcgm-exporter's."""
-        return RADT_EXPORTER_METRICS if self.read and self.read <= set(RADT_EXPORTER_METRICS) else DCGM_EXPORTER_METRICS
+        """The exporter this node runs, by what was read: the one most names read are of, dcgm-exporter's where none came."""
+        best = max(GPU_FAMILIES, key=lambda f: len(self.read & set(f.metrics)))
+        return best.metrics if self.read & set(best.metrics) else DCGM_EXPORTER_METRICS
 
     def describe(self) -> dict:
         return {
@@ -296,35 +324,95 @@ class Backfill:
     given: tuple[str, ...] = ()
     owners: dict[str, str] | None = None
     mig_gpus: tuple[int, ...] = ()
+    job_series: bool = False  # also the run's Slurm job's own CPU and memory from its cgroup (a run radt did not record)
 
 
-def backfill(job: Backfill, *, conflicts: list[str] | None = None, matched: list[str] | None = None) -> list[Point]:
+@dataclass
+class Looked:
+    """What a backfill asked Prometheus: the node labels tried, in turn, and the GPU exporters it read (having read
+    nothing: those Prometheus holds; None where it was not asked), for the lines that say what is missing."""
+
+    labels: list[str] = field(default_factory=list)
+    exporters: list[str] | None = None
+
+    @property
+    def exporter(self) -> str:
+        """How a "no series" line names what was looked for: 'dcgm-exporter', 'nvidia_gpu_prometheus_exporter', ..."""
+        return exporter_word(self.exporters)
+
+
+def backfill(job: Backfill, *, conflicts: list[str] | None = None, matched: list[str] | None = None, looked: Looked | None = None) -> list[Point]:
     """Every raw sample of the run's series in [start_ms, end_ms], at the scrapes' own timestamps.
 
     `step` counts `step_s` from the start, as the sampler's ticks do; two series for one key go to
-    `conflicts` (the first is kept). Node labels are tried in turn (Hostname, hostname): the first
-    that gives points is read, and goes to `matched`. `given`, `owners` and `mig_gpus` as in Wanted: what only labels
-    place, the run's job or pod, GPUs whose every slice is the run's. Raises PromError (one line) when Prometheus does not answer or refuses."""
+    `conflicts` (the first is kept). Node labels are tried in turn (Hostname, hostname; `instance` besides where none
+    gives points and Prometheus holds an exporter that names its node only by its scrape target): the first that gives
+    points is read, and goes to `matched`; what was tried and read goes to `looked`. `given`, `owners` and `mig_gpus`
+    as in Wanted: what only labels place, the run's job or pod, GPUs whose every slice is the run's. With `job_series`,
+    the run's Slurm job's cgroup series too. Raises PromError (one line) when Prometheus does not answer or refuses."""
     wanted = Wanted(job.gpus, list(job.slices or []), job.uuids or {}, tuple(job.given), job.owners or {}, tuple(job.mig_gpus))
-    points: dict[tuple[str, int], Point] = {}
-    for label in (job.host_label,) if isinstance(job.host_label, str) else job.host_label:
-        sel = selector(job.host, label)
+    looked = Looked() if looked is None else looked
+    labels = (job.host_label,) if isinstance(job.host_label, str) else tuple(job.host_label)
+    found = _read(job, wanted, Ask(labels, EXPORTER_METRICS), conflicts, looked)
+    if not found.points and INSTANCE not in labels:  # no label of the node's own found it: an exporter that names it only by its target?
+        families = [f for f in present(job.url, job.start_ms, job.end_ms, job.timeout) if f in GPU_FAMILIES]
+        looked.exporters = [f.name for f in families]
+        more = tuple(label for label in node_labels(labels, families) if label not in labels)
+        found = _read(job, wanted, Ask(more, EXPORTER_METRICS), conflicts, looked) if more else found
+    if found.names:
+        looked.exporters = [f.name for f in GPU_FAMILIES if found.names & set(f.metrics)]
+    if matched is not None and found.label:
+        matched.append(found.label)
+    points = found.points
+    job_id = wanted.owners.get(JOBID)
+    if job.job_series and job_id:  # the cgroup exporter names its node only by its scrape target, and every job of it
+        also = (f"{JOBID}={string_literal(job_id)}", *(f'{name}=""' for name in STEP_LABELS))
+        cgroup_labels = (INSTANCE, *(label for label in labels if label != INSTANCE))
+        points |= _read(job, wanted, Ask(cgroup_labels, CGROUP_EXPORTER_METRICS, also), conflicts).points
+    return sorted(points.values(), key=lambda p: (p.timestamp, p.key))
+
+
+class Ask(NamedTuple):
+    """One read's question: the node labels tried in turn, the exporter metrics, more matchers (a job's)."""
+
+    labels: tuple[str, ...]
+    metrics: Iterable[str]
+    also: tuple[str, ...] = ()
+
+
+class Read(NamedTuple):
+    """One read's answer: the points, the exporter names they came from, the node label that found them ('' for none)."""
+
+    points: dict[tuple[str, int], Point]
+    names: set[str]
+    label: str
+
+
+def _read(job: Backfill, wanted: Wanted, ask: Ask, conflicts: list[str] | None, looked: Looked | None = None) -> Read:
+    """The points of the first of the asked labels that gives any: the node's series of the asked metrics over the job's
+    span, read CHUNK_S at a time and joined per series (so a counter's rises span the chunks) before they are named."""
+    for label in ask.labels:
+        if looked is not None:
+            looked.labels.append(label)
+        sel = selector(job.host, label, ask.metrics, ask.also)
+        joined: dict[tuple[tuple[str, str], ...], Series] = {}
         chunk_end = job.end_ms
         while chunk_end >= job.start_ms:
             span_ms = min(CHUNK_S * 1000, chunk_end - job.start_ms + 1)
             # a range selector at time t holds the samples in (t - span, t]
-            found = query(job.url, f"{sel}[{span_ms}ms]", at=chunk_end / 1000, timeout=job.timeout)
-            for where, samples in keyed_samples(found, wanted, conflicts).items():
-                for stamp, value in samples:
-                    if job.start_ms <= stamp <= job.end_ms:
-                        step = round((stamp - job.start_ms) / (job.step_s * 1000)) if job.step_s > 0 else 0
-                        points[(where, stamp)] = Point(where, value, stamp, step)
+            for found in query(job.url, f"{sel}[{span_ms}ms]", at=chunk_end / 1000, timeout=job.timeout):
+                joined.setdefault(tuple(sorted(found.labels.items())), Series(found.labels, [])).samples.extend(found.samples)
             chunk_end -= span_ms
+        whole = [Series(s.labels, sorted(s.samples)) for s in joined.values()]
+        points: dict[tuple[str, int], Point] = {}
+        for where, samples in keyed_samples(whole, wanted, conflicts).items():
+            for stamp, value in samples:
+                if job.start_ms <= stamp <= job.end_ms:
+                    step = round((stamp - job.start_ms) / (job.step_s * 1000)) if job.step_s > 0 else 0
+                    points[(where, stamp)] = Point(where, value, stamp, step)
         if points:
-            if matched is not None:
-                matched.append(label)
-            break
-    return sorted(points.values(), key=lambda p: (p.timestamp, p.key))
+            return Read(points, {s.labels.get("__name__", "") for s in whole if series_key(s.labels, wanted) is not None}, label)
+    return Read({}, set(), "")
 
 
 def final_backfill(source: PrometheusSource, run_start_ms: int, run_end_ms: int) -> list[Point]:

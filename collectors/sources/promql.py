@@ -1,9 +1,11 @@
-"""Read dcgm-exporter's series from a Prometheus server's HTTP API and name them with catalogue keys.
+"""Read GPU exporters' series from a Prometheus server's HTTP API and name them with catalogue keys.
 
 dcgm-exporter publishes one series per GPU (labels `gpu`, `UUID`, `device`, `modelName`, `Hostname`; newer
 exporters spell it `hostname`, so both are tried) and per MIG slice (`GPU_I_ID`, `GPU_I_PROFILE` besides); Prometheus adds `job` and `instance`.
-An NVML/GPM exporter with the same labels is read too: `radt monitor --prometheus-port` (radt_sm_active,
-... in catalogue units); where a node runs both, dcgm-exporter's series is the one kept.
+An NVML/GPM exporter with the same labels is read too: `radt monitor --prometheus-port` (radt_sm_active, ...). So is
+the NVML exporter of Princeton's jobstats (nvidia_gpu_*: the GPU by `ordinal`, NVML's index, else `minor_number`, its
+`uuid`; the node only by its scrape target, `instance` node:9445), and its cgroup exporter's series of a Slurm job
+(cgroup_*{jobid}). Where a node runs two, dcgm-exporter's series is the one kept (catalogue.EXPORTER_FAMILIES' order).
 The values are read raw (a range selector, `metric[30s]`), with the scrape's own timestamps, so
 nothing is resampled, repeated by the lookback window or dropped between steps as `query_range` would.
 """
@@ -15,17 +17,19 @@ import math
 import re
 import threading
 from collections.abc import Iterable, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import requests
 
 from radt.catalogue import (
+    CGROUP_EXPORTER_METRICS,
     CLOCK_REASON_BITS,
     DCGM_CLOCK_REASON_TAGS,
-    DCGM_EXPORTER_FB_FREE,
     DCGM_EXPORTER_METRICS,
     DCGM_EXPORTER_NAMES,
     DCGM_EXPORTER_TAGS,
+    EXPORTER_COUNTERS,
+    EXPORTER_FAMILIES,
     EXPORTER_METRICS,
     clock_reason_series,
     key,
@@ -108,7 +112,7 @@ def _cause(exc: BaseException) -> BaseException:
     return exc
 
 
-def _get(url: str, path: str, params: Mapping[str, str], timeout: float) -> dict:
+def _get(url: str, path: str, params: Mapping[str, str], timeout: float) -> Any:
     """One API call's `data`; PromError when the server is not there or says error."""
     try:
         response = _session().get(f"{url.rstrip('/')}{path}", params=params, timeout=timeout)
@@ -141,6 +145,21 @@ def query(url: str, promql: str, at: float | None = None, timeout: float = TIMEO
     return []
 
 
+def label_values(url: str, label: str, match: str, start_ms: int | None = None, end_ms: int | None = None, timeout: float = TIMEOUT) -> list[str]:
+    """The values `label` takes in the series `match` selects over [start_ms, end_ms] (all the server holds without them):
+    Prometheus' index only, no sample read."""
+    return list(_get(url, f"/api/v1/label/{label}/values", {"match[]": match} | _span(start_ms, end_ms), timeout))
+
+
+def series(url: str, match: str, start_ms: int | None = None, end_ms: int | None = None, timeout: float = TIMEOUT) -> list[dict[str, str]]:
+    """The label sets of the series `match` selects over [start_ms, end_ms]: Prometheus' index only, no sample read."""
+    return list(_get(url, "/api/v1/series", {"match[]": match} | _span(start_ms, end_ms), timeout))
+
+
+def _span(start_ms: int | None, end_ms: int | None) -> dict[str, str]:
+    return ({"start": f"{start_ms / 1000:.3f}"} if start_ms is not None else {}) | ({"end": f"{end_ms / 1000:.3f}"} if end_ms is not None else {})
+
+
 def query_range(url: str, promql: str, start: float, end: float, step: float, timeout: float = TIMEOUT) -> list[Series]:
     """`query_range` evaluated every `step` seconds (resampled: the last value within Prometheus' lookback)."""
     params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
@@ -148,91 +167,56 @@ def query_range(url: str, promql: str, start: float, end: float, step: float, ti
     return [Series(r["metric"], [(round(t * 1000), _value(v)) for t, v in r["values"]]) for r in data["result"]]
 
 
-def _quote(text: str) -> str:
+def string_literal(text: str) -> str:
     return json.dumps(text)  # a PromQL string literal: double quotes, backslash escapes
 
 
-def selector(host: str | None, host_label: str = DEFAULT_HOST_LABEL, metrics: Iterable[str] = EXPORTER_METRICS) -> str:
-    """{__name__=~"DCGM_FI_...|...", Hostname="node-7"}; with host_label "instance", any port of that host."""
+def selector(host: str | None, host_label: str = DEFAULT_HOST_LABEL, metrics: Iterable[str] = EXPORTER_METRICS, also: Iterable[str] = ()) -> str:
+    """{__name__=~"DCGM_FI_...|...", Hostname="node-7"}; with host_label "instance", any port of that host; `also`: more matchers."""
     names = "|".join(re.escape(m) for m in metrics)
-    matchers = [f"__name__=~{_quote(names)}"]
+    matchers = [f"__name__=~{string_literal(names)}"]
     if host:
-        matchers.append(_host_matcher(host, host_label))
-    return "{" + ", ".join(matchers) + "}"
+        matchers.append(host_matcher(host, host_label))
+    return "{" + ", ".join([*matchers, *also]) + "}"
 
 
-def _host_matcher(host: str, host_label: str) -> str:
-    """Hostname="node-7"; with host_label "instance", any port of that host."""
-    if host_label == "instance":
-        return f"instance=~{_quote(re.escape(host) + '(:[0-9]+)?')}"
-    return f"{host_label}={_quote(host)}"
+INSTANCE = "instance"  # the scrape target Prometheus labels every series with: node:port where targets are named by node
+
+
+def host_matcher(host: str, host_label: str) -> str:
+    """Hostname="node-7"; with host_label "instance", any port of that host (jobstats' node:9445)."""
+    if host_label == INSTANCE:
+        return f"instance=~{string_literal(re.escape(host) + '(:[0-9]+)?')}"
+    return f"{host_label}={string_literal(host)}"
 
 
 JOB_LABELS = ("jobid", "hpc_job")  # the Slurm job an exporter says uses a device (a prolog's mapping; dcgm-exporter's --hpc-job-mapping-dir)
+JOBID = JOB_LABELS[0]  # jobstats' exporters' label (its NVML exporter's, from its prolog's /run/gpustat; its cgroup exporter's)
+USER_LABELS = ("userid",)  # jobstats' NVML exporter names the job's user beside its jobid: still the device's one series
+STEP_LABELS = ("step", "task")  # the cgroup exporter's cgroup of one step or task of a job; neither: the whole job's
+# a series' GPU: dcgm-exporter's and radt's `gpu` (NVML's index), jobstats' `ordinal` (NVML's), else its `minor_number`
+# (/dev/nvidia<N>, its only index before 2024); its UUID: dcgm-exporter's `UUID`, jobstats' `uuid`
+GPU_INDEX_LABELS = ("gpu", "ordinal", "minor_number")
+UUID_LABELS = ("UUID", "uuid")
 POD_LABELS = ("pod", "exported_pod")  # the Kubernetes pod dcgm-exporter says uses a device (exported_: renamed by a scrape of a pod)
 ERROR_LABELS = ("err_code", "err_msg")  # newer dcgm-exporters label the XID series with its code: still the device's one series
 XID_TAG = "XIDER"  # the XID field's dmon tag; its dcgm-exporter series holds the last XID (see _new_xids)
 
 
-class Labelled(NamedTuple):
-    """The GPUs an exporter labelled with a job, and which label said so (jobid, hpc_job)."""
+def gpu_index(labels: Mapping[str, str]) -> int | None:
+    """A series' GPU by its exporter's index label (GPU_INDEX_LABELS, the first it has); None where it has none."""
+    text = next((labels[name] for name in GPU_INDEX_LABELS if labels.get(name)), "")
+    return int(text) if text.isdigit() else None
 
-    label: str
-    gpus: tuple[int, ...]
+
+def series_uuid(labels: Mapping[str, str]) -> str:
+    """A series' GPU or MIG device UUID (UUID_LABELS); '' where it has none."""
+    return next((labels[name] for name in UUID_LABELS if labels.get(name)), "")
 
 
-def _range(start_ms: int, end_ms: int) -> str:
+def duration(start_ms: int, end_ms: int) -> str:
     """A range selector's duration covering [start_ms, end_ms] whole, as evaluated at end_ms ('3600001ms'; at least 1 ms)."""
     return f"{max(1, end_ms - start_ms + 1)}ms"
-
-
-LABELLED_BY = tuple(DCGM_EXPORTER_NAMES[tag] for tag in ("GPUTL", "SMACT", "FBUSD", "POWER"))  # any exporter has one
-
-
-def labelled_gpus(
-    url: str, host: str, host_labels: Iterable[str], job_ids: Iterable[str], start_ms: int, end_ms: int, timeout: float = TIMEOUT
-) -> Labelled | None:
-    """The node's GPUs whose series an exporter labelled with one of `job_ids` over [start_ms, end_ms] (dcgm-exporter's
-    hpc_job from its HPC job mapping, or a prolog's jobid); None where no series carries such a label. A MIG slice's
-    series name a slice, not a GPU of the job's own: they are not taken. One query per node label tried: the parts are
-    per metric (count_over_time drops the metric's name, and two metrics of one GPU would clash) joined by `or`."""
-    wanted = _quote("|".join(re.escape(j) for j in dict.fromkeys(job_ids) if j))
-    span = _range(start_ms, end_ms)
-    for host_label in host_labels:
-        where = _host_matcher(host, host_label)
-        parts = [
-            f"count by (gpu, GPU_I_ID, {label}) (count_over_time({metric}{{{where}, {label}=~{wanted}}}[{span}]))"
-            for label in JOB_LABELS
-            for metric in LABELLED_BY
-        ]
-        found = query(url, " or ".join(parts), at=end_ms / 1000, timeout=timeout)
-        for label in JOB_LABELS:
-            gpus = sorted({int(s.labels["gpu"]) for s in found if s.labels.get(label) and s.labels.get("gpu", "").isdigit() and not s.labels.get("GPU_I_ID")})
-            if gpus:
-                return Labelled(label, tuple(gpus))
-    return None
-
-
-class GpuMemory(NamedTuple):
-    """A GPU's memory as its driver reports it (MiB: the exporter's FB_FREE + FB_USED), and its model name (modelName)."""
-
-    total_mib: float
-    model: str
-
-
-def gpu_memory(url: str, host: str, host_labels: Iterable[str], gpus: Iterable[int], start_ms: int, end_ms: int, timeout: float = TIMEOUT) -> GpuMemory | None:
-    """The memory and model of the node's GPUs `gpus` (the largest of them), from dcgm-exporter's last FB_FREE and FB_USED
-    over [start_ms, end_ms]; None where the exporter publishes no FB_FREE for them."""
-    span = _range(start_ms, end_ms)
-    wanted = _quote("|".join(str(g) for g in gpus))
-    for host_label in host_labels:
-        where = f'{_host_matcher(host, host_label)}, gpu=~{wanted}, GPU_I_ID=""'
-        free, used = (f"last_over_time({name}{{{where}}}[{span}])" for name in (DCGM_EXPORTER_FB_FREE, DCGM_EXPORTER_NAMES["FBUSD"]))
-        found = query(url, f"max by (gpu, modelName) ({free} + {used} or {free})", at=end_ms / 1000, timeout=timeout)
-        sizes = [(s.samples[0][1], s.labels.get("modelName", "")) for s in found if s.samples and math.isfinite(s.samples[0][1])]
-        if sizes:
-            return GpuMemory(*max(sizes))
-    return None
 
 
 def owners(environ: Mapping[str, str]) -> dict[str, str]:
@@ -263,11 +247,11 @@ class Wanted(NamedTuple):
         """(NVML index, GPU instance id or None) of a series the run watches; None for another GPU's, slice's, job's or pod's."""
         if any(labels.get(name) and labels[name] != value for name, value in self.owners.items()):
             return None  # the exporter says another Slurm job (or pod) uses it
-        uuid = labels.get("UUID", "")
+        uuid, index = series_uuid(labels), gpu_index(labels)
         if uuid in self.uuids:
             gpu = self.uuids[uuid]
-        elif labels.get("gpu", "").isdigit():
-            gpu = int(labels["gpu"])
+        elif index is not None:
+            gpu = index
         else:
             return None
         gi_text = labels.get("GPU_I_ID", "")
@@ -288,23 +272,43 @@ class Wanted(NamedTuple):
         named_mig = any(v.startswith("mig-") for v in values)
         for given in self.given:
             old, token = OLD_MIG.match(given), given.lower()
-            if old and mig is not None and labels.get("UUID", "").lower() == old.group(1).lower() and mig == int(old.group(2)):
+            if old and mig is not None and series_uuid(labels).lower() == old.group(1).lower() and mig == int(old.group(2)):
                 return True
             if not old and token.startswith("mig-") and mig is not None and token in values:
                 return True
-            if token.startswith("gpu-") and mig is None and labels.get("UUID", "").lower() == token:
+            if token.startswith("gpu-") and mig is None and series_uuid(labels).lower() == token:
                 return True
         return not named_mig and any(labels.get(name) == value for name, value in self.owners.items())
 
+    def owns_job(self, labels: Mapping[str, str]) -> bool:
+        """Whether a series of a Slurm job's cgroup is the whole of the run's job (the cgroup exporter's jobid; no step, no task)."""
+        job = self.owners.get(JOBID)
+        return bool(job) and labels.get(JOBID) == job and not any(labels.get(name) for name in STEP_LABELS)
+
 
 def series_key(labels: Mapping[str, str], wanted: Wanted) -> tuple[str, float] | None:
-    """(catalogue key, scale) of an exporter series the run watches, e.g. system/gpu_0_mig_3_sm_active; None otherwise."""
-    metric = EXPORTER_METRICS.get(labels.get("__name__", ""))
+    """(catalogue key, scale) of an exporter series the run watches, e.g. system/gpu_0_mig_3_sm_active, or the run's Slurm
+    job's own CPU from its cgroup (system/process_cpu_utilization_percentage); None otherwise."""
+    name = labels.get("__name__", "")
+    if name in CGROUP_EXPORTER_METRICS:
+        metric, scale = CGROUP_EXPORTER_METRICS[name]
+        return (key(metric), scale) if wanted.owns_job(labels) else None
+    found = EXPORTER_METRICS.get(name)
     place = wanted.place(labels)
-    if metric is None or place is None:
+    if found is None or place is None:
         return None
-    name, scale = metric
-    return key(name, place[0], mig=place[1]), scale
+    metric, scale = found
+    return key(metric, place[0], mig=place[1]), scale
+
+
+def scaled(value: float, scale: float) -> float:
+    """A value in the exporter's unit in the catalogue's: a scale below 1 divides (136074 mW / 1000 is 136.074 W exactly)."""
+    return value * scale if scale >= 1 else value / (1 / scale)
+
+
+def _rates(samples: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """A counter's rise per second between each two samples, at the later one; none across a reset (a fall)."""
+    return [(t, (v - u) * 1000 / (t - s)) for (s, u), (t, v) in zip(samples, samples[1:], strict=False) if t > s and v >= u]
 
 
 def _keyed(series: Series, wanted: Wanted) -> list[tuple[str, list[tuple[int, float]]]]:
@@ -314,7 +318,10 @@ def _keyed(series: Series, wanted: Wanted) -> list[tuple[str, list[tuple[int, fl
     if named is None:
         return []
     where, scale = named
-    samples = [(t, v * scale) for t, v in series.samples if not math.isnan(v)]
+    samples = [(t, v) for t, v in series.samples if not math.isnan(v)]
+    if series.labels.get("__name__") in EXPORTER_COUNTERS:
+        samples = _rates(samples)
+    samples = [(t, scaled(v, scale)) for t, v in samples]
     if DCGM_EXPORTER_TAGS.get(series.labels.get("__name__", "")) not in DCGM_CLOCK_REASON_TAGS:
         return [(where, samples)]
     place = wanted.place(series.labels)
@@ -333,6 +340,9 @@ def _new_xids(samples: list[tuple[int, float]], born: bool) -> list[tuple[int, f
     return out
 
 
+_RANK = {name: rank for rank, family in reversed(list(enumerate(EXPORTER_FAMILIES))) for name in family.metrics}  # a name's family's place
+
+
 def keyed_samples(found: Iterable[Series], wanted: Wanted, conflicts: list[str] | None = None) -> dict[str, list[tuple[int, float]]]:
     """{catalogue key: [(timestamp ms, value in the catalogue unit)]} of the watched series; NaN samples left out.
 
@@ -343,7 +353,7 @@ def keyed_samples(found: Iterable[Series], wanted: Wanted, conflicts: list[str] 
     dcgm-exporter's clock event reasons bitmask becomes the three clocks_* series, its XID gauge the new XIDs (_new_xids)."""
     out: dict[str, list[tuple[int, float]]] = {}
     owner: dict[str, dict[str, str]] = {}
-    found = sorted(found, key=lambda s: s.labels.get("__name__", "") not in DCGM_EXPORTER_METRICS)  # dcgm-exporter's first
+    found = sorted(found, key=lambda s: _RANK.get(s.labels.get("__name__", ""), len(EXPORTER_FAMILIES)))  # dcgm-exporter's first
     for series in found:
         for where, samples in _keyed(series, wanted):
             if where in owner:
@@ -375,7 +385,7 @@ def _same_exporter(labels: Mapping[str, str], other: Mapping[str, str]) -> bool:
 def _device(labels: Mapping[str, str], *also: str) -> dict[str, str]:
     """A series' labels without those naming who used the device (a job's, a pod's) or the error it reports (and `also`):
     what names the device itself."""
-    left_out = {*JOB_LABELS, *POD_LABELS, *ERROR_LABELS, *also}
+    left_out = {*JOB_LABELS, *USER_LABELS, *POD_LABELS, *ERROR_LABELS, *also}
     return {k: v for k, v in labels.items() if k not in left_out}
 
 
