@@ -63,6 +63,7 @@ import sqlalchemy as sa
 from radt import settings
 from radt.catalogue import MIB, MetricName, key
 from radt.collectors.diagnose.stored import diagnose_and_store
+from radt.collectors.sources.gpushare import power_estimate
 from radt.collectors.store.stores import MetricStore, StoreUnavailable, open_metric_store
 from radt.collectors.store.tracking import NewRun, connect, create_run, find_runs, redact, resolve_experiment, set_tags
 from radt.collocation import MPS, SHARED
@@ -119,6 +120,9 @@ GPU_METRICS = [
     MetricName.ENERGY_JOULES,
     MetricName.TEMPERATURE_CELSIUS,
     MetricName.CLOCKS_POWER_CAPPED,
+    MetricName.RUN_SM_UTILIZATION_PERCENTAGE,  # the run's own share of the GPU (NVML per process), beside the device's
+    MetricName.RUN_MEMORY_UTILIZATION_PERCENTAGE,
+    MetricName.RUN_POWER_WATTS,
 ]
 HOST_METRICS = [
     MetricName.CPU_UTILIZATION_PERCENTAGE,
@@ -516,6 +520,8 @@ def record_gpu(rng: np.random.Generator, workload: WorkloadSpec, runs: list[RunD
     for offset, run in zip(offsets, runs):
         mine = slice(offset, offset + run.samples)
         recorded = {key(name, GPU): values[mine] for name, values in device.items()}
+        if workload.cap >= 1:
+            recorded |= _own_share(run, device, (total(MetricName.GR_ENGINE_ACTIVE)[mine], total(MetricName.DRAM_ACTIVE)[mine], contexts[mine]), mine)
         recorded[key(MetricName.ENERGY_JOULES, GPU)] = np.concatenate([[0.0], np.cumsum(power[mine][:-1] * INTERVAL_S)])  # since the run began
         recorded[key(MetricName.PROCESS_MEMORY_MEGABYTES, GPU)] = run.demand[MetricName.MEMORY_USAGE_MEGABYTES]  # its own processes' alone, shared GPU or not
         if run.spec.mig is not None:  # its slice: its own work and memory, as fractions of the whole GPU; 100 % = the slice's memory
@@ -524,6 +530,23 @@ def record_gpu(rng: np.random.Generator, workload: WorkloadSpec, runs: list[RunD
             recorded[key(MetricName.MEMORY_USAGE_MEGABYTES, GPU, mig=run.spec.mig)] = own
             recorded[key(MetricName.MEMORY_USAGE_PERCENTAGE, GPU, mig=run.spec.mig)] = 100 * own / workload.memory_cap_mb
         run.series = {k: recorded[k] if k in recorded else run.series[k] for k in hardware_keys(run.spec)}
+
+
+def _own_share(run: RunData, device: dict[str, np.ndarray], totals: tuple[np.ndarray, np.ndarray, np.ndarray], mine: slice) -> dict[str, np.ndarray]:
+    """What NVML's per-process samples give a run on a whole GPU: its part of the device's utilization and memory-controller
+    time by its own work's share, and the power estimate radt makes of it (gpushare.power_estimate, second by second)."""
+    gract, dram, owners = totals
+    share = np.divide(run.demand[MetricName.GR_ENGINE_ACTIVE], gract, out=np.zeros(len(gract)), where=gract > 0)
+    util = device[MetricName.UTILIZATION_PERCENTAGE][mine]
+    own_dram = np.divide(run.demand[MetricName.DRAM_ACTIVE], np.maximum(dram, 1.0))  # a whole memory controller at most
+    power = device[MetricName.POWER_USAGE_WATTS][mine]
+    held = run.demand[MetricName.MEMORY_USAGE_MEGABYTES] > 0  # a run without its CUDA context yet (or any more) owns nothing
+    watts = [power_estimate(p, IDLE_W, s, 1.0 if g > 0 else 0.0, max(1, int(o))) if h else 0.0 for p, s, g, o, h in zip(power, share, gract, owners, held)]
+    return {
+        key(MetricName.RUN_SM_UTILIZATION_PERCENTAGE, GPU): np.round(util * share),
+        key(MetricName.RUN_MEMORY_UTILIZATION_PERCENTAGE, GPU): np.round(100 * own_dram),
+        key(MetricName.RUN_POWER_WATTS, GPU): np.asarray(watts),
+    }
 
 
 def _gpu_entries(run: RunSpec, workload: WorkloadSpec) -> list[dict]:

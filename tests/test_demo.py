@@ -314,6 +314,33 @@ def test_runs_sharing_a_gpu_record_its_totals_and_each_trains_slower():
     assert {run.spec.mig for run in made["4 MIG 3g.40gb"]} == {1, 2}, "two slices, two GPU instances"
 
 
+def test_runs_sharing_a_gpu_record_their_own_share_of_it_beside_the_devices():
+    """The newcomer's complaint (issue #55): the demo's collocated runs drew one device line each, hiding each other. Each
+    run records its own share too (as NVML's per-process samples give radt): alone the device's utilization, together two
+    different lines that never sum past it, and a power estimate that splits the GPU's power between them."""
+    experiment = demo.EXPERIMENTS[0]
+    made = {w.name: demo.generate_workload(0, experiment, w, 5) for w in experiment.workloads}
+    sm, util = key("run_sm_utilization_percentage", 0), key("utilization_percentage", 0)
+    watts, device_watts = key("run_power_watts", 0), key("power_usage_watts", 0)
+    (alone,) = made["1 alone"]
+    working = alone.series[util] > 0
+    assert np.allclose(alone.series[sm][working], alone.series[util][working], atol=1), "alone: its share is the GPU's"
+    for name in ("2 same GPU", "3 MPS"):
+        a, b = made[name]
+        shift = b.spec.delay_s - a.spec.delay_s
+        both = min(a.samples - shift, b.samples)
+        mine, theirs = a.series[sm][shift : shift + both], b.series[sm][:both]
+        assert not np.array_equal(mine, theirs), f"{name}: two lines, not one"
+        assert (mine + theirs <= a.series[util][shift : shift + both] + 1).all(), f"{name}: the shares never sum past the device"
+        power = a.series[watts][shift : shift + both] + b.series[watts][:both]
+        own = key("process_memory_megabytes", 0)
+        held = (a.series[own][shift : shift + both] > 0) | (b.series[own][:both] > 0)  # before any CUDA context the idle GPU is nobody's
+        assert held.sum() > 0.9 * both
+        assert np.allclose(power[held], a.series[device_watts][shift : shift + both][held], rtol=1e-6), f"{name}: the estimates split the GPU's power"
+    for run in made["4 MIG 3g.40gb"]:
+        assert sm not in run.series, "a MIG slice: its own activity is the slice's series"
+
+
 def _hold_metrics(pg_uri: str):
     """Another connection holding MLflow's metrics table (a long transaction, a migration): every bulk write waits on it."""
     import psycopg2
