@@ -18,7 +18,6 @@ It lives on the dashboard side because the summaries are the dashboard's; the st
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 from collections.abc import Sequence
@@ -30,7 +29,7 @@ from radt import mlflowdb, rollups, summarytable
 from radt.app.figures.words import counted
 from radt.app.summary.summarystore import readable, store_summaries
 from radt.errors import UserError
-from radt.options import store_parent
+from radt.options import span_ms, store_parent
 from radt.settings import STORE_TIMEOUT, display_uri, tracking_uri
 
 LIVE_STATUSES = ("RUNNING", "SCHEDULED")  # their runs still grow: never cut
@@ -40,8 +39,6 @@ KEYS_PER_DELETE = 500  # keys per IN list (SQLite's old limit is 999 variables p
 # raw points dropped per transaction (runs together, a longer run alone): SQLite deletes ~100,000 a second, and a live
 # run's writer waits for the store's write lock no longer than RADT_STORE_TIMEOUT (5 s)
 POINTS_PER_CUT = 100_000
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([dh])")
-_UNIT_MS = {"d": 86_400_000, "h": 3_600_000}
 
 
 class RetainError(UserError):
@@ -53,14 +50,6 @@ class Totals(NamedTuple):
     points: int  # raw points dropped (or that would be)
     rollup_rows: int  # rollup rows kept for the dropped span of those runs
     seconds: float
-
-
-def parse_duration(text: str) -> int:
-    """'30d' or '12h' -> milliseconds."""
-    found = _DURATION.fullmatch(text.strip().lower())
-    if not found or float(found.group(1)) <= 0:
-        raise RetainError(f"--raw {text!r} is not a duration; give days or hours, such as --raw 30d or --raw 12h")
-    return int(float(found.group(1)) * _UNIT_MS[found.group(2)])
 
 
 def cutoff_ms(keep_ms: int, now_ms: int | None = None) -> int:
@@ -347,10 +336,10 @@ def main(argv: list[str]) -> int:
         description="Drop the raw points of ended runs older than --raw from MLflow's metrics table; radt's rollups, each run's "
         "summary and MLflow's latest values stay. Nothing happens unless this is run (e.g. daily from cron).",
     )
-    parser.add_argument("--raw", required=True, metavar="DURATION", help="keep raw points this recent: days or hours, e.g. 30d or 12h")
+    parser.add_argument("--raw", required=True, metavar="DURATION", help="keep raw points this recent: a span of minutes, hours, days or weeks, e.g. 30d, 12h or 2w")
     parser.add_argument("--dry-run", action="store_true", help="count what would be dropped; change nothing")
     args = parser.parse_args(argv)
-    keep_ms = parse_duration(args.raw)
+    keep_ms = span_ms(args.raw, "--raw")  # the one span parser (radt/options.py): 30d, 12h, 2w
     totals = retain(tracking_uri(args.store), keep_ms, dry_run=args.dry_run)
     verb = "would drop" if args.dry_run else "dropped"
     print(

@@ -213,8 +213,8 @@ def test_dry_run_counts_what_would_go_and_changes_nothing(store_uri, capsys):
 
 def test_retain_errors_are_one_line(store_uri, tmp_path, capsys):
     for argv, said in (
-        (["--raw", "30 days", "--store", store_uri], "--raw '30 days' is not a duration; give days or hours"),
-        (["--raw", "0d", "--store", store_uri], "is not a duration"),
+        (["--raw", "30 days", "--store", store_uri], "--raw '30 days' is not a span of time; give minutes, hours, days or weeks"),
+        (["--raw", "0d", "--store", store_uri], "is not a span of time"),
         (["--raw", "30d", "--store", "http://127.0.0.1:1"], "not a SQLite or PostgreSQL store"),
         (["--raw", "30d", "--store", "postgresql://postgres@127.0.0.1:1/none"], "unreachable"),
         (["--raw", "30d", "--store", str(tmp_path / "typo.db")], "no SQLite store at"),
