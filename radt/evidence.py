@@ -192,7 +192,7 @@ def _evidence(run_id: str, row: Mapping, tags: Mapping[str, str], keys: Mapping[
     for gpu in gpus.values():
         gpu.used = _used(gpu)
         if gpu.memory_total_mb is None:
-            gpu.memory_total_mb = _memory_from_share(gpu)
+            gpu.memory_total_mb = memory_from_share(gpu)
     evidence.gpus = [gpus[d] for d in sorted(gpus, key=Device.sort_key)]
     return evidence
 
@@ -208,13 +208,14 @@ def _memory(entry: Mapping, tags: Mapping[str, str]) -> float | None:
     return None
 
 
-def _memory_from_share(gpu: GpuEvidence) -> float | None:
-    """A GPU's memory size from its used MB and used % at the same bucket (runs recorded before radt.gpus held the size)."""
+def memory_from_share(gpu: GpuEvidence) -> float | None:
+    """A GPU's memory size (MB) from its used MB and used % (runs recorded before radt.gpus held the size): radt records the
+    % as used ÷ size, so a bucket's peak of each gives the size; the largest over the buckets where the GPU held any."""
     used, share = gpu.series.get(MetricName.MEMORY_USAGE_MEGABYTES), gpu.series.get(MetricName.MEMORY_USAGE_PERCENTAGE)
     if used is None or share is None:
         return None
-    by_ms = dict(zip(share.bucket_ms, share.mean))
-    sizes = [mb * 100 / by_ms[ms] for ms, mb in zip(used.bucket_ms, used.mean) if math.isfinite(mb) and by_ms.get(ms, math.nan) > 1]
+    by_ms = dict(zip(share.bucket_ms, share.high))
+    sizes = [mb * 100 / by_ms[ms] for ms, mb in zip(used.bucket_ms, used.high) if math.isfinite(mb) and by_ms.get(ms, math.nan) > 0]
     return max(sizes) if sizes else None
 
 

@@ -75,6 +75,9 @@ def test_the_real_logs_are_diagnosed_as_their_numbers_say_when_imported(store_ur
     assert "4 of 5 GPUs idle" in tags[diagnosis_tag(IDLE_GPUS)] and all(f"GPU {g} 100%" in tags[diagnosis_tag(IDLE_GPUS)] for g in (1, 2, 3, 4))
     assert "GPU 0 " not in tags[diagnosis_tag(IDLE_GPUS)] + " ", "the busy GPU is not called idle"
     assert "input_starved (no CPU series)" in tags[DIAGNOSIS_LACKING_TAG], "no CPU log: said once, not guessed"
+    assert "GPU 0: peak memory 0.4 GB of 40 GB, SMACT p95 0.00: fits a 1g.5gb MIG slice" in tags[diagnosis_tag(FITS_SMALLER)], (
+        "the GPU's size from its used MB and % (radt.gpus of an imported log has none): the one rule, a bucket's peaks"
+    )
 
     full_codes = codes_of(_tags(store_uri, full))
     assert SMALL_KERNELS not in full_codes and IDLE_GPUS in full_codes

@@ -23,7 +23,7 @@ from radt import cli, mlflowdb
 from radt.collectors.cluster.slurmimport import job_tags
 from radt.collectors.imports import importer
 from radt.collectors.slurm.slurmacct import Job
-from radt.diagnosis import IDLE_GPUS, LABELS, NO_TENSOR_CORES, SMALL_KERNELS
+from radt.diagnosis import FITS_SMALLER, IDLE_GPUS, LABELS, NO_TENSOR_CORES, SMALL_KERNELS
 from radt.runmodel import DIAGNOSIS_PREFIX, DIAGNOSIS_TAG, FOOTPRINT_PREFIX
 from tests.support.paths import FIXTURES
 
@@ -212,7 +212,7 @@ def test_the_small_kernel_microbenchmark_reports_its_findings_gpus_and_figures(b
     assert figures["Basis"] == "250 gCO2eq/kWh, PUE 1.5, 3 EUR per GPU-hour"
 
     findings = _findings(_section(out, "Findings"))
-    assert set(findings) == {LABELS[IDLE_GPUS], LABELS[SMALL_KERNELS]}
+    assert set(findings) == {LABELS[IDLE_GPUS], LABELS[SMALL_KERNELS], LABELS[FITS_SMALLER]}, "0.4 GB of 40 GB, SMACT ~0: a 1g.5gb slice"
     assert "GPU 1 100%, GPU 2 100%, GPU 3 100%, GPU 4 100%" in findings[LABELS[IDLE_GPUS]]
     assert "What to do: a larger batch" in findings[LABELS[SMALL_KERNELS]], "each finding with its action"
     assert any("input_starved (no CPU series)" in line for line in _section(out, "Not judged"))
@@ -287,7 +287,7 @@ def test_runs_without_a_diagnosis_are_diagnosed_for_the_report_and_nothing_is_wr
     small, big, _summary = _reports(out)
     for part in (small, big):
         assert any(title.startswith("Findings (diagnosed for this report, not stored") for title in _blocks(part))
-    assert set(_findings(_section(small, "Findings"))) == {LABELS[IDLE_GPUS], LABELS[SMALL_KERNELS]}
+    assert set(_findings(_section(small, "Findings"))) == {LABELS[IDLE_GPUS], LABELS[SMALL_KERNELS], LABELS[FITS_SMALLER]}
     assert set(_findings(_section(big, "Findings"))) == {LABELS[IDLE_GPUS], LABELS[NO_TENSOR_CORES]}
     figures = _pairs(_section(small, "Energy"))
     assert _number(figures["GPU-hours"]) == pytest.approx(5 * _span_s(SMALL[0]) / 3600, rel=1e-3)

@@ -26,7 +26,7 @@ from radt import mlflowdb
 from radt.catalogue import Device, MetricName
 from radt.diagnosis import ACTIONS, LABELS, VERSION, Diagnosis, Evidence, Finding, GpuEvidence, codes_of, nominal_gb, parse_spans
 from radt.errors import UserError
-from radt.evidence import CHUNK, gather
+from radt.evidence import CHUNK, gather, memory_from_share
 from radt.footprint import figures_of
 from radt.options import store_parent
 from radt.runmodel import (
@@ -221,16 +221,8 @@ def _cell(gpu: GpuEvidence, metric: str, kind: str) -> str | None:
 
 
 def memory_total(gpu: GpuEvidence) -> float | None:
-    """A GPU's memory size (MB): the evidence's, else from its used MB and used % in the same bucket's peak (radt records
-    the % as used / total, so any reading above 0 holds the size; the evidence asks for 1 % of the mean)."""
-    if gpu.memory_total_mb:
-        return gpu.memory_total_mb
-    used, share = gpu.series.get(MetricName.MEMORY_USAGE_MEGABYTES), gpu.series.get(MetricName.MEMORY_USAGE_PERCENTAGE)
-    if used is None or share is None:
-        return None
-    by_ms = dict(zip(share.bucket_ms, share.high))
-    sizes = [mb * 100 / by_ms[ms] for ms, mb in zip(used.bucket_ms, used.high) if math.isfinite(mb) and by_ms.get(ms, math.nan) > 0]
-    return max(sizes) if sizes else None
+    """A GPU's memory size (MB): the evidence's (radt.gpus, else evidence.memory_from_share, the one rule)."""
+    return gpu.memory_total_mb or memory_from_share(gpu)
 
 
 def memory_sizes(evidence: Evidence) -> dict[Device, float]:
