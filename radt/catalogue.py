@@ -423,6 +423,16 @@ DCGM_EXPORTER_TAGS: dict[str, str] = {
 DCGM_EXPORTER_NAMES: dict[str, str] = {tag: name for name, tag in DCGM_EXPORTER_TAGS.items()}  # dmon tag -> exporter name
 DCGM_EXPORTER_FB_FREE = "DCGM_FI_DEV_FB_FREE"  # free framebuffer (MiB), read with FB_USED for a GPU's memory size, not stored
 DCGM_EXPORTER_METRICS: dict[str, tuple[str, float]] = {metric: DCGM_TAGS[tag] for metric, tag in DCGM_EXPORTER_TAGS.items()}
+# dcgm-exporter's Kubernetes labels (internal/pkg/transformation/const.go): the pod using a device, and more that name
+# it (--use-old-namespace's pod_name, pod_namespace, container_name); a scrape of a pod renames one to exported_<name>
+DCGM_EXPORTER_POD_LABELS = ("pod", "pod_name")
+DCGM_EXPORTER_POD_DETAIL_LABELS = ("namespace", "container", "pod_namespace", "container_name", "pod_uid", "vgpu")
+# --kubernetes-virtual-gpus (time-slicing): these two come as the device's series plus one per pod with the pod's own
+# value (its processes' NVML smUtil summed; their memory in MiB): the run's own share where the pod is the run's
+DCGM_EXPORTER_POD_SHARES: dict[str, tuple[str, float]] = {
+    "DCGM_FI_DEV_GPU_UTIL": (MetricName.RUN_SM_UTILIZATION_PERCENTAGE, 1.0),
+    "DCGM_FI_DEV_FB_USED": (MetricName.PROCESS_MEMORY_MEGABYTES, MIB),
+}
 
 # Princeton's jobstats runs two exporters of its own on each node. plazonic/nvidia_gpu_prometheus_exporter (NVML; port
 # 9445) publishes one series per GPU and MIG slice, labelled ordinal (NVML's index), minor_number (/dev/nvidia<N>), uuid,

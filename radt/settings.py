@@ -22,7 +22,7 @@ import socket
 import sys
 import threading
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Generic, NoReturn, TypeVar
 
@@ -473,6 +473,29 @@ HOST = Setting(
     check=is_host_name,
     accepted="a host name without spaces such as gpu-node-7",
 )
+POD_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # a Kubernetes pod's name: a DNS subdomain
+PROMETHEUS_POD = Setting(
+    "RADT_PROMETHEUS_POD",
+    str,
+    "",
+    "the Kubernetes pod the run runs in, as dcgm-exporter labels a time-shared GPU's per-pod series (pod, pod_name): the "
+    "prometheus listener reads that pod's own GPU utilization and memory as the run's share; empty: HOSTNAME where "
+    "KUBERNETES_SERVICE_HOST says the run is in a pod, else none",
+    check=lambda text: POD_NAME.fullmatch(text) is not None,
+    accepted="a pod's name such as train-7f9c-x2x4z",
+)
+
+
+def prometheus_pod(environ: Mapping[str, str] | None = None) -> str:
+    """The run's pod for dcgm-exporter's per-pod series: RADT_PROMETHEUS_POD, else in a pod its host name (Kubernetes sets
+    HOSTNAME to the pod's name), else '' (none known: no share is read)."""
+    environ = os.environ if environ is None else environ
+    given = PROMETHEUS_POD.get().strip()
+    if given:
+        return given
+    return environ.get("HOSTNAME", "").strip() if environ.get("KUBERNETES_SERVICE_HOST") else ""
+
+
 MEMORY_POINTS = Setting(
     "RADT_MEMORY_POINTS",
     int,

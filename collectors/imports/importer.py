@@ -421,9 +421,9 @@ def prometheus_main(argv: list[str]) -> int:
     Each node of a multi-node run is read for its own host and GPUs into its system/<node>/ keys; a point already in
     the run is not added again, and a gap tag an earlier import left goes once the series are all there."""
     from radt.collectors.sources.prometheus import Backfill, Looked, backfill
-    from radt.collectors.sources.promql import PromError, check_url, host_labels
+    from radt.collectors.sources.promql import POD_LABELS, PromError, check_url, host_labels
     from radt.collectors.store.nodes import node_key
-    from radt.settings import PROMETHEUS_HOST_LABEL
+    from radt.settings import POD_NAME, PROMETHEUS_HOST_LABEL
 
     parser = _prometheus_parser()
     args = parser.parse_args(argv)
@@ -432,6 +432,8 @@ def prometheus_main(argv: list[str]) -> int:
         labels = host_labels(args.host_label if args.host_label is not None else PROMETHEUS_HOST_LABEL.get(), "--host-label")
     except ValueError as exc:
         parser.error(str(exc))
+    if args.pod is not None and not POD_NAME.fullmatch(args.pod):
+        parser.error(f"--pod {args.pod!r} is not a Kubernetes pod's name; give the run's pod as dcgm-exporter labels it, e.g. --pod train-7f9c-x2x4z")
     uri = tracking_uri(args.store)
     client = connect(uri)
     try:
@@ -439,6 +441,8 @@ def prometheus_main(argv: list[str]) -> int:
     except Exception:
         raise BadImport(f"run '{args.run}' not found in {display_uri(uri)}; give a run id of that store (or --store)") from None
     parts = run_parts(run, args.host, args.gpus)
+    if args.pod:  # dcgm-exporter's per-pod series of a time-shared GPU: that pod's own are the run's share
+        parts = [part._replace(owners=part.owners | dict.fromkeys(POD_LABELS, args.pod)) for part in parts]
     try:
         step_s = float(run.data.tags.get(INTERVAL_TAG) or 1.0)
     except ValueError:
@@ -545,6 +549,11 @@ def _prometheus_parser() -> OneLineParser:
         "--host-label",
         help="the exporter's node label, or several joined with ',' tried in turn (default RADT_PROMETHEUS_HOST_LABEL, else Hostname,hostname; "
         "instance: the scrape target)",
+    )
+    parser.add_argument(
+        "--pod",
+        help="the Kubernetes pod the run ran in: where dcgm-exporter splits a time-shared GPU per pod, that pod's own GPU "
+        "utilization and memory become the run's share (run_sm_utilization_percentage, process_memory_megabytes)",
     )
     parser.add_argument("--no-diagnosis", action="store_true", help=argparse.SUPPRESS)  # `radt import --slurm` diagnoses its jobs together
     # `radt import --slurm`: the job's own CPU and memory from its cgroup too (jobstats' cgroup exporter), in a run radt did not record

@@ -27,6 +27,9 @@ from radt.catalogue import (
     DCGM_CLOCK_REASON_TAGS,
     DCGM_EXPORTER_METRICS,
     DCGM_EXPORTER_NAMES,
+    DCGM_EXPORTER_POD_DETAIL_LABELS,
+    DCGM_EXPORTER_POD_LABELS,
+    DCGM_EXPORTER_POD_SHARES,
     DCGM_EXPORTER_TAGS,
     EXPORTER_COUNTERS,
     EXPORTER_FAMILIES,
@@ -36,7 +39,7 @@ from radt.catalogue import (
 )
 from radt.collectors.sources.gpus import OLD_MIG
 from radt.errors import UserError
-from radt.settings import LABEL_NAME, PROMETHEUS_HOST_LABEL, is_http_url
+from radt.settings import LABEL_NAME, PROMETHEUS_HOST_LABEL, is_http_url, prometheus_pod
 
 # the node's label, tried in turn: dcgm-exporter's Hostname, newer exporters' hostname; "instance" matches the scrape target instead
 DEFAULT_HOST_LABELS: tuple[str, ...] = tuple(PROMETHEUS_HOST_LABEL.default.split(","))
@@ -198,7 +201,9 @@ STEP_LABELS = ("step", "task")  # the cgroup exporter's cgroup of one step or ta
 # (/dev/nvidia<N>, its only index before 2024); its UUID: dcgm-exporter's `UUID`, jobstats' `uuid`
 GPU_INDEX_LABELS = ("gpu", "ordinal", "minor_number")
 UUID_LABELS = ("UUID", "uuid")
-POD_LABELS = ("pod", "exported_pod")  # the Kubernetes pod dcgm-exporter says uses a device (exported_: renamed by a scrape of a pod)
+# the Kubernetes pod dcgm-exporter says uses a device, and its other labels of it (exported_: renamed by a scrape of a pod)
+POD_LABELS = (*DCGM_EXPORTER_POD_LABELS, *(f"exported_{name}" for name in DCGM_EXPORTER_POD_LABELS))
+POD_DETAIL_LABELS = (*DCGM_EXPORTER_POD_DETAIL_LABELS, *(f"exported_{name}" for name in DCGM_EXPORTER_POD_DETAIL_LABELS))
 ERROR_LABELS = ("err_code", "err_msg")  # newer dcgm-exporters label the XID series with its code: still the device's one series
 XID_TAG = "XIDER"  # the XID field's dmon tag; its dcgm-exporter series holds the last XID (see _new_xids)
 
@@ -219,16 +224,22 @@ def duration(start_ms: int, end_ms: int) -> str:
     return f"{max(1, end_ms - start_ms + 1)}ms"
 
 
-def owners(environ: Mapping[str, str]) -> dict[str, str]:
-    """The labels an exporter marks a device's user with, and this process's values: its Slurm job's id, its pod's name."""
+def owners(environ: Mapping[str, str], pod: str | None = None) -> dict[str, str]:
+    """The labels an exporter marks a device's user with, and this process's values: its Slurm job's id, its pod's name
+    (`pod`, else settings.prometheus_pod: RADT_PROMETHEUS_POD, else in a pod its host name)."""
     found: dict[str, str] = {}
     job = environ.get("SLURM_JOB_ID", "").strip()
     if job:
         found |= dict.fromkeys(JOB_LABELS, job)
-    pod = environ.get("HOSTNAME", "").strip()
-    if environ.get("KUBERNETES_SERVICE_HOST") and pod:  # in a pod its host name is the pod's name
+    pod = (pod if pod is not None else prometheus_pod(environ)).strip()
+    if pod:
         found |= dict.fromkeys(POD_LABELS, pod)
     return found
+
+
+def pod_of(labels: Mapping[str, str]) -> str:
+    """The pod a series names (POD_LABELS, the first it has); '' for none: a device's own series."""
+    return next((labels[name] for name in POD_LABELS if labels.get(name)), "")
 
 
 class Wanted(NamedTuple):
@@ -340,6 +351,42 @@ def _new_xids(samples: list[tuple[int, float]], born: bool) -> list[tuple[int, f
     return out
 
 
+def _split_shares(found: list[Series], wanted: Wanted) -> tuple[list[Series], dict[str, list[tuple[int, float]]]]:
+    """dcgm-exporter's per-process mode (time-shared GPUs): GPU_UTIL and FB_USED come as the device's series (no pod label)
+    and one per pod with that pod's own value. At a scrape where the device's series has a sample, a pod's sample is
+    the pod's share, never the device's: it is taken out, and where the pod is the run's (wanted.owners) it is the run's
+    share key (DCGM_EXPORTER_POD_SHARES; the copies of one pod's containers once). Every other series is left as it is."""
+    device: dict[tuple[tuple[str, str], ...], set[int]] = {}  # a device's per-process metric -> its own series' scrapes
+    for series in found:
+        if series.labels.get("__name__") in DCGM_EXPORTER_POD_SHARES and not pod_of(series.labels):
+            device.setdefault(_group(series.labels), set()).update(t for t, _ in series.samples)
+    if not device:
+        return found, {}
+    run_pod = next((wanted.owners[name] for name in POD_LABELS if wanted.owners.get(name)), "")
+    kept: list[Series] = []
+    shares: dict[str, dict[int, float]] = {}
+    for series in found:
+        name, pod = series.labels.get("__name__", ""), pod_of(series.labels)
+        stamps = device.get(_group(series.labels), set()) if pod and name in DCGM_EXPORTER_POD_SHARES else set()
+        left = [(t, v) for t, v in series.samples if t not in stamps]
+        if left or not stamps:
+            kept.append(Series(series.labels, left))
+        place = wanted.place(series.labels) if stamps and pod == run_pod else None
+        if place is None:
+            continue
+        metric, scale = DCGM_EXPORTER_POD_SHARES[name]
+        share = shares.setdefault(key(metric, place[0], mig=place[1]), {})
+        for stamp, value in series.samples:
+            if stamp in stamps and not math.isnan(value):
+                share.setdefault(stamp, scaled(value, scale))
+    return kept, {where: sorted(samples.items()) for where, samples in shares.items() if samples}
+
+
+def _group(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """A series' metric and device, whoever uses it: the series of one device's metric, the device's own and its pods'."""
+    return tuple(sorted(_device(labels).items()))
+
+
 _RANK = {name: rank for rank, family in reversed(list(enumerate(EXPORTER_FAMILIES))) for name in family.metrics}  # a name's family's place
 
 
@@ -347,10 +394,12 @@ def keyed_samples(found: Iterable[Series], wanted: Wanted, conflicts: list[str] 
     """{catalogue key: [(timestamp ms, value in the catalogue unit)]} of the watched series; NaN samples left out.
 
     Two series of one device are one: an exporter adds a job's label (jobid, hpc_job, pod) while the job runs and drops it
-    after, so a device's series changes its labels at a job's start and end; their samples are joined. Otherwise two series
+    after, so a device's series changes its labels at a job's start and end; their samples are joined (so are the
+    identical copies dcgm-exporter writes per pod of a time-shared GPU). Per-pod values are not the device's (_split_shares). Otherwise two series
     for one key are never merged: dcgm-exporter's is kept over radt monitor's (both on the node); two of one metric (a
     host label that matches two nodes, two dcgm-exporters) keep the first and say the clash in `conflicts`.
     dcgm-exporter's clock event reasons bitmask becomes the three clocks_* series, its XID gauge the new XIDs (_new_xids)."""
+    found, shares = _split_shares(list(found), wanted)
     out: dict[str, list[tuple[int, float]]] = {}
     owner: dict[str, dict[str, str]] = {}
     found = sorted(found, key=lambda s: _RANK.get(s.labels.get("__name__", ""), len(EXPORTER_FAMILIES)))  # dcgm-exporter's first
@@ -369,7 +418,7 @@ def keyed_samples(found: Iterable[Series], wanted: Wanted, conflicts: list[str] 
     for where, labels in owner.items():
         if labels.get("__name__") == DCGM_EXPORTER_NAMES[XID_TAG] and out[where]:
             out[where] = _new_xids(out[where], born=out[where][0][0] > _first_scrape(found, labels, out[where][0][0]))
-    return out
+    return out | shares
 
 
 def _first_scrape(found: list[Series], labels: Mapping[str, str], default: int) -> int:
@@ -385,7 +434,7 @@ def _same_exporter(labels: Mapping[str, str], other: Mapping[str, str]) -> bool:
 def _device(labels: Mapping[str, str], *also: str) -> dict[str, str]:
     """A series' labels without those naming who used the device (a job's, a pod's) or the error it reports (and `also`):
     what names the device itself."""
-    left_out = {*JOB_LABELS, *USER_LABELS, *POD_LABELS, *ERROR_LABELS, *also}
+    left_out = {*JOB_LABELS, *USER_LABELS, *POD_LABELS, *POD_DETAIL_LABELS, *ERROR_LABELS, *also}
     return {k: v for k, v in labels.items() if k not in left_out}
 
 
