@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from radt.catalogue import MIB, ExporterFamily
 from radt.collectors.slurm.slurmacct import (
@@ -43,7 +43,8 @@ from radt.collectors.sources.exporters import (
     unlabelled,
 )
 from radt.collectors.sources.promql import PromError, host_labels
-from radt.collectors.store.tracking import connect, find_or_create_workload, find_runs, resolve_experiment, set_tags
+from radt.collectors.store.sqltracking import SqlTracking
+from radt.collectors.store.tracking import TAG_LIMIT, connect, find_or_create_workload, find_runs, resolve_experiment, set_tags
 from radt.options import store_parent
 from radt.runmodel import (
     GPU_MEMORY_TAG,
@@ -52,6 +53,8 @@ from radt.runmodel import (
     HOST_TAG,
     NO_SERIES_TAG,
     PARENT_TAG,
+    PROMETHEUS_GAP_TAG,
+    PROMETHEUS_TAG,
     ROLE_TAG,
     RUN_ROLE,
     SLURM_EXPERIMENT_PREFIX,
@@ -73,6 +76,8 @@ if TYPE_CHECKING:
 _SINCE = re.compile(r"^(\d+)([dhm])$")
 WHOLE_NODE = "whole node"  # radt.slurm.gpus_from of a job that had every GPU of its nodes
 UNKNOWN = "unknown"  # radt.slurm.gpus_requested of a job whose GPUs no source counted
+INDEXED = 20  # from this many jobs an import reads each experiment's runs once (one query) instead of searching per job
+NO_GPU = "the job had no GPU"  # radt.slurm.no_series of a job without GPUs: no later import can fill it
 HELD_S = 600  # how long after its end slurmctld may still hold a job (MinJobAge, 300 s by default) and say what it asked for
 UNCOUNTED = (
     "Slurm counts no GPU in its jobs' TRES here (AccountingStorageTRES lacks gres/gpu) and neither the job's AdminComment (radt's prolog, "
@@ -159,7 +164,7 @@ def why_no_series(job: Job, looked: Callable[[list[str]], str] | None = None) ->
     """Why the job's GPU series cannot be taken (None: they can): radt takes a job's own GPUs or none. `looked`: what the
     exporters were asked for and held on the nodes whose GPUs are unknown (': looked for ...; found ...')."""
     if job.gpus_requested == 0 and not any((job.gpus or {}).values()):
-        return "the job had no GPU"
+        return NO_GPU
     if job.gpus_requested is None and not any((job.gpus or {}).values()):
         return UNCOUNTED
     unknown = [node for node in job.nodes if not (job.gpus or {}).get(node)]
@@ -193,6 +198,21 @@ def summary_tags(job: Job) -> dict[str, str]:
 Fill = Callable[[list[str]], int]  # `radt import --prometheus`'s main (importer.prometheus_main), passed in: no import cycle
 
 
+class Batch(Protocol):
+    """Many jobs' series read a node's window at a time (collectors/imports/batchfill.BatchFill, passed in as Fill is)."""
+
+    queries: int
+
+    def plan(self, jobs: list[Job]) -> None: ...
+    def nothing_labelled(self, job: Job, labels: tuple[str, ...]) -> bool: ...
+    def fill(self, run_id: str, created: bool, tags: dict[str, str], job: Job, labels: tuple[str, ...]) -> bool: ...
+    def done(self, job: Job) -> None: ...
+    def close(self) -> None: ...
+
+
+MakeBatch = Callable[[object, str, str], Batch]  # (client, store URI, Prometheus URL) -> a Batch
+
+
 def _fill(fill: Fill, uri: str, run_id: str, job: Job, url: str, labels: tuple[str, ...], job_series: bool) -> int:
     """The job's GPU series from Prometheus into its run (radt import --prometheus's backfill), its node found by `labels`,
     and with `job_series` its own CPU and memory (jobstats' cgroup exporter); its exit code."""
@@ -206,30 +226,97 @@ def _fill(fill: Fill, uri: str, run_id: str, job: Job, url: str, labels: tuple[s
 
 class Imported(NamedTuple):
     """What importing one job did: its run, whether it was made now, why it has no GPU series (None: it has), whether
-    the series were read (False: Prometheus failed; the run has a gap tag and the next import fills it)."""
+    the series were read (False: Prometheus failed; the run has a gap tag and the next import fills it), whether the
+    run already held all of it (nothing written, nothing asked of Prometheus)."""
 
     run_id: str
     created: bool
     reason: str | None
     filled: bool
+    unchanged: bool = False
+
+
+def _gap(tags: dict[str, str]) -> bool:
+    """Whether an earlier import left a gap to fill: the run's, or one node's radt.node.<node>/prometheus_gap."""
+    node_gap = "/" + PROMETHEUS_GAP_TAG.removeprefix("radt.")
+    return any(key == PROMETHEUS_GAP_TAG or key.endswith(node_gap) for key in tags)
+
+
+def unchanged(job: Job, run, url: str | None) -> bool:
+    """Whether the job's run already holds everything an import would write: the job ended as the run says (state, end,
+    exit code, nodes, GPUs, summary), no gap is left to fill, and its series were read (or it had no GPU, or no
+    Prometheus is given now to read them). A running job is never unchanged: its series grow."""
+    tags = run.data.tags
+    if job.status == "RUNNING" or run.info.status != job.status or run.info.end_time != job.end_ms or _gap(tags):
+        return False
+    facts = job_tags(job) | summary_tags(job)
+    used = facts.pop(f"{SLURM_PREFIX}gpus_used")
+    if job.gpus_requested is None:  # counted from the GPUs found by an import (_counted)
+        facts.pop(f"{SLURM_PREFIX}gpus_requested")
+    if job.gpus and any(job.gpus.values()) and not tags.get(GPUS_FROM_TAG, "").startswith("exporter label"):
+        facts[f"{SLURM_PREFIX}gpus_used"] = used  # the exporter's labels win over the AdminComment's (_gpus_of)
+    if any(tags.get(key) != value[:TAG_LIMIT] for key, value in facts.items()):  # as set_tags kept them
+        return False
+    if not url:  # '' where neither --prometheus nor RADT_PROMETHEUS_URL gives one
+        return NO_SERIES_TAG in tags or PROMETHEUS_TAG in tags
+    if tags.get(NO_SERIES_TAG) == NO_GPU:
+        return True
+    return NO_SERIES_TAG not in tags and tags.get(PROMETHEUS_TAG, "").startswith(f"{url} ")
 
 
 class JobImporter:
     """Imports jobs into one store: each experiment (and array workload) is looked up once per import, not once per job."""
 
-    def __init__(self, client, uri: str, group_by: str = "user", url: str | None = None, fill: Fill | None = None) -> None:
+    def __init__(self, client, uri: str, group_by: str = "user", url: str | None = None, fill: Fill | None = None, batch: MakeBatch | None = None) -> None:
         self.client, self.uri, self.group_by, self.url, self.fill = client, uri, group_by, url, fill
+        self.batch = batch(client, uri, url) if batch is not None and url else None
+        self._tags: dict[str, str] = {}  # the tags _put wrote last
         self._experiments: dict[str, str] = {}
         self._workloads: dict[tuple[str, str], str] = {}
         self.host_labels = host_labels(PROMETHEUS_HOST_LABEL.get())
         self.asked = False  # whether Prometheus was asked which exporters it holds (labels())
         self.families: tuple[ExporterFamily, ...] = ()  # those it holds
         self.filled: list[str] = []  # this import's runs with GPU series, diagnosed together at the end (could_share pairs them)
+        self._runs: dict[str, dict[str, object]] = {}  # experiment -> {job id: its run}, where read at once (index())
+
+    def index(self, jobs: list[Job]) -> None:
+        """Each of the jobs' experiments' job runs read in one query, so that no job is searched for on its own (an
+        unchanged day imported again asks the store once an experiment); below INDEXED jobs each is searched for. The
+        jobs their runs do not hold yet are planned into the batch's windows."""
+        if len(jobs) < INDEXED:
+            return
+        self._index(jobs)
+        if self.batch is not None:
+            self.batch.plan([job for job in jobs if not self._unchanged(job)])
+
+    def _unchanged(self, job: Job) -> bool:
+        found = self._find(job)[1]
+        return found is not None and unchanged(job, found, self.url)
+
+    def _index(self, jobs: list[Job]) -> None:
+        limit = 0 if isinstance(self.client, SqlTracking) else 50_000  # radt's SQL client: 0 is no limit; MLflow's most
+        for name in {self._name(job) for job in jobs}:
+            experiment = self._experiment(name)
+            if experiment in self._runs:
+                continue
+            found: dict[str, object] = {}
+            for run in find_runs(self.client, [experiment], {ROLE_TAG: RUN_ROLE}, max_results=limit):  # newest first
+                found.setdefault(run.data.tags.get(SLURM_JOB_TAG, ""), run)
+            self._runs[experiment] = found
 
     def job(self, job: Job) -> Imported:
         """One started job into its run: facts, status and end, then its GPUs' series where they can be known."""
+        try:
+            return self._one(job)
+        finally:
+            if self.batch is not None:
+                self.batch.done(job)
+
+    def _one(self, job: Job) -> Imported:
         client = self.client
         experiment, found = self._find(job)
+        if found is not None and unchanged(job, found, self.url):
+            return Imported(found.info.run_id, False, found.data.tags.get(NO_SERIES_TAG), True, unchanged=True)
         before = dict(found.data.tags) if found is not None else {}
         job = _counted(self._gpus_of(_asked(job), before))
         run_id, created = self._put(job, experiment, found)
@@ -243,7 +330,10 @@ class JobImporter:
         if NO_SERIES_TAG in before:  # an earlier import had no Prometheus to ask (or could not tell the GPUs)
             client.delete_tag(run_id, NO_SERIES_TAG)
         assert self.fill is not None, "a Prometheus URL needs the backfill"
-        filled = _fill(self.fill, self.uri, run_id, job, self.url, self.labels(), bool(set(self.families) & set(JOB_FAMILIES))) == 0
+        job_series = bool(set(self.families) & set(JOB_FAMILIES))
+        tags = {k: v for k, v in (before | self._tags).items() if k != NO_SERIES_TAG}
+        batched = self.batch is not None and not job_series and self.batch.fill(run_id, created, tags, job, self.labels())
+        filled = batched or _fill(self.fill, self.uri, run_id, job, self.url, self.labels(), job_series) == 0
         memory = self._memory(job)
         if memory is not None:  # what fits_smaller says a MIG slice against: the exporter's modelName and FB_FREE + FB_USED
             set_tags(client, run_id, {GPU_MODEL_TAG: memory.model, GPU_MEMORY_TAG: f"{memory.total_mib * MIB:.0f}"})
@@ -256,7 +346,8 @@ class JobImporter:
         prolog copied, jobstats' summary: admincomment.read); scontrol's while it runs;
         what an import took from scontrol while it ran (the run's gpus_used tag); every GPU of its nodes where it had them
         all. gpus_from '' where none says."""
-        if self.url and job.nodes and job.start_ms is not None:
+        unlabelled_ = self.batch is not None and len(job.nodes) == 1 and self.batch.nothing_labelled(job, self.labels())
+        if self.url and job.nodes and job.start_ms is not None and not unlabelled_:
             end_ms = _until_ms(job)
             labelled = {}
             try:
@@ -312,6 +403,11 @@ class JobImporter:
 
         return said
 
+    def close(self) -> None:
+        """The batch's metric store closed."""
+        if self.batch is not None:
+            self.batch.close()
+
     def diagnose(self) -> int:
         """Diagnose this import's jobs with GPU series (radt/diagnosis.py, the rules every run gets) and keep the findings on
         their runs; how many could share a GPU with another of them."""
@@ -334,12 +430,21 @@ class JobImporter:
                 sizes.append(found)
         return max(sizes) if sizes else None
 
-    def _find(self, job: Job) -> tuple[str, object | None]:
-        """The job's experiment (made where it is new) and its run there, found by its job id (None: not imported yet)."""
-        name = f"{SLURM_EXPERIMENT_PREFIX}{job.user if self.group_by == 'user' else job.account}"
+    def _name(self, job: Job) -> str:
+        """The job's experiment's name: slurm-<user>, or slurm-<account> with --group-by account."""
+        return f"{SLURM_EXPERIMENT_PREFIX}{job.user if self.group_by == 'user' else job.account}"
+
+    def _experiment(self, name: str) -> str:
+        """The experiment's id, made where it is new; looked up once an import."""
         if name not in self._experiments:
             self._experiments[name] = resolve_experiment(self.client, self.uri, name)
-        experiment = self._experiments[name]
+        return self._experiments[name]
+
+    def _find(self, job: Job) -> tuple[str, object | None]:
+        """The job's experiment (made where it is new) and its run there, found by its job id (None: not imported yet)."""
+        experiment = self._experiment(self._name(job))
+        if experiment in self._runs:
+            return experiment, self._runs[experiment].get(job.job_id)
         found = find_runs(self.client, [experiment], {SLURM_JOB_TAG: job.job_id, ROLE_TAG: RUN_ROLE}, max_results=10)
         return experiment, (found[0] if found else None)
 
@@ -348,6 +453,7 @@ class JobImporter:
         tags = job_tags(job) | summary_tags(job)
         if job.gpus_from:
             tags[GPUS_FROM_TAG] = job.gpus_from
+        self._tags = tags
         if job.array_job:
             workload = f"{job.name} (array {job.array_job})"
             if (experiment, workload) not in self._workloads:
@@ -360,8 +466,9 @@ class JobImporter:
         return run.info.run_id, True
 
 
-def main(argv: list[str], fill: Fill) -> int:
-    """The command; `fill`: importer.prometheus_main, which reads a run's series from Prometheus."""
+def main(argv: list[str], fill: Fill, batch: MakeBatch | None = None) -> int:
+    """The command; `fill`: importer.prometheus_main, which reads a run's series from Prometheus; `batch`: batchfill's
+    BatchFill, which reads many jobs' series a node's window at a time."""
     args = _parser().parse_args(argv)
     ids = [j.strip() for j in (args.slurm or "").split(",") if j.strip()]
     if args.slurm is not None and (not ids or not all(re.fullmatch(r"\d+(_\d+)?", j) for j in ids)):
@@ -369,8 +476,9 @@ def main(argv: list[str], fill: Fill) -> int:
     jobs = _asked_jobs(args, ids)
     url = args.prometheus if args.prometheus is not None else PROMETHEUS_URL.get()
     uri = tracking_uri(args.store)
-    importer = JobImporter(connect(uri), uri, args.group_by, url, fill)
-    made = failed = 0
+    importer = JobImporter(connect(uri), uri, args.group_by, url, fill, batch)
+    made = failed = kept = 0
+    importer.index([job for job in jobs if job.start_ms is not None])
     for job in jobs:
         if job.unread:
             print(f"radt import: job {job.job_id}: scontrol's record of it cannot be read for its GPUs ({job.unread}); none are taken from it", file=sys.stderr)
@@ -380,13 +488,16 @@ def main(argv: list[str], fill: Fill) -> int:
         done = importer.job(job)
         made += done.created
         failed += not done.filled
+        kept += done.unchanged
         note = f"no GPU series: {done.reason}" if done.reason else "GPU series from Prometheus"
+        note = f"unchanged since the last import ({note})" if done.unchanged else note
         print(
             f"radt import: job {job.job_id} ({job.user}, {job.partition}, {job.state}) -> run {done.run_id}{' (new)' if done.created else ''}; {note}",
             file=sys.stderr,
         )
+    importer.close()
     shared = importer.diagnose()
-    print(f"radt import: {len(jobs)} jobs, {made} new runs" + (f"; {shared} could share a GPU under MPS" if shared else ""), file=sys.stderr)
+    print(f"radt import: {len(jobs)} jobs, {made} new runs, {kept} unchanged" + (f"; {shared} could share a GPU under MPS" if shared else ""), file=sys.stderr)
     return 1 if failed or (ids and len(jobs) < len(ids)) else 0
 
 

@@ -481,11 +481,19 @@ def prometheus_main(argv: list[str]) -> int:
     return 0
 
 
+def batch_fill(client, uri: str, url: str):
+    """`radt import --slurm-since`'s reader of many jobs' series a node's window at a time (batchfill.BatchFill), with
+    this module's way of naming a run's parts, finding what is missing and what is stored."""
+    from radt.collectors.imports.batchfill import Backfilled, BatchFill
+
+    return BatchFill(client, uri, url, Backfilled(run_parts, _missing, _existing))
+
+
 def main(argv: list[str]) -> int:
     if any(a in ("--slurm", "--slurm-since") or a.startswith(("--slurm=", "--slurm-since=")) for a in argv):
         from radt.collectors.cluster.slurmimport import main as slurm_main
 
-        return slurm_main(argv, fill=prometheus_main)
+        return slurm_main(argv, fill=prometheus_main, batch=batch_fill)
     if any(a == "--prometheus" or a.startswith("--prometheus=") for a in argv):
         return prometheus_main(argv)
     parser = _logs_parser()
