@@ -336,7 +336,9 @@ def main(argv: list[str]) -> int:
         description="Drop the raw points of ended runs older than --raw from MLflow's metrics table; radt's rollups, each run's "
         "summary and MLflow's latest values stay. Nothing happens unless this is run (e.g. daily from cron).",
     )
-    parser.add_argument("--raw", required=True, metavar="DURATION", help="keep raw points this recent: a span of minutes, hours, days or weeks, e.g. 30d, 12h or 2w")
+    parser.add_argument(
+        "--raw", required=True, metavar="DURATION", help="keep raw points this recent: a span of minutes, hours, days or weeks, e.g. 30d, 12h or 2w"
+    )
     parser.add_argument("--dry-run", action="store_true", help="count what would be dropped; change nothing")
     args = parser.parse_args(argv)
     keep_ms = span_ms(args.raw, "--raw")  # the one span parser (radt/options.py): 30d, 12h, 2w

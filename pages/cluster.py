@@ -12,7 +12,7 @@ import dash
 from dash import html
 
 from radt import settings
-from radt.app.db.jobs import FINDING, GROUPS, SUMMED, finding_counts, finding_sentences, job_rows, narrow, totals
+from radt.app.db.jobs import FINDING, GROUPS, SUMMED, Cluster, cluster, finding_sentences
 from radt.app.db.state import STATE
 from radt.diagnosis import CODES, LABELS
 from radt.pages.parts.unreadable import reads_store
@@ -26,6 +26,10 @@ NOTE = (
     "(radt.footprint.idle_gpu_hours; radt diagnose). Worst first."
 )
 CHOICES = (*GROUPS, FINDING)  # what the URL may narrow by
+MAKING = (
+    "radt is making its table of this store's jobs (once: they were imported by an older radt, or written by another "
+    "tool); {:,} runs to go. Reload this page to go on."
+)
 
 
 def _explore(row: dict) -> str:
@@ -75,11 +79,11 @@ def _cells(row: dict, sentences: dict[str, str]) -> list:
     ]
 
 
-def _totals(rows: list[dict], by: str, chosen: dict[str, str]) -> html.Div:
+def _totals(view: Cluster, by: str, chosen: dict[str, str]) -> html.Div:
     """The totals per `by`, each name a link narrowing the page to it, and links to total by the other groups."""
     switch = [html.A(f"by {g}", href=_here(g, chosen), className="group-by" + (" chosen" if g == by else ""), id=f"cluster-by-{g}") for g in GROUPS]
     body = []
-    for group in totals(rows, by):
+    for group in view.totals:
         name = group["name"]
         label = html.A(name, href=_here(by, {**chosen, by: name}), className="group-link") if name else html.I("(none)")
         share = group["idle_share"]
@@ -98,8 +102,8 @@ def _totals(rows: list[dict], by: str, chosen: dict[str, str]) -> html.Div:
             )
         )
     head = html.Thead(html.Tr([html.Th(by)] + [html.Th(c) for c in TOTAL_COLUMNS]))
-    bases = sorted({row["basis"] for row in rows if row.get("basis")})
-    said = html.P(f"Energy, CO₂eq and cost as each job's diagnosis figured them: {'; '.join(bases)}.", id="cluster-basis", className="note") if bases else None
+    bases = "; ".join(view.bases)
+    said = html.P(f"Energy, CO₂eq and cost as each job's diagnosis figured them: {bases}.", id="cluster-basis", className="note") if bases else None
     return html.Div([html.P(switch, className="group-switch"), html.Table([head, html.Tbody(body)], id="cluster-totals", className="jobs"), said])
 
 
@@ -111,9 +115,8 @@ def _gpu_hours(group: dict) -> html.Td:
     return html.Td(f"≥ {group['gpu_hours']:.2f}", className="num", title=f"without the {unknown:,} job{'s' if unknown != 1 else ''} whose GPUs are not known")
 
 
-def _findings(rows: list[dict], by: str, chosen: dict[str, str]) -> html.P:
+def _findings(counts: list[tuple[str, int]], by: str, chosen: dict[str, str]) -> html.P:
     """The jobs per finding (of those the user / account / partition choice leaves), each a link narrowing to it."""
-    counts = finding_counts(rows)
     if not counts:
         return html.P("No job has a finding.", id="cluster-findings", className="note")
     picked = chosen.get(FINDING, "")
@@ -150,8 +153,13 @@ def _choices(query: dict) -> dict[str, str]:
 
 @reads_store
 def layout(by=None, **query):
-    rows = job_rows(STATE.engine)
-    if not rows:
+    by = _text(by)
+    by = by if by in GROUPS else GROUPS[0]
+    chosen = _choices(query)
+    view = cluster(STATE.engine, by, chosen, settings.CLUSTER_ROWS.get())
+    if view.making:
+        return html.Div([html.H2("Cluster"), html.P(MAKING.format(view.making), id="cluster-making")], className="cluster")
+    if not view.has_jobs:
         return html.Div(
             [
                 html.H2("Cluster"),
@@ -159,15 +167,10 @@ def layout(by=None, **query):
             ],
             className="cluster",  # the page's margin, as with jobs
         )
-    by = _text(by)
-    by = by if by in GROUPS else GROUPS[0]
-    chosen = _choices(query)
-    in_groups = narrow(rows, {k: v for k, v in chosen.items() if k != FINDING})  # the counts per finding: of every finding
-    rows = narrow(in_groups, chosen)
-    shown = rows[: settings.CLUSTER_ROWS.get()]
+    shown = view.rows
     sentences = finding_sentences(STATE.engine, [row["run_id"] for row in shown if row["codes"]])
-    count = f"{len(rows):,} job{'s' if len(rows) != 1 else ''}"
-    if len(shown) < len(rows):
+    count = f"{view.count:,} job{'s' if view.count != 1 else ''}"
+    if len(shown) < view.count:
         count = f"The {len(shown):,} with the most idle GPU-hours of {count}; narrow by {', '.join(GROUPS)} or finding above to see the others ({settings.CLUSTER_ROWS.name})."
     head = html.Thead(html.Tr([html.Th(c) for c in COLUMNS]))
     body = html.Tbody([html.Tr(_cells(row, sentences.get(row["run_id"], {})), className="job-row", **{"data-run": row["run_id"]}) for row in shown])
@@ -176,8 +179,8 @@ def layout(by=None, **query):
             html.H2("Cluster"),
             html.P(NOTE, className="note"),
             _chosen_line(by, chosen),
-            _findings(in_groups, by, chosen),
-            _totals(rows, by, chosen),
+            _findings(view.findings, by, chosen),
+            _totals(view, by, chosen),
             html.P(count, id="cluster-count", className="note"),
             html.Table([head, body], id="cluster-jobs", className="jobs"),
         ],

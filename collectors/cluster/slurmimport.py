@@ -19,6 +19,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
+from radt import jobtable
 from radt.catalogue import MIB, ExporterFamily
 from radt.collectors.slurm.slurmacct import (
     SCONTROL,
@@ -277,6 +278,7 @@ class JobImporter:
         self.asked = False  # whether Prometheus was asked which exporters it holds (labels())
         self.families: tuple[ExporterFamily, ...] = ()  # those it holds
         self.filled: list[str] = []  # this import's runs with GPU series, diagnosed together at the end (could_share pairs them)
+        self.written: list[str] = []  # this import's runs whose tags it wrote: their Cluster rows are made again at the end
         self._runs: dict[str, dict[str, object]] = {}  # experiment -> {job id: its run}, where read at once (index())
 
     def index(self, jobs: list[Job]) -> None:
@@ -320,6 +322,7 @@ class JobImporter:
         before = dict(found.data.tags) if found is not None else {}
         job = _counted(self._gpus_of(_asked(job), before))
         run_id, created = self._put(job, experiment, found)
+        self.written.append(run_id)
         if job.status != "RUNNING":  # before the series: the backfill reads the run's own span
             client.set_terminated(run_id, status=job.status, end_time=job.end_ms)
         reason = why_no_series(job, self._looked(job) if self.url else None)
@@ -414,7 +417,10 @@ class JobImporter:
         from radt.collectors.diagnose.stored import diagnose_and_store
         from radt.diagnosis import COULD_SHARE
 
-        found = diagnose_and_store(self.client, self.filled)
+        found = diagnose_and_store(self.client, self.filled)  # also makes the diagnosed runs' Cluster rows again
+        engine = getattr(self.client, "engine", None)
+        if engine is not None:  # radt's SQL client: the other runs' rows and the arrays' workload parents' (radt/jobtable.py)
+            jobtable.refresh(engine, [r for r in self.written if r not in found] + list(self._workloads.values()))
         return sum(COULD_SHARE in diagnosis.codes for diagnosis in found.values())
 
     def _memory(self, job: Job) -> GpuMemory | None:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
 
-from radt import mlflowdb
+from radt import jobtable, mlflowdb
 from radt.collectors._common import first_line
 from radt.collectors.store.tracking import set_tags
 from radt.diagnosis import COULD_SHARE, Diagnosis, Evidence, Sharer, diagnose, share_partners, sharer
@@ -97,12 +97,16 @@ def store(client, run_id: str, diagnosis: Diagnosis, figures: dict[str, str]) ->
 
 
 def diagnose_and_store(client, run_ids: Sequence[str]) -> dict[str, Diagnosis]:
-    """Diagnose the runs and keep each result on its run as its batch is done; could_share, known at the end, is added then."""
+    """Diagnose the runs and keep each result on its run as its batch is done; could_share, known at the end, is added then,
+    and the Cluster page's rows of those that are Slurm jobs (radt/jobtable.py) are made again from their tags."""
     found, _ = diagnoses(client, run_ids, lambda run_id, diagnosis, figures: store(client, run_id, diagnosis, figures))
     for run_id, diagnosis in found.items():
         shared = next((f for f in diagnosis.findings if f.code == COULD_SHARE), None)
         if shared is not None:
             set_tags(client, run_id, {DIAGNOSIS_TAG: diagnosis.tags()[DIAGNOSIS_TAG], diagnosis_tag(COULD_SHARE): shared.sentence})
+    engine = getattr(client, "engine", None)
+    if engine is not None:  # radt's SQL client; an MLflow server's store holds no table of radt's
+        jobtable.refresh(engine, list(found))
     return found
 
 

@@ -72,13 +72,14 @@ def init_mlflow_schema(uri: str, artifacts: Path) -> None:
 
 
 def _add_radt_tables(uri: str) -> None:
-    """radt's own tables (rollups, stored summaries), which radt's writer and dashboard add to any store they touch: a
+    """radt's own tables (rollups, stored summaries, imported jobs), which radt's writer and dashboard add to any store they touch: a
     clone of the template has the shape of a store written by radt (tests/support/snapshots.py loads such a store's rows into it)."""
-    from radt import rollups, summarytable
+    from radt import jobtable, rollups, summarytable
 
     engine = sa.create_engine(uri, poolclass=sa.pool.NullPool)
     rollups.ensure_table(engine)
     summarytable.ensure_table(engine)
+    jobtable.ensure_table(engine)
     engine.dispose()
 
 
