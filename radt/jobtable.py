@@ -17,7 +17,6 @@ No foreign key, its own metadata: MLflow's tables and alembic_version are never 
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping, Sequence
 
 import sqlalchemy as sa
@@ -72,24 +71,17 @@ jobs = sa.Table(
     sa.Index("radt_jobs_experiment", "experiment_id", "start_ms", "end_ms"),
 )
 
-_MADE: weakref.WeakSet = weakref.WeakSet()  # engines whose database is known to hold the table
+_OWN = rollups.OwnTable(jobs)
 
 
 def ensure_table(engine: sa.Engine) -> None:
     """Create radt_jobs where it is missing; two processes may race to create it: the loser finds it made."""
-    if engine not in _MADE:
-        rollups.create_missing(engine, (jobs,))
-        _MADE.add(engine)
+    _OWN.ensure(engine)
 
 
 def has_table(conn: sa.Connection) -> bool:
     """Whether the store holds radt_jobs (remembered per engine once it does: the table is never dropped)."""
-    if conn.engine in _MADE:
-        return True
-    if sa.inspect(conn).has_table(jobs.name):
-        _MADE.add(conn.engine)
-        return True
-    return False
+    return _OWN.held(conn)
 
 
 # --- a run's row from its tags ----------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
+import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -117,6 +118,30 @@ def create_missing(bind: sa.Engine | sa.Connection, tables: Sequence[sa.Table]) 
                 return
             if attempt == CREATE_TRIES - 1 or not _any_exist(bind, tables):
                 raise
+
+
+class OwnTable:
+    """One of radt's own tables beside MLflow's, and the engines whose database is known to hold it (it is never dropped):
+    made once per engine where missing (``create_missing``'s race rule), asked of the database once per engine."""
+
+    def __init__(self, table: sa.Table) -> None:
+        self.table = table
+        self.made: weakref.WeakSet = weakref.WeakSet()
+
+    def ensure(self, engine: sa.Engine) -> None:
+        """Create the table where it is missing; processes may race to create it: the losers find it made."""
+        if engine not in self.made:
+            create_missing(engine, (self.table,))
+            self.made.add(engine)
+
+    def held(self, conn: sa.Connection) -> bool:
+        """Whether the store holds the table."""
+        if conn.engine in self.made:
+            return True
+        if sa.inspect(conn).has_table(self.table.name):
+            self.made.add(conn.engine)
+            return True
+        return False
 
 
 def _existing(bind: sa.Engine | sa.Connection, tables: Sequence[sa.Table]) -> list[bool]:

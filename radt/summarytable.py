@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import time
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -50,25 +49,17 @@ class Stored(NamedTuple):
     summary: dict | None
 
 
-_MADE: weakref.WeakSet = weakref.WeakSet()  # engines whose database is known to hold the table
+_OWN = rollups.OwnTable(summaries)
 
 
 def ensure_table(engine: sa.Engine) -> None:
-    """Create radt_summaries where it is missing; two dashboards may race to create it: the loser finds it made."""
-    if engine in _MADE:
-        return
-    rollups.create_missing(engine, (summaries,))
-    _MADE.add(engine)
+    """Create radt_summaries where it is missing; two processes may race to create it: the loser finds it made."""
+    _OWN.ensure(engine)
 
 
 def has_table(conn: sa.Connection) -> bool:
     """Whether the store holds radt_summaries (remembered per engine once it does: the table is never dropped)."""
-    if conn.engine in _MADE:
-        return True
-    if sa.inspect(conn).has_table(summaries.name):
-        _MADE.add(conn.engine)
-        return True
-    return False
+    return _OWN.held(conn)
 
 
 def invalidate(conn: sa.Connection, run_id: str) -> None:
@@ -76,7 +67,7 @@ def invalidate(conn: sa.Connection, run_id: str) -> None:
 
     The table is created here where it is missing, in a savepoint: a dashboard that creates it meanwhile waits for
     this transaction, so it never claims a row before these points are visible to it."""
-    if conn.engine not in _MADE:
+    if conn.engine not in _OWN.made:
         try:
             with conn.begin_nested():
                 metadata.create_all(conn, tables=[summaries], checkfirst=True)
