@@ -143,12 +143,7 @@ def layout(
                                 ],
                                 className="smoothing",
                             ),
-                            dcc.Checklist(
-                                id=ids.LOG_Y,
-                                options=[{"label": "log scale", "value": "log"}, {"label": "device line on shared GPUs", "value": "dev"}],
-                                value=(["log"] if view.log_y else []) + (["dev"] if view.device else []),
-                                inline=True,
-                            ),
+                            dcc.Checklist(id=ids.LOG_Y, options=[{"label": "log scale", "value": "log"}], value=["log"] if view.log_y else [], inline=True),
                             html.Span(
                                 [
                                     html.Span("charts per row", className="label"),
@@ -265,12 +260,8 @@ def draw(run_groups, metric_specs, x_mode, group_mode, smoothing, log_y, zoom_st
     zoom = zoom_state.get("range") if zoom_state.get("axis") == f"{x_mode}-{group_mode}" else None
     picked = [m for m in metric_specs if isinstance(m, str)] if isinstance(metric_specs, list) else []
     raw = {"exp": experiment_ids, "runs": run_ids, "metrics": picked, "x": x_mode, "mode": group_mode, "smooth": smoothing, "xr": zoom}
-    chart_options = log_y if isinstance(log_y, list) else []  # the checklist: "log" (log scale), "dev" (device lines)
-    view = View.from_dict(
-        raw
-        | {"log": "1" if "log" in chart_options else "0", "dev": "1" if "dev" in chart_options else "0", "gpu": gpu_filter, "gpuagg": gpu_mode}
-        | {"cols": columns, "q": query}
-    )
+    device = shown.get("dev") if isinstance(shown, dict) else None  # the link's dev=1 (the shared GPUs' device line), kept
+    view = View.from_dict(raw | {"log": "1" if log_y else "0", "gpu": gpu_filter, "gpuagg": gpu_mode, "cols": columns, "q": query, "dev": device})
     if not picked:
         view.metrics = []  # the picker emptied (a link without metrics means the default ones)
     note = _notes(view.notes)

@@ -175,7 +175,7 @@ def _drawn(page, dev: bool) -> list[dict]:
 def test_explore_stacks_the_two_runs_and_draws_each_runs_own_share_in_gpu_util(page, recorded, share_dashboard, workload):
     """Explore on a workload's two runs with Run SM util and GPU util: the GPU share chart stacks both runs and the idle
     remainder in the runs' colours; the GPU util chart draws each run's own share (30 and 55), not the same device line
-    twice; "device line on shared GPUs" adds GPU 0's line once, grey."""
+    twice; the link's dev=1 adds GPU 0's line once, grey."""
     runs = recorded["runs"][workload]
     host = MlflowClient(recorded["uri"]).get_run(runs[0]).data.tags[HOST_TAG]
     util = METRICS[MetricName.UTILIZATION_PERCENTAGE].label
@@ -195,7 +195,7 @@ def test_explore_stacks_the_two_runs_and_draws_each_runs_own_share_in_gpu_util(p
     page.locator("#charts .annotation-text", has_text=f"GPU share · {host} · GPU 0").wait_for()
     page.locator("#charts .annotation-text", has_text=OWN_SHARE_TITLE.strip(" ·")).wait_for()
 
-    page.get_by_label("device line on shared GPUs").check()
+    page.goto(share_dashboard + "?" + urlencode({"exp": recorded["experiment"], "runs": ",".join(runs), "metrics": metrics, "dev": "1"}))
     drawn = _drawn(page, dev=True)
     (device,) = [t for t in drawn if str(t["run_id"]).startswith("device:")]
     assert device["group"] == f"device:{host} · GPU 0 (device)" and device["colour"] == DEVICE_LINE_COLOUR
