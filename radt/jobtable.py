@@ -183,13 +183,7 @@ def refresh(engine: sa.Engine, run_ids: Sequence[str]) -> int:
 
 
 def _upsert(dialect: str):
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    elif dialect == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-    else:
-        raise ValueError(f"the jobs table supports PostgreSQL and SQLite stores, not {dialect}")
-    stmt = insert(jobs)
+    stmt = mlflowdb.dialect_insert(dialect, "the jobs table")(jobs)
     return stmt.on_conflict_do_update(index_elements=[jobs.c.run_uuid], set_={c.name: stmt.excluded[c.name] for c in jobs.columns if c.name != "run_uuid"})
 
 

@@ -261,3 +261,15 @@ def check_store(engine: sa.Engine, shown: str, error: type[Exception]) -> sa.Eng
         engine.dispose()
         raise
     return engine
+
+
+def dialect_insert(dialect: str, what: str):
+    """The dialect's INSERT (its ON CONFLICT clauses): radt's own tables are on PostgreSQL and SQLite stores only; `what`
+    names the table for the error."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    elif dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert
+    else:
+        raise ValueError(f"{what} support PostgreSQL and SQLite stores, not {dialect}")
+    return insert

@@ -356,15 +356,10 @@ def merge_row(old: dict, new: dict) -> dict:
 
 
 def _insert(dialect: str):
+    insert = mlflowdb.dialect_insert(dialect, "rollups")
     if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-
         return insert, sa.func.least, sa.func.greatest
-    if dialect == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-
-        return insert, sa.func.min, sa.func.max  # SQLite's scalar min()/max() of several arguments
-    raise ValueError(f"rollups support PostgreSQL and SQLite stores, not {dialect}")
+    return insert, sa.func.min, sa.func.max  # SQLite's scalar min()/max() of several arguments
 
 
 def _first(old, new, old_ms, new_ms, better):

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import sqlalchemy as sa
 
-from radt import rollups
+from radt import mlflowdb, rollups
 
 metadata = sa.MetaData()
 
@@ -105,7 +105,7 @@ def claim(conn: sa.Connection, fingerprints: Mapping[str, str], version: int, to
     """Put a pending row (this computation's `token`, no summary) for each run, replacing what was stored."""
     if not fingerprints:
         return
-    insert = _insert(conn.dialect.name)(summaries)
+    insert = mlflowdb.dialect_insert(conn.dialect.name, "stored summaries")(summaries)
     stmt = insert.on_conflict_do_update(
         index_elements=[summaries.c.run_uuid], set_={c: insert.excluded[c] for c in ("version", "fingerprint", "claim", "computed_ms", "summary")}
     )
@@ -137,13 +137,3 @@ def _plain(value):
     if hasattr(value, "item"):  # a numpy scalar
         return value.item()
     raise TypeError(f"a summary holds {type(value).__name__}, which JSON does not")
-
-
-def _insert(dialect: str):
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    elif dialect == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-    else:
-        raise ValueError(f"stored summaries support PostgreSQL and SQLite stores, not {dialect}")
-    return insert
