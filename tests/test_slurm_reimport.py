@@ -127,12 +127,14 @@ def test_jobs_read_a_nodes_window_at_a_time_hold_what_the_per_job_backfill_write
 
     nodes = ("gpu00", "gpu01")
     devices = [Device(node, gpu, gpu % 5, memory_mib=81_559) for node in nodes for gpu in range(4)]
-    with prom.serving(_base.LOG, devices, 'DCGM_FI_PROF_SM_ACTIVE{Hostname="gpu01",gpu="3"}[1h]', 30, timeout=90) as (_e, server):
+    with prom.serving(_base.LOG, devices, 'DCGM_FI_PROF_SM_ACTIVE{Hostname="gpu01",gpu="3"}[1h]', 36, timeout=90) as (_e, server):
         end = int(time.time()) - 2
         stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))  # noqa: E731  (sacct prints local time)
         lines = []
-        for i in range(24):  # 8 s each, overlapping, within the 30 s scraped
-            start, node, gpus = end - 20 + i % 12, nodes[i % 2], 1 + i % 4
+        # 8 s each, overlapping, all within the 18 s scraped (36 scrapes at 0.5 s): a job that began 20 s back, as it did,
+        # overlapped what was scraped by about a second and, under CI's load, held no point
+        for i in range(24):
+            start, node, gpus = end - 12 + i % 5, nodes[i % 2], 1 + i % 4
             idx = f"(IDX:0-{gpus - 1})" if gpus > 1 else "(IDX:0)"
             lines.append(
                 f"{40000 + i}|{40000 + i}|w{i}|user{i % 3}|proj|gpu|{stamp(start - 5)}|{stamp(start)}|{stamp(start + 8)}|COMPLETED|0:0|{node}|"
