@@ -166,9 +166,51 @@ def test_jobs_read_a_nodes_window_at_a_time_hold_what_the_per_job_backfill_write
                 for j, d in done.items()
             }
             sent[way] = counted[0]
+        stopped = _stopped_then_again(tmp_path, server.url, jobs, importer)
     capsys.readouterr()
+    for job_id, series in stopped.items():
+        assert series == held["per job"][job_id][0], f"job {job_id}: a stopped import and the next one, point for point"
     assert all(series for series, _tags in held["per job"].values())
     for job_id, (series, tags) in held["per job"].items():
         assert held["batched"][job_id][0] == series, f"job {job_id}: point for point"
         assert held["batched"][job_id][1] == tags, f"job {job_id}: its tags"
     assert sent["batched"] * 2 < sent["per job"], sent
+
+
+def _stopped_then_again(tmp_path, url: str, jobs: list, importer) -> dict[str, dict]:
+    """An import whose store fails at its first batched write, then one stopped after half the jobs (closed, as main's
+    `finally` closes it), then the whole day again: no run says it holds series its store did not take, the stopped
+    import's runs hold the series it queued, and the next import completes the rest. {job id: its series}."""
+    from radt.collectors.store.stores import SqlMetricStore
+    from radt.runmodel import PROMETHEUS_TAG
+
+    uri = f"sqlite:///{tmp_path}/stopped.db"
+    original = SqlMetricStore.write_runs
+
+    def refused(self, batches):
+        raise OSError("disk full")
+
+    SqlMetricStore.write_runs = refused
+    try:
+        failing = slurmimport.JobImporter(connect(uri), uri, url=url, fill=importer.prometheus_main, batch=importer.batch_fill)
+        failing.index(jobs)
+        for job in jobs:
+            failing.job(job)
+        with pytest.raises(OSError):
+            failing.close()
+    finally:
+        SqlMetricStore.write_runs = original
+    client = MlflowClient(uri)
+    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+    assert runs and not any(PROMETHEUS_TAG in r.data.tags for r in runs), "a count tag on a run whose points were refused"
+    half = slurmimport.JobImporter(connect(uri), uri, url=url, fill=importer.prometheus_main, batch=importer.batch_fill)
+    half.index(jobs)
+    early = {job.job_id: half.job(job).run_id for job in jobs[:12]}
+    half.close()
+    assert all(client.get_run(run_id).data.metrics and PROMETHEUS_TAG in client.get_run(run_id).data.tags for run_id in early.values())
+    rest = slurmimport.JobImporter(connect(uri), uri, url=url, fill=importer.prometheus_main, batch=importer.batch_fill)
+    rest.index(jobs)
+    done = {job.job_id: rest.job(job) for job in jobs}
+    rest.close()
+    assert all(done[j].unchanged for j in early) and not any(done[job.job_id].unchanged for job in jobs[12:])
+    return {j: _in_run(client, d.run_id) for j, d in done.items()}

@@ -192,3 +192,47 @@ def test_an_mlflow_server_that_takes_the_request_and_never_answers_is_not_answer
         wait_for(lambda: lines, what="the writer's outage line")
         writer.close(timeout=0)
     assert lines[0].startswith(f"radt: store not answering (mlflow server {uri} sent no reply (Read timed out)); 1 points spooled to"), lines
+
+
+def _rollup_rows(store_uri: str, run_id: str) -> list[tuple]:
+    from radt import rollups
+
+    engine = sa.create_engine(store_uri)
+    with engine.connect() as conn:
+        t = rollups.rollups
+        rows = conn.execute(sa.select(*(c for c in t.c if c.name != "run_uuid")).where(t.c.run_uuid == run_id)).all()
+    engine.dispose()
+    return sorted(map(tuple, rows))
+
+
+def test_several_runs_written_in_one_transaction_hold_what_each_written_alone_holds(store_uri):
+    """An import's many short jobs go in one call (write_runs): every run's points, latest values and rollups are what
+    its own write makes, a second call continuing each run's buckets too (the staging tables reused within one call)."""
+    client = MlflowClient(store_uri)
+    experiment = client.create_experiment("many")
+    base = 1_700_000_000_000
+    batches = []
+    for part in range(2):  # the second call continues buckets the first began (the rollups' merge path)
+        batches.append(
+            {
+                n: [
+                    Point(f"system/gpu_{g}_sm_active", ((s + n) % 9) / 9, base + s * 1000 + n, s) for s in range(part * 150, part * 150 + 150) for g in range(2)
+                ]
+                for n in range(3)
+            }
+        )
+    together = [client.create_run(experiment).info.run_id for _ in range(3)]
+    alone = [client.create_run(experiment).info.run_id for _ in range(3)]
+    store = SqlMetricStore(store_uri)
+    for batch in batches:
+        store.write_runs({together[n]: points for n, points in batch.items()})
+        for n, points in batch.items():
+            store.write(alone[n], points)
+    store.write_runs({together[0]: batches[0][0][:30], together[1]: []})  # replayed and empty: nothing added, nothing fails
+    store.close()
+    for mine, theirs in zip(together, alone, strict=True):
+        for key in ("system/gpu_0_sm_active", "system/gpu_1_sm_active"):
+            assert _history(client, mine, key) == _history(client, theirs, key)
+            assert len(_history(client, mine, key)) == 300
+        assert client.get_run(mine).data.metrics == client.get_run(theirs).data.metrics
+        assert _rollup_rows(store_uri, mine) == _rollup_rows(store_uri, theirs) != []

@@ -485,23 +485,28 @@ def main(argv: list[str], fill: Fill, batch: MakeBatch | None = None) -> int:
     importer = JobImporter(connect(uri), uri, args.group_by, url, fill, batch)
     made = failed = kept = 0
     importer.index([job for job in jobs if job.start_ms is not None])
-    for job in jobs:
-        if job.unread:
-            print(f"radt import: job {job.job_id}: scontrol's record of it cannot be read for its GPUs ({job.unread}); none are taken from it", file=sys.stderr)
-        if job.start_ms is None:
-            print(f"radt import: job {job.job_id}: {job.state}, not started yet; import it again once it runs", file=sys.stderr)
-            continue
-        done = importer.job(job)
-        made += done.created
-        failed += not done.filled
-        kept += done.unchanged
-        note = f"no GPU series: {done.reason}" if done.reason else "GPU series from Prometheus"
-        note = f"unchanged since the last import ({note})" if done.unchanged else note
-        print(
-            f"radt import: job {job.job_id} ({job.user}, {job.partition}, {job.state}) -> run {done.run_id}{' (new)' if done.created else ''}; {note}",
-            file=sys.stderr,
-        )
-    importer.close()
+    try:  # a stopped import still stores the series it queued (batchfill.BatchFill.flush)
+        for job in jobs:
+            if job.unread:
+                print(
+                    f"radt import: job {job.job_id}: scontrol's record of it cannot be read for its GPUs ({job.unread}); none are taken from it",
+                    file=sys.stderr,
+                )
+            if job.start_ms is None:
+                print(f"radt import: job {job.job_id}: {job.state}, not started yet; import it again once it runs", file=sys.stderr)
+                continue
+            done = importer.job(job)
+            made += done.created
+            failed += not done.filled
+            kept += done.unchanged
+            note = f"no GPU series: {done.reason}" if done.reason else "GPU series from Prometheus"
+            note = f"unchanged since the last import ({note})" if done.unchanged else note
+            print(
+                f"radt import: job {job.job_id} ({job.user}, {job.partition}, {job.state}) -> run {done.run_id}{' (new)' if done.created else ''}; {note}",
+                file=sys.stderr,
+            )
+    finally:
+        importer.close()
     shared = importer.diagnose()
     print(f"radt import: {len(jobs)} jobs, {made} new runs, {kept} unchanged" + (f"; {shared} could share a GPU under MPS" if shared else ""), file=sys.stderr)
     return 1 if failed or (ids and len(jobs) < len(ids)) else 0

@@ -82,6 +82,8 @@ class BatchFill:
         self.windows: dict[str, Window] = {}  # job id -> its window
         self.queries = 0
         self._store = None
+        self._pending: dict[str, tuple[list[Point], int, bool]] = {}  # run id -> (its new points, all it was given, a gap tag to drop)
+        self._queued = 0  # points in _pending
 
     def plan(self, jobs: list[Job]) -> None:
         """Each batchable job's window: per node, by start, a window grown while it stays within WINDOW_S."""
@@ -181,16 +183,35 @@ class BatchFill:
         return [Series(s.labels, sorted(s.samples)) for s in joined.values()]
 
     def _write(self, run_id: str, created: bool, points: list[Point], tags: dict[str, str]) -> None:
-        """The points the run lacks, and the tags `radt import --prometheus` leaves (its count; no gap)."""
+        """The points the run lacks, queued to go in with other runs' (flush), and the tags `radt import --prometheus`
+        leaves (its count; no gap), set only once its points are stored."""
         have = set() if created else self.backfilled.existing(self.client, run_id, {p.key for p in points})
         new = [p for p in points if (p.key, p.timestamp) not in have]
-        if new:
-            if self._store is None:
-                self._store = open_metric_store(self.uri)
-            self._store.write(run_id, new)
-        set_tags(self.client, run_id, {PROMETHEUS_TAG: f"{self.url} {len(points)} points"})
-        if PROMETHEUS_GAP_TAG in tags:
-            self.client.delete_tag(run_id, PROMETHEUS_GAP_TAG)
+        self._pending[run_id] = (new, len(points), PROMETHEUS_GAP_TAG in tags)
+        self._queued += len(new)
+        if self._store is None:
+            self._store = open_metric_store(self.uri)
+        if self._queued >= getattr(self._store, "batch_points", 0):
+            self.flush()
+
+    def flush(self) -> None:
+        """The queued runs' points in one store call (one transaction on a SQL store), then each run's tags: a run whose
+        import stopped before its points were stored holds no count tag, and the next import reads it again."""
+        pending, self._pending, self._queued = self._pending, {}, 0
+        if not pending:
+            return
+        assert self._store is not None
+        batches = {run_id: new for run_id, (new, _n, _gap) in pending.items()}
+        write_runs = getattr(self._store, "write_runs", None)
+        if write_runs is not None:
+            write_runs(batches)
+        else:  # an MLflow server: a run at a time
+            for run_id, new in batches.items():
+                self._store.write(run_id, new)
+        for run_id, (_new, count, gap) in pending.items():
+            set_tags(self.client, run_id, {PROMETHEUS_TAG: f"{self.url} {count} points"})
+            if gap:
+                self.client.delete_tag(run_id, PROMETHEUS_GAP_TAG)
 
     def done(self, job: Job) -> None:
         """The job is imported: its window's samples go once its last job is."""
@@ -201,6 +222,8 @@ class BatchFill:
                 window.series.clear()
 
     def close(self) -> None:
+        """The queued runs written, and the store closed."""
+        self.flush()
         if self._store is not None:
             self._store.close()
             self._store = None

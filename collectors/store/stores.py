@@ -17,7 +17,7 @@ import logging
 import math
 import operator
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import sqlalchemy as sa
@@ -105,8 +105,25 @@ class SqlMetricStore:
         self._param_returning = self._param_insert.returning(*returned)
 
     def write(self, run_id: str, points: Sequence[Point]) -> None:
-        if not points:
+        self.write_runs({run_id: points})
+
+    def write_runs(self, batches: Mapping[str, Sequence[Point]]) -> None:
+        """Several runs' points in one transaction: an import of many short jobs pays one commit and one lock round for a
+        batch of runs, not one per run (each run's rows, latest values and rollups as `write` makes them)."""
+        batches = {run_id: points for run_id, points in batches.items() if points}
+        if not batches:
             return
+        if self.fold_rollups and not self._tables:
+            rollups.ensure_table(self.engine)
+            self._tables = True
+        with self.engine.begin() as conn:
+            if self.fold_rollups:
+                rollups.lock_runs(conn, list(batches))  # PostgreSQL; SQLite's write lock is the first insert
+            for run_id in sorted(batches):  # sorted: concurrent writers lock rows in one order (no deadlock)
+                self._write_in(conn, run_id, batches[run_id])
+
+    def _write_in(self, conn: sa.Connection, run_id: str, points: Sequence[Point]) -> None:
+        """One run's points, its latest values, rollups and stale summary, in the caller's transaction."""
         rows = {}
         newest: dict[str, dict] = {}
         for p in points:
@@ -119,28 +136,22 @@ class SqlMetricStore:
         upsert = self._latest_upsert
         latest = [newest[k] for k in sorted(newest)]  # sorted keys: concurrent writers lock latest_metrics rows in one order (no deadlock)
         if not self.fold_rollups:
-            with self.engine.begin() as conn:
-                self._insert_metrics(conn, list(rows.values()), returning=False)
-                conn.execute(upsert, latest)
-                summarytable.invalidate(conn, run_id)
-            return
-        if not self._tables:
-            rollups.ensure_table(self.engine)
-            self._tables = True
-        with self.engine.begin() as conn:
-            rollups.lock_run(conn, run_id)  # PostgreSQL; SQLite's write lock is the insert below
-            # only the points the store did not hold go into the rollups: a batch sent twice (a spool replayed
-            # after a write whose answer was lost) is stored once and counted once
-            new = self._insert_metrics(conn, list(rows.values()), returning=True)
-            before, covered = rollups.latest_and_covered(conn, run_id, sorted(newest))
+            self._insert_metrics(conn, list(rows.values()), returning=False)
             conn.execute(upsert, latest)
-            after = dict(before)
-            for key, row in newest.items():
-                mine = (row["step"], row["timestamp"], row["value"], row["is_nan"])
-                if key not in before or mine[:3] > before[key][:3]:  # the upsert's rule
-                    after[key] = mine
-            rollups.fold_batch(conn, run_id, new, before, after, covered)
-            summarytable.invalidate(conn, run_id)  # any point radt adds drops the run's stored summary (radt_summaries)
+            summarytable.invalidate(conn, run_id)
+            return
+        # only the points the store did not hold go into the rollups: a batch sent twice (a spool replayed
+        # after a write whose answer was lost) is stored once and counted once
+        new = self._insert_metrics(conn, list(rows.values()), returning=True)
+        before, covered = rollups.latest_and_covered(conn, run_id, sorted(newest))
+        conn.execute(upsert, latest)
+        after = dict(before)
+        for key, row in newest.items():
+            mine = (row["step"], row["timestamp"], row["value"], row["is_nan"])
+            if key not in before or mine[:3] > before[key][:3]:  # the upsert's rule
+                after[key] = mine
+        rollups.fold_batch(conn, run_id, new, before, after, covered)
+        summarytable.invalidate(conn, run_id)  # any point radt adds drops the run's stored summary (radt_summaries)
 
     def _insert_metrics(self, conn: sa.Connection, rows: list[dict], returning: bool) -> rollups.Stored | None:
         """Insert the rows MLflow's `metrics` does not hold yet; with `returning`, those inserted, as rollups.Stored."""
@@ -195,12 +206,15 @@ class SqlMetricStore:
                 f"CREATE TEMP TABLE IF NOT EXISTS {self._STAGE} (key varchar(250), value double precision, "
                 '"timestamp" bigint, step bigint, is_nan boolean, run_uuid varchar(32)) ON COMMIT DELETE ROWS'
             )
-            # with rollups, their staging table in the same round trip (constant text, no parameters)
-            if self.fold_rollups and self._tables:
+            transaction = conn.get_transaction()
+            if conn.info.get(self._STAGE) is transaction:  # an earlier run of this transaction (write_runs) staged its rows
+                cur.execute(f"TRUNCATE {self._STAGE}")
+            elif self.fold_rollups and self._tables:  # with rollups, their staging table in the same round trip
                 cur.execute(f"{ddl}; {rollups.STAGE_DDL}")
                 rollups.staged(conn)
             else:
                 cur.execute(ddl)
+            conn.info[self._STAGE] = transaction  # ON COMMIT DELETE ROWS empties it when this transaction ends
             with cur.copy(f"COPY {self._STAGE} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
                 copy.set_types(self._COPY_TYPES)  # binary: a third of text's client CPU per row
                 for row in map(self._IN_COLUMNS, rows):
