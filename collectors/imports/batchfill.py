@@ -191,7 +191,7 @@ class BatchFill:
         self._queued += len(new)
         if self._store is None:
             self._store = open_metric_store(self.uri)
-        if self._queued >= getattr(self._store, "batch_points", 0):
+        if self._queued >= self._store.batch_points:
             self.flush()
 
     def flush(self) -> None:
@@ -201,13 +201,7 @@ class BatchFill:
         if not pending:
             return
         assert self._store is not None
-        batches = {run_id: new for run_id, (new, _n, _gap) in pending.items()}
-        write_runs = getattr(self._store, "write_runs", None)
-        if write_runs is not None:
-            write_runs(batches)
-        else:  # an MLflow server: a run at a time
-            for run_id, new in batches.items():
-                self._store.write(run_id, new)
+        self._store.write_runs({run_id: new for run_id, (new, _n, _gap) in pending.items()})  # one transaction on a SQL store
         for run_id, (_new, count, gap) in pending.items():
             set_tags(self.client, run_id, {PROMETHEUS_TAG: f"{self.url} {count} points"})
             if gap:

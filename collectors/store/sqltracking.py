@@ -259,7 +259,7 @@ class SqlTracking:
     def __init__(self, uri: str, engine: sa.Engine) -> None:
         self.tracking_uri = uri
         self.engine = engine
-        self._insert = _upsert_insert(engine.dialect.name)
+        self._insert = db.dialect_insert(engine.dialect.name, "radt's SQL writes")
 
     def close(self) -> None:
         self.engine.dispose()
@@ -596,16 +596,6 @@ def _artifact_folder(root: str, artifact_path: str | None) -> str:
     folder = os.path.join(root, os.path.normpath(artifact_path)) if artifact_path else root
     os.makedirs(folder, exist_ok=True)
     return folder
-
-
-def _upsert_insert(dialect: str):
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    elif dialect == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-    else:
-        raise ValueError(f"radt's SQL path supports PostgreSQL and SQLite, not {dialect}")
-    return insert
 
 
 def _experiment_int(experiment_id) -> int:

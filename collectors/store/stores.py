@@ -37,6 +37,8 @@ class MetricStore(Protocol):
 
     def write(self, run_id: str, points: Sequence[Point]) -> None: ...
 
+    def write_runs(self, batches: Mapping[str, Sequence[Point]]) -> None: ...
+
     def close(self) -> None: ...
 
     def reset(self) -> None:
@@ -79,13 +81,7 @@ class SqlMetricStore:
         self.fold_rollups = fold_rollups  # False: MLflow's rows only (bench/ingest.py's baseline)
         self.metrics = mlflowdb.metrics
         self.latest = mlflowdb.latest_metrics
-        dialect = self.engine.dialect.name
-        if dialect == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert
-        elif dialect == "sqlite":
-            from sqlalchemy.dialects.sqlite import insert
-        else:
-            raise ValueError(f"the bulk path supports PostgreSQL and SQLite, not {dialect}")
+        insert = mlflowdb.dialect_insert(self.engine.dialect.name, "radt's bulk metric writes")
         self._tables = False  # radt's rollup tables checked (made on the first write: opening never connects)
         # the statements, built once: building and keying them cost a live writer's call more than running them
         upsert = insert(self.latest)
@@ -281,6 +277,12 @@ class MlflowMetricStore:
                 if not self.uri.startswith(("http://", "https://")):
                     raise
                 raise http_store_error(self.uri, exc) from exc
+
+    def write_runs(self, batches: Mapping[str, Sequence[Point]]) -> None:
+        """Several runs' points: a run at a time (MLflow's log_batch takes one run)."""
+        for run_id, points in batches.items():
+            if points:
+                self.write(run_id, points)
 
     def close(self) -> None:
         pass
