@@ -25,6 +25,7 @@ from radt.footprint import rank_key
 from radt.runmodel import DIAGNOSIS_TAG, FOOTPRINT_PREFIX, SLURM_PREFIX
 from tests.support import jobfill
 from tests.support.diagnosed import write_series
+from tests.support.postgres import read_only_user
 
 pytestmark = pytest.mark.dialects  # the SQL radt issues differs per dialect: SQLite and the real PostgreSQL
 
@@ -249,25 +250,16 @@ def test_a_row_of_a_run_moved_out_of_slurm_experiments_goes(store_uri):
 def test_a_store_that_takes_no_write_still_shows_its_jobs(pg_uri, caplog):
     """A read-only database user: the rows come from the jobs' tags on each load, said once in the log."""
     ids = jobfill.fill(pg_uri, jobfill.cluster_jobs(30, users=3))
-    role = f"radt_reader_{ids[0][:12]}"
-    admin = sa.create_engine(pg_uri, poolclass=sa.pool.NullPool)
-    with admin.begin() as conn:
-        conn.execute(sa.text(f'CREATE ROLE "{role}" LOGIN'))
-        conn.execute(sa.text(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"'))
-        conn.execute(sa.text(f'REVOKE CREATE ON SCHEMA public FROM "{role}", PUBLIC'))
-    reader = make_read_engine(pg_uri.replace("postgres@", f"{role}@", 1))
-    try:
-        for _ in range(2):
-            view = jobs.cluster(reader, "user", {}, 10)
-            assert view.has_jobs and view.count == 30 and len(view.rows) == 10
-        said = [r.getMessage() for r in caplog.records if "cannot keep the jobs table" in r.getMessage()]
-        assert len(said) == 1 and "\n" not in said[0], said
-    finally:
-        reader.dispose()
-        with admin.begin() as conn:
-            conn.execute(sa.text(f'DROP OWNED BY "{role}"'))
-            conn.execute(sa.text(f'DROP ROLE "{role}"'))
-        admin.dispose()
+    with read_only_user(pg_uri, ids[0][:12]) as reader_uri:
+        reader = make_read_engine(reader_uri)
+        try:
+            for _ in range(2):
+                view = jobs.cluster(reader, "user", {}, 10)
+                assert view.has_jobs and view.count == 30 and len(view.rows) == 10
+            said = [r.getMessage() for r in caplog.records if "cannot keep the jobs table" in r.getMessage()]
+            assert len(said) == 1 and "\n" not in said[0], said
+        finally:
+            reader.dispose()
 
 
 def test_a_large_backfill_stops_before_the_deadline_and_goes_on_at_the_next_load(store_uri, page, monkeypatch):

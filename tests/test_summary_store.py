@@ -23,6 +23,7 @@ from radt.collectors.store.sqltracking import make_engine
 from radt.collectors.store.stores import SqlMetricStore
 from radt.points import Point
 from tests.support.paths import FIXTURES
+from tests.support.postgres import read_only_user
 from tests.support.state import dashboard_reads
 from tests.support.stores import import_five_gpus
 
@@ -269,21 +270,12 @@ def test_a_store_that_takes_no_write_still_shows_summaries(pg_uri, caplog):
     """A read-only database user: summaries are computed on each view, said once in the log."""
     client = MlflowClient(pg_uri)
     run_id = _run(client, pg_uri, [0.25] * 10)
-    role = f"radt_reader_{run_id[:12]}"
-    admin = sa.create_engine(pg_uri, poolclass=sa.pool.NullPool)
-    with admin.begin() as conn:
-        conn.execute(sa.text(f'CREATE ROLE "{role}" LOGIN'))
-        conn.execute(sa.text(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"'))
-        conn.execute(sa.text(f'REVOKE CREATE ON SCHEMA public FROM "{role}", PUBLIC'))
-    reader = make_read_engine(pg_uri.replace("postgres@", f"{role}@", 1))
-    try:
-        for _ in range(2):
-            assert store_summaries(reader, [run_id])["smact_mean"].tolist() == [pytest.approx(0.25)]
-        said = [r.getMessage() for r in caplog.records if "cannot store run summaries" in r.getMessage()]
-        assert len(said) == 1 and "\n" not in said[0], said
-    finally:
-        reader.dispose()
-        with admin.begin() as conn:
-            conn.execute(sa.text(f'DROP OWNED BY "{role}"'))
-            conn.execute(sa.text(f'DROP ROLE "{role}"'))
-        admin.dispose()
+    with read_only_user(pg_uri, run_id[:12]) as reader_uri:
+        reader = make_read_engine(reader_uri)
+        try:
+            for _ in range(2):
+                assert store_summaries(reader, [run_id])["smact_mean"].tolist() == [pytest.approx(0.25)]
+            said = [r.getMessage() for r in caplog.records if "cannot store run summaries" in r.getMessage()]
+            assert len(said) == 1 and "\n" not in said[0], said
+        finally:
+            reader.dispose()

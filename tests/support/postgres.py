@@ -15,7 +15,9 @@ import os
 import time
 import uuid
 import zlib
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -45,6 +47,25 @@ def through(uri: str, port: int, host: str = "127.0.0.1") -> str:
     """The same database and user, reached at host:port (a proxy in front of the server)."""
     user = uri.split("://", 1)[1].split("@", 1)[0]
     return f"postgresql://{user}@{host}:{port}/{address(uri)[2]}"
+
+
+@contextmanager
+def read_only_user(uri: str, name: str) -> Iterator[str]:
+    """The store's URI as a database user `radt_reader_<name>` who may read every table and create none (a shared
+    deployment's read-only dashboard user); the user is dropped afterwards."""
+    role = f"radt_reader_{name}"
+    admin = sa.create_engine(uri, poolclass=sa.pool.NullPool)
+    with admin.begin() as conn:
+        conn.execute(sa.text(f'CREATE ROLE "{role}" LOGIN'))
+        conn.execute(sa.text(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"'))
+        conn.execute(sa.text(f'REVOKE CREATE ON SCHEMA public FROM "{role}", PUBLIC'))
+    try:
+        yield uri.replace("postgres@", f"{role}@", 1)
+    finally:
+        with admin.begin() as conn:
+            conn.execute(sa.text(f'DROP OWNED BY "{role}"'))
+            conn.execute(sa.text(f'DROP ROLE "{role}"'))
+        admin.dispose()
 
 
 def admin_engine() -> sa.Engine:
